@@ -1,0 +1,58 @@
+# The README's commands. Every target sets up what it needs: a fresh Debian/Ubuntu machine
+# with Python 3.11+, Rust and make is enough.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP_CACHE_DIR ?= $(HOME)/.cache/pip
+export PIP_CACHE_DIR
+export CARGO_TARGET_DIR ?= $(CURDIR)/target
+# Debian packages the test suites and the cluster mode need.
+SYSTEM_PACKAGES := zookeeper
+APT_ENV := DEBIAN_FRONTEND=noninteractive
+
+.PHONY: standalone test bench build venv sysdeps cargo-test lint pytest clean
+
+standalone: build
+	$(VENV)/bin/magnetar standalone --config conf/standalone.conf
+
+test: build sysdeps
+	$(MAKE) --no-print-directory cargo-test lint pytest
+
+bench: build
+	$(PY) -m bench
+
+venv: $(VENV)/.deps
+
+$(VENV)/.deps: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip 'maturin>=1.7,<2'
+	$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))' > $(VENV)/requirements.txt
+	$(PY) -m pip install -q -r $(VENV)/requirements.txt
+	touch $@
+
+build: venv
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release --quiet
+
+sysdeps:
+	@missing=""; \
+	for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO $(APT_ENV) apt-get install -y -qq $$missing; \
+	fi
+
+cargo-test:
+	cargo test --workspace --exclude magnetar-py --quiet
+
+lint:
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy core gateway handlers
+
+pytest:
+	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+clean:
+	rm -rf $(VENV) target

@@ -1,0 +1,1 @@
+"""Benchmarks driven by `make bench`."""

@@ -1,0 +1,17 @@
+//! `core._native`: the Python face of Magnetar's native core.
+//!
+//! Only conversions live here: Python objects to native types and back, native errors to
+//! Python exceptions, and the completion queue through which asynchronous results reach
+//! trio. The GIL is released around every blocking call.
+
+use pyo3::prelude::*;
+
+mod completions;
+mod runtime;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<completions::CompletionQueue>()?;
+    Ok(())
+}

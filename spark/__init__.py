@@ -1,0 +1,1 @@
+"""Spark on the unified stream."""
