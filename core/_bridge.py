@@ -1,0 +1,70 @@
+"""Theory of operation: awaiting native operations from trio.
+
+Every asynchronous native call takes a completion queue and an integer token and returns
+at once; the operation runs on the native runtime and pushes ``(token, ok, value)`` onto
+the queue when it ends. The queue's file descriptor becomes readable when the queue goes
+from empty to non-empty, so one wake-up of :meth:`NativeBridge.run` drains a whole batch
+of completions, however many operations finished together.
+
+A caller that is cancelled while waiting simply stops waiting: the native operation still
+finishes and its result is dropped.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from core import _native
+
+__all__ = ["NativeBridge"]
+
+
+class _Pending:
+    __slots__ = ("event", "ok", "value")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.ok = False
+        self.value: Any = None
+
+
+class NativeBridge:
+    """Runs in the broker's nursery; turns native completions into awaited results."""
+
+    def __init__(self) -> None:
+        self.queue = _native.CompletionQueue()
+        self._tokens = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        fd = self.queue.fileno()
+        task_status.started()
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            for token, ok, value in self.queue.drain():
+                pending = self._pending.pop(token, None)
+                if pending is not None:
+                    pending.ok = ok
+                    pending.value = value
+                    pending.event.set()
+
+    async def call(self, start: Callable[..., None], *args: Any) -> Any:
+        """Start ``start(queue, token, *args)`` and wait for its result (or exception)."""
+        token = next(self._tokens)
+        pending = self._pending[token] = _Pending()
+        try:
+            start(self.queue, token, *args)
+        except BaseException:
+            del self._pending[token]
+            raise
+        try:
+            await pending.event.wait()
+        finally:
+            self._pending.pop(token, None)
+        if pending.ok:
+            return pending.value
+        raise pending.value

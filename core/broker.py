@@ -1,0 +1,187 @@
+"""The BrokerService: what every protocol handler talks to.
+
+It resolves names against tenants, namespaces and policies, opens topics on demand
+(honouring ``allowAutoTopicCreation`` and the namespace's override), and owns the trio
+tasks that topics and subscriptions run in.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import unquote
+
+import trio
+
+from core._bridge import NativeBridge
+from core.naming import NamespaceName, TopicName
+from core.policies import NotFoundError, PolicyStore
+from core.schema import SchemaRegistry
+from core.stats import BrokerStats
+from core.storage import Storage
+from core.topic import PersistentTopic
+
+__all__ = ["BrokerService", "TopicNotFoundError", "NamespaceNotFoundError"]
+
+log = logging.getLogger(__name__)
+
+
+class TopicNotFoundError(LookupError):
+    pass
+
+
+class NamespaceNotFoundError(LookupError):
+    pass
+
+
+class BrokerService:
+    def __init__(self, config: Any, metadata: Any):
+        self.config = config
+        self.metadata = metadata
+        self.cluster = str(config.get("clusterName"))
+        self.policies = PolicyStore(metadata, self.cluster)
+        self.bridge = NativeBridge()
+        self.storage: Storage | None = None
+        self.topics: dict[str, PersistentTopic] = {}
+        self._opening: dict[str, trio.Event] = {}
+        self.stats = BrokerStats()
+        self.schemas = SchemaRegistry(self)
+        self.pulsar_service_url = ""
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; then close every topic (cursors and dedup persisted)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(self.bridge.run)
+                self.storage = Storage(self.bridge, self.metadata,
+                                       int(self.config.get("bookkeeperClientTimeoutInSeconds", 30)) * 1000)
+                host = self.config.get("advertisedAddress") or self.config.get("bindAddress")
+                self.policies.ensure_defaults(
+                    f"pulsar://{host}:{self.config.get('brokerServicePort')}",
+                    f"http://{host}:{self.config.get('webServicePort')}",
+                )
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._close_all()
+
+    async def _close_all(self) -> None:
+        if self.storage is None:
+            return
+        # The bridge task is gone with the nursery; run a private one for the shutdown.
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.bridge.run)
+            for topic in list(self.topics.values()):
+                try:
+                    await topic.close()
+                except Exception:
+                    log.exception("closing %s", topic.name)
+            self.topics.clear()
+            nursery.cancel_scope.cancel()
+        self.storage.shutdown()
+
+    # -- names and policies ------------------------------------------------------------------------
+
+    def namespace_policies(self, ns: NamespaceName) -> dict[str, Any]:
+        pol = self.policies.get_namespace(ns)
+        if pol is None:
+            raise NamespaceNotFoundError(f"Namespace {ns} does not exist")
+        return pol
+
+    def _auto_create(self, pol: dict[str, Any]) -> tuple[bool, str, int]:
+        override = pol.get("autoTopicCreationOverride")
+        if override:
+            return (bool(override.get("allowAutoTopicCreation")),
+                    str(override.get("topicType", "non-partitioned")),
+                    int(override.get("defaultNumPartitions") or 1))
+        return (bool(self.config.get("allowAutoTopicCreation")),
+                str(self.config.get("allowAutoTopicCreationType")),
+                int(self.config.get("defaultNumPartitions")))
+
+    def _ml_exists(self, name: TopicName) -> bool:
+        return self.metadata.get(f"/managed-ledgers/{name.storage_name}") is not None
+
+    async def partitioned_metadata(self, name: TopicName, *, create: bool = True) -> int:
+        """The partition count of `name` (0 for a non-partitioned topic); creates the
+        partitioned topic when auto-creation says so and nothing exists yet."""
+        pol = self.namespace_policies(name.namespace_name)
+        n = self.policies.partitions(name)
+        if n or name.partition_index >= 0:
+            return n if name.partition_index < 0 else 0
+        if create and name.local_name not in self.topics and not self._ml_exists(name):
+            allowed, kind, count = self._auto_create(pol)
+            if allowed and kind == "partitioned":
+                self.policies.create_partitioned(name, count)
+                return count
+        return 0
+
+    def ml_config(self, pol: dict[str, Any]) -> dict[str, Any]:
+        c = self.config
+        retention = pol.get("retention_policies") or {}
+        rt = retention.get("retentionTimeInMinutes", c.get("defaultRetentionTimeInMinutes"))
+        rs = retention.get("retentionSizeInMB", c.get("defaultRetentionSizeInMB"))
+        return {
+            "ensemble_size": int(c.get("managedLedgerDefaultEnsembleSize")),
+            "write_quorum": int(c.get("managedLedgerDefaultWriteQuorum")),
+            "ack_quorum": int(c.get("managedLedgerDefaultAckQuorum")),
+            "max_entries_per_ledger": int(c.get("managedLedgerMaxEntriesPerLedger")),
+            "min_rollover_time_ms": int(float(c.get("managedLedgerMinLedgerRolloverTimeMinutes")) * 60_000),
+            "max_ledger_size_mb": int(c.get("managedLedgerMaxSizePerLedgerMbytes")),
+            "retention_time_ms": -1 if int(rt) < 0 else int(rt) * 60_000,
+            "retention_size_mb": int(rs),
+            "mark_delete_rate_per_sec": float(c.get("managedLedgerDefaultMarkDeleteRateLimit")),
+        }
+
+    async def get_topic(self, name: TopicName, *, create: bool = True) -> PersistentTopic:
+        key = str(name)
+        while True:
+            topic = self.topics.get(key)
+            if topic is not None:
+                return topic
+            opening = self._opening.get(key)
+            if opening is None:
+                break
+            await opening.wait()
+        pol = self.namespace_policies(name.namespace_name)
+        if not self._ml_exists(name):
+            partitions = self.policies.partitions(name)
+            if partitions and name.partition_index < 0:
+                raise TopicNotFoundError(f"Topic {name} is a partitioned topic: use its partitions")
+            allowed, _, _ = self._auto_create(pol)
+            implicit_partition = name.partition_index >= 0 and \
+                self.policies.partitions(name.partitioned_topic) > name.partition_index
+            if not (create and (allowed or implicit_partition)):
+                raise TopicNotFoundError(f"Topic {name} does not exist")
+        event = self._opening[key] = trio.Event()
+        try:
+            assert self.storage is not None and self._nursery is not None
+            ml = await self.storage.open(name.storage_name, self.ml_config(pol))
+            topic = PersistentTopic(self, name, ml, pol)
+            await topic.start(self._nursery)
+            self.topics[key] = topic
+            return topic
+        finally:
+            del self._opening[key]
+            event.set()
+
+    def topics_of_namespace(self, ns: NamespaceName, domain: str = "persistent") -> list[str]:
+        if self.policies.get_namespace(ns) is None:
+            raise NamespaceNotFoundError(f"Namespace {ns} does not exist")
+        names = self.metadata.children(f"/managed-ledgers/{ns}/{domain}")
+        found = {f"{domain}://{ns}/{unquote(n)}" for n in names}
+        found.update(k for k in self.topics if k.startswith(f"{domain}://{ns}/"))
+        return sorted(found)
+
+    async def delete_topic(self, name: TopicName) -> None:
+        topic = self.topics.pop(str(name), None)
+        if topic is not None:
+            if topic.producers or any(s.consumers for s in topic.subscriptions.values()):
+                self.topics[str(name)] = topic
+                raise NotFoundError("Topic has active producers/subscriptions")
+            await topic.close()
+        assert self.storage is not None
+        ml = await self.storage.open(name.storage_name, self.ml_config(self.namespace_policies(name.namespace_name)))
+        await ml.delete()

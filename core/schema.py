@@ -1,0 +1,181 @@
+"""Theory of operation: the schema registry.
+
+Each topic (a partitioned topic shares one, keyed by its base name) has a list of schema
+versions kept in the metadata store at ``/schemas/<tenant>/<namespace>/<domain>/<name>``.
+A producer or consumer that brings a schema gets the version of an identical one, or a
+new version when the namespace's compatibility strategy accepts it against the latest
+version (or every version, for the ``*_TRANSITIVE`` strategies); otherwise it is refused
+with IncompatibleSchema. Byte payloads (schema type NONE) are never registered.
+
+Compatibility for AVRO and JSON follows Avro's schema resolution on record fields: a
+reader can read a writer's data when every reader field missing from the writer has a
+default, and the fields both have are of the same type (or a type Avro promotes).
+BACKWARD means the new schema reads data of the old; FORWARD the old reads the new; FULL
+both. Other schema types are compatible only with an identical schema.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from core.format import pulsar_api_pb2 as pb
+from core.metadata import BadVersionError
+from core.naming import TopicName
+
+if TYPE_CHECKING:
+    from core.broker import BrokerService
+    from core.topic import PersistentTopic
+
+__all__ = ["SchemaRegistry", "IncompatibleSchemaError", "is_compatible", "STRATEGIES"]
+
+STRATEGIES = (
+    "ALWAYS_COMPATIBLE", "ALWAYS_INCOMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+    "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE", "NONE", "UNDEFINED",
+)
+DEFAULT_STRATEGY = "FULL"
+_SCHEMA_NONE = pb.Schema.Type.Value("None")
+_PROMOTIONS = {
+    "int": {"long", "float", "double"}, "long": {"float", "double"}, "float": {"double"},
+    "string": {"bytes"}, "bytes": {"string"},
+}
+
+
+class IncompatibleSchemaError(Exception):
+    pass
+
+
+def _fields(definition: bytes) -> dict[str, dict[str, Any]] | None:
+    try:
+        doc = json.loads(definition)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("type") != "record":
+        return None
+    return {f["name"]: f for f in doc.get("fields", []) if isinstance(f, dict) and "name" in f}
+
+
+def _type_key(t: Any) -> str:
+    if isinstance(t, list):
+        return "union:" + ",".join(sorted(_type_key(x) for x in t))
+    if isinstance(t, dict):
+        return str(t.get("type")) + ":" + str(t.get("name", ""))
+    return str(t)
+
+
+def _can_read(reader: bytes, writer: bytes) -> bool:
+    rf, wf = _fields(reader), _fields(writer)
+    if rf is None or wf is None:
+        return reader == writer
+    for name, field in rf.items():
+        if name not in wf:
+            if "default" not in field:
+                return False
+            continue
+        rt, wt = _type_key(field.get("type")), _type_key(wf[name].get("type"))
+        if rt != wt and rt not in _PROMOTIONS.get(wt, set()):
+            # A union reader accepts a writer type that is one of its branches.
+            if not (rt.startswith("union:") and wt in rt[6:].split(",")):
+                return False
+    return True
+
+
+def is_compatible(strategy: str, new: tuple[int, bytes], old: list[tuple[int, bytes]]) -> bool:
+    """Whether schema `new` (type, definition) may follow the versions `old` (oldest first)."""
+    if strategy in ("ALWAYS_COMPATIBLE", "NONE") or not old:
+        return True
+    if strategy == "ALWAYS_INCOMPATIBLE":
+        return False
+    against = old if strategy.endswith("_TRANSITIVE") else old[-1:]
+    base = strategy.removesuffix("_TRANSITIVE")
+    for otype, odef in against:
+        if otype != new[0]:
+            return False
+        if new[0] not in (pb.Schema.Avro, pb.Schema.Json):
+            if odef != new[1]:
+                return False
+            continue
+        if base in ("BACKWARD", "FULL") and not _can_read(new[1], odef):
+            return False
+        if base in ("FORWARD", "FULL") and not _can_read(odef, new[1]):
+            return False
+    return True
+
+
+def _version_bytes(v: int) -> bytes:
+    return v.to_bytes(8, "big", signed=True)
+
+
+class SchemaRegistry:
+    def __init__(self, broker: BrokerService):
+        self.broker = broker
+
+    @staticmethod
+    def path(name: TopicName) -> str:
+        return f"/schemas/{name.partitioned_topic.storage_name}"
+
+    def versions(self, name: TopicName) -> tuple[list[dict[str, Any]], int]:
+        got = self.broker.metadata.get(self.path(name))
+        if got is None:
+            return [], -1
+        return json.loads(got[0]), got[1]
+
+    @staticmethod
+    def to_pb(rec: dict[str, Any]) -> pb.Schema:
+        return pb.Schema(
+            name=rec.get("name", ""), type=rec["type"],
+            schema_data=base64.b64decode(rec["data"]),
+            properties=[pb.KeyValue(key=k, value=v) for k, v in rec.get("properties", {}).items()],
+        )
+
+    def get(self, name: TopicName, version: bytes | None) -> tuple[pb.Schema, bytes] | None:
+        recs, _ = self.versions(name)
+        live = [(i, r) for i, r in enumerate(recs) if not r.get("deleted")]
+        if not live:
+            return None
+        if version:
+            i = int.from_bytes(version, "big", signed=True)
+            if not 0 <= i < len(recs) or recs[i].get("deleted"):
+                return None
+            return self.to_pb(recs[i]), _version_bytes(i)
+        i, rec = live[-1]
+        return self.to_pb(rec), _version_bytes(i)
+
+    def strategy(self, topic_name: TopicName) -> str:
+        pol = self.broker.policies.get_namespace(topic_name.namespace_name) or {}
+        s = str(pol.get("schema_compatibility_strategy") or "UNDEFINED")
+        return DEFAULT_STRATEGY if s == "UNDEFINED" else s
+
+    async def add_or_check(self, topic: PersistentTopic, schema: pb.Schema) -> bytes:
+        """The version of `schema` on the topic, registering it if compatible."""
+        if schema.type == _SCHEMA_NONE:
+            return b""
+        name = topic.name
+        while True:
+            recs, version = self.versions(name)
+            for i, r in enumerate(recs):
+                if not r.get("deleted") and r["type"] == schema.type and \
+                        base64.b64decode(r["data"]) == schema.schema_data:
+                    return _version_bytes(i)
+            live = [(r["type"], base64.b64decode(r["data"])) for r in recs if not r.get("deleted")]
+            strategy = self.strategy(name)
+            if not is_compatible(strategy, (schema.type, schema.schema_data), live):
+                raise IncompatibleSchemaError(
+                    f"Schema of type {pb.Schema.Type.Name(schema.type)} is incompatible with the "
+                    f"topic's schema under strategy {strategy}")
+            recs.append({
+                "name": schema.name, "type": schema.type,
+                "data": base64.b64encode(schema.schema_data).decode(),
+                "properties": {kv.key: kv.value for kv in schema.properties},
+                "timestamp": int(time.time() * 1000),
+            })
+            try:
+                self.broker.metadata.put(self.path(name), json.dumps(recs).encode(), version)
+            except BadVersionError:
+                continue
+            return _version_bytes(len(recs) - 1)
+
+    async def check_consumer(self, topic: PersistentTopic, schema: pb.Schema) -> None:
+        await self.add_or_check(topic, schema)

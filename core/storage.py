@@ -1,0 +1,187 @@
+"""Async faces of the native managed ledger and cursors, for trio code.
+
+Each method starts the native operation through :class:`core._bridge.NativeBridge` and
+awaits its completion; nothing here touches storage itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from core import _native
+from core._bridge import NativeBridge
+from core.format import EntryFormatError, MessageMetadata
+
+__all__ = ["entry_metadata", "Entry", "Position", "Storage", "ManagedLedger", "Cursor", "EARLIEST", "LATEST"]
+
+EARLIEST = True
+LATEST = False
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Position:
+    ledger_id: int
+    entry_id: int
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    position: Position
+    publish_time: int
+    index: int
+    num_messages: int
+    data: bytes
+
+    @classmethod
+    def from_native(cls, t: tuple[int, int, int, int, int, bytes]) -> Entry:
+        return cls(Position(t[0], t[1]), t[2], t[3], t[4], t[5])
+
+
+class Storage:
+    """Opens managed ledgers (one per topic) over the native core."""
+
+    def __init__(self, bridge: NativeBridge, metadata_store: object, request_timeout_ms: int = 30000):
+        self.bridge = bridge
+        self._factory = _native.ManagedLedgerFactory(metadata_store, request_timeout_ms)
+
+    async def open(self, name: str, config: dict[str, Any]) -> ManagedLedger:
+        native = await self.bridge.call(self._factory.open, name, config)
+        return ManagedLedger(self.bridge, native)
+
+    def shutdown(self) -> None:
+        self._factory.shutdown()
+
+
+class ManagedLedger:
+    def __init__(self, bridge: NativeBridge, native: Any):
+        self.bridge = bridge
+        self.native = native
+
+    @property
+    def name(self) -> str:
+        return str(self.native.name)
+
+    async def add_entries(self, entries: list[bytes], num_messages: list[int]) -> list[tuple[Position, int, int]]:
+        """Append a batch; returns (position, index, publish_time) per entry, in order."""
+        done = await self.bridge.call(self.native.add_entries, entries, num_messages)
+        return [(Position(le, en), idx, ts) for le, en, idx, ts in done]
+
+    async def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
+        raw = await self.bridge.call(self.native.read_entries, start.ledger_id, start.entry_id, max_entries)
+        return [Entry.from_native(t) for t in raw]
+
+    async def wait_entries_after(self, position: Position) -> None:
+        await self.bridge.call(self.native.wait_entries_after, position.ledger_id, position.entry_id)
+
+    async def open_cursor(self, name: str, earliest: bool) -> Cursor:
+        return Cursor(self.bridge, await self.bridge.call(self.native.open_cursor, name, earliest))
+
+    def new_non_durable_cursor(self, start: Position) -> Cursor:
+        return Cursor(self.bridge, self.native.new_non_durable_cursor(start.ledger_id, start.entry_id))
+
+    async def delete_cursor(self, name: str) -> None:
+        await self.bridge.call(self.native.delete_cursor, name)
+
+    def cursor_names(self) -> list[str]:
+        return list(self.native.cursor_names())
+
+    def last_confirmed(self) -> Position | None:
+        p = self.native.last_confirmed()
+        return Position(*p) if p is not None else None
+
+    def first_position(self) -> Position | None:
+        p = self.native.first_position()
+        return Position(*p) if p is not None else None
+
+    async def find_by_index(self, index: int) -> Position | None:
+        p = await self.bridge.call(self.native.find_by_index, index)
+        return Position(*p) if p is not None else None
+
+    async def find_by_publish_time(self, publish_time_ms: int) -> Position | None:
+        p = await self.bridge.call(self.native.find_by_publish_time, publish_time_ms)
+        return Position(*p) if p is not None else None
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self.native.stats())
+
+    def ledgers(self) -> list[dict[str, Any]]:
+        return list(self.native.ledgers())
+
+    async def trim(self) -> None:
+        await self.bridge.call(self.native.trim)
+
+    async def close(self) -> None:
+        await self.bridge.call(self.native.close)
+
+    async def delete(self) -> None:
+        await self.bridge.call(self.native.delete)
+
+
+class Cursor:
+    def __init__(self, bridge: NativeBridge, native: Any):
+        self.bridge = bridge
+        self.native = native
+
+    @property
+    def name(self) -> str:
+        return str(self.native.name)
+
+    async def read_entries(self, max_entries: int) -> list[Entry]:
+        raw = await self.bridge.call(self.native.read_entries, max_entries)
+        return [Entry.from_native(t) for t in raw]
+
+    def mark_delete(self, position: Position) -> None:
+        self.native.mark_delete(position.ledger_id, position.entry_id)
+
+    def delete(self, positions: list[Position]) -> None:
+        self.native.delete([(p.ledger_id, p.entry_id) for p in positions])
+
+    def rewind(self) -> None:
+        self.native.rewind()
+
+    def seek(self, position: Position) -> None:
+        self.native.seek(position.ledger_id, position.entry_id)
+
+    async def reset(self, position: Position) -> None:
+        await self.bridge.call(self.native.reset, position.ledger_id, position.entry_id)
+
+    def mark_delete_position(self) -> Position:
+        return Position(*self.native.mark_delete_position())
+
+    def read_position(self) -> Position:
+        return Position(*self.native.read_position())
+
+    def individually_deleted(self) -> list[tuple[Position, Position]]:
+        return [(Position(*a), Position(*b)) for a, b in self.native.individually_deleted()]
+
+    def backlog(self) -> int:
+        return int(self.native.backlog())
+
+    def has_more(self) -> bool:
+        return bool(self.native.has_more())
+
+    async def flush(self) -> None:
+        await self.bridge.call(self.native.flush)
+
+
+_MD_HEADER = 10  # magic u16 + crc32c u32 + metadata size u32
+
+
+def entry_metadata(data: bytes) -> MessageMetadata:
+    """The MessageMetadata of a stored entry, without checking its checksum or copying its
+    payload (the dispatch path reads keys and delivery times this way)."""
+    if len(data) < _MD_HEADER or data[0] != 0x0E or data[1] != 0x01:
+        raise EntryFormatError("stored entry does not start with the 0x0e01 magic")
+    size = int.from_bytes(data[6:10], "big")
+    if _MD_HEADER + size > len(data):
+        raise EntryFormatError("stored entry metadata exceeds the entry")
+    md = MessageMetadata()
+    try:
+        md.ParseFromString(memoryview(data)[_MD_HEADER:_MD_HEADER + size])
+    except Exception as exc:
+        raise EntryFormatError(f"malformed message metadata: {exc}") from exc
+    return md

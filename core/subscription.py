@@ -1,0 +1,432 @@
+"""Theory of operation: subscriptions, consumers and dispatch.
+
+A subscription is a durable cursor on the topic's managed ledger plus the consumers
+attached to it. One trio task per subscription moves entries from storage to consumers:
+
+* Consumers grant *permits* (a message count) through ``flow``; nothing is sent beyond them,
+  so what a session buffers for a consumer is bounded by what that consumer asked for.
+* The task first re-sends the *replay set* (entries that were redelivered, nacked, left
+  unacknowledged by a consumer that went away, held back for a key, or whose delivery
+  time has come), then reads new entries from the cursor.
+* Which consumer gets an entry depends on the subscription type: the one active consumer
+  (Exclusive, Failover), the next consumer with permits (Shared), or the consumer that
+  owns the entry's key hash (Key_Shared).
+* Key_Shared keeps per-key order when consumers join or leave by tracking, per key hash,
+  how many messages are delivered and not yet acknowledged. An entry whose hash is still
+  held by a different consumer waits in the replay set until those messages are acked or
+  redelivered; entries of other keys flow on, so one slow consumer never stalls keys it
+  does not own.
+* Entries whose ``deliver_at_time`` is in the future wait in a timer heap (delayed
+  delivery works on every subscription type).
+
+Acknowledgements go to the cursor (individual deletes or a cumulative mark-delete); the
+cursor persists them. Batch-index acknowledgements (an ``ack_set`` whose set bits are the
+messages still unacknowledged) are kept here until the whole entry is acknowledged.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+from sortedcontainers import SortedSet
+
+from core._hash import KEY_HASH_RANGE, key_hash
+from core.format import EntryFormatError
+from core.storage import Cursor, Entry, Position, entry_metadata
+
+if TYPE_CHECKING:
+    from core.topic import PersistentTopic
+
+__all__ = [
+    "SubType",
+    "Delivery",
+    "ConsumerSink",
+    "Consumer",
+    "Subscription",
+    "ConsumerBusyError",
+    "SubscriptionTypeMismatchError",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_READ_BATCH = 100
+
+
+class SubType(enum.IntEnum):
+    """Pulsar's CommandSubscribe.SubType numbers."""
+
+    Exclusive = 0
+    Shared = 1
+    Failover = 2
+    Key_Shared = 3
+
+
+class ConsumerBusyError(Exception):
+    """Another consumer holds an exclusive subscription."""
+
+
+class SubscriptionTypeMismatchError(Exception):
+    """A consumer asked for a different type than the subscription's consumers use."""
+
+
+@dataclass(slots=True)
+class Delivery:
+    entry: Entry
+    redelivery_count: int
+    ack_set: list[int] | None = None
+
+
+class ConsumerSink(Protocol):
+    """What a protocol session provides to receive messages for one of its consumers."""
+
+    def send_messages(self, consumer: Consumer, deliveries: list[Delivery]) -> None: ...
+
+    def active_consumer_changed(self, consumer: Consumer, active: bool) -> None: ...
+
+
+class Consumer:
+    def __init__(
+        self,
+        consumer_id: int,
+        name: str,
+        sink: ConsumerSink,
+        *,
+        priority: int = 0,
+        sticky_ranges: list[tuple[int, int]] | None = None,
+    ):
+        self.consumer_id = consumer_id
+        self.name = name
+        self.sink = sink
+        self.priority = priority
+        self.sticky_ranges = sticky_ranges
+        self.permits = 0
+        self.subscription: Subscription | None = None
+        # position -> (messages delivered, key hash or -1)
+        self.unacked: dict[Position, tuple[int, int]] = {}
+        self.msg_out = 0
+        self.bytes_out = 0
+        self.connected_since = time.time()
+
+    def flow(self, permits: int) -> None:
+        self.permits += permits
+        if self.subscription is not None:
+            self.subscription.wake()
+
+    @property
+    def unacked_messages(self) -> int:
+        return sum(n for n, _ in self.unacked.values())
+
+
+def _entry_key_hash(entry: Entry) -> int:
+    try:
+        md = entry_metadata(entry.data)
+    except EntryFormatError:
+        return 0
+    key = md.ordering_key if md.HasField("ordering_key") else None
+    if key is None and md.HasField("partition_key"):
+        key = md.partition_key.encode()
+    return key_hash(key) if key else 0
+
+
+class Subscription:
+    def __init__(self, topic: PersistentTopic, name: str, cursor: Cursor, sub_type: SubType, *,
+                 durable: bool = True):
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.sub_type = sub_type
+        self.durable = durable
+        self.consumers: list[Consumer] = []
+        self.replay: SortedSet = SortedSet()
+        self.redelivery_counts: dict[Position, int] = {}
+        self.batch_ack_sets: dict[Position, list[int]] = {}
+        self._delayed: list[tuple[int, Position]] = []
+        self._delayed_set: set[Position] = set()
+        # Key_Shared: hash -> (owner consumer, messages delivered and unacked)
+        self._hash_owner: dict[int, tuple[Consumer, int]] = {}
+        self._rr = 0
+        self._active: Consumer | None = None
+        self._wake = trio.Event()
+        self._closed = False
+        self.msg_out = 0
+        self.bytes_out = 0
+        self.expired = 0
+
+    # -- consumers ---------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer, sub_type: SubType) -> None:
+        if self.consumers and sub_type != self.sub_type:
+            raise SubscriptionTypeMismatchError("Subscription is of different type")
+        if not self.consumers:
+            self.sub_type = sub_type
+        if self.sub_type == SubType.Exclusive and self.consumers:
+            raise ConsumerBusyError("Exclusive consumer is already connected")
+        consumer.subscription = self
+        self.consumers.append(consumer)
+        self._update_active()
+        self.wake()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer not in self.consumers:
+            return
+        self.consumers.remove(consumer)
+        consumer.subscription = None
+        self._return_unacked(consumer, list(consumer.unacked))
+        self._update_active()
+        self.wake()
+
+    def _update_active(self) -> None:
+        if self.sub_type not in (SubType.Exclusive, SubType.Failover):
+            return
+        new = None
+        if self.consumers:
+            ordered = sorted(self.consumers, key=lambda c: (c.priority, c.name, c.consumer_id))
+            if self.sub_type == SubType.Failover and self.topic.name.partition_index >= 0:
+                new = ordered[self.topic.name.partition_index % len(ordered)]
+            else:
+                new = ordered[0]
+        old = self._active
+        self._active = new
+        if self.sub_type == SubType.Failover:
+            if new is not old and old is not None and old in self.consumers:
+                # The old active consumer's in-flight messages go to the new one.
+                self._return_unacked(old, list(old.unacked), count=False)
+            for c in self.consumers:
+                c.sink.active_consumer_changed(c, c is new)
+
+    def _return_unacked(self, consumer: Consumer, positions: Iterable[Position], *, count: bool = True) -> None:
+        for pos in positions:
+            item = consumer.unacked.pop(pos, None)
+            if item is None:
+                continue
+            self._release_hash(consumer, item)
+            if count:
+                self.redelivery_counts[pos] = self.redelivery_counts.get(pos, 0) + 1
+            self.replay.add(pos)
+
+    def _release_hash(self, consumer: Consumer, item: tuple[int, int]) -> None:
+        _, h = item
+        if h < 0:
+            return
+        owner = self._hash_owner.get(h)
+        if owner is not None and owner[0] is consumer:
+            if owner[1] <= 1:
+                del self._hash_owner[h]
+            else:
+                self._hash_owner[h] = (consumer, owner[1] - 1)
+
+    # -- acknowledgements -----------------------------------------------------------------
+
+    def ack_individual(self, consumer: Consumer | None, acks: list[tuple[Position, list[int] | None]]) -> None:
+        done: list[Position] = []
+        for pos, ack_set in acks:
+            if ack_set is not None:
+                prev = self.batch_ack_sets.get(pos)
+                merged = ack_set if prev is None else [a & b for a, b in zip(prev, ack_set, strict=False)]
+                if any(merged):
+                    self.batch_ack_sets[pos] = merged
+                    continue
+            self.batch_ack_sets.pop(pos, None)
+            done.append(pos)
+        if not done:
+            return
+        self.cursor.delete(done)
+        self._forget(done)
+        self.wake()
+
+    def ack_cumulative(self, consumer: Consumer | None, pos: Position) -> None:
+        self.cursor.mark_delete(pos)
+        gone = [p for c in self.consumers for p in c.unacked if p <= pos]
+        gone += [p for p in self.replay if p <= pos]
+        self._forget(gone)
+        for p in [p for p in self.batch_ack_sets if p <= pos]:
+            del self.batch_ack_sets[p]
+        self.wake()
+
+    def _forget(self, positions: list[Position]) -> None:
+        for pos in positions:
+            self.redelivery_counts.pop(pos, None)
+            self.replay.discard(pos)
+            for c in self.consumers:
+                item = c.unacked.pop(pos, None)
+                if item is not None:
+                    self._release_hash(c, item)
+                    break
+
+    def redeliver(self, consumer: Consumer, positions: list[Position] | None) -> None:
+        """REDELIVER_UNACKNOWLEDGED_MESSAGES: all of the consumer's, or the given ones."""
+        if positions is None:
+            positions = list(consumer.unacked)
+        self._return_unacked(consumer, positions)
+        self.wake()
+
+    # -- seeking ------------------------------------------------------------------------------
+
+    async def reset_to(self, pos: Position) -> None:
+        """Move the cursor so that `pos` is the next entry delivered; drop in-flight state."""
+        await self.cursor.reset(pos)
+        self._clear_in_flight()
+
+    def _clear_in_flight(self) -> None:
+        for c in self.consumers:
+            c.unacked.clear()
+        self.replay.clear()
+        self.redelivery_counts.clear()
+        self.batch_ack_sets.clear()
+        self._delayed.clear()
+        self._delayed_set.clear()
+        self._hash_owner.clear()
+        self.wake()
+
+    # -- dispatch ----------------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self.wake()
+
+    def backlog(self) -> int:
+        return self.cursor.backlog()
+
+    async def run(self) -> None:
+        while not self._closed:
+            sent = await self._dispatch_once()
+            if sent:
+                await trio.lowlevel.checkpoint()
+                continue
+            deadline = self._delayed[0][0] / 1000.0 if self._delayed else float("inf")
+            with trio.move_on_at(trio.current_time() + max(0.0, deadline - time.time())
+                                 if deadline != float("inf") else float("inf")):
+                await self._wake.wait()
+            self._wake = trio.Event()
+
+    def _receivers(self) -> list[Consumer]:
+        if self.sub_type in (SubType.Exclusive, SubType.Failover):
+            active = self._active
+            return [active] if active is not None and active.permits > 0 else []
+        return [c for c in self.consumers if c.permits > 0]
+
+    async def _dispatch_once(self) -> bool:
+        self._release_due_delayed()
+        receivers = self._receivers()
+        if not receivers:
+            return False
+        budget = min(MAX_READ_BATCH, sum(c.permits for c in receivers))
+        entries: list[Entry] = []
+        if self.replay:
+            entries = await self._read_replay(budget)
+        from_replay = len(entries)
+        if len(entries) < budget and self.cursor.has_more():
+            entries.extend(await self.cursor.read_entries(budget - len(entries)))
+        if not entries:
+            return False
+        return self._assign(entries, from_replay)
+
+    async def _read_replay(self, budget: int) -> list[Entry]:
+        wanted = list(self.replay.islice(0, budget))
+        out: list[Entry] = []
+        i = 0
+        while i < len(wanted):
+            start = wanted[i]
+            run = 1
+            while (i + run < len(wanted) and wanted[i + run].ledger_id == start.ledger_id
+                   and wanted[i + run].entry_id == start.entry_id + run):
+                run += 1
+            got = await self.topic.ml.read_entries(start, run)
+            out.extend(e for e in got if e.position in self.replay)
+            i += run
+        for e in out:
+            self.replay.discard(e.position)
+        return out
+
+    def _release_due_delayed(self) -> None:
+        now = int(time.time() * 1000)
+        while self._delayed and self._delayed[0][0] <= now:
+            _, pos = heapq.heappop(self._delayed)
+            self._delayed_set.discard(pos)
+            self.replay.add(pos)
+
+    def _assign(self, entries: list[Entry], from_replay: int) -> bool:
+        now = int(time.time() * 1000)
+        batches: dict[int, tuple[Consumer, list[Delivery]]] = {}
+        sent = 0
+        receivers = self._receivers()
+        key_shared = self.sub_type == SubType.Key_Shared
+        for i, entry in enumerate(entries):
+            pos = entry.position
+            if i >= from_replay and self.topic.has_delayed_messages:
+                deliver_at = self.topic.deliver_at(entry)
+                if deliver_at > now:
+                    if pos not in self._delayed_set:
+                        self._delayed_set.add(pos)
+                        heapq.heappush(self._delayed, (deliver_at, pos))
+                    continue
+            h = -1
+            if key_shared:
+                h = _entry_key_hash(entry)
+                target = self._key_owner(h)
+                held = self._hash_owner.get(h)
+                if target is None or target.permits <= 0 or (held is not None and held[0] is not target):
+                    self.replay.add(pos)
+                    continue
+            elif self.sub_type == SubType.Shared:
+                target = self._next_shared(receivers)
+                if target is None:
+                    self.replay.add(pos)
+                    continue
+            else:
+                target = self._active
+                if target is None or target.permits <= 0:
+                    self.replay.add(pos)
+                    continue
+            delivery = Delivery(entry, self.redelivery_counts.get(pos, 0), self.batch_ack_sets.get(pos))
+            target.permits -= entry.num_messages
+            target.unacked[pos] = (entry.num_messages, h)
+            if h >= 0:
+                held = self._hash_owner.get(h)
+                self._hash_owner[h] = (target, (held[1] if held else 0) + 1)
+            slot = batches.get(target.consumer_id)
+            if slot is None:
+                batches[target.consumer_id] = (target, [delivery])
+            else:
+                slot[1].append(delivery)
+            n = len(entry.data)
+            target.msg_out += entry.num_messages
+            target.bytes_out += n
+            self.msg_out += entry.num_messages
+            self.bytes_out += n
+            sent += 1
+        for consumer, deliveries in batches.values():
+            consumer.sink.send_messages(consumer, deliveries)
+        return sent > 0
+
+    def _next_shared(self, receivers: list[Consumer]) -> Consumer | None:
+        n = len(self.consumers)
+        for _ in range(n):
+            c = self.consumers[self._rr % n]
+            self._rr += 1
+            if c.permits > 0:
+                return c
+        return None
+
+    def _key_owner(self, h: int) -> Consumer | None:
+        """Auto-split: the hash space is cut into equal ranges, one per consumer in join
+        order; sticky consumers own exactly the ranges they declared."""
+        sticky = [c for c in self.consumers if c.sticky_ranges]
+        for c in sticky:
+            for start, end in c.sticky_ranges or ():
+                if start <= h <= end:
+                    return c
+        auto = [c for c in self.consumers if not c.sticky_ranges]
+        if not auto:
+            return None
+        return auto[h * len(auto) // KEY_HASH_RANGE]

@@ -1,0 +1,359 @@
+"""Theory of operation: a persistent topic.
+
+A topic owns its managed ledger, its producers and its subscriptions.
+
+Publishing is grouped: ``publish`` queues the entry with a completion callback and returns;
+one flusher task per topic hands everything queued to the native ledger in a single
+``add_entries`` call and, when the batch is durable, runs the callbacks in order. So a
+burst of sends from many producers costs one crossing into the native core and one
+quorum write round, and receipts leave in publish order.
+
+Deduplication (when enabled by broker config or namespace policy) keeps, per producer
+name, the highest sequence id pushed and the highest persisted. A send whose sequence id is
+not above the pushed one is a duplicate: it is answered without being stored. The map is
+snapshotted into the metadata store every ``DEDUP_SNAPSHOT_INTERVAL`` entries and on close;
+on open, the snapshot is loaded and the entries written after it are re-read, so the state
+after a crash is exactly what was persisted.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from core.format import EntryFormatError
+from core.naming import TopicName
+from core.storage import Entry, ManagedLedger, Position, entry_metadata
+from core.subscription import Consumer, Subscription, SubType
+
+if TYPE_CHECKING:
+    from core.broker import BrokerService
+
+__all__ = [
+    "ProducerAccessMode",
+    "Producer",
+    "PersistentTopic",
+    "PublishResult",
+    "ProducerBusyError",
+    "ProducerFencedError",
+    "TopicClosedError",
+]
+
+log = logging.getLogger(__name__)
+
+DEDUP_SNAPSHOT_INTERVAL = 1000
+MAX_PUBLISH_BATCH = 1000
+
+
+class ProducerAccessMode(enum.IntEnum):
+    """Pulsar's ProducerAccessMode numbers."""
+
+    Shared = 0
+    Exclusive = 1
+    WaitForExclusive = 2
+    ExclusiveWithFencing = 3
+
+
+class ProducerBusyError(Exception):
+    pass
+
+
+class ProducerFencedError(Exception):
+    pass
+
+
+class TopicClosedError(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class PublishResult:
+    """Where a published entry landed; ``position`` is None for a deduplicated send."""
+
+    position: Position | None
+    index: int = -1
+    publish_time: int = 0
+    error: BaseException | None = None
+
+
+PublishCallback = Callable[[PublishResult], None]
+
+
+@dataclass(eq=False)
+class Producer:
+    topic: PersistentTopic
+    producer_id: int
+    name: str
+    access_mode: ProducerAccessMode
+    on_fenced: Callable[[], None] | None = None
+    msg_in: int = 0
+    bytes_in: int = 0
+    connected_since: float = field(default_factory=time.time)
+
+
+class PersistentTopic:
+    def __init__(self, broker: BrokerService, name: TopicName, ml: ManagedLedger,
+                 policies: dict[str, Any]):
+        self.broker = broker
+        self.name = name
+        self.ml = ml
+        self.policies = policies
+        self.producers: list[Producer] = []
+        self.subscriptions: dict[str, Subscription] = {}
+        self._pending: list[tuple[bytes, int, str | None, int, PublishCallback]] = []
+        self._flush_wanted = trio.Event()
+        self._exclusive_released = trio.Event()
+        self._closed = False
+        self.has_delayed_messages = False
+        self.dedup_pushed: dict[str, int] = {}
+        self.dedup_persisted: dict[str, int] = {}
+        self._entries_since_snapshot = 0
+        self.msg_in = 0
+        self.bytes_in = 0
+        self.last_publish_time = 0
+        self._nursery: trio.Nursery | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def dedup_path(self) -> str:
+        return f"/dedup/{self.name.storage_name}"
+
+    @property
+    def dedup_enabled(self) -> bool:
+        pol = self.policies.get("deduplicationEnabled")
+        if pol is None:
+            return bool(self.broker.config.get("brokerDeduplicationEnabled"))
+        return bool(pol)
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        await self._recover_dedup()
+        for name in self.ml.cursor_names():
+            await self._attach_subscription(name, SubType.Exclusive, earliest=True)
+        nursery.start_soon(self._flusher)
+
+    async def _recover_dedup(self) -> None:
+        if not self.dedup_enabled:
+            return
+        snap = self.broker.metadata.get(self.dedup_path)
+        start: Position | None = self.ml.first_position()
+        if snap is not None:
+            data = json.loads(snap[0])
+            self.dedup_pushed = {k: int(v) for k, v in data.get("sequences", {}).items()}
+            if data.get("position"):
+                last = Position(*data["position"])
+                start = Position(last.ledger_id, last.entry_id + 1)
+        end = self.ml.last_confirmed()
+        if start is None or end is None:
+            self.dedup_persisted = dict(self.dedup_pushed)
+            return
+        pos = start
+        while pos <= end:
+            entries = await self.ml.read_entries(pos, 200)
+            if not entries:
+                break
+            for e in entries:
+                self._note_sequence(e)
+            pos = Position(entries[-1].position.ledger_id, entries[-1].position.entry_id + 1)
+        self.dedup_persisted = dict(self.dedup_pushed)
+
+    def _note_sequence(self, entry: Entry) -> None:
+        try:
+            md = entry_metadata(entry.data)
+        except EntryFormatError:
+            return
+        seq = md.highest_sequence_id if md.HasField("highest_sequence_id") and md.highest_sequence_id > md.sequence_id else md.sequence_id
+        if seq > self.dedup_pushed.get(md.producer_name, -1):
+            self.dedup_pushed[md.producer_name] = seq
+
+    def _snapshot_dedup(self) -> None:
+        last = self.ml.last_confirmed()
+        body = json.dumps({
+            "position": [last.ledger_id, last.entry_id] if last else None,
+            "sequences": self.dedup_persisted,
+        }).encode()
+        self.broker.metadata.put(self.dedup_path, body)
+        self._entries_since_snapshot = 0
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._flush_wanted.set()
+        for sub in self.subscriptions.values():
+            sub.close()
+            if sub.durable:
+                await sub.cursor.flush()
+        if self.dedup_enabled:
+            self._snapshot_dedup()
+        await self.ml.close()
+
+    # -- producers ---------------------------------------------------------------------------------
+
+    async def add_producer(self, producer: Producer) -> None:
+        if self._closed:
+            raise TopicClosedError(f"Topic {self.name} is closing")
+        mode = producer.access_mode
+        limit = self.policies.get("max_producers_per_topic") or 0
+        if limit and len(self.producers) >= limit:
+            raise ProducerBusyError(f"Topic '{self.name}' reached max producers limit")
+        if any(p.name == producer.name for p in self.producers):
+            raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
+        exclusive = [p for p in self.producers if p.access_mode != ProducerAccessMode.Shared]
+        if mode == ProducerAccessMode.Shared:
+            if exclusive:
+                raise ProducerBusyError(
+                    f"Topic has an exclusive producer '{exclusive[0].name}': no other producer allowed")
+        elif mode == ProducerAccessMode.Exclusive:
+            if self.producers:
+                raise ProducerFencedError(
+                    f"Topic has existing shared producers or an exclusive producer: {self.producers[0].name}")
+        elif mode == ProducerAccessMode.ExclusiveWithFencing:
+            for p in list(self.producers):
+                self.remove_producer(p)
+                if p.on_fenced is not None:
+                    p.on_fenced()
+        elif mode == ProducerAccessMode.WaitForExclusive:
+            while self.producers:
+                self._exclusive_released = trio.Event()
+                await self._exclusive_released.wait()
+        self.producers.append(producer)
+
+    def remove_producer(self, producer: Producer) -> None:
+        if producer in self.producers:
+            self.producers.remove(producer)
+            self._exclusive_released.set()
+
+    # -- publishing -----------------------------------------------------------------------------------
+
+    def publish(self, entry: bytes, num_messages: int, producer_name: str | None,
+                sequence_id: int, callback: PublishCallback) -> None:
+        """Queue one entry (Pulsar entry format) for storage; `callback` runs once it is
+        durable, or failed, in publish order."""
+        if self._closed:
+            callback(PublishResult(None, error=TopicClosedError(f"Topic {self.name} is closed")))
+            return
+        if producer_name is not None and self.dedup_enabled:
+            if sequence_id <= self.dedup_pushed.get(producer_name, -1):
+                callback(PublishResult(None))
+                return
+            self.dedup_pushed[producer_name] = sequence_id
+        self._pending.append((entry, num_messages, producer_name, sequence_id, callback))
+        self._flush_wanted.set()
+
+    async def _flusher(self) -> None:
+        while not self._closed or self._pending:
+            if not self._pending:
+                await self._flush_wanted.wait()
+                self._flush_wanted = trio.Event()
+                continue
+            batch = self._pending[:MAX_PUBLISH_BATCH]
+            del self._pending[:MAX_PUBLISH_BATCH]
+            try:
+                results = await self.ml.add_entries([b[0] for b in batch], [b[1] for b in batch])
+            except Exception as exc:
+                log.warning("publish to %s failed: %s", self.name, exc)
+                for _, _, pname, seq, cb in batch:
+                    if pname is not None and self.dedup_pushed.get(pname) == seq:
+                        self.dedup_pushed[pname] = self.dedup_persisted.get(pname, -1)
+                    cb(PublishResult(None, error=exc))
+                continue
+            now = int(time.time() * 1000)
+            self.last_publish_time = now
+            for (entry, nmsg, pname, seq, cb), (pos, index, ts) in zip(batch, results, strict=True):
+                self.msg_in += nmsg
+                self.bytes_in += len(entry)
+                if pname is not None:
+                    self.dedup_persisted[pname] = max(seq, self.dedup_persisted.get(pname, -1))
+                cb(PublishResult(pos, index, ts))
+            self.broker.stats.record_publish(len(batch), sum(b[1] for b in batch),
+                                             sum(len(b[0]) for b in batch))
+            if self.dedup_enabled:
+                self._entries_since_snapshot += len(batch)
+                if self._entries_since_snapshot >= DEDUP_SNAPSHOT_INTERVAL:
+                    self._snapshot_dedup()
+            for sub in self.subscriptions.values():
+                sub.wake()
+
+    def deliver_at(self, entry: Entry) -> int:
+        try:
+            md = entry_metadata(entry.data)
+        except EntryFormatError:
+            return 0
+        return md.deliver_at_time if md.HasField("deliver_at_time") else 0
+
+    def note_delayed(self) -> None:
+        self.has_delayed_messages = True
+
+    # -- subscriptions ------------------------------------------------------------------------------------
+
+    async def _attach_subscription(self, name: str, sub_type: SubType, *, earliest: bool) -> Subscription:
+        cursor = await self.ml.open_cursor(name, earliest)
+        sub = Subscription(self, name, cursor, sub_type)
+        self.subscriptions[name] = sub
+        assert self._nursery is not None
+        self._nursery.start_soon(sub.run)
+        return sub
+
+    async def subscribe(self, name: str, consumer: Consumer, sub_type: SubType, *,
+                        earliest: bool = False, durable: bool = True,
+                        start: Position | None = None) -> Subscription:
+        if self._closed:
+            raise TopicClosedError(f"Topic {self.name} is closing")
+        limit = self.policies.get("max_consumers_per_topic") or 0
+        if limit and sum(len(s.consumers) for s in self.subscriptions.values()) >= limit:
+            raise ProducerBusyError(f"Topic '{self.name}' reached max consumers limit")
+        sub = self.subscriptions.get(name)
+        if sub is None:
+            if durable:
+                sub = await self._attach_subscription(name, sub_type, earliest=earliest)
+            else:
+                if start is None:
+                    last = self.ml.last_confirmed()
+                    first = self.ml.first_position()
+                    if earliest and first is not None:
+                        start = first
+                    elif last is not None:
+                        start = Position(last.ledger_id, last.entry_id + 1)
+                    else:
+                        start = Position(0, 0)
+                cursor = self.ml.new_non_durable_cursor(start)
+                sub = Subscription(self, name, cursor, sub_type, durable=False)
+                self.subscriptions[name] = sub
+                assert self._nursery is not None
+                self._nursery.start_soon(sub.run)
+        sub.add_consumer(consumer, sub_type)
+        return sub
+
+    def consumer_closed(self, consumer: Consumer) -> None:
+        sub = consumer.subscription
+        if sub is None:
+            return
+        sub.remove_consumer(consumer)
+        if not sub.durable and not sub.consumers:
+            sub.close()
+            self.subscriptions.pop(sub.name, None)
+
+    async def unsubscribe(self, name: str) -> None:
+        sub = self.subscriptions.get(name)
+        if sub is not None and sub.consumers:
+            raise ProducerBusyError("Subscription has active connected consumers")
+        if sub is not None:
+            sub.close()
+            del self.subscriptions[name]
+            if not sub.durable:
+                return
+        await self.ml.delete_cursor(name)
+
+    # -- stats --------------------------------------------------------------------------------------------
+
+    def backlog_size(self) -> int:
+        return max((s.backlog() for s in self.subscriptions.values() if s.durable), default=0)

@@ -1,0 +1,36 @@
+"""`magnetar bookie`: one bookie as its own process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+from typing import Any
+
+import trio
+
+from core.metadata import open_metadata_store
+from gateway._bookies import register_bookie, start_bookie
+
+log = logging.getLogger(__name__)
+
+
+def run(cfg: Any, args: argparse.Namespace) -> int:
+    return trio.run(_main, cfg)
+
+
+async def _main(cfg: Any) -> int:
+    metadata = open_metadata_store(str(cfg.get("metadataStoreUrl")))
+    data_dir = os.path.join(str(cfg.get("dataDirectory")), "bookie")
+    bookie = start_bookie(cfg, data_dir, int(cfg.get("bookiePort")))
+    try:
+        register_bookie(metadata, bookie.address)
+        print(f"bookie ready on {bookie.address}", flush=True)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                break
+    finally:
+        await trio.to_thread.run_sync(bookie.shutdown)
+        metadata.close()
+    return 0

@@ -1,0 +1,39 @@
+"""Starting bookies (in-process for standalone, or as `magnetar bookie`) and registering
+them in the metadata store where ledger clients find them."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from core import _native
+
+__all__ = ["start_bookie", "register_bookie", "AVAILABLE_BOOKIES"]
+
+log = logging.getLogger(__name__)
+
+AVAILABLE_BOOKIES = "/ledgers/available"
+
+
+def start_bookie(cfg: Any, data_dir: str, port: int) -> Any:
+    os.makedirs(data_dir, exist_ok=True)
+    bookie = _native.BookieServer(
+        data_dir,
+        str(cfg.get("bindAddress")),
+        port,
+        journal_sync_data=bool(cfg.get("journalSyncData")),
+        journal_max_group_wait_ms=float(cfg.get("journalMaxGroupWaitMSec")),
+        journal_buffered_writes_threshold=int(cfg.get("journalBufferedWritesThreshold")),
+        journal_max_size_mb=int(cfg.get("journalMaxSizeMB")),
+    )
+    log.info("bookie %s serving from %s", bookie.address, data_dir)
+    return bookie
+
+
+def register_bookie(metadata: Any, address: str) -> None:
+    """Announce the bookie as available for writes (an entry of this process's session)."""
+    path = f"{AVAILABLE_BOOKIES}/{address}"
+    if metadata.exists(path):
+        metadata.delete(path)
+    metadata.put(path, b"{}", ephemeral=True)

@@ -1,0 +1,102 @@
+"""`magnetar standalone`: metadata store, bookies and broker in one process.
+
+Bookies are in-process (``--bookies N``, default ``standaloneBookies``); with one bookie the
+ledger quorums are 1/1/1, with more the configured ``managedLedgerDefault*`` apply. SIGINT
+or SIGTERM shut down cleanly: topics close (cursors and dedup state persisted), bookies
+sync their journals and close their files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import time
+from typing import Any
+
+import trio
+
+from core.broker import BrokerService
+from core.metadata import open_metadata_store
+from gateway._bookies import register_bookie, start_bookie
+from gateway._config import Config
+from gateway._plugins import load_protocol
+
+log = logging.getLogger(__name__)
+
+
+def run(cfg: Config, args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    n = int(getattr(args, "bookies", None) or cfg.get("standaloneBookies"))
+    data = str(cfg.get("dataDirectory"))
+    if getattr(args, "wipe_data", False) and os.path.isdir(data):
+        shutil.rmtree(data)
+    os.makedirs(data, exist_ok=True)
+    return trio.run(_main, cfg, n, started)
+
+
+class _Overlay:
+    """A config with some keys replaced (the quorums of a one-bookie standalone)."""
+
+    def __init__(self, base: Any, values: dict[str, Any]):
+        self._base = base
+        self._values = values
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._values[key] if key in self._values else self._base.get(key, default)
+
+    def __getattr__(self, key: str) -> Any:
+        return self._values[key] if key in self._values else getattr(self._base, key)
+
+
+def _standalone_config(cfg: Any, bookies: int) -> Any:
+    if bookies == 1:
+        return _Overlay(cfg, {"managedLedgerDefaultEnsembleSize": 1,
+                              "managedLedgerDefaultWriteQuorum": 1,
+                              "managedLedgerDefaultAckQuorum": 1})
+    return cfg
+
+
+async def serve(cfg: Any, bookies: int, *,
+                task_status: trio.TaskStatus[dict[str, list[str]]] = trio.TASK_STATUS_IGNORED) -> None:
+    """Run a standalone broker until cancelled; reports the listening addresses."""
+    cfg = _standalone_config(cfg, bookies)
+    data = str(cfg.get("dataDirectory"))
+    metadata = open_metadata_store(str(cfg.get("metadataStoreUrl")))
+    started_bookies: list[Any] = []
+    try:
+        base_port = int(cfg.get("bookiePort"))
+        for i in range(bookies):
+            port = 0 if base_port == 0 else base_port + i
+            bookie = start_bookie(cfg, os.path.join(data, "bookies", str(i)), port)
+            started_bookies.append(bookie)
+            register_bookie(metadata, bookie.address)
+        broker = BrokerService(cfg, metadata)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            addresses: dict[str, list[str]] = {"bookies": [b.address for b in started_bookies]}
+            for name in cfg.get("messagingProtocols"):
+                handler = load_protocol(name)(cfg, broker)
+                addresses[name] = await nursery.start(handler.serve)
+            task_status.started(addresses)
+    finally:
+        with trio.CancelScope(shield=True):
+            for bookie in started_bookies:
+                await trio.to_thread.run_sync(bookie.shutdown)
+            metadata.close()
+
+
+async def _main(cfg: Config, bookies: int, started: float) -> int:
+    async with trio.open_nursery() as nursery:
+        addresses = await nursery.start(serve, cfg, bookies)
+        listening = ", ".join(f"{k} {' '.join(v)}" for k, v in addresses.items())
+        log.info("magnetar standalone ready in %.2fs: %s", time.monotonic() - started, listening)
+        print(f"magnetar standalone ready in {time.monotonic() - started:.2f}s ({listening})", flush=True)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for sig in signals:
+                log.info("received %s: shutting down", signal.Signals(sig).name)
+                break
+        nursery.cancel_scope.cancel()
+    return 0

@@ -1,0 +1,56 @@
+"""The Pulsar protocol plugin: listens on ``brokerServicePort`` and runs one
+:class:`PulsarSession` per connection."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from functools import partial
+from typing import Any
+
+import trio
+
+from handlers.pulsar._session import PulsarSession
+
+__all__ = ["PulsarProtocolHandler"]
+
+log = logging.getLogger(__name__)
+
+
+class PulsarProtocolHandler:
+    name = "pulsar"
+
+    def __init__(self, config: Any, broker: Any):
+        self.config = config
+        self.broker = broker
+        self.service_url = ""
+        self._producer_names = itertools.count()
+        self.sessions: set[PulsarSession] = set()
+
+    def new_producer_name(self) -> str:
+        return f"{self.broker.cluster}-0-{next(self._producer_names)}"
+
+    async def serve(self, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        host = str(self.config.get("bindAddress"))
+        port = int(self.config.get("brokerServicePort"))
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        bound = listeners[0].socket.getsockname()[1]
+        advertised = self.config.get("advertisedAddress") or host
+        self.service_url = f"pulsar://{advertised}:{bound}"
+        self.broker.pulsar_service_url = self.service_url
+        log.info("pulsar listening on %s", self.service_url)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(trio.serve_listeners, self._connection, listeners))
+            task_status.started([self.service_url])
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        session = PulsarSession(self, stream)
+        self.sessions.add(session)
+        try:
+            await session.run()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
+            log.debug("pulsar connection ended: %s", exc)
+        except Exception:
+            log.exception("pulsar connection failed")
+        finally:
+            self.sessions.discard(session)

@@ -1,0 +1,633 @@
+"""The Pulsar session: the trio driver between a client socket and the BrokerService.
+
+One nursery per connection: a reader feeds the sans-IO codec and handles each command; a
+writer drains the connection's outbox (receipts, responses and MESSAGE frames queued by any
+task) with one socket write per wake-up; a keep-alive task pings an idle client and closes
+the connection when it stops answering. What the outbox can hold is bounded by the
+client's own limits: MESSAGE frames by the permits its consumers granted, receipts by its
+pending-message limit.
+
+Commands that wait on storage or on another client (opening a topic, WaitForExclusive
+producers) run in their own task so the connection keeps reading; SEND is never awaited
+inline: the topic calls back when the entry is durable and the receipt is queued then.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import trio
+
+from core.broker import BrokerService, NamespaceNotFoundError, TopicNotFoundError
+from core.format import encode_broker_entry_metadata
+from core.format import pulsar_api_pb2 as pb
+from core.naming import InvalidNameError, NamespaceName, TopicName
+from core.policies import NotFoundError
+from core.schema import IncompatibleSchemaError
+from core.storage import Position
+from core.subscription import (
+    Consumer,
+    ConsumerBusyError,
+    Delivery,
+    SubscriptionTypeMismatchError,
+    SubType,
+)
+from core.topic import (
+    PersistentTopic,
+    Producer,
+    ProducerAccessMode,
+    ProducerBusyError,
+    ProducerFencedError,
+    PublishResult,
+    TopicClosedError,
+)
+from handlers.pulsar import _events as ev
+from handlers.pulsar._codec import NEED_DATA, PulsarConnection, RemoteProtocolError, encode_message
+
+__all__ = ["PulsarSession", "MAX_PROTOCOL_VERSION", "SERVER_VERSION"]
+
+log = logging.getLogger(__name__)
+
+MAX_PROTOCOL_VERSION = 21
+SERVER_VERSION = "Magnetar 0.1.0"
+READ_SIZE = 65536
+
+E = pb.ServerError
+
+
+def _server_error(exc: BaseException) -> int:
+    match exc:
+        case InvalidNameError():
+            return E.InvalidTopicName
+        case TopicNotFoundError() | NamespaceNotFoundError() | NotFoundError():
+            return E.TopicNotFound
+        case ConsumerBusyError() | SubscriptionTypeMismatchError():
+            return E.ConsumerBusy
+        case ProducerFencedError():
+            return E.ProducerFenced
+        case ProducerBusyError():
+            return E.ProducerBusy
+        case IncompatibleSchemaError():
+            return E.IncompatibleSchema
+        case TopicClosedError():
+            return E.ServiceNotReady
+    return E.UnknownError
+
+
+class _Outbox:
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.ready = trio.Event()
+
+    def put(self, frame: bytes) -> None:
+        self.frames.append(frame)
+        self.ready.set()
+
+
+class PulsarSession:
+    def __init__(self, handler: Any, stream: trio.abc.Stream):
+        self.handler = handler
+        self.broker: BrokerService = handler.broker
+        self.config = handler.config
+        self.stream = stream
+        self.codec = PulsarConnection(max_message_size=int(self.config.get("maxMessageSize")))
+        self.outbox = _Outbox()
+        self.producers: dict[int, Producer] = {}
+        self.consumers: dict[int, Consumer] = {}
+        self.consumer_topics: dict[int, PersistentTopic] = {}
+        self.broker_entry_metadata = False
+        self.last_received = time.monotonic()
+        self.closed = False
+        self._nursery: trio.Nursery | None = None
+
+    # -- driver ----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                nursery.start_soon(self._keepalive)
+                await self._reader()
+                nursery.cancel_scope.cancel()
+        finally:
+            self.closed = True
+            self._release_all()
+            await trio.aclose_forcefully(self.stream)
+
+    async def _reader(self) -> None:
+        while True:
+            data = await self.stream.receive_some(READ_SIZE)
+            if not data:
+                return
+            self.last_received = time.monotonic()
+            try:
+                self.codec.receive_data(data)
+                while True:
+                    event = self.codec.next_event()
+                    if event is NEED_DATA:
+                        break
+                    if isinstance(event, ev.ConnectionClosed):
+                        return
+                    self._handle(event)
+            except RemoteProtocolError as exc:
+                log.info("pulsar: closing connection: %s", exc)
+                self._send(ev.CommandError.build(request_id=0, error=getattr(exc, "code", E.UnknownError) or E.UnknownError,
+                                                 message=str(exc)))
+                await self._flush_now()
+                return
+
+    async def _writer(self) -> None:
+        while True:
+            await self.outbox.ready.wait()
+            self.outbox.ready = trio.Event()
+            await self._flush_now()
+
+    async def _flush_now(self) -> None:
+        frames = self.outbox.frames
+        if frames:
+            self.outbox.frames = []
+            await self.stream.send_all(b"".join(frames))
+
+    async def _keepalive(self) -> None:
+        interval = float(self.config.get("keepAliveIntervalSeconds"))
+        if interval <= 0:
+            return
+        while True:
+            await trio.sleep(interval)
+            idle = time.monotonic() - self.last_received
+            if idle >= 2 * interval:
+                log.info("pulsar: closing connection idle for %.0fs", idle)
+                assert self._nursery is not None
+                self._nursery.cancel_scope.cancel()
+                return
+            if idle >= interval:
+                self._send(ev.CommandPing.build())
+
+    def _send(self, event: Any) -> None:
+        if not self.closed:
+            self.outbox.put(self.codec.send(event))
+
+    def _spawn(self, fn: Any, *args: Any) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(fn, *args)
+
+    def _release_all(self) -> None:
+        for producer in self.producers.values():
+            producer.topic.remove_producer(producer)
+        for cid, consumer in self.consumers.items():
+            topic = self.consumer_topics.get(cid)
+            if topic is not None:
+                topic.consumer_closed(consumer)
+        self.producers.clear()
+        self.consumers.clear()
+
+    # -- dispatch of commands ------------------------------------------------------------------------
+
+    def _handle(self, event: Any) -> None:
+        handler = getattr(self, "_on_" + type(event).__name__, None)
+        if handler is None:
+            raise RemoteProtocolError(f"unexpected command {type(event).__name__}")
+        handler(event)
+
+    def _error(self, request_id: int, exc: BaseException | int, message: str = "") -> None:
+        code = exc if isinstance(exc, int) else _server_error(exc)
+        self._send(ev.CommandError.build(request_id=request_id, error=code, message=message or str(exc)))
+
+    def _success(self, request_id: int) -> None:
+        self._send(ev.CommandSuccess.build(request_id=request_id))
+
+    def _on_CommandConnect(self, event: Any) -> None:
+        cmd = event.command
+        version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
+        self.broker_entry_metadata = bool(
+            cmd.HasField("feature_flags") and cmd.feature_flags.supports_broker_entry_metadata)
+        self._send(ev.CommandConnected.build(
+            server_version=SERVER_VERSION,
+            protocol_version=version,
+            max_message_size=int(self.config.get("maxMessageSize")),
+            feature_flags=pb.FeatureFlags(supports_broker_entry_metadata=True,
+                                          supports_partial_producer=True),
+        ))
+
+    def _on_CommandPing(self, event: Any) -> None:
+        self._send(ev.CommandPong.build())
+
+    def _on_CommandPong(self, event: Any) -> None:
+        pass
+
+    # -- lookup -------------------------------------------------------------------------------------
+
+    def _on_CommandLookupTopic(self, event: Any) -> None:
+        self._spawn(self._lookup, event.command)
+
+    async def _lookup(self, cmd: Any) -> None:
+        try:
+            name = TopicName.parse(cmd.topic)
+            self.broker.namespace_policies(name.namespace_name)
+        except Exception as exc:
+            self._send(ev.CommandLookupTopicResponse.build(
+                request_id=cmd.request_id, response=pb.CommandLookupTopicResponse.Failed,
+                error=_server_error(exc), message=str(exc)))
+            return
+        self._send(ev.CommandLookupTopicResponse.build(
+            request_id=cmd.request_id, response=pb.CommandLookupTopicResponse.Connect,
+            brokerServiceUrl=self.handler.service_url, authoritative=True,
+            proxy_through_service_url=False))
+
+    def _on_CommandPartitionedTopicMetadata(self, event: Any) -> None:
+        self._spawn(self._partitioned_metadata, event.command)
+
+    async def _partitioned_metadata(self, cmd: Any) -> None:
+        R = pb.CommandPartitionedTopicMetadataResponse
+        try:
+            name = TopicName.parse(cmd.topic)
+            n = await self.broker.partitioned_metadata(name)
+        except Exception as exc:
+            self._send(ev.CommandPartitionedTopicMetadataResponse.build(
+                request_id=cmd.request_id, response=R.Failed, error=_server_error(exc), message=str(exc)))
+            return
+        self._send(ev.CommandPartitionedTopicMetadataResponse.build(
+            request_id=cmd.request_id, response=R.Success, partitions=n))
+
+    def _on_CommandGetTopicsOfNamespace(self, event: Any) -> None:
+        cmd = event.command
+        try:
+            ns = NamespaceName.parse(cmd.namespace)
+            mode = cmd.mode
+            domains = {0: ["persistent"], 1: ["non-persistent"], 2: ["persistent", "non-persistent"]}[mode]
+            topics: list[str] = []
+            for d in domains:
+                topics.extend(self.broker.topics_of_namespace(ns, d))
+                for base in self.broker.policies.partitioned_topics(ns, d):
+                    n = self.broker.policies.partitions(TopicName.parse(base))
+                    topics.extend(str(TopicName.parse(base).partition(i)) for i in range(n))
+        except Exception as exc:
+            self._error(cmd.request_id, exc)
+            return
+        self._send(ev.CommandGetTopicsOfNamespaceResponse.build(
+            request_id=cmd.request_id, topics=sorted(set(topics)), filtered=False, changed=True))
+
+    # -- producers ------------------------------------------------------------------------------------
+
+    def _on_CommandProducer(self, event: Any) -> None:
+        self._spawn(self._producer, event.command)
+
+    async def _producer(self, cmd: Any) -> None:
+        if cmd.producer_id in self.producers:
+            p = self.producers[cmd.producer_id]
+            self._send(ev.CommandProducerSuccess.build(
+                request_id=cmd.request_id, producer_name=p.name, last_sequence_id=-1,
+                producer_ready=True))
+            return
+        try:
+            name = TopicName.parse(cmd.topic)
+            topic = await self.broker.get_topic(name)
+            schema_version = b""
+            if cmd.HasField("schema"):
+                schema_version = await self.broker.schemas.add_or_check(topic, cmd.schema)
+            pname = cmd.producer_name if cmd.HasField("producer_name") and cmd.producer_name \
+                else self.handler.new_producer_name()
+            mode = ProducerAccessMode(cmd.producer_access_mode) if cmd.HasField("producer_access_mode") \
+                else ProducerAccessMode.Shared
+            producer = Producer(topic, cmd.producer_id, pname, mode)
+            producer.on_fenced = lambda: self._fenced(producer)
+            await topic.add_producer(producer)
+        except Exception as exc:
+            self._error(cmd.request_id, exc)
+            return
+        if self.closed:
+            topic.remove_producer(producer)
+            return
+        self.producers[cmd.producer_id] = producer
+        last = topic.dedup_persisted.get(pname, -1) if topic.dedup_enabled else -1
+        self._send(ev.CommandProducerSuccess.build(
+            request_id=cmd.request_id, producer_name=pname, last_sequence_id=last,
+            schema_version=schema_version, producer_ready=True))
+
+    def _fenced(self, producer: Producer) -> None:
+        self.producers.pop(producer.producer_id, None)
+        self._send(ev.CommandCloseProducer.build(producer_id=producer.producer_id, request_id=0))
+
+    def _on_CommandSend(self, event: Any) -> None:
+        cmd = event.command
+        producer = self.producers.get(cmd.producer_id)
+        if producer is None:
+            self._send(ev.CommandSendError.build(
+                producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
+                error=E.NotAllowedError, message="Producer is not connected"))
+            return
+        if not event.checksum_ok:
+            self._send(ev.CommandSendError.build(
+                producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
+                error=E.ChecksumError, message="Checksum failed on the broker"))
+            return
+        md = event.metadata
+        topic = producer.topic
+        if md is not None and md.HasField("deliver_at_time"):
+            topic.note_delayed()
+        num = cmd.num_messages if cmd.HasField("num_messages") else 1
+        highest = cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") and \
+            cmd.highest_sequence_id > cmd.sequence_id else cmd.sequence_id
+        producer.msg_in += num
+        producer.bytes_in += len(event.entry)
+        pid, seq = cmd.producer_id, cmd.sequence_id
+        partition = topic.name.partition_index
+
+        def done(result: PublishResult) -> None:
+            if result.error is not None:
+                self._send(ev.CommandSendError.build(
+                    producer_id=pid, sequence_id=seq, error=E.PersistenceError,
+                    message=str(result.error)))
+                return
+            pos = result.position
+            mid = pb.MessageIdData(ledgerId=pos.ledger_id if pos else -1 & 0xFFFFFFFFFFFFFFFF,
+                                   entryId=pos.entry_id if pos else -1 & 0xFFFFFFFFFFFFFFFF,
+                                   partition=partition)
+            self._send(ev.CommandSendReceipt.build(
+                producer_id=pid, sequence_id=seq, message_id=mid, highest_sequence_id=highest))
+
+        topic.publish(event.entry, num, producer.name, highest, done)
+
+    def _on_CommandCloseProducer(self, event: Any) -> None:
+        cmd = event.command
+        producer = self.producers.pop(cmd.producer_id, None)
+        if producer is not None:
+            producer.topic.remove_producer(producer)
+        self._success(cmd.request_id)
+
+    # -- consumers ------------------------------------------------------------------------------------
+
+    def _on_CommandSubscribe(self, event: Any) -> None:
+        self._spawn(self._subscribe, event.command)
+
+    async def _subscribe(self, cmd: Any) -> None:
+        if cmd.consumer_id in self.consumers:
+            self._success(cmd.request_id)
+            return
+        try:
+            name = TopicName.parse(cmd.topic)
+            topic = await self.broker.get_topic(name, create=not cmd.HasField("force_topic_creation")
+                                                or cmd.force_topic_creation)
+            if cmd.HasField("schema"):
+                await self.broker.schemas.check_consumer(topic, cmd.schema)
+            sticky = None
+            if cmd.HasField("keySharedMeta") and cmd.keySharedMeta.keySharedMode == pb.STICKY:
+                sticky = [(r.start, r.end) for r in cmd.keySharedMeta.hashRanges]
+            consumer = Consumer(cmd.consumer_id, cmd.consumer_name or f"consumer-{cmd.consumer_id}",
+                                self, priority=cmd.priority_level, sticky_ranges=sticky)
+            durable = not cmd.HasField("durable") or cmd.durable
+            start = None
+            if not durable and cmd.HasField("start_message_id"):
+                start = await self._reader_start(topic, cmd)
+            await topic.subscribe(cmd.subscription, consumer, SubType(cmd.subType),
+                                  earliest=cmd.initialPosition == pb.CommandSubscribe.Earliest,
+                                  durable=durable, start=start)
+        except Exception as exc:
+            self._error(cmd.request_id, exc)
+            return
+        if self.closed:
+            topic.consumer_closed(consumer)
+            return
+        self.consumers[cmd.consumer_id] = consumer
+        self.consumer_topics[cmd.consumer_id] = topic
+        self._success(cmd.request_id)
+
+    async def _reader_start(self, topic: PersistentTopic, cmd: Any) -> Position:
+        mid = cmd.start_message_id
+        ledger, entry = mid.ledgerId, mid.entryId
+        if ledger == 0x7FFFFFFFFFFFFFFF and entry == 0x7FFFFFFFFFFFFFFF:   # MessageId.latest
+            last = topic.ml.last_confirmed()
+            return Position(last.ledger_id, last.entry_id + 1) if last else Position(0, 0)
+        if ledger >= 0x7FFFFFFFFFFFFFFF or ledger == 0xFFFFFFFFFFFFFFFF:     # earliest
+            return topic.ml.first_position() or Position(0, 0)
+        inclusive = cmd.HasField("start_message_id") and (
+            mid.HasField("batch_index") and mid.batch_index >= 0)
+        if cmd.start_message_rollback_duration_sec > 0:
+            t = int(time.time() * 1000) - cmd.start_message_rollback_duration_sec * 1000
+            pos = await topic.ml.find_by_publish_time(t)
+            if pos is not None:
+                return pos
+        # A reader starts after the given message unless it is inside a batch, where the
+        # client filters the batch's earlier messages itself.
+        return Position(ledger, entry if inclusive else entry + 1)
+
+    def send_messages(self, consumer: Consumer, deliveries: list[Delivery]) -> None:
+        if self.closed:
+            return
+        topic = self.consumer_topics.get(consumer.consumer_id)
+        partition = topic.name.partition_index if topic is not None else -1
+        bem = self.broker_entry_metadata
+        frames = []
+        for d in deliveries:
+            e = d.entry
+            frames.append(encode_message(
+                consumer.consumer_id,
+                pb.MessageIdData(ledgerId=e.position.ledger_id, entryId=e.position.entry_id,
+                                 partition=partition),
+                d.redelivery_count,
+                e.data,
+                encode_broker_entry_metadata(e.publish_time, e.index) if bem else None,
+                d.ack_set,
+            ))
+        self.outbox.frames.extend(frames)
+        self.outbox.ready.set()
+
+    def active_consumer_changed(self, consumer: Consumer, active: bool) -> None:
+        self._send(ev.CommandActiveConsumerChange.build(consumer_id=consumer.consumer_id, is_active=active))
+
+    def _on_CommandFlow(self, event: Any) -> None:
+        consumer = self.consumers.get(event.command.consumer_id)
+        if consumer is not None:
+            consumer.flow(event.command.messagePermits)
+
+    def _on_CommandAck(self, event: Any) -> None:
+        cmd = event.command
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None or consumer.subscription is None:
+            if cmd.HasField("request_id"):
+                self._send(ev.CommandAckResponse.build(consumer_id=cmd.consumer_id, request_id=cmd.request_id,
+                                                       error=E.ConsumerNotFound, message="Consumer not found"))
+            return
+        sub = consumer.subscription
+        if cmd.ack_type == pb.CommandAck.Cumulative:
+            mid = cmd.message_id[0]
+            pos = Position(mid.ledgerId, mid.entryId)
+            if mid.ack_set:
+                # A cumulative ack inside a batch acknowledges up to the previous entry.
+                sub.ack_individual(consumer, [(pos, list(mid.ack_set))])
+                pos = Position(mid.ledgerId, mid.entryId - 1)
+            if pos.entry_id >= 0:
+                sub.ack_cumulative(consumer, pos)
+        else:
+            sub.ack_individual(consumer, [
+                (Position(m.ledgerId, m.entryId), list(m.ack_set) if m.ack_set else None)
+                for m in cmd.message_id])
+        if cmd.HasField("request_id"):
+            self._send(ev.CommandAckResponse.build(consumer_id=cmd.consumer_id, request_id=cmd.request_id))
+
+    def _on_CommandRedeliverUnacknowledgedMessages(self, event: Any) -> None:
+        cmd = event.command
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None or consumer.subscription is None:
+            return
+        positions = [Position(m.ledgerId, m.entryId) for m in cmd.message_ids] or None
+        consumer.subscription.redeliver(consumer, positions)
+
+    def _on_CommandUnsubscribe(self, event: Any) -> None:
+        self._spawn(self._unsubscribe, event.command)
+
+    async def _unsubscribe(self, cmd: Any) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        topic = self.consumer_topics.get(cmd.consumer_id)
+        if consumer is None or topic is None or consumer.subscription is None:
+            self._error(cmd.request_id, E.ConsumerNotFound, "Consumer not found")
+            return
+        sub = consumer.subscription
+        if len(sub.consumers) > 1:
+            self._error(cmd.request_id, E.UnknownError, "Subscription has active connected consumers")
+            return
+        topic.consumer_closed(consumer)
+        del self.consumers[cmd.consumer_id]
+        try:
+            await topic.unsubscribe(sub.name)
+        except Exception as exc:
+            self._error(cmd.request_id, exc)
+            return
+        self._success(cmd.request_id)
+
+    def _on_CommandCloseConsumer(self, event: Any) -> None:
+        cmd = event.command
+        consumer = self.consumers.pop(cmd.consumer_id, None)
+        topic = self.consumer_topics.pop(cmd.consumer_id, None)
+        if consumer is not None and topic is not None:
+            topic.consumer_closed(consumer)
+        self._success(cmd.request_id)
+
+    def _on_CommandSeek(self, event: Any) -> None:
+        self._spawn(self._seek, event.command)
+
+    async def _seek(self, cmd: Any) -> None:
+        consumer = self.consumers.get(cmd.consumer_id)
+        topic = self.consumer_topics.get(cmd.consumer_id)
+        if consumer is None or topic is None or consumer.subscription is None:
+            self._error(cmd.request_id, E.ConsumerNotFound, "Consumer not found")
+            return
+        sub = consumer.subscription
+        try:
+            if cmd.HasField("message_publish_time"):
+                pos = await topic.ml.find_by_publish_time(cmd.message_publish_time)
+                if pos is None:
+                    last = topic.ml.last_confirmed()
+                    pos = Position(last.ledger_id, last.entry_id + 1) if last else Position(0, 0)
+            else:
+                mid = cmd.message_id
+                if mid.ledgerId >= 0x7FFFFFFFFFFFFFFF:
+                    last = topic.ml.last_confirmed()
+                    pos = Position(last.ledger_id, last.entry_id + 1) if last else Position(0, 0)
+                elif mid.ledgerId == 0xFFFFFFFFFFFFFFFF:
+                    pos = topic.ml.first_position() or Position(0, 0)
+                else:
+                    pos = Position(mid.ledgerId, mid.entryId)
+            await sub.reset_to(pos)
+        except Exception as exc:
+            self._error(cmd.request_id, exc)
+            return
+        self._success(cmd.request_id)
+        # As Pulsar does, the subscription's consumers are disconnected after a seek; the
+        # clients reconnect and receive from the new position.
+        for c in list(sub.consumers):
+            sink = c.sink
+            if isinstance(sink, PulsarSession):
+                sink.broker_closed_consumer(c)
+
+    def broker_closed_consumer(self, consumer: Consumer) -> None:
+        topic = self.consumer_topics.pop(consumer.consumer_id, None)
+        self.consumers.pop(consumer.consumer_id, None)
+        if topic is not None:
+            topic.consumer_closed(consumer)
+        self._send(ev.CommandCloseConsumer.build(consumer_id=consumer.consumer_id, request_id=0))
+
+    def _on_CommandGetLastMessageId(self, event: Any) -> None:
+        self._spawn(self._last_message_id, event.command)
+
+    async def _last_message_id(self, cmd: Any) -> None:
+        topic = self.consumer_topics.get(cmd.consumer_id)
+        consumer = self.consumers.get(cmd.consumer_id)
+        if topic is None or consumer is None:
+            self._error(cmd.request_id, E.ConsumerNotFound, "Consumer not found")
+            return
+        partition = topic.name.partition_index
+        last = topic.ml.last_confirmed()
+        if last is None:
+            mid = pb.MessageIdData(ledgerId=0xFFFFFFFFFFFFFFFF, entryId=0xFFFFFFFFFFFFFFFF,
+                                   partition=partition)
+        else:
+            batch_index = -1
+            entries = await topic.ml.read_entries(last, 1)
+            if entries and entries[0].num_messages > 1:
+                batch_index = entries[0].num_messages - 1
+            mid = pb.MessageIdData(ledgerId=last.ledger_id, entryId=last.entry_id,
+                                   partition=partition, batch_index=batch_index)
+        md = consumer.subscription.cursor.mark_delete_position() if consumer.subscription else None
+        kwargs: dict[str, Any] = {}
+        if md is not None:
+            kwargs["consumer_mark_delete_position"] = pb.MessageIdData(
+                ledgerId=md.ledger_id & 0xFFFFFFFFFFFFFFFF, entryId=md.entry_id & 0xFFFFFFFFFFFFFFFF)
+        self._send(ev.CommandGetLastMessageIdResponse.build(
+            last_message_id=mid, request_id=cmd.request_id, **kwargs))
+
+    def _on_CommandConsumerStats(self, event: Any) -> None:
+        cmd = event.command
+        consumer = self.consumers.get(cmd.consumer_id)
+        if consumer is None or consumer.subscription is None:
+            self._send(ev.CommandConsumerStatsResponse.build(
+                request_id=cmd.request_id, error_code=E.ConsumerNotFound, error_message="Consumer not found"))
+            return
+        sub = consumer.subscription
+        self._send(ev.CommandConsumerStatsResponse.build(
+            request_id=cmd.request_id,
+            consumerName=consumer.name,
+            availablePermits=max(consumer.permits, 0),
+            unackedMessages=consumer.unacked_messages,
+            blockedConsumerOnUnackedMsgs=False,
+            address=str(getattr(self.stream, "socket", "")),
+            connectedSince=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(consumer.connected_since)),
+            type=SubType(sub.sub_type).name,
+            msgBacklog=sub.backlog(),
+        ))
+
+    # -- schemas -------------------------------------------------------------------------------------------
+
+    def _on_CommandGetSchema(self, event: Any) -> None:
+        cmd = event.command
+        try:
+            name = TopicName.parse(cmd.topic)
+            found = self.broker.schemas.get(name, cmd.schema_version if cmd.HasField("schema_version") else None)
+        except Exception as exc:
+            self._send(ev.CommandGetSchemaResponse.build(request_id=cmd.request_id, error_code=_server_error(exc),
+                                                         error_message=str(exc)))
+            return
+        if found is None:
+            self._send(ev.CommandGetSchemaResponse.build(request_id=cmd.request_id, error_code=E.TopicNotFound,
+                                                         error_message="Schema not found"))
+            return
+        schema, version = found
+        self._send(ev.CommandGetSchemaResponse.build(request_id=cmd.request_id, schema=schema,
+                                                     schema_version=version))
+
+    def _on_CommandGetOrCreateSchema(self, event: Any) -> None:
+        self._spawn(self._get_or_create_schema, event.command)
+
+    async def _get_or_create_schema(self, cmd: Any) -> None:
+        try:
+            topic = await self.broker.get_topic(TopicName.parse(cmd.topic))
+            version = await self.broker.schemas.add_or_check(topic, cmd.schema)
+        except Exception as exc:
+            self._send(ev.CommandGetOrCreateSchemaResponse.build(
+                request_id=cmd.request_id, error_code=_server_error(exc), error_message=str(exc)))
+            return
+        self._send(ev.CommandGetOrCreateSchemaResponse.build(request_id=cmd.request_id, schema_version=version))
+
