@@ -1,0 +1,548 @@
+"""Pulsar's entry format: the unit every Magnetar topic stores, whatever protocol wrote it.
+
+Theory of operation
+-------------------
+An *entry* is what a Pulsar producer sends in one SEND frame and what a ledger stores
+under one entry id::
+
+    [0x0e01 u16][crc32c u32][metadataSize u32][MessageMetadata][payload]
+                 '------------- checksummed (CRC-32C) -------------'
+
+The payload is one message, or - when ``MessageMetadata.num_messages_in_batch`` is
+present - a batch: a run of ``[u32 size][SingleMessageMetadata][payload_size bytes]``,
+compressed as a whole with ``MessageMetadata.compression`` (``uncompressed_size`` tells
+the decompressed length).  All integers are big-endian.  The compression framings are
+the ones Pulsar clients write: LZ4 is a raw block (no size prefix, no frame), ZLIB is a
+zlib stream, ZSTD a zstd frame, SNAPPY a raw snappy block.
+
+A broker may put ``[0x0e02 u16][size u32][BrokerEntryMetadata]`` in front of an entry
+(publish timestamp and the index of the entry's last message).
+
+Everything that reads wire or disk bytes checks each length before using it and raises
+:class:`EntryFormatError` - never ``IndexError``, ``struct.error`` or a library's own
+exception - and decompression never produces more than ``uncompressed_size`` bytes
+(itself bounded by ``max_uncompressed_size``).
+
+Example::
+
+    >>> from core.format import Message, entry_from_messages, messages_from_entry
+    >>> raw = entry_from_messages([Message(payload=b"hi", key="k")],
+    ...                           producer_name="p", sequence_id=0, publish_time=1)
+    >>> [(m.key, m.payload) for m in messages_from_entry(raw)]
+    [('k', b'hi')]
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import crc32c as _crc32c
+import lz4.block
+import snappy
+import zstandard
+from google.protobuf.message import DecodeError
+
+from . import pulsar_api_pb2 as pb
+
+__all__ = [
+    "DEFAULT_MAX_UNCOMPRESSED_SIZE",
+    "MAGIC_BROKER_ENTRY_METADATA",
+    "MAGIC_CRC32C",
+    "EntryFormatError",
+    "Message",
+    "SingleMessage",
+    "build_batch",
+    "compress",
+    "decode_broker_entry_metadata",
+    "decode_entry",
+    "decompress",
+    "encode_broker_entry_metadata",
+    "encode_entry",
+    "entry_from_messages",
+    "iter_batch",
+    "messages_from_entry",
+    "strings_are_utf8",
+    "verify_checksum",
+]
+
+MAGIC_CRC32C = 0x0E01
+"""Marks an entry whose metadata and payload are covered by a CRC-32C."""
+MAGIC_BROKER_ENTRY_METADATA = 0x0E02
+"""Marks the broker entry metadata section in front of an entry."""
+
+DEFAULT_MAX_UNCOMPRESSED_SIZE = 64 * 1024 * 1024
+"""Largest decompressed batch accepted unless the caller passes its own bound."""
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_MAGIC_CRC = struct.Struct(">HI")
+_HEADER_SIZE = 2 + 4 + 4  # magic, checksum, metadataSize
+
+NONE = pb.NONE
+LZ4 = pb.LZ4
+ZLIB = pb.ZLIB
+ZSTD = pb.ZSTD
+SNAPPY = pb.SNAPPY
+
+
+class EntryFormatError(ValueError):
+    """Bytes that are not a well-formed entry (bad magic, bad checksum, truncated, ...)."""
+
+
+# --------------------------------------------------------------------------- views
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One message, independent of the protocol that produced or will consume it.
+
+    Times are milliseconds since the epoch.  ``key`` is Pulsar's partition key (a Kafka
+    key, an AMQP routing key); when it carries arbitrary bytes it is base64 text and
+    ``key_b64_encoded`` is set, as Pulsar clients do.
+    """
+
+    payload: bytes = b""
+    key: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+    event_time: int | None = None
+    publish_time: int | None = None
+    sequence_id: int | None = None
+    producer_name: str | None = None
+    ordering_key: bytes | None = None
+    deliver_at_time: int | None = None
+    null_value: bool = False
+    key_b64_encoded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SingleMessage:
+    """One message of an entry as stored: its per-message metadata and its payload."""
+
+    metadata: pb.SingleMessageMetadata
+    payload: bytes
+
+
+# --------------------------------------------------------------------------- entry
+
+
+def _as_view(buf: bytes | bytearray | memoryview) -> memoryview:
+    view = memoryview(buf)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    return view
+
+
+def encode_entry(metadata: pb.MessageMetadata, payload: bytes | memoryview) -> bytes:
+    """Serialize ``metadata`` and ``payload`` as an entry with magic and CRC-32C."""
+    try:
+        meta = metadata.SerializeToString()
+    except Exception as exc:  # missing required fields
+        raise EntryFormatError(f"metadata cannot be encoded: {exc}") from exc
+    body = b"".join((_U32.pack(len(meta)), meta, payload))
+    return _MAGIC_CRC.pack(MAGIC_CRC32C, _crc32c.crc32c(body)) + body
+
+
+def verify_checksum(buf: bytes | bytearray | memoryview) -> bool:
+    """True when ``buf`` starts with the 0x0e01 magic and its CRC-32C matches."""
+    view = _as_view(buf)
+    if len(view) < _HEADER_SIZE:
+        return False
+    magic, checksum = _MAGIC_CRC.unpack_from(view, 0)
+    return magic == MAGIC_CRC32C and _crc32c.crc32c(view[6:]) == checksum
+
+
+def decode_broker_entry_metadata(
+    buf: bytes | bytearray | memoryview,
+) -> tuple[pb.BrokerEntryMetadata | None, int]:
+    """Parse an optional 0x0e02 section; return it and the offset where the entry starts."""
+    view = _as_view(buf)
+    if len(view) < 2 or _U16.unpack_from(view, 0)[0] != MAGIC_BROKER_ENTRY_METADATA:
+        return None, 0
+    if len(view) < 6:
+        raise EntryFormatError("truncated broker entry metadata header")
+    (size,) = _U32.unpack_from(view, 2)
+    end = 6 + size
+    if end > len(view):
+        raise EntryFormatError(f"broker entry metadata of {size} bytes exceeds the buffer")
+    meta = pb.BrokerEntryMetadata()
+    try:
+        meta.ParseFromString(view[6:end])
+    except DecodeError as exc:
+        raise EntryFormatError(f"malformed broker entry metadata: {exc}") from exc
+    return meta, end
+
+
+def encode_broker_entry_metadata(publish_time: int | None, index: int | None) -> bytes:
+    """The 0x0e02 section a broker writes in front of an entry for clients that ask."""
+    meta = pb.BrokerEntryMetadata()
+    if publish_time is not None:
+        meta.broker_timestamp = publish_time
+    if index is not None:
+        meta.index = index
+    body = meta.SerializeToString()
+    return _U16.pack(MAGIC_BROKER_ENTRY_METADATA) + _U32.pack(len(body)) + body
+
+
+def decode_entry(buf: bytes | bytearray | memoryview) -> tuple[pb.MessageMetadata, bytes]:
+    """Check and split an entry into its metadata and its (possibly compressed) payload.
+
+    A leading broker entry metadata section is skipped.
+    """
+    view = _as_view(buf)
+    _, start = decode_broker_entry_metadata(view)
+    view = view[start:]
+    if len(view) < _HEADER_SIZE:
+        raise EntryFormatError(f"entry of {len(view)} bytes is shorter than its header")
+    magic, checksum = _MAGIC_CRC.unpack_from(view, 0)
+    if magic != MAGIC_CRC32C:
+        raise EntryFormatError(f"bad magic 0x{magic:04x}, expected 0x{MAGIC_CRC32C:04x}")
+    actual = _crc32c.crc32c(view[6:])
+    if actual != checksum:
+        raise EntryFormatError(
+            f"checksum mismatch: stored 0x{checksum:08x}, computed 0x{actual:08x}"
+        )
+    (meta_size,) = _U32.unpack_from(view, 6)
+    meta_end = _HEADER_SIZE + meta_size
+    if meta_end > len(view):
+        raise EntryFormatError(f"metadata of {meta_size} bytes exceeds the entry")
+    return _parse_metadata(view[_HEADER_SIZE:meta_end]), bytes(view[meta_end:])
+
+
+def _parse_metadata(raw: memoryview | bytes) -> pb.MessageMetadata:
+    meta = pb.MessageMetadata()
+    try:
+        meta.ParseFromString(raw)
+    except DecodeError as exc:
+        raise EntryFormatError(f"malformed message metadata: {exc}") from exc
+    if not strings_are_utf8(meta):
+        raise EntryFormatError("message metadata holds a string that is not UTF-8")
+    return meta
+
+
+def strings_are_utf8(message: Any) -> bool:
+    """True when every string field of a parsed protobuf message (recursively) is UTF-8.
+
+    proto2 parsing does not check string fields; reading an invalid one would raise
+    ``UnicodeDecodeError`` later, far from the wire, so decoders check once up front.
+    """
+    for fd, value in message.ListFields():
+        if fd.type == fd.TYPE_STRING:
+            if fd.is_repeated:
+                if any(isinstance(v, bytes) for v in value):
+                    return False
+            elif isinstance(value, bytes):
+                return False
+        elif fd.message_type is not None:
+            if fd.is_repeated:
+                if not all(strings_are_utf8(v) for v in value):
+                    return False
+            elif not strings_are_utf8(value):
+                return False
+    return True
+
+
+# --------------------------------------------------------------------------- compression
+
+
+def compress(compression: int, data: bytes) -> bytes:
+    """Compress ``data`` the way a Pulsar client does for ``compression``."""
+    if compression == NONE:
+        return bytes(data)
+    if compression == LZ4:
+        return lz4.block.compress(data, store_size=False) if data else b""
+    if compression == ZLIB:
+        return zlib.compress(data)
+    if compression == ZSTD:
+        return zstandard.ZstdCompressor(level=3).compress(data)
+    if compression == SNAPPY:
+        return snappy.compress(data)
+    raise EntryFormatError(f"unknown compression type {compression}")
+
+
+def _snappy_length(data: bytes | memoryview) -> int:
+    """The uncompressed length a raw snappy block declares (its varint preamble)."""
+    length = 0
+    for i in range(min(len(data), 5)):
+        byte = data[i]
+        length |= (byte & 0x7F) << (7 * i)
+        if not byte & 0x80:
+            return length
+    raise EntryFormatError("snappy block has no valid length preamble")
+
+
+def decompress(
+    compression: int,
+    data: bytes | memoryview,
+    uncompressed_size: int,
+    *,
+    max_uncompressed_size: int = DEFAULT_MAX_UNCOMPRESSED_SIZE,
+) -> bytes:
+    """Undo :func:`compress`; the result must be exactly ``uncompressed_size`` bytes."""
+    if compression == NONE:
+        return bytes(data)
+    if uncompressed_size < 0 or uncompressed_size > max_uncompressed_size:
+        raise EntryFormatError(
+            f"uncompressed size {uncompressed_size} outside 0..{max_uncompressed_size}"
+        )
+    if uncompressed_size == 0:
+        if compression == LZ4 and len(data) <= 1:
+            return b""
+    try:
+        if compression == LZ4:
+            out = lz4.block.decompress(bytes(data), uncompressed_size=uncompressed_size)
+        elif compression == ZLIB:
+            inflater = zlib.decompressobj()
+            out = inflater.decompress(bytes(data), uncompressed_size + 1)
+            if not inflater.eof:
+                raise EntryFormatError("zlib stream is truncated or longer than declared")
+        elif compression == ZSTD:
+            reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(bytes(data)))
+            chunks: list[bytes] = []
+            wanted = uncompressed_size + 1
+            while wanted > 0:
+                chunk = reader.read(wanted)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                wanted -= len(chunk)
+            out = b"".join(chunks)
+        elif compression == SNAPPY:
+            declared = _snappy_length(data)
+            if declared != uncompressed_size:
+                raise EntryFormatError(
+                    f"snappy block declares {declared} bytes, metadata says {uncompressed_size}"
+                )
+            out = snappy.uncompress(bytes(data))
+        else:
+            raise EntryFormatError(f"unknown compression type {compression}")
+    except EntryFormatError:
+        raise
+    except Exception as exc:  # each codec library raises its own error types
+        raise EntryFormatError(f"cannot decompress {_name(compression)} payload: {exc}") from exc
+    if len(out) != uncompressed_size:
+        raise EntryFormatError(
+            f"{_name(compression)} payload inflated to {len(out)} bytes, expected {uncompressed_size}"
+        )
+    return bytes(out)
+
+
+def _name(compression: int) -> str:
+    try:
+        return pb.CompressionType.Name(compression)
+    except ValueError:
+        return str(compression)
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def _is_batch(metadata: pb.MessageMetadata) -> bool:
+    return metadata.HasField("num_messages_in_batch")
+
+
+def iter_batch(
+    metadata: pb.MessageMetadata,
+    payload: bytes | memoryview,
+    *,
+    max_uncompressed_size: int = DEFAULT_MAX_UNCOMPRESSED_SIZE,
+) -> list[SingleMessage]:
+    """The messages of an entry, decompressed.
+
+    For a batch entry, one :class:`SingleMessage` per batch slot (including slots marked
+    ``compacted_out``).  For a non-batch entry, one message whose
+    ``SingleMessageMetadata`` is taken from the entry's ``MessageMetadata``.  A chunk of
+    a chunked message is returned as-is (reassembly is the reader's job).
+    """
+    data = decompress(
+        metadata.compression,
+        payload,
+        metadata.uncompressed_size,
+        max_uncompressed_size=max_uncompressed_size,
+    )
+    if not _is_batch(metadata):
+        single = pb.SingleMessageMetadata(payload_size=len(data))
+        single.properties.extend(metadata.properties)
+        for name in (
+            "partition_key",
+            "event_time",
+            "partition_key_b64_encoded",
+            "ordering_key",
+            "sequence_id",
+            "null_value",
+            "null_partition_key",
+        ):
+            if metadata.HasField(name):
+                setattr(single, name, getattr(metadata, name))
+        return [SingleMessage(single, data)]
+
+    count = metadata.num_messages_in_batch
+    if count < 1:
+        raise EntryFormatError(f"batch declares {count} messages")
+    view = memoryview(data)
+    out: list[SingleMessage] = []
+    pos = 0
+    for index in range(count):
+        if pos + 4 > len(view):
+            raise EntryFormatError(f"batch truncated before message {index} of {count}")
+        (meta_size,) = _U32.unpack_from(view, pos)
+        pos += 4
+        if pos + meta_size > len(view):
+            raise EntryFormatError(f"metadata of batch message {index} exceeds the payload")
+        single = pb.SingleMessageMetadata()
+        try:
+            single.ParseFromString(view[pos : pos + meta_size])
+        except DecodeError as exc:
+            raise EntryFormatError(f"malformed metadata of batch message {index}: {exc}") from exc
+        if not strings_are_utf8(single):
+            raise EntryFormatError(f"metadata of batch message {index} holds a non-UTF-8 string")
+        pos += meta_size
+        size = single.payload_size
+        if size < 0 or pos + size > len(view):
+            raise EntryFormatError(
+                f"payload of batch message {index} ({size} bytes) exceeds the batch"
+            )
+        out.append(SingleMessage(single, bytes(view[pos : pos + size])))
+        pos += size
+    if pos != len(view):
+        raise EntryFormatError(f"{len(view) - pos} stray bytes after the last batch message")
+    return out
+
+
+def _single_metadata(message: Message, payload_size: int) -> pb.SingleMessageMetadata:
+    single = pb.SingleMessageMetadata(payload_size=payload_size)
+    for name, value in message.properties.items():
+        single.properties.add(key=name, value=value)
+    if message.key is not None:
+        single.partition_key = message.key
+        if message.key_b64_encoded:
+            single.partition_key_b64_encoded = True
+    if message.event_time:
+        single.event_time = message.event_time
+    if message.ordering_key is not None:
+        single.ordering_key = message.ordering_key
+    if message.sequence_id is not None:
+        single.sequence_id = message.sequence_id
+    if message.null_value:
+        single.null_value = True
+    return single
+
+
+def build_batch(
+    messages: Sequence[Message], compression: int = NONE
+) -> tuple[dict[str, Any], bytes]:
+    """Lay ``messages`` out as a batch payload and compress it.
+
+    Returns the ``MessageMetadata`` fields the batch needs (``num_messages_in_batch``,
+    ``compression`` and, when compressed, ``uncompressed_size``) and the payload.
+    """
+    if not messages:
+        raise EntryFormatError("a batch holds at least one message")
+    parts: list[bytes] = []
+    for message in messages:
+        meta = _single_metadata(message, len(message.payload)).SerializeToString()
+        parts += (_U32.pack(len(meta)), meta, message.payload)
+    raw = b"".join(parts)
+    fields: dict[str, Any] = {"num_messages_in_batch": len(messages), "compression": compression}
+    if compression != NONE:
+        fields["uncompressed_size"] = len(raw)
+    return fields, compress(compression, raw)
+
+
+def entry_from_messages(
+    messages: Sequence[Message],
+    *,
+    producer_name: str,
+    sequence_id: int,
+    publish_time: int,
+    compression: int = NONE,
+    batched: bool | None = None,
+) -> bytes:
+    """Build one entry from ``messages`` (how non-Pulsar protocols write to a topic).
+
+    ``batched=None`` writes a batch entry when there is more than one message and a
+    plain entry otherwise; a plain entry holds exactly one message.
+    """
+    if not messages:
+        raise EntryFormatError("an entry holds at least one message")
+    if batched is None:
+        batched = len(messages) > 1
+    metadata = pb.MessageMetadata(
+        producer_name=producer_name, sequence_id=sequence_id, publish_time=publish_time
+    )
+    if batched:
+        fields, payload = build_batch(messages, compression)
+        for name, value in fields.items():
+            setattr(metadata, name, value)
+        last = messages[-1].sequence_id
+        if last is not None and last != sequence_id:
+            metadata.highest_sequence_id = last
+        return encode_entry(metadata, payload)
+
+    if len(messages) != 1:
+        raise EntryFormatError("a plain (non-batch) entry holds exactly one message")
+    message = messages[0]
+    for name, value in message.properties.items():
+        metadata.properties.add(key=name, value=value)
+    if message.key is not None:
+        metadata.partition_key = message.key
+        if message.key_b64_encoded:
+            metadata.partition_key_b64_encoded = True
+    if message.event_time:
+        metadata.event_time = message.event_time
+    if message.ordering_key is not None:
+        metadata.ordering_key = message.ordering_key
+    if message.deliver_at_time is not None:
+        metadata.deliver_at_time = message.deliver_at_time
+    if message.null_value:
+        metadata.null_value = True
+    if compression != NONE:
+        metadata.compression = compression
+        metadata.uncompressed_size = len(message.payload)
+    return encode_entry(metadata, compress(compression, message.payload))
+
+
+def messages_from_entry(
+    buf: bytes | bytearray | memoryview,
+    *,
+    max_uncompressed_size: int = DEFAULT_MAX_UNCOMPRESSED_SIZE,
+) -> list[Message]:
+    """Decode an entry into :class:`Message` views (compacted-out slots are skipped).
+
+    Batch members inherit what only the entry carries: publish time, producer name,
+    deliver-at time, and - when they have none of their own - a sequence id counted
+    from the entry's.
+    """
+    metadata, payload = decode_entry(buf)
+    singles = iter_batch(metadata, payload, max_uncompressed_size=max_uncompressed_size)
+    out: list[Message] = []
+    for index, single in enumerate(singles):
+        meta = single.metadata
+        if meta.compacted_out:
+            continue
+        if meta.HasField("sequence_id"):
+            sequence_id = meta.sequence_id
+        else:
+            sequence_id = metadata.sequence_id + index
+        out.append(
+            Message(
+                payload=single.payload,
+                key=meta.partition_key if meta.HasField("partition_key") else None,
+                properties={kv.key: kv.value for kv in meta.properties},
+                event_time=meta.event_time or None,
+                publish_time=metadata.publish_time,
+                sequence_id=sequence_id,
+                producer_name=metadata.producer_name,
+                ordering_key=meta.ordering_key if meta.HasField("ordering_key") else None,
+                deliver_at_time=(
+                    metadata.deliver_at_time if metadata.HasField("deliver_at_time") else None
+                ),
+                null_value=meta.null_value,
+                key_b64_encoded=meta.partition_key_b64_encoded,
+            )
+        )
+    return out
