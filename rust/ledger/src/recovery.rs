@@ -1,0 +1,179 @@
+//! Fencing and recovery of a ledger whose writer may be gone.
+//!
+//! Theory of operation (BookKeeper's ledger recovery):
+//!
+//! 1. The metadata goes to IN_RECOVERY with compare-and-set, so the writer can no longer
+//!    change its ensemble or close the ledger.
+//! 2. The last fragment's bookies are fenced with a fencing read of their last add
+//!    confirmed. Once every write set has `Qw - Qa + 1` fenced bookies, no write set can
+//!    gather `Qa` acks any more: the writer can confirm nothing new.
+//! 3. From the highest last add confirmed reported, entries are read forward with fencing
+//!    reads. An entry found on any bookie may have been confirmed, so it is re-added to its
+//!    whole write set (recovery adds pass the fence). An entry that `Qw - Qa + 1` bookies
+//!    of its write set do not have cannot have been confirmed, nor any after it: recovery
+//!    stops there.
+//! 4. The metadata is closed with the last recovered entry and its running length.
+//!
+//! Every entry the writer saw confirmed is at or below the recovered last entry, and
+//! readable.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::client::BkInner;
+use crate::entry::{self, DecodedEntry};
+use crate::error::{LedgerError, Result};
+use crate::handle::LedgerHandle;
+use crate::meta_client::Versioned;
+use crate::metadata::{LedgerMetadata, LedgerState};
+use crate::quorum::{covers, write_set};
+
+enum Probe {
+    Found(Bytes, DecodedEntry),
+    Missing,
+}
+
+fn failure(id: u64, reason: impl Into<String>) -> LedgerError {
+    LedgerError::Recovery { ledger: id, reason: reason.into() }
+}
+
+/// Recover ledger `id` (not closed when read as `cached`) and open it read-only.
+pub(crate) async fn recover(bk: &Arc<BkInner>, id: u64, cached: Versioned) -> Result<LedgerHandle> {
+    let (meta, version) = bk
+        .meta
+        .update_ledger(id, cached, |m| match m.state {
+            LedgerState::Open => {
+                m.state = LedgerState::InRecovery;
+                Ok(true)
+            }
+            LedgerState::InRecovery | LedgerState::Closed => Ok(false),
+        })
+        .await?;
+    if meta.state == LedgerState::Closed {
+        return Ok(LedgerHandle::reader(Arc::clone(bk), id, meta, version, None));
+    }
+    let lac = fence(bk, id, &meta).await?;
+    let mut length = if lac >= 0 {
+        let entry = u64::try_from(lac).unwrap_or(0);
+        match probe(bk, id, &meta, entry).await? {
+            Probe::Found(_, decoded) => decoded.length,
+            Probe::Missing => return Err(failure(id, format!("confirmed entry {entry} is missing on its bookies"))),
+        }
+    } else {
+        0
+    };
+    let mut last = lac;
+    let mut next = u64::try_from(lac + 1).unwrap_or(0);
+    loop {
+        match probe(bk, id, &meta, next).await? {
+            Probe::Missing => break,
+            Probe::Found(framed, decoded) => {
+                replicate(bk, id, &meta, next, last, framed).await?;
+                last = i64::try_from(next).unwrap_or(i64::MAX);
+                length = decoded.length;
+                next += 1;
+            }
+        }
+    }
+    log::info!("ledger {id}: recovered, last entry {last}, length {length}");
+    let (meta, version) = bk
+        .meta
+        .update_ledger(id, (meta, version), |m| match m.state {
+            LedgerState::Closed => Ok(false),
+            LedgerState::Open | LedgerState::InRecovery => {
+                m.state = LedgerState::Closed;
+                m.last_entry_id = last;
+                m.length = length;
+                Ok(true)
+            }
+        })
+        .await?;
+    Ok(LedgerHandle::reader(Arc::clone(bk), id, meta, version, None))
+}
+
+/// Fence the last fragment and return the highest last add confirmed it reports.
+async fn fence(bk: &Arc<BkInner>, id: u64, meta: &LedgerMetadata) -> Result<i64> {
+    let ensemble = meta.current_ensemble().to_vec();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (slot, addr) in ensemble.iter().cloned().enumerate() {
+        let bk = Arc::clone(bk);
+        tasks.spawn(async move { (slot, bk.transport.read_lac(&addr, id, true).await) });
+    }
+    let mut responded = vec![false; ensemble.len()];
+    let mut lac = meta.ensembles.last().map_or(-1, |(first, _)| i64::try_from(*first).unwrap_or(i64::MAX) - 1);
+    let mut errors = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        let (slot, result) = joined.map_err(|e| LedgerError::Runtime(e.to_string()))?;
+        match result {
+            Ok(l) => {
+                responded[slot] = true;
+                lac = lac.max(l);
+            }
+            Err(e) if e.is_missing() => responded[slot] = true,
+            Err(e) => {
+                if e.is_bookie_failure() {
+                    bk.mark_failed(&ensemble[slot]);
+                }
+                errors.push(format!("{}: {e}", ensemble[slot]));
+            }
+        }
+    }
+    if !covers(ensemble.len(), meta.write_quorum_size, meta.ack_quorum_size, |slot| responded[slot]) {
+        return Err(failure(id, format!("could not fence enough bookies ({})", errors.join("; "))));
+    }
+    Ok(lac)
+}
+
+/// Fencing-read `entry` from its write set until it is found or known not confirmed.
+async fn probe(bk: &Arc<BkInner>, id: u64, meta: &LedgerMetadata, entry: u64) -> Result<Probe> {
+    let ensemble = meta.ensemble_for(entry);
+    let need_missing = meta.write_quorum_size.saturating_sub(meta.ack_quorum_size) + 1;
+    let mut missing = 0;
+    let mut errors = Vec::new();
+    for slot in write_set(entry, ensemble.len(), meta.write_quorum_size) {
+        let Some(addr) = ensemble.get(slot) else { continue };
+        match bk.transport.read(addr, id, entry, true).await {
+            Ok(read) => match entry::decode(id, entry, &read.data) {
+                Ok(decoded) => return Ok(Probe::Found(read.data, decoded)),
+                Err(e) => errors.push(format!("{addr}: {e}")),
+            },
+            Err(e) if e.is_missing() => {
+                missing += 1;
+                if missing >= need_missing {
+                    return Ok(Probe::Missing);
+                }
+            }
+            Err(e) => errors.push(format!("{addr}: {e}")),
+        }
+    }
+    Err(failure(id, format!("entry {entry} neither found nor known missing ({})", errors.join("; "))))
+}
+
+/// Re-add a recovered entry to its whole write set; `Qa` acks are required.
+async fn replicate(bk: &Arc<BkInner>, id: u64, meta: &LedgerMetadata, entry: u64, lac: i64, framed: Bytes) -> Result<()> {
+    let ensemble = meta.ensemble_for(entry).to_vec();
+    let mut tasks = tokio::task::JoinSet::new();
+    for slot in write_set(entry, ensemble.len(), meta.write_quorum_size) {
+        let Some(addr) = ensemble.get(slot).cloned() else { continue };
+        let bk = Arc::clone(bk);
+        let framed = framed.clone();
+        tasks.spawn(async move {
+            let r = bk.transport.add(&addr, id, entry, lac, framed, true).await;
+            (addr, r)
+        });
+    }
+    let mut acks = 0;
+    let mut errors = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok((_, Ok(()))) => acks += 1,
+            Ok((addr, Err(e))) => errors.push(format!("{addr}: {e}")),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    if acks < meta.ack_quorum_size {
+        return Err(failure(id, format!("entry {entry} re-replicated to {acks} bookies only ({})", errors.join("; "))));
+    }
+    Ok(())
+}
