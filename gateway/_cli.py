@@ -1,0 +1,262 @@
+"""The ``magnetar`` command line.
+
+Each sub-command is one :class:`Command`: a name, a help line, a function that adds its
+arguments, and a function that runs it. Commands are listed in :data:`COMMANDS`; a new
+one is added with :func:`register_command` (see the built-in ones at the end of this
+module). The code that does a command's work is imported inside its ``run`` function, so
+``magnetar --help`` and ``magnetar <command> --help`` load nothing heavy.
+
+Exit codes: 0 success, 2 usage or configuration error (printed as
+``magnetar: error: ...`` on stderr), otherwise whatever the command returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._config import Config, ConfigError, load_config
+
+__all__ = ["COMMANDS", "Command", "main", "register_command", "version_string", "load_command_config"]
+
+PROG = "magnetar"
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One sub-command of ``magnetar``."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    description: str = ""
+
+
+#: Registered sub-commands by name, in registration order (the order ``--help`` lists them).
+COMMANDS: dict[str, Command] = {}
+
+
+def register_command(command: Command) -> Command:
+    """Add a sub-command; a later registration under the same name replaces the earlier one."""
+    COMMANDS[command.name] = command
+    return command
+
+
+def version_string() -> str:
+    """``magnetar <version>`` from the installed distribution, else the package's ``__version__``."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("magnetar")
+    except metadata.PackageNotFoundError:
+        import gateway
+
+        version = getattr(gateway, "__version__", "0+unknown")
+    return f"{PROG} {version}"
+
+
+def _default_conf(name: str) -> str | None:
+    for base in (os.getcwd(), _REPO_ROOT):
+        candidate = os.path.join(base, "conf", name)
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer port") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port 0-65535")
+    return value
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, default_file: str) -> None:
+    """``--config FILE`` and repeated ``-c/--conf key=value``, shared by server commands."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help=f"configuration file (default: conf/{default_file} if present, else built-in defaults)",
+    )
+    parser.add_argument(
+        "-c",
+        "--conf",
+        metavar="KEY=VALUE",
+        type=_key_value,
+        action="append",
+        default=[],
+        help="override one configuration key; repeatable",
+    )
+    parser.set_defaults(default_config_file=default_file)
+
+
+def load_command_config(args: argparse.Namespace, flag_overrides: dict[str, str] | None = None) -> Config:
+    """Resolve the configuration for a command: its file, the environment, ``-c`` pairs,
+    then the command's own flags (``flag_overrides``, already mapped to key names)."""
+    path = args.config
+    if path is None:
+        path = _default_conf(args.default_config_file)
+    overrides = dict(args.conf)
+    overrides.update(flag_overrides or {})
+    return load_config(path, overrides)
+
+
+def _setup_logging(cfg: Config) -> None:
+    from ._logging import setup_logging
+
+    setup_logging(cfg.logLevel, cfg.logFormat)
+
+
+# --------------------------------------------------------------------------------------
+# Built-in commands
+
+
+def _standalone_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_arguments(p, "standalone.conf")
+    p.add_argument("--bookies", type=_positive_int, metavar="N",
+                   help="number of in-process bookies (standaloneBookies)")
+    p.add_argument("--data-dir", metavar="DIR", help="data directory (dataDirectory)")
+    p.add_argument("--wipe-data", action="store_true",
+                   help="delete the data directory's contents before starting")
+
+
+def _run_standalone(args: argparse.Namespace) -> int:
+    flags: dict[str, str] = {}
+    if args.bookies is not None:
+        flags["standaloneBookies"] = str(args.bookies)
+    if args.data_dir is not None:
+        flags["dataDirectory"] = args.data_dir
+    cfg = load_command_config(args, flags)
+    _setup_logging(cfg)
+    from . import _standalone
+
+    return int(_standalone.run(cfg, args))
+
+
+def _bookie_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_arguments(p, "bookie.conf")
+    p.add_argument("--port", type=_port, metavar="PORT", help="bookie port (bookiePort)")
+    p.add_argument("--data-dir", metavar="DIR", help="data directory (dataDirectory)")
+    p.add_argument("--metadata-store-url", metavar="URL",
+                   help="metadata store, e.g. zk:127.0.0.1:2181/magnetar (metadataStoreUrl)")
+
+
+def _run_bookie(args: argparse.Namespace) -> int:
+    flags: dict[str, str] = {}
+    if args.port is not None:
+        flags["bookiePort"] = str(args.port)
+    if args.data_dir is not None:
+        flags["dataDirectory"] = args.data_dir
+    if args.metadata_store_url is not None:
+        flags["metadataStoreUrl"] = args.metadata_store_url
+    cfg = load_command_config(args, flags)
+    _setup_logging(cfg)
+    from . import _bookie
+
+    return int(_bookie.run(cfg, args))
+
+
+def _version_arguments(p: argparse.ArgumentParser) -> None:
+    del p
+
+
+def _run_version(args: argparse.Namespace) -> int:
+    del args
+    print(version_string())
+    return 0
+
+
+register_command(Command(
+    "standalone",
+    "run a broker with in-process bookies and a local metadata store",
+    _standalone_arguments,
+    _run_standalone,
+    "Run every listener, the metadata store and the bookies in one process.",
+))
+register_command(Command(
+    "bookie",
+    "run one bookie (storage server) of a cluster",
+    _bookie_arguments,
+    _run_bookie,
+    "Run a bookie that registers itself in the metadata store.",
+))
+register_command(Command("version", "print the version", _version_arguments, _run_version))
+
+
+# --------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with one sub-parser per registered command."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="One broker for Pulsar, Kafka, AMQP 0-9-1 and MQTT clients.",
+    )
+    parser.add_argument("--version", action="version", version=version_string())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for command in COMMANDS.values():
+        p = sub.add_parser(command.name, help=command.help,
+                           description=command.description or command.help)
+        command.add_arguments(p)
+        p.set_defaults(_command=command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``magnetar`` with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return _exit_code(e.code)
+    command: Command | None = getattr(args, "_command", None)
+    if command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return command.run(args)
+    except ConfigError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _exit_code(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,565 @@
+"""Configuration: Pulsar-style ``key=value`` files, environment and command-line overrides.
+
+Theory of operation
+-------------------
+Every setting Magnetar understands is one row of :data:`KEYS`: its Pulsar name, a type,
+a default (Pulsar's own default wherever Pulsar has the key, except where Magnetar
+deliberately differs, e.g. binding to loopback), a validator and a one-line doc. A value
+is resolved in this order, later sources winning:
+
+1. the built-in default (some defaults are derived from other keys, e.g. the metadata
+   store and the bookie directories live under ``dataDirectory`` unless set);
+2. the configuration file (``#`` comments, blank lines, whitespace trimmed; an empty
+   value means "use the default", exactly like Pulsar);
+3. the environment, the way Pulsar's container scripts apply it: ``PULSAR_PREFIX_<key>``
+   sets any key, and a variable named exactly ``<key>`` overrides a key only when that
+   key is present (uncommented) in the file being loaded;
+4. explicit overrides (command-line flags and ``-c key=value``).
+
+An unknown key is not an error: it is logged as a warning naming it and kept, as a
+string, in :attr:`Config.unknown` (plugins may read their own keys from there). A value
+that does not parse or validate raises :class:`ConfigError` naming the key, the value
+and the expected form. The resulting :class:`Config` is immutable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+__all__ = [
+    "ENV_PREFIX",
+    "KEYS",
+    "Config",
+    "ConfigError",
+    "Key",
+    "Listener",
+    "load_config",
+    "parse_config_text",
+    "parse_duration",
+    "parse_listener",
+]
+
+log = logging.getLogger("magnetar.config")
+
+#: Environment variables named ``PULSAR_PREFIX_<key>`` set ``<key>`` (Pulsar's convention).
+ENV_PREFIX = "PULSAR_PREFIX_"
+
+
+class ConfigError(ValueError):
+    """A configuration value (or file) that cannot be used; the message names the key."""
+
+
+# --------------------------------------------------------------------------------------
+# Value parsing
+
+
+class Listener(NamedTuple):
+    """One listener URL such as ``PLAINTEXT://127.0.0.1:9092``."""
+
+    scheme: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+
+_LISTENER_RE = re.compile(
+    r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-_]*)://(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:/\[\]]*)):(?P<port>\d+)/?$"
+)
+
+
+def parse_listener(text: str) -> Listener:
+    """Parse ``scheme://host:port`` (IPv6 hosts in brackets; an empty host means all addresses).
+
+    >>> parse_listener("PLAINTEXT://127.0.0.1:9092")
+    Listener(scheme='PLAINTEXT', host='127.0.0.1', port=9092)
+    """
+    m = _LISTENER_RE.match(text.strip())
+    if m is None:
+        raise ValueError(f"{text!r} is not a listener URL of the form scheme://host:port")
+    port = int(m.group("port"))
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{text!r} has port {port} outside 0-65535")
+    host = m.group("v6") if m.group("v6") is not None else m.group("host")
+    return Listener(m.group("scheme"), host, port)
+
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_RE = re.compile(r"^\s*(?P<num>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|m|h|d)?\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Parse a duration into seconds: a bare number is seconds; suffixes ms, s, m, h, d.
+
+    >>> parse_duration("250ms"), parse_duration("2m"), parse_duration("1.5")
+    (0.25, 120.0, 1.5)
+    """
+    m = _DURATION_RE.match(text)
+    if m is None:
+        raise ValueError(f"{text!r} is not a duration")
+    return float(m.group("num")) * _DURATION_UNITS[m.group("unit") or "s"]
+
+
+_TRUE = frozenset({"true", "yes", "on", "1"})
+_FALSE = frozenset({"false", "no", "off", "0"})
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError("is not a boolean")
+
+
+def _parse_int(text: str) -> int:
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise ValueError("is not an integer") from None
+
+
+def _parse_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError("is not a finite number")
+    return value
+
+
+def _parse_list(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _parse_duration_value(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise ValueError("is not a duration") from None
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "str": str,
+    "int": _parse_int,
+    "float": _parse_float,
+    "bool": _parse_bool,
+    "list": _parse_list,
+    "duration": _parse_duration_value,
+}
+
+_FORMS = {
+    "str": "a string",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "list": "a comma-separated list",
+    "duration": "a duration such as 30s, 250ms, 5m",
+}
+
+
+# --------------------------------------------------------------------------------------
+# The table of keys
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One known configuration key.
+
+    ``validate`` returns ``None`` when the parsed value is acceptable, else a short
+    reason ("is out of range"); ``expected`` describes the accepted form for messages.
+    ``derive`` computes the default from the other resolved values when the key is not
+    set explicitly (e.g. paths under ``dataDirectory``).
+    """
+
+    name: str
+    type: str
+    default: Any
+    doc: str
+    expected: str = ""
+    validate: Callable[[Any], str | None] | None = None
+    derive: Callable[[Mapping[str, Any]], Any] | None = None
+
+    def parse(self, raw: str) -> Any:
+        """Parse and validate ``raw``; raise :class:`ConfigError` naming the key otherwise."""
+        expected = self.expected or _FORMS[self.type]
+        try:
+            value = _PARSERS[self.type](raw)
+        except ValueError as e:
+            reason = str(e) if str(e).startswith("is ") else f"is not {_FORMS[self.type]}"
+            raise ConfigError(f"{self.name}: {raw!r} {reason} (expected {expected})") from None
+        if self.validate is not None:
+            problem = self.validate(value)
+            if problem is not None:
+                raise ConfigError(f"{self.name}: {raw!r} {problem} (expected {expected})")
+        return value
+
+
+def _range(lo: float | None = None, hi: float | None = None) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if lo is not None and value < lo:
+            return "is out of range"
+        if hi is not None and value > hi:
+            return "is out of range"
+        return None
+
+    return check
+
+
+def _choice(*choices: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value in choices else "is not one of the accepted values"
+
+    return check
+
+
+def _nonempty(value: Any) -> str | None:
+    return None if value else "is empty"
+
+
+def _listeners(value: Any) -> str | None:
+    for item in value:
+        try:
+            parse_listener(item)
+        except ValueError:
+            return f"contains {item!r}, which is not a listener URL"
+    return None
+
+
+_METADATA_URL_RE = re.compile(r"^(?:sqlite:.+|memory:.*|zk:[^/\s]+(?:/.*)?)$")
+
+
+def _metadata_url(value: Any) -> str | None:
+    return None if _METADATA_URL_RE.match(value) else "is not a metadata store URL"
+
+
+def _port(name: str, default: int, doc: str) -> Key:
+    return Key(name, "int", default, doc, "an integer port 0-65535", _range(0, 65535))
+
+
+def _int(name: str, default: int, doc: str, lo: int | None = None, hi: int | None = None) -> Key:
+    if lo is not None and hi is not None:
+        expected = f"an integer {lo}-{hi}"
+    elif lo is not None:
+        expected = f"an integer >= {lo}"
+    else:
+        expected = "an integer"
+    return Key(name, "int", default, doc, expected, _range(lo, hi))
+
+
+def _float(name: str, default: float, doc: str, lo: float | None = None) -> Key:
+    expected = "a number" if lo is None else f"a number >= {lo:g}"
+    return Key(name, "float", default, doc, expected, _range(lo, None))
+
+
+def _bool(name: str, default: bool, doc: str) -> Key:
+    return Key(name, "bool", default, doc)
+
+
+def _str(name: str, default: str, doc: str) -> Key:
+    return Key(name, "str", default, doc)
+
+
+def _enum(name: str, default: str, doc: str, *choices: str) -> Key:
+    return Key(name, "str", default, doc, "one of " + ", ".join(choices), _choice(*choices))
+
+
+def _under_data(*parts: str) -> Callable[[Mapping[str, Any]], str]:
+    def derive(values: Mapping[str, Any]) -> str:
+        return os.path.join(values["dataDirectory"], *parts)
+
+    return derive
+
+
+def _derive_ledger_dirs(values: Mapping[str, Any]) -> tuple[str, ...]:
+    return (os.path.join(values["dataDirectory"], "bookkeeper", "ledgers"),)
+
+
+def _derive_metadata_url(values: Mapping[str, Any]) -> str:
+    return "sqlite:" + os.path.join(values["dataDirectory"], "metadata.db")
+
+
+_KEY_LIST: tuple[Key, ...] = (
+    # --- process, addresses, ports
+    _str("clusterName", "standalone", "Name of the cluster this broker belongs to."),
+    _port("brokerServicePort", 6650, "Port of the Pulsar binary protocol listener."),
+    _port("webServicePort", 8080, "Port of the admin REST API and /metrics."),
+    Key("bindAddress", "str", "127.0.0.1",
+        "Address every listener binds to (Pulsar binds 0.0.0.0; Magnetar binds loopback).",
+        "a host name or IP address", _nonempty),
+    _str("advertisedAddress", "",
+         "Host name or IP advertised to clients; empty means the bind address."),
+    Key("dataDirectory", "str", "data",
+        "Directory under which Magnetar keeps its local metadata and bookie data.",
+        "a directory path", _nonempty),
+    Key("metadataStoreUrl", "str", "sqlite:data/metadata.db",
+        "Metadata store: sqlite:PATH, memory:, or zk:host:port[,host:port]/chroot "
+        "(default: sqlite:<dataDirectory>/metadata.db).",
+        "sqlite:PATH, memory: or zk:host:port[,host:port][/chroot]", _metadata_url,
+        _derive_metadata_url),
+    _int("metadataStoreSessionTimeoutMillis", 30000,
+         "Metadata store (ZooKeeper) session timeout in milliseconds.", 1),
+    _int("brokerShutdownTimeoutMs", 60000,
+         "How long a graceful shutdown may take before connections are dropped.", 0),
+    # --- protocols and listeners
+    Key("messagingProtocols", "list", ("pulsar",),
+        "Protocol handlers to load: pulsar, kafka, amqp, mqtt, or module:Class.",
+        "a comma-separated list of protocol names or module:Class"),
+    Key("kafkaListeners", "list", ("PLAINTEXT://127.0.0.1:9092",),
+        "Kafka listener URLs.", "a comma-separated list of scheme://host:port", _listeners),
+    Key("kafkaAdvertisedListeners", "list", (),
+        "Kafka listener URLs advertised to clients; empty means kafkaListeners.",
+        "a comma-separated list of scheme://host:port", _listeners),
+    _str("kafkaTenant", "public", "Tenant that Kafka topics live in."),
+    _str("kafkaNamespace", "default", "Namespace that Kafka topics live in."),
+    Key("amqpListeners", "list", ("amqp://127.0.0.1:5672",),
+        "AMQP 0-9-1 listener URLs.", "a comma-separated list of scheme://host:port", _listeners),
+    Key("mqttListeners", "list", ("mqtt://127.0.0.1:1883",),
+        "MQTT listener URLs.", "a comma-separated list of scheme://host:port", _listeners),
+    # --- messages and connections
+    _int("maxMessageSize", 5242880, "Largest message (batch) payload accepted, in bytes.", 1024),
+    _int("keepAliveIntervalSeconds", 30, "Interval of protocol-level keep-alive pings.", 0),
+    # --- topics
+    _bool("allowAutoTopicCreation", True, "Create topics on first produce/subscribe."),
+    _enum("allowAutoTopicCreationType", "non-partitioned",
+          "Kind of topic created automatically.", "partitioned", "non-partitioned"),
+    _int("defaultNumPartitions", 1, "Partitions of an automatically created partitioned topic.", 1),
+    _bool("brokerDeduplicationEnabled", False, "Message deduplication by producer sequence id."),
+    _bool("brokerDeleteInactiveTopicsEnabled", False,
+          "Delete topics with no producers, subscriptions or backlog "
+          "(Pulsar enables this; Magnetar does not by default)."),
+    _int("brokerDeleteInactiveTopicsFrequencySeconds", 60,
+         "How often inactive topics are looked for.", 1),
+    _int("subscriptionExpirationTimeMinutes", 0,
+         "Delete subscriptions inactive for this long; 0 disables.", 0),
+    _int("maxUnackedMessagesPerConsumer", 50000,
+         "Unacknowledged messages after which a consumer is sent no more; 0 disables.", 0),
+    _int("maxUnackedMessagesPerSubscription", 200000,
+         "Unacknowledged messages after which a subscription is sent no more; 0 disables.", 0),
+    _int("dispatcherMaxReadBatchSize", 100, "Entries read from storage in one dispatch.", 1),
+    # --- retention, TTL, backlog quota
+    _int("defaultRetentionTimeInMinutes", 0,
+         "Keep acknowledged messages this long; 0 none, -1 forever.", -1),
+    _int("defaultRetentionSizeInMB", 0,
+         "Keep up to this much acknowledged data; 0 none, -1 unlimited.", -1),
+    _int("ttlDurationDefaultInSeconds", 0, "Expire unacknowledged messages after; 0 never.", 0),
+    _float("backlogQuotaDefaultLimitGB", -1.0, "Default backlog quota per topic; -1 unlimited."),
+    _enum("backlogQuotaDefaultRetentionPolicy", "producer_request_hold",
+          "What happens when the backlog quota is exceeded.",
+          "producer_request_hold", "producer_exception", "consumer_backlog_eviction"),
+    # --- managed ledger
+    _int("managedLedgerDefaultEnsembleSize", 1, "Bookies a ledger is striped over (E).", 1),
+    _int("managedLedgerDefaultWriteQuorum", 1, "Copies written of each entry (Qw).", 1),
+    _int("managedLedgerDefaultAckQuorum", 1, "Copies acknowledged before success (Qa).", 1),
+    _int("managedLedgerMaxEntriesPerLedger", 50000, "Roll the ledger over after this many entries.", 1),
+    _int("managedLedgerMinLedgerRolloverTimeMinutes", 10,
+         "A ledger is not rolled over before it is this old.", 0),
+    _int("managedLedgerMaxLedgerRolloverTimeMinutes", 240,
+         "A ledger is rolled over once it is this old.", 0),
+    _int("managedLedgerMaxSizePerLedgerMbytes", 2048, "Roll the ledger over at this size.", 1),
+    _float("managedLedgerDefaultMarkDeleteRateLimit", 1.0,
+           "Mark-delete persistence operations per second per cursor; 0 unlimited.", 0.0),
+    # --- bookie
+    _port("bookiePort", 3181, "Port of the (first) bookie server."),
+    _int("standaloneBookies", 1, "Bookies started inside the standalone process.", 1, 16),
+    Key("journalDirectory", "str", "data/bookkeeper/journal",
+        "Bookie journal directory (default: <dataDirectory>/bookkeeper/journal).",
+        "a directory path", _nonempty, _under_data("bookkeeper", "journal")),
+    Key("ledgerDirectories", "list", ("data/bookkeeper/ledgers",),
+        "Bookie entry-log directories (default: <dataDirectory>/bookkeeper/ledgers).",
+        "a comma-separated list of directory paths", _nonempty, _derive_ledger_dirs),
+    _bool("journalSyncData", True, "Sync the journal to disk (fdatasync) before acknowledging an add."),
+    _int("journalMaxGroupWaitMSec", 2, "Longest wait to group journal writes into one sync.", 0),
+    _int("journalBufferedWritesThreshold", 524288,
+         "Bytes buffered before a grouped journal write is flushed early.", 0),
+    _int("journalMaxSizeMB", 2048, "Roll the journal file over at this size.", 1),
+    # --- logging
+    _enum("logLevel", "info", "Log level.", "trace", "debug", "info", "warning", "warn",
+          "error", "critical"),
+    _enum("logFormat", "text", "Log format: text lines or JSON lines.", "text", "json"),
+)
+
+#: Every known key, by name, in table order.
+KEYS: Mapping[str, Key] = MappingProxyType({k.name: k for k in _KEY_LIST})
+
+
+# --------------------------------------------------------------------------------------
+# The file format
+
+
+def parse_config_text(text: str, source: str = "<string>") -> dict[str, str]:
+    """Parse Pulsar's ``key=value`` properties text into raw strings.
+
+    ``#`` starts a comment line, blank lines are skipped, key and value are trimmed, a
+    later line wins. A non-blank line without ``=`` is an error naming the line.
+    """
+    out: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or stripped.startswith("!"):
+            continue
+        key, sep, value = stripped.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"{source}:{lineno}: expected key=value, got {stripped!r}")
+        out[key] = value.strip()
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# The resolved configuration
+
+
+class Config:
+    """Resolved, immutable configuration; attribute access by Pulsar key name.
+
+    >>> cfg = load_config(None, {"brokerServicePort": "6651"}, environ={})
+    >>> cfg.brokerServicePort, cfg.get("kafkaTenant"), cfg.is_set("kafkaTenant")
+    (6651, 'public', False)
+    """
+
+    __slots__ = ("_values", "_explicit", "_unknown", "_path")
+
+    _values: Mapping[str, Any]
+    _explicit: frozenset[str]
+    _unknown: Mapping[str, str]
+    _path: str | None
+
+    def __init__(
+        self,
+        values: Mapping[str, Any],
+        explicit: frozenset[str] = frozenset(),
+        unknown: Mapping[str, str] | None = None,
+        path: str | None = None,
+    ) -> None:
+        object.__setattr__(self, "_values", MappingProxyType(dict(values)))
+        object.__setattr__(self, "_explicit", frozenset(explicit))
+        object.__setattr__(self, "_unknown", MappingProxyType(dict(unknown or {})))
+        object.__setattr__(self, "_path", path)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"unknown configuration key {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Config is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("Config is immutable")
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __repr__(self) -> str:
+        changed = {k: self._values[k] for k in sorted(self._explicit)}
+        return f"Config(path={self._path!r}, set={changed!r})"
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of a known key, else the raw string of an unknown one, else ``default``."""
+        if key in self._values:
+            return self._values[key]
+        return self._unknown.get(key, default)
+
+    def is_set(self, key: str) -> bool:
+        """Whether ``key`` was given by the file, the environment or an override."""
+        return key in self._explicit
+
+    def as_dict(self) -> dict[str, Any]:
+        """A copy of every known key's value."""
+        return dict(self._values)
+
+    @property
+    def unknown(self) -> Mapping[str, str]:
+        """Keys that are not in :data:`KEYS`, with their raw values."""
+        return self._unknown
+
+    @property
+    def path(self) -> str | None:
+        """The file this configuration was loaded from, if any."""
+        return self._path
+
+    def listeners(self, key: str) -> list[Listener]:
+        """The parsed listener URLs of a list-of-listeners key such as ``kafkaListeners``."""
+        return [parse_listener(item) for item in self._values[key]]
+
+
+def _env_overrides(environ: Mapping[str, str], file_keys: frozenset[str]) -> dict[str, str]:
+    plain: dict[str, str] = {}
+    prefixed: dict[str, str] = {}
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
+            prefixed[name[len(ENV_PREFIX):]] = environ[name]
+        elif name in file_keys:
+            plain[name] = environ[name]
+    plain.update(prefixed)
+    return plain
+
+
+def load_config(
+    path: str | None,
+    overrides: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Load the configuration: defaults, then ``path``, then the environment, then ``overrides``.
+
+    ``environ`` defaults to :data:`os.environ`. Raises :class:`ConfigError` for an
+    unreadable file, a malformed line, or a value that does not parse or validate.
+    """
+    if environ is None:
+        environ = os.environ
+    raw: dict[str, str] = {}
+    file_keys: frozenset[str] = frozenset()
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise ConfigError(f"cannot read configuration file {path}: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"configuration file {path} is not UTF-8 text: {e}") from None
+        raw.update(parse_config_text(text, path))
+        file_keys = frozenset(raw)
+    raw.update(_env_overrides(environ, file_keys))
+    raw.update({k.strip(): v.strip() for k, v in (overrides or {}).items()})
+
+    values: dict[str, Any] = {}
+    explicit: set[str] = set()
+    unknown: dict[str, str] = {}
+    for name, text in raw.items():
+        key = KEYS.get(name)
+        if key is None:
+            unknown[name] = text
+            continue
+        if text == "":
+            continue
+        values[name] = key.parse(text)
+        explicit.add(name)
+    for name in sorted(unknown):
+        log.warning("unknown configuration key %r ignored", name, extra={"key": name})
+
+    for key in _KEY_LIST:
+        if key.name not in values and key.derive is None:
+            values[key.name] = key.default
+    for key in _KEY_LIST:
+        if key.name not in values and key.derive is not None:
+            values[key.name] = key.derive(values)
+    ordered = {key.name: values[key.name] for key in _KEY_LIST}
+    return Config(ordered, frozenset(explicit), unknown, path)

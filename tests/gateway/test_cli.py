@@ -1,0 +1,269 @@
+"""gateway._cli (the ``magnetar`` command) and gateway._logging (the logs it sets up)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import types
+
+import pytest
+
+import gateway
+from gateway import _cli
+from gateway._cli import COMMANDS, Command, main, register_command, version_string
+from gateway._logging import setup_logging
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def fake_runner(monkeypatch):
+    """Replace gateway._standalone and gateway._bookie with recorders of (cfg, args)."""
+    calls: list[tuple[str, object, object]] = []
+
+    def make(name: str) -> types.ModuleType:
+        module = types.ModuleType(f"gateway.{name}")
+
+        def run(cfg, args):
+            calls.append((name, cfg, args))
+            return 0
+
+        module.run = run  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, f"gateway.{name}", module)
+        monkeypatch.setattr(gateway, name, module, raising=False)
+        return module
+
+    make("_standalone")
+    make("_bookie")
+    # The commands configure logging; leave the root logger as the test found it.
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+    return calls
+
+
+@pytest.fixture
+def no_env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("PULSAR_PREFIX_"):
+            monkeypatch.delenv(name)
+
+
+def test_help_lists_every_command(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in ("standalone", "bookie", "version"):
+        assert name in out
+
+
+@pytest.mark.parametrize("command", ["standalone", "bookie", "version"])
+def test_each_command_has_help(command, capsys):
+    assert main([command, "--help"]) == 0
+    assert f"usage: magnetar {command}" in capsys.readouterr().out
+
+
+def test_standalone_help_shows_its_flags(capsys):
+    main(["standalone", "--help"])
+    out = capsys.readouterr().out
+    for flag in ("--config", "--bookies", "--data-dir", "--conf", "--wipe-data"):
+        assert flag in out
+
+
+def test_help_imports_no_command_implementation():
+    code = (
+        "import sys\n"
+        "from gateway._cli import main\n"
+        "assert main(['--help']) == 0\n"
+        "assert main(['standalone', '--help']) == 0\n"
+        "assert main(['bookie', '--help']) == 0\n"
+        "loaded = [m for m in ('gateway._standalone', 'gateway._bookie', 'core', 'trio') "
+        "if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+
+
+def test_version_command(capsys):
+    assert main(["version"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert re.fullmatch(r"magnetar \S+", out)
+    assert out == version_string()
+    assert out.endswith(gateway.__version__)
+
+
+def test_no_command_prints_usage_and_exits_2(capsys):
+    assert main([]) == 2
+    assert "usage: magnetar" in capsys.readouterr().err
+
+
+def test_unknown_command_exits_2(capsys):
+    assert main(["frobnicate"]) == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_standalone_passes_flags_as_configuration(fake_runner, tmp_path, no_env):
+    rc = main([
+        "standalone", "--bookies", "3", "--data-dir", str(tmp_path), "--wipe-data",
+        "-c", "brokerServicePort=16650", "--conf", "kafkaTenant=t1",
+    ])
+    assert rc == 0
+    [(name, cfg, args)] = fake_runner
+    assert name == "_standalone"
+    assert cfg.standaloneBookies == 3
+    assert cfg.dataDirectory == str(tmp_path)
+    assert cfg.metadataStoreUrl == "sqlite:" + os.path.join(str(tmp_path), "metadata.db")
+    assert cfg.brokerServicePort == 16650
+    assert cfg.kafkaTenant == "t1"
+    assert args.wipe_data is True
+
+
+def test_standalone_reads_the_given_config_file(fake_runner, tmp_path, no_env):
+    conf = tmp_path / "my.conf"
+    conf.write_text("clusterName=from-file\nwebServicePort=18080\n")
+    assert main(["standalone", "--config", str(conf), "-c", "webServicePort=18081"]) == 0
+    [(_, cfg, _)] = fake_runner
+    assert cfg.clusterName == "from-file"
+    assert cfg.webServicePort == 18081
+    assert cfg.path == str(conf)
+
+
+def test_standalone_defaults_to_conf_standalone_conf(fake_runner, tmp_path, monkeypatch, no_env):
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "standalone.conf").write_text("clusterName=from-cwd\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["standalone"]) == 0
+    [(_, cfg, _)] = fake_runner
+    assert cfg.clusterName == "from-cwd"
+
+
+def test_bookie_passes_flags_as_configuration(fake_runner, tmp_path, no_env):
+    rc = main([
+        "bookie", "--port", "13181", "--data-dir", str(tmp_path),
+        "--metadata-store-url", "zk:127.0.0.1:2181/m",
+    ])
+    assert rc == 0
+    [(name, cfg, _)] = fake_runner
+    assert name == "_bookie"
+    assert cfg.bookiePort == 13181
+    assert cfg.metadataStoreUrl == "zk:127.0.0.1:2181/m"
+    assert cfg.journalDirectory == os.path.join(str(tmp_path), "bookkeeper", "journal")
+
+
+def test_config_error_prints_magnetar_error_and_exits_2(fake_runner, capsys, no_env):
+    assert main(["standalone", "-c", "brokerServicePort=abc"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("magnetar: error: brokerServicePort: 'abc' is not an integer")
+    assert fake_runner == []
+
+
+def test_missing_config_file_exits_2(fake_runner, tmp_path, capsys):
+    assert main(["bookie", "--config", str(tmp_path / "nope.conf")]) == 2
+    assert "magnetar: error: cannot read configuration file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["standalone", "--bookies", "0"],
+    ["standalone", "-c", "novalue"],
+    ["bookie", "--port", "99999"],
+])
+def test_bad_flags_exit_2(argv, capsys):
+    assert main(argv) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_command_exit_code_is_returned(monkeypatch, fake_runner):
+    sys.modules["gateway._standalone"].run = lambda cfg, args: 3  # type: ignore[attr-defined]
+    assert main(["standalone"]) == 3
+
+
+def test_registered_command_runs(monkeypatch, capsys):
+    monkeypatch.setattr(_cli, "COMMANDS", dict(COMMANDS))
+    seen = []
+
+    def add(p):
+        p.add_argument("--name", required=True)
+
+    def run(args):
+        seen.append(args.name)
+        return 0
+
+    register_command(Command("hello", "say hello", add, run))
+    assert main(["hello", "--name", "x"]) == 0
+    assert seen == ["x"]
+    assert main(["--help"]) == 0
+    assert "say hello" in capsys.readouterr().out
+
+
+def test_console_entry_point_runs_as_a_module():
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway._cli", "version"], env=env, capture_output=True, timeout=60
+    )
+    assert proc.returncode == 0
+    assert proc.stdout.decode().startswith("magnetar ")
+
+
+# --- logging -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def restore_root_logger():
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
+
+
+def test_json_logs_carry_fields(restore_root_logger):
+    buf = io.StringIO()
+    setup_logging("debug", "json", stream=buf)
+    log = logging.getLogger("magnetar.test")
+    log.debug("opened %s", "ledger", extra={"ledger_id": 7, "topic": "persistent://a/b/c"})
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        log.exception("failed")
+    first, second = (json.loads(line) for line in buf.getvalue().splitlines() if line.startswith("{"))
+    assert first["level"] == "debug"
+    assert first["logger"] == "magnetar.test"
+    assert first["msg"] == "opened ledger"
+    assert first["ledger_id"] == 7 and first["topic"] == "persistent://a/b/c"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first["ts"])
+    assert second["level"] == "error" and "RuntimeError: boom" in second["exc"]
+
+
+def test_text_logs_and_level_filtering(restore_root_logger):
+    buf = io.StringIO()
+    setup_logging("warning", "text", stream=buf)
+    log = logging.getLogger("magnetar.test")
+    log.info("hidden")
+    log.warning("shown", extra={"port": 6650})
+    text = buf.getvalue()
+    assert "hidden" not in text
+    assert re.search(r"Z WARNING magnetar\.test: shown port=6650$", text.strip())
+
+
+def test_setup_logging_twice_replaces_its_handler(restore_root_logger):
+    first, second = io.StringIO(), io.StringIO()
+    setup_logging("info", "text", stream=first)
+    setup_logging("info", "json", stream=second)
+    logging.getLogger("magnetar.test").info("once")
+    assert first.getvalue() == ""
+    assert json.loads(second.getvalue())["msg"] == "once"
+
+
+def test_setup_logging_rejects_unknown_level_and_format(restore_root_logger):
+    with pytest.raises(ValueError, match="log level"):
+        setup_logging("loud", "text")
+    with pytest.raises(ValueError, match="log format"):
+        setup_logging("info", "yaml")
