@@ -1,0 +1,300 @@
+"""The MetadataStore contract, run against every implementation (memory, SQLite, ZooKeeper).
+
+The version rules are the native core's (rust/meta): create gives version 0, every
+successful write adds one, ``expected_version`` None / -1 / v means unconditional /
+create-only / compare-and-set.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import pytest
+
+from core.metadata import (
+    AlreadyExistsError,
+    BadVersionError,
+    InvalidPathError,
+    MetadataError,
+    MetadataEvent,
+    NotFoundError,
+    StoreClosedError,
+)
+
+EVENT_TIMEOUT_S = 10.0
+
+
+def test_get_of_absent_path_is_none(store):
+    assert store.get("/nothing/here") is None
+    assert not store.exists("/nothing/here")
+
+
+def test_create_only_then_compare_and_set(store):
+    v0 = store.put("/a", b"one", -1)
+    assert v0 == 0
+    with pytest.raises(BadVersionError):
+        store.put("/a", b"two", v0 + 7)
+    v1 = store.put("/a", b"two", v0)
+    assert v1 == 1
+    assert store.get("/a") == (b"two", 1)
+    with pytest.raises(BadVersionError):
+        store.put("/a", b"three", v0)
+    assert store.get("/a") == (b"two", 1)
+
+
+def test_create_only_on_existing_path_raises_already_exists(store):
+    store.put("/a", b"x")
+    with pytest.raises(AlreadyExistsError):
+        store.put("/a", b"y", -1)
+    assert store.get("/a") == (b"x", 0)
+
+
+def test_versioned_put_on_absent_path_raises_not_found(store):
+    with pytest.raises(NotFoundError):
+        store.put("/absent", b"x", 0)
+    assert not store.exists("/absent")
+
+
+def test_unconditional_put_creates_then_counts_up(store):
+    assert [store.put("/u", bytes([i])) for i in range(4)] == [0, 1, 2, 3]
+    assert store.get("/u") == (b"\x03", 3)
+
+
+def test_errors_are_metadata_errors():
+    for cls in (NotFoundError, BadVersionError, AlreadyExistsError, InvalidPathError, StoreClosedError):
+        assert issubclass(cls, MetadataError)
+
+
+def test_delete_unconditional_versioned_and_absent(store):
+    v = store.put("/k", b"1")
+    with pytest.raises(BadVersionError):
+        store.delete("/k", v + 1)
+    assert store.exists("/k")
+    store.delete("/k", v)
+    assert store.get("/k") is None
+    with pytest.raises(NotFoundError):
+        store.delete("/k")
+    store.put("/k", b"2")
+    store.delete("/k")
+    assert not store.exists("/k")
+
+
+def test_recreated_entry_starts_at_version_zero(store):
+    store.put("/r", b"a")
+    store.put("/r", b"b")
+    store.delete("/r")
+    assert store.put("/r", b"c", -1) == 0
+
+
+def test_children_lists_direct_names_once_sorted(store):
+    for path in ("/l/b", "/l/a", "/l/a/x", "/l/a-b", "/lx", "/l/a/x/y"):
+        store.put(path, b"")
+    assert store.children("/l") == ["a", "a-b", "b"]
+    assert store.children("/l/a") == ["x"]
+    assert store.children("/l/b") == []
+    assert store.children("/missing") == []
+    assert "l" in store.children("/") and "lx" in store.children("/")
+
+
+def test_nested_put_needs_no_parents(store):
+    assert store.put("/x/y/z", b"deep", -1) == 0
+    assert store.get("/x/y/z") == (b"deep", 0)
+    assert store.children("/x") == ["y"]
+    assert store.children("/x/y") == ["z"]
+
+
+def test_binary_and_empty_values_round_trip(store):
+    every_byte = bytes(range(256)) * 4
+    store.put("/bin", every_byte)
+    assert store.get("/bin") == (every_byte, 0)
+    store.put("/empty", b"")
+    assert store.get("/empty") == (b"", 0)
+    store.put("/view", memoryview(b"from a view"))
+    assert store.get("/view") == (b"from a view", 0)
+
+
+def test_unicode_path_names(store):
+    store.put("/topics/caf\u00e9/\u00fcber", b"1")
+    assert store.children("/topics/caf\u00e9") == ["\u00fcber"]
+    assert store.get("/topics/caf\u00e9/\u00fcber") == (b"1", 0)
+
+
+@pytest.mark.parametrize("bad", ["", "relative", "/trailing/", "//double", "/a//b", "/nul\x00"])
+def test_invalid_paths_are_rejected(store, bad):
+    with pytest.raises(InvalidPathError):
+        store.put(bad, b"")
+    with pytest.raises(InvalidPathError):
+        store.get(bad)
+
+
+def test_ephemeral_entry_is_removed_when_its_store_closes(store_factory):
+    if store_factory.kind == "memory":
+        pytest.skip("a memory store has no second view; see test_metadata_memory.py")
+    owner = store_factory()
+    observer = store_factory()
+    owner.put("/brokers/b1", b"alive", ephemeral=True)
+    owner.put("/brokers/persistent", b"stays")
+    assert observer.get("/brokers/b1") == (b"alive", 0)
+    owner.close()
+    assert observer.get("/brokers/b1") is None
+    assert observer.get("/brokers/persistent") == (b"stays", 0)
+    assert observer.children("/brokers") == ["persistent"]
+
+
+def test_ephemeral_entry_can_be_updated_and_deleted(store):
+    v = store.put("/eph", b"1", -1, ephemeral=True)
+    assert store.put("/eph", b"2", v) == v + 1
+    store.delete("/eph")
+    assert not store.exists("/eph")
+
+
+def test_closed_store_refuses_calls_and_closes_twice(store_factory):
+    s = store_factory()
+    s.close()
+    s.close()
+    with pytest.raises(StoreClosedError):
+        s.get("/a")
+    with pytest.raises(StoreClosedError):
+        s.put("/a", b"")
+
+
+def test_concurrent_compare_and_set_increments_are_exact(store):
+    threads, per_thread = 4, 40
+    store.put("/counter", b"0", -1)
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            done = 0
+            for _ in range(per_thread * 200):
+                if done == per_thread:
+                    return
+                value, version = store.get("/counter")
+                try:
+                    store.put("/counter", str(int(value) + 1).encode(), version)
+                    done += 1
+                except BadVersionError:
+                    continue
+            raise AssertionError("too many lost races")
+        except BaseException as e:
+            failures.append(e)
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert not failures
+    value, version = store.get("/counter")
+    assert int(value) == threads * per_thread
+    assert version == threads * per_thread
+
+
+# --- watches ------------------------------------------------------------------------------
+
+
+class Recorder:
+    """Collects (path, event) pairs from a watch callback, for bounded waiting."""
+
+    def __init__(self) -> None:
+        self.events: queue.Queue[tuple[str, MetadataEvent]] = queue.Queue()
+
+    def __call__(self, path: str, event: MetadataEvent) -> None:
+        self.events.put((path, event))
+
+    def next(self) -> tuple[str, MetadataEvent]:
+        try:
+            return self.events.get(timeout=EVENT_TIMEOUT_S)
+        except queue.Empty:
+            raise AssertionError("no watch event arrived in time") from None
+
+
+def test_watch_reports_the_path_and_its_direct_children(store):
+    rec = Recorder()
+    handle = store.watch("/w", rec)
+    store.put("/w", b"a")
+    assert rec.next() == ("/w", MetadataEvent.CREATED)
+    store.put("/w", b"b")
+    assert rec.next() == ("/w", MetadataEvent.CHANGED)
+    store.put("/w/c", b"1")
+    assert rec.next() == ("/w/c", MetadataEvent.CREATED)
+    store.put("/w/c", b"2")
+    assert rec.next() == ("/w/c", MetadataEvent.CHANGED)
+    store.put("/w/c/grandchild", b"")
+    store.delete("/w/c/grandchild")
+    store.put("/elsewhere", b"")
+    store.delete("/w/c")
+    assert rec.next() == ("/w/c", MetadataEvent.DELETED)
+    store.delete("/w")
+    assert rec.next() == ("/w", MetadataEvent.DELETED)
+    # Nothing else was reported in between: the next event is this one.
+    store.put("/w", b"again")
+    assert rec.next() == ("/w", MetadataEvent.CREATED)
+    handle.cancel()
+
+
+def test_cancelled_watch_gets_no_more_events(store):
+    cancelled, sentinel = Recorder(), Recorder()
+    handle = store.watch("/c", cancelled)
+    store.put("/c", b"1")
+    assert cancelled.next() == ("/c", MetadataEvent.CREATED)
+    handle.cancel()
+    handle.cancel()
+    store.watch("/c", sentinel)
+    store.put("/c", b"2")
+    assert sentinel.next() == ("/c", MetadataEvent.CHANGED)
+    store.put("/c", b"3")
+    assert sentinel.next() == ("/c", MetadataEvent.CHANGED)
+    assert cancelled.events.empty()
+
+
+def test_two_watches_on_one_path_both_fire(store):
+    first, second = Recorder(), Recorder()
+    store.watch("/two", first)
+    store.watch("/two", second)
+    store.put("/two", b"")
+    assert first.next() == ("/two", MetadataEvent.CREATED)
+    assert second.next() == ("/two", MetadataEvent.CREATED)
+
+
+def test_watch_callback_may_call_the_store(store):
+    seen: queue.Queue[tuple[bytes, int] | None] = queue.Queue()
+    store.watch("/re", lambda path, event: seen.put(store.get(path)))
+    store.put("/re", b"value")
+    assert seen.get(timeout=EVENT_TIMEOUT_S) == (b"value", 0)
+
+
+def test_failing_callback_does_not_stop_other_events(store, caplog):
+    rec = Recorder()
+
+    def broken(path: str, event: MetadataEvent) -> None:
+        raise RuntimeError("callback bug")
+
+    store.watch("/f", broken)
+    store.watch("/f", rec)
+    store.put("/f", b"1")
+    assert rec.next() == ("/f", MetadataEvent.CREATED)
+    store.put("/f", b"2")
+    assert rec.next() == ("/f", MetadataEvent.CHANGED)
+
+
+def test_watch_sees_ephemeral_removal_by_another_session(store_factory):
+    if store_factory.kind == "memory":
+        pytest.skip("a memory store has no second session; see test_metadata_memory.py")
+    watcher, owner = store_factory(), store_factory()
+    watcher.put("/live", b"")
+    rec = Recorder()
+    watcher.watch("/live", rec)
+    owner.put("/live/b1", b"", ephemeral=True)
+    assert rec.next() == ("/live/b1", MetadataEvent.CREATED)
+    owner.close()
+    assert rec.next() == ("/live/b1", MetadataEvent.DELETED)
+
+
+def test_watch_handle_is_a_context_manager(store):
+    rec = Recorder()
+    with store.watch("/cm", rec) as handle:
+        store.put("/cm", b"")
+        assert rec.next() == ("/cm", MetadataEvent.CREATED)
+    assert handle.cancelled
