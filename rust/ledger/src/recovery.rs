@@ -63,13 +63,17 @@ pub(crate) async fn recover(bk: &Arc<BkInner>, id: u64, cached: Versioned) -> Re
     } else {
         0
     };
+    // Probes read where the writer wrote (the fenced fragments); re-adds go to `current`,
+    // which gains a fragment whenever a bookie fails during recovery.
+    let original = meta.clone();
+    let mut current = (meta, version);
     let mut last = lac;
     let mut next = u64::try_from(lac + 1).unwrap_or(0);
     loop {
-        match probe(bk, id, &meta, next).await? {
+        match probe(bk, id, &original, next).await? {
             Probe::Missing => break,
             Probe::Found(framed, decoded) => {
-                replicate(bk, id, &meta, next, last, framed).await?;
+                current = replicate(bk, id, current, next, last, framed).await?;
                 last = i64::try_from(next).unwrap_or(i64::MAX);
                 length = decoded.length;
                 next += 1;
@@ -79,7 +83,7 @@ pub(crate) async fn recover(bk: &Arc<BkInner>, id: u64, cached: Versioned) -> Re
     log::info!("ledger {id}: recovered, last entry {last}, length {length}");
     let (meta, version) = bk
         .meta
-        .update_ledger(id, (meta, version), |m| match m.state {
+        .update_ledger(id, current, |m| match m.state {
             LedgerState::Closed => Ok(false),
             LedgerState::Open | LedgerState::InRecovery => {
                 m.state = LedgerState::Closed;
@@ -150,30 +154,84 @@ async fn probe(bk: &Arc<BkInner>, id: u64, meta: &LedgerMetadata, entry: u64) ->
     Err(failure(id, format!("entry {entry} neither found nor known missing ({})", errors.join("; "))))
 }
 
-/// Re-add a recovered entry to its whole write set; `Qa` acks are required.
-async fn replicate(bk: &Arc<BkInner>, id: u64, meta: &LedgerMetadata, entry: u64, lac: i64, framed: Bytes) -> Result<()> {
-    let ensemble = meta.ensemble_for(entry).to_vec();
-    let mut tasks = tokio::task::JoinSet::new();
-    for slot in write_set(entry, ensemble.len(), meta.write_quorum_size) {
-        let Some(addr) = ensemble.get(slot).cloned() else { continue };
-        let bk = Arc::clone(bk);
-        let framed = framed.clone();
-        tasks.spawn(async move {
-            let r = bk.transport.add(&addr, id, entry, lac, framed, true).await;
-            (addr, r)
-        });
-    }
-    let mut acks = 0;
-    let mut errors = Vec::new();
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok((_, Ok(()))) => acks += 1,
-            Ok((addr, Err(e))) => errors.push(format!("{addr}: {e}")),
-            Err(e) => errors.push(e.to_string()),
+/// Rounds of bookie replacement one recovered entry may go through.
+const MAX_REPLICATION_ROUNDS: usize = 8;
+
+/// Re-add a recovered entry to its whole write set until `Qa` bookies hold it, replacing
+/// bookies that fail (a new fragment starting at `entry`). Returns the metadata to write on.
+async fn replicate(bk: &Arc<BkInner>, id: u64, cached: Versioned, entry: u64, lac: i64, framed: Bytes) -> Result<Versioned> {
+    let mut current = cached;
+    let mut excluded: Vec<String> = Vec::new();
+    for _ in 0..MAX_REPLICATION_ROUNDS {
+        let meta = &current.0;
+        let ensemble = meta.ensemble_for(entry).to_vec();
+        let mut tasks = tokio::task::JoinSet::new();
+        for slot in write_set(entry, ensemble.len(), meta.write_quorum_size) {
+            let Some(addr) = ensemble.get(slot).cloned() else { continue };
+            let bk = Arc::clone(bk);
+            let framed = framed.clone();
+            tasks.spawn(async move {
+                let r = bk.transport.add(&addr, id, entry, lac, framed, true).await;
+                (slot, r)
+            });
         }
+        let mut acks = 0;
+        let mut failed = Vec::new();
+        let mut errors = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            let (slot, result) = joined.map_err(|e| LedgerError::Runtime(e.to_string()))?;
+            match result {
+                Ok(()) => acks += 1,
+                Err(e) => {
+                    if e.is_bookie_failure() {
+                        bk.mark_failed(&ensemble[slot]);
+                        failed.push(slot);
+                    }
+                    errors.push(format!("{}: {e}", ensemble[slot]));
+                }
+            }
+        }
+        if acks >= meta.ack_quorum_size {
+            return Ok(current);
+        }
+        if failed.is_empty() {
+            return Err(failure(id, format!("entry {entry} re-replicated to {acks} bookies only ({})", errors.join("; "))));
+        }
+        let starts_last = meta.ensembles.last().is_some_and(|(first, _)| *first <= entry);
+        if !starts_last {
+            return Err(failure(id, format!("entry {entry} cannot be re-replicated ({})", errors.join("; "))));
+        }
+        excluded.extend(failed.iter().map(|slot| ensemble[*slot].clone()));
+        let mut exclude = ensemble.clone();
+        exclude.extend(excluded.iter().cloned());
+        let candidates = bk.pick_up_to(failed.len(), &exclude).await?;
+        if candidates.len() < failed.len() {
+            return Err(failure(
+                id,
+                format!("entry {entry}: {} ({})", LedgerError::NotEnoughBookies, errors.join("; ")),
+            ));
+        }
+        let mut fragment = ensemble.clone();
+        for (slot, addr) in failed.iter().zip(candidates) {
+            if let Some(s) = fragment.get_mut(*slot) {
+                *s = addr;
+            }
+        }
+        log::info!("ledger {id}: recovery moves entry {entry} on to {fragment:?}");
+        current = bk
+            .meta
+            .update_ledger(id, current, |m| {
+                if m.state != LedgerState::InRecovery {
+                    return Err(failure(id, format!("ledger state changed to {:?} during recovery", m.state)));
+                }
+                match m.ensembles.last_mut() {
+                    Some((first, bookies)) if *first == entry => bookies.clone_from(&fragment),
+                    Some((first, _)) if *first < entry => m.ensembles.push((entry, fragment.clone())),
+                    _ => return Err(failure(id, format!("a fragment starts after entry {entry}"))),
+                }
+                Ok(true)
+            })
+            .await?;
     }
-    if acks < meta.ack_quorum_size {
-        return Err(failure(id, format!("entry {entry} re-replicated to {acks} bookies only ({})", errors.join("; "))));
-    }
-    Ok(())
+    Err(failure(id, format!("entry {entry}: bookies kept failing")))
 }
