@@ -1,0 +1,375 @@
+//! The append path: one queue, drained by one task, written as pipelined batches.
+//!
+//! `add_entries` queues a request and, if no drain task runs, spawns one. The drain task
+//! takes everything queued (up to [`MAX_ROUND_ENTRIES`]), assigns each entry its broker
+//! metadata in queue order, and writes the round to the current ledger, splitting it where
+//! the ledger fills up and rolling over in between. If the ledger fails (fenced, not enough
+//! bookies), the ledger is sealed at what it confirmed, a new ledger is created and the
+//! unconfirmed rest of the round is written again, once; a second failure fails the rest
+//! of the round and the indexes it would have taken are reused by the next round.
+//! Because the drain task is spawned, a caller that stops waiting does not stop the write.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use crate::entry::{Entry, EntryHeader};
+use crate::error::{Result, StreamError};
+use crate::managed_ledger::{entries_i64, AddResult, ManagedLedger, MlState, PROBE_EVERY};
+use crate::position::Position;
+use crate::records::LedgerInfo;
+use crate::store::Ledger;
+
+/// Most entries one drain round takes from the queue.
+pub const MAX_ROUND_ENTRIES: usize = 10_000;
+
+pub(crate) struct PendingAdd {
+    entries: Vec<(Bytes, u32)>,
+    tx: oneshot::Sender<Result<Vec<AddResult>>>,
+}
+
+pub(crate) struct AddQueue {
+    pub(crate) pending: VecDeque<PendingAdd>,
+    pub(crate) running: bool,
+}
+
+struct Prepared {
+    stored: Bytes,
+    payload: Bytes,
+    header: EntryHeader,
+}
+
+impl Prepared {
+    fn first_index(&self) -> u64 {
+        (self.header.index + 1).saturating_sub(u64::from(self.header.num_messages))
+    }
+}
+
+impl ManagedLedger {
+    /// Append a batch of entries, each `(payload, number of messages in it)`; returns
+    /// where each landed, in order. Entries of concurrent calls are written in the order
+    /// the calls were made, pipelined with one another.
+    pub async fn add_entries(&self, entries: Vec<(Bytes, u32)>) -> Result<Vec<AddResult>> {
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        if entries.iter().any(|(_, n)| *n == 0) {
+            return Err(StreamError::InvalidArgument("an entry must hold at least one message".into()));
+        }
+        self.check_open()?;
+        let (tx, rx) = oneshot::channel();
+        let spawn = {
+            let mut q = self.queue.lock();
+            q.pending.push_back(PendingAdd { entries, tx });
+            !std::mem::replace(&mut q.running, true)
+        };
+        if spawn {
+            let me = self.arc()?;
+            tokio::spawn(async move { me.drain().await });
+        }
+        rx.await.map_err(|_| StreamError::Closed(self.name.clone()))?
+    }
+
+    /// Append one entry of `num_messages` messages.
+    pub async fn add_entry(&self, data: Bytes, num_messages: u32) -> Result<AddResult> {
+        let mut r = self.add_entries(vec![(data, num_messages)]).await?;
+        r.pop().ok_or_else(|| StreamError::Closed(self.name.clone()))
+    }
+
+    async fn drain(self: Arc<Self>) {
+        loop {
+            let round: Vec<PendingAdd> = {
+                let mut q = self.queue.lock();
+                if q.pending.is_empty() {
+                    q.running = false;
+                    self.writer_idle.notify_waiters();
+                    return;
+                }
+                let mut taken = Vec::new();
+                let mut count = 0;
+                while let Some(next) = q.pending.front() {
+                    if !taken.is_empty() && count + next.entries.len() > MAX_ROUND_ENTRIES {
+                        break;
+                    }
+                    count += next.entries.len();
+                    if let Some(req) = q.pending.pop_front() {
+                        taken.push(req);
+                    }
+                }
+                taken
+            };
+            self.write_round(round).await;
+        }
+    }
+
+    pub(crate) async fn wait_writer_idle(&self) {
+        loop {
+            let idle = self.writer_idle.notified();
+            if !self.queue.lock().running {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    pub(crate) fn fail_pending(&self, err: &StreamError) {
+        let pending: Vec<PendingAdd> = self.queue.lock().pending.drain(..).collect();
+        for p in pending {
+            let _ = p.tx.send(Err(err.clone()));
+        }
+    }
+
+    async fn write_round(&self, round: Vec<PendingAdd>) {
+        if let Err(e) = self.check_open() {
+            for req in round {
+                let _ = req.tx.send(Err(e.clone()));
+            }
+            return;
+        }
+        let now = self.config.clock.now_ms();
+        let prepared: Vec<Prepared> = {
+            let mut st = self.state.lock();
+            let mut out = Vec::new();
+            for req in &round {
+                for (payload, n) in &req.entries {
+                    let publish = now.max(st.last_publish_ms);
+                    st.last_publish_ms = publish;
+                    let index = st.next_index + u64::from(*n) - 1;
+                    st.next_index += u64::from(*n);
+                    let header = EntryHeader { num_messages: *n, publish_time_ms: publish, index };
+                    out.push(Prepared { stored: header.encode(payload), payload: payload.clone(), header });
+                }
+            }
+            out
+        };
+        let (done, err) = self.write_prepared(&prepared).await;
+        if err.is_some() {
+            if let Some(first_failed) = prepared.get(done.len()) {
+                self.state.lock().next_index = first_failed.first_index();
+            }
+        }
+        let mut at = 0;
+        for req in round {
+            let n = req.entries.len();
+            let reply = if at + n <= done.len() {
+                Ok(done[at..at + n].to_vec())
+            } else {
+                Err(err.clone().unwrap_or_else(|| StreamError::Closed(self.name.clone())))
+            };
+            at += n;
+            let _ = req.tx.send(reply);
+        }
+    }
+
+    async fn write_prepared(&self, prepared: &[Prepared]) -> (Vec<AddResult>, Option<StreamError>) {
+        let mut done: Vec<AddResult> = Vec::with_capacity(prepared.len());
+        let mut retried = false;
+        while done.len() < prepared.len() {
+            let rest = &prepared[done.len()..];
+            let handle = match self.writable_ledger(rest[0].first_index()).await {
+                Ok(h) => h,
+                Err(e) => return (done, Some(e)),
+            };
+            let lid = handle.id();
+            let chunk_len = self.chunk_len(lid, rest);
+            let chunk = &rest[..chunk_len];
+            let first_id = self.state.lock().ledgers.get(&lid).map_or(0, |i| i.entries);
+            let data: Vec<Bytes> = chunk.iter().map(|p| p.stored.clone()).collect();
+            match handle.add_entries(data).await {
+                Ok(ids) if ids.len() == chunk_len => {
+                    self.confirm(lid, chunk, &ids, &mut done);
+                    if self.current_full_by_volume() {
+                        let next_first = prepared.get(done.len()).map(Prepared::first_index);
+                        let first_index = next_first.unwrap_or_else(|| self.state.lock().next_index);
+                        if let Err(e) = self.rollover(first_index).await {
+                            log::warn!("managed ledger {}: rollover after ledger {lid} filled failed: {e}", self.name);
+                        }
+                    }
+                }
+                outcome => {
+                    let err: StreamError = match outcome {
+                        Err(e) => e.into(),
+                        Ok(ids) => StreamError::Corrupt(format!(
+                            "ledger {lid} confirmed {} entries of {chunk_len}",
+                            ids.len()
+                        )),
+                    };
+                    let lac = handle.last_add_confirmed();
+                    let acked = (lac + 1 - entries_i64(first_id)).clamp(0, entries_i64(chunk_len as u64));
+                    let acked = usize::try_from(acked).unwrap_or(0);
+                    if acked > 0 {
+                        let ids: Vec<u64> = (first_id..first_id + acked as u64).collect();
+                        self.confirm(lid, &chunk[..acked], &ids, &mut done);
+                    }
+                    log::warn!("managed ledger {}: ledger {lid} failed after {acked} of {chunk_len} entries: {err}", self.name);
+                    self.abandon_current(handle).await;
+                    if retried {
+                        return (done, Some(err));
+                    }
+                    retried = true;
+                }
+            }
+        }
+        (done, None)
+    }
+
+    /// How many of `rest` go to ledger `lid` before it is full.
+    fn chunk_len(&self, lid: u64, rest: &[Prepared]) -> usize {
+        let now = self.config.clock.now_ms();
+        let st = self.state.lock();
+        let (entries, size) = st.ledgers.get(&lid).map_or((0, 0), |i| (i.entries, i.size));
+        let young = now.saturating_sub(st.current_created_ms) < duration_ms(self.config.min_rollover_time);
+        let cap = if young {
+            rest.len()
+        } else {
+            let room = self.config.max_entries_per_ledger.saturating_sub(entries).max(1);
+            let max_size = self.config.max_ledger_size_mb.saturating_mul(1 << 20);
+            let mut size_so_far = size;
+            let mut n = 0usize;
+            for p in rest.iter().take(usize::try_from(room).unwrap_or(usize::MAX)) {
+                n += 1;
+                size_so_far += p.stored.len() as u64;
+                if size_so_far >= max_size {
+                    break;
+                }
+            }
+            n.max(1)
+        };
+        cap.min(rest.len())
+    }
+
+    fn confirm(&self, lid: u64, chunk: &[Prepared], ids: &[u64], done: &mut Vec<AddResult>) {
+        let mut st = self.state.lock();
+        for (p, id) in chunk.iter().zip(ids) {
+            let position = Position::new(lid, entries_i64(*id));
+            if let Some(info) = st.ledgers.get_mut(&lid) {
+                info.entries = info.entries.max(*id + 1);
+                info.size += p.stored.len() as u64;
+            }
+            st.last_confirmed = Some(position);
+            st.confirmed_next_index = p.header.index + 1;
+            st.cache.insert(Entry {
+                position,
+                publish_time_ms: p.header.publish_time_ms,
+                index: p.header.index,
+                num_messages: p.header.num_messages,
+                data: p.payload.clone(),
+            });
+            if position.entry_id % PROBE_EVERY == 0 {
+                st.remember_probe(position, p.header.index, p.header.publish_time_ms);
+            }
+            done.push(AddResult { position, index: p.header.index, publish_time_ms: p.header.publish_time_ms });
+        }
+        st.entries_added += chunk.len() as u64;
+        drop(st);
+        self.new_entries.send_modify(|v| *v += chunk.len() as u64);
+    }
+
+    fn is_full(&self, st: &MlState, now: u64) -> bool {
+        let Some(id) = st.current_id() else { return true };
+        let Some(info) = st.ledgers.get(&id) else { return true };
+        if info.entries == 0 {
+            return false;
+        }
+        let age = now.saturating_sub(st.current_created_ms);
+        if let Some(max) = self.config.max_rollover_time {
+            if age >= duration_ms(max) {
+                return true;
+            }
+        }
+        if age < duration_ms(self.config.min_rollover_time) {
+            return false;
+        }
+        info.entries >= self.config.max_entries_per_ledger
+            || info.size >= self.config.max_ledger_size_mb.saturating_mul(1 << 20)
+    }
+
+    fn current_full_by_volume(&self) -> bool {
+        let now = self.config.clock.now_ms();
+        let st = self.state.lock();
+        st.current.is_some() && self.is_full(&st, now)
+    }
+
+    async fn writable_ledger(&self, first_index: u64) -> Result<Arc<dyn Ledger>> {
+        {
+            let now = self.config.clock.now_ms();
+            let st = self.state.lock();
+            if let Some(h) = &st.current {
+                if !self.is_full(&st, now) {
+                    return Ok(h.clone());
+                }
+            }
+        }
+        self.rollover(first_index).await
+    }
+
+    /// Seal the current ledger (if any) and start a new one whose first message will have
+    /// index `first_index`.
+    pub(crate) async fn rollover(&self, first_index: u64) -> Result<Arc<dyn Ledger>> {
+        let old = self.state.lock().current.take();
+        if let Some(old) = old {
+            let id = old.id();
+            if let Err(e) = old.close().await {
+                log::warn!("managed ledger {}: closing ledger {id} on rollover: {e}", self.name);
+            }
+            let now = self.config.clock.now_ms();
+            let mut st = self.state.lock();
+            if let Some(i) = st.ledgers.get_mut(&id) {
+                i.timestamp = now;
+            }
+            st.read_handles.insert(id, old);
+        }
+        let mut custom: BTreeMap<String, String> = self.config.ledger_metadata.clone();
+        custom.insert("application".into(), "magnetar".into());
+        custom.insert("component".into(), "managed-ledger".into());
+        custom.insert("managed-ledger".into(), self.name.clone());
+        let handle = self
+            .store
+            .create_ledger(self.config.ensemble_size, self.config.write_quorum, self.config.ack_quorum, custom)
+            .await?;
+        let id = handle.id();
+        {
+            let now = self.config.clock.now_ms();
+            let mut st = self.state.lock();
+            st.ledgers.insert(id, LedgerInfo { ledger_id: id, entries: 0, size: 0, timestamp: 0, first_index });
+            st.current = Some(handle.clone());
+            st.current_created_ms = now;
+        }
+        if let Err(e) = self.persist_record().await {
+            {
+                let mut st = self.state.lock();
+                st.ledgers.remove(&id);
+                st.current = None;
+            }
+            if let Err(del) = self.store.delete_ledger(id).await {
+                log::debug!("managed ledger {}: orphan ledger {id} not deleted: {del}", self.name);
+            }
+            return Err(e);
+        }
+        Ok(handle)
+    }
+
+    /// Stop writing to a failed ledger: seal it at what it confirmed.
+    async fn abandon_current(&self, handle: Arc<dyn Ledger>) {
+        let id = handle.id();
+        {
+            let mut st = self.state.lock();
+            if st.current_id() == Some(id) {
+                st.current = None;
+            }
+        }
+        if let Err(e) = handle.close().await {
+            log::debug!("managed ledger {}: closing failed ledger {id}: {e}", self.name);
+        }
+        let now = self.config.clock.now_ms();
+        if let Some(i) = self.state.lock().ledgers.get_mut(&id) {
+            i.timestamp = now;
+        }
+    }
+}
+
+pub(crate) fn duration_ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

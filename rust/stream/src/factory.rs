@@ -1,0 +1,99 @@
+//! The factory that opens managed ledgers, one instance per name.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use magnetar_meta::MetadataStore;
+use parking_lot::Mutex;
+use tokio::sync::OnceCell;
+
+use crate::config::ManagedLedgerConfig;
+use crate::error::Result;
+use crate::managed_ledger::ManagedLedger;
+use crate::records::{meta_call, ML_ROOT};
+use crate::store::LedgerStore;
+
+type Slot = Arc<OnceCell<Arc<ManagedLedger>>>;
+
+struct FactoryInner {
+    meta: Arc<dyn MetadataStore>,
+    store: Arc<dyn LedgerStore>,
+    open: Mutex<HashMap<String, Slot>>,
+}
+
+/// Opens managed ledgers over one metadata store and one ledger store. Cheap to clone.
+#[derive(Clone)]
+pub struct ManagedLedgerFactory {
+    inner: Arc<FactoryInner>,
+}
+
+impl ManagedLedgerFactory {
+    /// A factory over `meta` (records) and `ledgers` (data).
+    pub fn new(meta: Arc<dyn MetadataStore>, ledgers: Arc<dyn LedgerStore>) -> Self {
+        ManagedLedgerFactory { inner: Arc::new(FactoryInner { meta, store: ledgers, open: Mutex::new(HashMap::new()) }) }
+    }
+
+    /// Open (creating if needed) the managed ledger `name`. While it is open, opening the
+    /// same name again returns the same instance (and ignores `config`).
+    pub async fn open(&self, name: &str, config: ManagedLedgerConfig) -> Result<Arc<ManagedLedger>> {
+        let slot: Slot = self.inner.open.lock().entry(name.to_string()).or_default().clone();
+        let ml = slot
+            .get_or_try_init(|| async {
+                let ml = ManagedLedger::open(name, config, self.inner.meta.clone(), self.inner.store.clone()).await?;
+                let weak: Weak<FactoryInner> = Arc::downgrade(&self.inner);
+                let key = name.to_string();
+                let this = Arc::downgrade(&ml);
+                ml.set_on_close(Box::new(move || {
+                    if let Some(f) = weak.upgrade() {
+                        let mut open = f.open.lock();
+                        let same = open
+                            .get(&key)
+                            .and_then(|s| s.get())
+                            .is_some_and(|cur| Weak::ptr_eq(&Arc::downgrade(cur), &this));
+                        if same {
+                            open.remove(&key);
+                        }
+                    }
+                }));
+                Ok::<_, crate::error::StreamError>(ml)
+            })
+            .await?
+            .clone();
+        Ok(ml)
+    }
+
+    /// The managed ledgers open right now.
+    pub fn open_ledgers(&self) -> Vec<Arc<ManagedLedger>> {
+        self.inner.open.lock().values().filter_map(|s| s.get().cloned()).collect()
+    }
+
+    /// Names of the managed ledgers that have a record directly under `/managed-ledgers/<prefix>`.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let base = if prefix.is_empty() { ML_ROOT.to_string() } else { format!("{ML_ROOT}/{}", prefix.trim_matches('/')) };
+        let b = base.clone();
+        let children = meta_call(&self.inner.meta, move |m| m.children(&b)).await?;
+        let mut out = Vec::new();
+        for c in children {
+            let path = format!("{base}/{c}");
+            let p = path.clone();
+            let is_ml = meta_call(&self.inner.meta, move |m| m.get(&p))
+                .await?
+                .is_some_and(|(data, _)| data.starts_with(b"{\"ledgers\""));
+            if is_ml {
+                out.push(path.trim_start_matches(ML_ROOT).trim_start_matches('/').to_string());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Close every open managed ledger.
+    pub async fn shutdown(&self) -> Result<()> {
+        let mut first_err = None;
+        for ml in self.open_ledgers() {
+            if let Err(e) = ml.close().await {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,94 @@
+//! Trimming: deleting ledgers nobody needs any more.
+//!
+//! A ledger may go when (1) it is not the current ledger, (2) every durable cursor has
+//! acknowledged all of it (the first unacknowledged entry of the slowest cursor is in a
+//! later ledger) and (3) retention no longer keeps it. Retention follows Pulsar: walking
+//! from the oldest ledger, a consumed ledger is deleted when its retention time has passed
+//! (measured from when it was sealed) OR the consumed data retained would exceed the size
+//! quota; the walk stops at the first ledger retention keeps. Empty sealed ledgers always go.
+//! Non-durable cursors do not hold ledgers back.
+
+use std::sync::atomic::Ordering;
+
+use crate::append::duration_ms;
+use crate::error::Result;
+use crate::managed_ledger::{ManagedLedger, MlStatus};
+use crate::store::LedgerStoreError;
+
+impl ManagedLedger {
+    /// Delete the ledgers that every durable cursor has passed and retention does not
+    /// need; returns their ids.
+    pub async fn trim(&self) -> Result<Vec<u64>> {
+        let _trimming = self.trim_lock.lock().await;
+        self.check_open()?;
+        let slowest_ledger = {
+            let marks: Vec<crate::position::Position> =
+                self.cursors.lock().values().map(|c| c.mark_delete_position()).collect();
+            let st = self.state.lock();
+            marks.into_iter().map(|md| st.next_valid(md).ledger_id).min()
+        };
+        let now = self.config.clock.now_ms();
+        let victims: Vec<u64> = {
+            let mut st = self.state.lock();
+            let current = st.current_id();
+            let limit = slowest_ledger.or(current).unwrap_or(u64::MAX);
+            let total: u64 = st.ledgers.values().map(|i| i.size).sum();
+            let quota = u64::try_from(self.config.retention_size_mb).ok().map(|mb| mb.saturating_mul(1 << 20));
+            let mut freed = 0u64;
+            let mut out = Vec::new();
+            for (id, info) in st.ledgers.range(..limit) {
+                if Some(*id) == current {
+                    break;
+                }
+                let expired = match self.config.retention_time {
+                    None => false,
+                    Some(t) => now.saturating_sub(info.timestamp) >= duration_ms(t),
+                };
+                let over_quota = quota.is_some_and(|q| total - freed > q);
+                if info.entries == 0 || expired || over_quota {
+                    out.push(*id);
+                    freed += info.size;
+                } else {
+                    break;
+                }
+            }
+            for id in &out {
+                st.ledgers.remove(id);
+                st.read_handles.remove(id);
+            }
+            st.cache.remove_ledgers(&out);
+            let first_kept = st.ledgers.keys().next().copied().unwrap_or(u64::MAX);
+            st.probes.retain(|p, _| p.ledger_id >= first_kept);
+            out
+        };
+        if victims.is_empty() {
+            return Ok(victims);
+        }
+        self.persist_record().await?;
+        for id in &victims {
+            match self.store.delete_ledger(*id).await {
+                Ok(()) | Err(LedgerStoreError::NoSuchLedger(_)) => {}
+                Err(e) => log::warn!("managed ledger {}: trimmed ledger {id} not deleted: {e}", self.name),
+            }
+        }
+        Ok(victims)
+    }
+
+    /// Run [`ManagedLedger::trim`] in the background (coalescing repeated requests).
+    pub(crate) fn schedule_trim(&self) {
+        if self.state.lock().status != MlStatus::Open || self.trim_scheduled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(me) = self.arc() else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.trim_scheduled.store(false, Ordering::Release);
+            return;
+        };
+        rt.spawn(async move {
+            me.trim_scheduled.store(false, Ordering::Release);
+            if let Err(e) = me.trim().await {
+                log::debug!("managed ledger {}: background trim: {e}", me.name);
+            }
+        });
+    }
+}

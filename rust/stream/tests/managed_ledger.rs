@@ -1,0 +1,516 @@
+//! Managed ledger and cursor behaviour against the in-memory ledger store.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use magnetar_meta::{MemStore, MetadataStore};
+use magnetar_stream::{
+    InitialPosition, LedgerStore, ManagedLedgerConfig, ManagedLedgerFactory, ManualClock, MemLedgerStore, Position,
+    StreamError,
+};
+
+struct Env {
+    meta: Arc<MemStore>,
+    store: MemLedgerStore,
+    clock: Arc<ManualClock>,
+}
+
+impl Env {
+    fn new() -> Self {
+        Env { meta: Arc::new(MemStore::default()), store: MemLedgerStore::new(), clock: ManualClock::new(1_000_000) }
+    }
+
+    fn factory(&self) -> ManagedLedgerFactory {
+        let meta: Arc<dyn MetadataStore> = self.meta.clone();
+        let store: Arc<dyn LedgerStore> = Arc::new(self.store.clone());
+        ManagedLedgerFactory::new(meta, store)
+    }
+
+    fn config(&self, max_entries: u64) -> ManagedLedgerConfig {
+        ManagedLedgerConfig {
+            max_entries_per_ledger: max_entries,
+            min_rollover_time: Duration::ZERO,
+            mark_delete_rate_per_sec: 0.0,
+            clock: self.clock.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+fn payloads(range: std::ops::Range<u32>) -> Vec<(Bytes, u32)> {
+    range.map(|i| (Bytes::from(format!("m{i}")), 1)).collect()
+}
+
+#[tokio::test]
+async fn append_and_read_across_rollover() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/append", env.config(3)).await.unwrap();
+    let added = ml.add_entries(payloads(0..10)).await.unwrap();
+    assert_eq!(added.len(), 10);
+    let ledgers: Vec<u64> = added.iter().map(|a| a.position.ledger_id).collect();
+    assert_eq!(ledgers.iter().collect::<std::collections::BTreeSet<_>>().len(), 4, "3+3+3+1 entries");
+    for w in added.windows(2) {
+        assert!(w[0].position < w[1].position);
+        assert_eq!(w[1].index, w[0].index + 1);
+    }
+    assert_eq!(added[0].index, 0);
+    let read = ml.read_entries(added[0].position, 100).await.unwrap();
+    assert_eq!(read.len(), 10);
+    for (i, e) in read.iter().enumerate() {
+        assert_eq!(&e.data[..], format!("m{i}").as_bytes());
+        assert_eq!(e.position, added[i].position);
+        assert_eq!(e.index, i as u64);
+    }
+    // Reading from the middle with a limit crosses ledger boundaries too.
+    let mid = ml.read_entries(added[2].position, 4).await.unwrap();
+    assert_eq!(mid.iter().map(|e| e.index).collect::<Vec<_>>(), vec![2, 3, 4, 5]);
+    let stats = ml.stats();
+    assert_eq!(stats.number_of_entries, 10);
+    assert_eq!(stats.last_confirmed, Some(added[9].position));
+    assert_eq!(ml.first_position(), Some(added[0].position));
+    assert_eq!(stats.next_index, 10);
+    ml.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn reads_come_from_ledgers_when_cache_is_off() {
+    let env = Env::new();
+    let f = env.factory();
+    let cfg = ManagedLedgerConfig { cache_size_bytes: 0, ..env.config(4) };
+    let ml = f.open("t/nocache", cfg).await.unwrap();
+    let added = ml.add_entries(payloads(0..9)).await.unwrap();
+    let read = ml.read_entries(Position::new(0, -1), 100).await.unwrap();
+    assert_eq!(read.iter().map(|e| e.position).collect::<Vec<_>>(), added.iter().map(|a| a.position).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn index_and_publish_time_metadata() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/meta", env.config(100)).await.unwrap();
+    let a = ml.add_entries(vec![(Bytes::from("x"), 5)]).await.unwrap();
+    env.clock.advance(Duration::from_millis(10));
+    let b = ml.add_entries(vec![(Bytes::from("y"), 1), (Bytes::from("z"), 3)]).await.unwrap();
+    assert_eq!(a[0].index, 4);
+    assert_eq!(b[0].index, 5);
+    assert_eq!(b[1].index, 8);
+    assert_eq!(a[0].publish_time_ms, 1_000_000);
+    assert_eq!(b[0].publish_time_ms, 1_000_010);
+    let read = ml.read_entries(a[0].position, 10).await.unwrap();
+    assert_eq!(read[0].num_messages, 5);
+    assert_eq!(read[2].index, 8);
+    assert_eq!(read[2].first_index(), 6);
+    assert_eq!(read[1].publish_time_ms, 1_000_010);
+    // An entry must hold at least one message.
+    assert!(matches!(ml.add_entries(vec![(Bytes::new(), 0)]).await, Err(StreamError::InvalidArgument(_))));
+}
+
+#[tokio::test]
+async fn concurrent_appends_keep_indexes_contiguous() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/concurrent", env.config(7)).await.unwrap();
+    let mut tasks = Vec::new();
+    for t in 0..8u32 {
+        let ml = ml.clone();
+        tasks.push(tokio::spawn(async move { ml.add_entries(payloads(t * 10..t * 10 + 10)).await }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap().unwrap());
+    }
+    all.sort_by_key(|a| a.position);
+    for (i, a) in all.iter().enumerate() {
+        assert_eq!(a.index, i as u64);
+    }
+}
+
+#[tokio::test]
+async fn find_position_by_index_and_time() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/find", ManagedLedgerConfig { cache_size_bytes: 0, ..env.config(5) }).await.unwrap();
+    let mut added = Vec::new();
+    for i in 0..23u32 {
+        env.clock.advance(Duration::from_millis(100));
+        // Entry i holds i % 3 + 1 messages.
+        added.extend(ml.add_entries(vec![(Bytes::from(format!("e{i}")), i % 3 + 1)]).await.unwrap());
+    }
+    let mut first = 0u64;
+    for a in &added {
+        for idx in first..=a.index {
+            assert_eq!(ml.find_position_by_index(idx).await.unwrap(), a.position, "index {idx}");
+        }
+        first = a.index + 1;
+    }
+    // Past the end: the position the next entry will take.
+    let beyond = ml.find_position_by_index(first + 100).await.unwrap();
+    assert!(beyond > added.last().unwrap().position);
+    for a in &added {
+        assert_eq!(ml.find_position_by_publish_time(a.publish_time_ms).await.unwrap(), a.position);
+        assert_eq!(ml.find_position_by_publish_time(a.publish_time_ms - 50).await.unwrap(), a.position);
+    }
+    assert_eq!(ml.find_position_by_publish_time(0).await.unwrap(), added[0].position);
+    assert!(ml.find_position_by_publish_time(u64::MAX).await.unwrap() > added.last().unwrap().position);
+}
+
+#[tokio::test]
+async fn reopen_recovers_ledgers_index_and_cursor_state() {
+    let env = Env::new();
+    let added;
+    {
+        let f = env.factory();
+        let ml = f.open("t/reopen", env.config(4)).await.unwrap();
+        added = ml.add_entries(payloads(0..10)).await.unwrap();
+        let c = ml.open_cursor("sub", InitialPosition::Earliest).await.unwrap();
+        c.mark_delete(added[2].position).await.unwrap();
+        c.delete(&[added[5].position, added[6].position, added[8].position]).await.unwrap();
+        c.set_property("group", Some("g1".into())).await.unwrap();
+        // No close: a crash. The last ledger is still open and must be recovered.
+    }
+    let f = env.factory();
+    let ml = f.open("t/reopen", env.config(4)).await.unwrap();
+    assert_eq!(ml.last_confirmed(), Some(added[9].position));
+    assert_eq!(ml.stats().next_index, 10);
+    let c = ml.cursor("sub").expect("cursor restored");
+    assert_eq!(c.mark_delete_position(), added[2].position);
+    assert_eq!(
+        c.individually_deleted_ranges(),
+        vec![(added[5].position, added[6].position), (added[8].position, added[8].position)]
+    );
+    assert_eq!(c.properties().get("group").map(String::as_str), Some("g1"));
+    assert_eq!(c.number_of_entries_in_backlog(), 4);
+    let got: Vec<u64> = c.read_entries(100).await.unwrap().iter().map(|e| e.index).collect();
+    assert_eq!(got, vec![3, 4, 7, 9]);
+    let more = ml.add_entries(payloads(0..2)).await.unwrap();
+    assert_eq!(more[0].index, 10);
+    assert!(more[0].position.ledger_id > added[9].position.ledger_id);
+    ml.close().await.unwrap();
+
+    // A clean close and reopen gives the same state again.
+    let ml = f.open("t/reopen", env.config(4)).await.unwrap();
+    let c = ml.cursor("sub").unwrap();
+    assert_eq!(c.mark_delete_position(), added[2].position);
+    assert_eq!(c.number_of_entries_in_backlog(), 6);
+    assert_eq!(ml.stats().next_index, 12);
+}
+
+#[tokio::test]
+async fn same_name_gives_same_instance_until_closed() {
+    let env = Env::new();
+    let f = env.factory();
+    let a = f.open("t/same", env.config(10)).await.unwrap();
+    let b = f.open("t/same", env.config(10)).await.unwrap();
+    assert!(Arc::ptr_eq(&a, &b));
+    a.close().await.unwrap();
+    assert!(matches!(a.add_entries(payloads(0..1)).await, Err(StreamError::Closed(_))));
+    let c = f.open("t/same", env.config(10)).await.unwrap();
+    assert!(!Arc::ptr_eq(&a, &c));
+}
+
+#[tokio::test]
+async fn cursor_acks_merge_into_mark_delete_across_ledgers() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/acks", env.config(3)).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(payloads(0..9)).await.unwrap();
+    assert_eq!(c.number_of_entries_in_backlog(), 9);
+    // Acknowledge 1..=4 individually (crossing a ledger boundary at 3), then 0.
+    c.delete(&added[1..5].iter().map(|a| a.position).collect::<Vec<_>>()).await.unwrap();
+    assert_eq!(c.number_of_entries_in_backlog(), 5);
+    assert_eq!(c.individually_deleted_ranges().len(), 2, "one range per ledger");
+    c.delete(&[added[0].position]).await.unwrap();
+    assert_eq!(c.mark_delete_position(), added[4].position);
+    assert!(c.individually_deleted_ranges().is_empty());
+    assert_eq!(c.number_of_entries_in_backlog(), 4);
+    // A cumulative ack behind the mark-delete position changes nothing.
+    c.mark_delete(added[1].position).await.unwrap();
+    assert_eq!(c.mark_delete_position(), added[4].position);
+    // Beyond the last entry is refused.
+    let beyond = Position::new(added[8].position.ledger_id, added[8].position.entry_id + 1);
+    assert!(matches!(c.mark_delete(beyond).await, Err(StreamError::InvalidPosition(_))));
+    assert!(matches!(c.delete(&[beyond]).await, Err(StreamError::InvalidPosition(_))));
+    c.mark_delete(added[8].position).await.unwrap();
+    assert_eq!(c.number_of_entries_in_backlog(), 0);
+}
+
+#[tokio::test]
+async fn latest_cursor_sees_only_new_entries() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/latest", env.config(100)).await.unwrap();
+    ml.add_entries(payloads(0..3)).await.unwrap();
+    let c = ml.open_cursor("late", InitialPosition::Latest).await.unwrap();
+    assert_eq!(c.number_of_entries_in_backlog(), 0);
+    assert!(c.read_entries(10).await.unwrap().is_empty());
+    let added = ml.add_entries(payloads(3..5)).await.unwrap();
+    let got = c.read_entries(10).await.unwrap();
+    assert_eq!(got.iter().map(|e| e.position).collect::<Vec<_>>(), vec![added[0].position, added[1].position]);
+    // A latest cursor on an empty managed ledger sees the first entry.
+    let ml2 = f.open("t/latest-empty", env.config(100)).await.unwrap();
+    let c2 = ml2.open_cursor("late", InitialPosition::Latest).await.unwrap();
+    let first = ml2.add_entries(payloads(0..1)).await.unwrap();
+    assert_eq!(c2.read_entries(10).await.unwrap()[0].position, first[0].position);
+}
+
+#[tokio::test]
+async fn read_skips_acked_and_rewind_seek_reset() {
+    let env = Env::new();
+    let f = env.factory();
+    // Infinite retention, so that consumed ledgers stay for the resets below.
+    let cfg = ManagedLedgerConfig { retention_time: None, retention_size_mb: -1, ..env.config(4) };
+    let ml = f.open("t/seek", cfg).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(payloads(0..10)).await.unwrap();
+    let idx = |v: Vec<magnetar_stream::Entry>| v.iter().map(|e| e.index).collect::<Vec<_>>();
+    assert_eq!(idx(c.read_entries(3).await.unwrap()), vec![0, 1, 2]);
+    c.delete(&[added[3].position, added[5].position]).await.unwrap();
+    assert_eq!(idx(c.read_entries(3).await.unwrap()), vec![4, 6, 7]);
+    c.rewind();
+    assert_eq!(c.read_position(), added[0].position);
+    assert_eq!(idx(c.read_entries(100).await.unwrap()), vec![0, 1, 2, 4, 6, 7, 8, 9]);
+    c.seek(added[7].position);
+    assert_eq!(idx(c.read_entries(100).await.unwrap()), vec![7, 8, 9]);
+    assert!(c.read_entries(100).await.unwrap().is_empty());
+    // Reset: everything before 6 acknowledged, individual acks above cleared.
+    c.reset_cursor(added[6].position).await.unwrap();
+    assert_eq!(c.mark_delete_position(), added[5].position);
+    assert!(c.individually_deleted_ranges().is_empty());
+    assert_eq!(c.number_of_entries_in_backlog(), 4);
+    assert_eq!(idx(c.read_entries(100).await.unwrap()), vec![6, 7, 8, 9]);
+    // Reset backwards to the first entry of a ledger: mark-delete is the end of the previous ledger.
+    c.reset_cursor(added[4].position).await.unwrap();
+    assert_eq!(c.mark_delete_position(), added[3].position);
+    assert_eq!(c.number_of_entries_in_backlog(), 6);
+    c.reset_cursor(added[0].position).await.unwrap();
+    assert_eq!(c.number_of_entries_in_backlog(), 10);
+}
+
+#[tokio::test]
+async fn read_or_wait_wakes_on_append_and_on_close() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/wait", env.config(100)).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    let reader = {
+        let c = c.clone();
+        tokio::spawn(async move { c.read_entries_or_wait(10).await })
+    };
+    // The reader must be parked (nothing to read); it only completes after the append.
+    ml.add_entries(payloads(0..2)).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), reader).await.unwrap().unwrap().unwrap();
+    assert!(!got.is_empty());
+    let waiting = {
+        let c = c.clone();
+        c.read_entries(10).await.unwrap();
+        tokio::spawn(async move { c.read_entries_or_wait(10).await })
+    };
+    ml.close().await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap();
+    assert!(r.is_err());
+}
+
+#[tokio::test]
+async fn non_durable_cursor_reads_and_does_not_persist() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/nd", env.config(3)).await.unwrap();
+    let added = ml.add_entries(payloads(0..6)).await.unwrap();
+    let c = ml.new_non_durable_cursor(added[2].position).unwrap();
+    assert!(!c.is_durable());
+    assert_eq!(c.read_entries(100).await.unwrap().len(), 4);
+    assert_eq!(c.number_of_entries_in_backlog(), 4);
+    c.mark_delete(added[4].position).await.unwrap();
+    assert_eq!(c.number_of_entries_in_backlog(), 1);
+    assert!(ml.cursors().is_empty());
+    assert!(env.meta.children("/managed-ledgers/t/nd").unwrap().is_empty());
+    // It does not hold back trimming.
+    let trimmed = ml.trim().await.unwrap();
+    assert_eq!(trimmed.len(), 2);
+}
+
+#[tokio::test]
+async fn trim_deletes_exactly_consumed_ledgers() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/trim", env.config(3)).await.unwrap();
+    let a = ml.open_cursor("a", InitialPosition::Earliest).await.unwrap();
+    let b = ml.open_cursor("b", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(payloads(0..10)).await.unwrap();
+    let ledger_of = |i: usize| added[i].position.ledger_id;
+    assert_eq!(ml.ledgers_info().len(), 4);
+    assert!(ml.trim().await.unwrap().is_empty(), "nothing consumed yet");
+    a.mark_delete(added[9].position).await.unwrap();
+    // b has consumed the first ledger and part of the second.
+    b.mark_delete(added[4].position).await.unwrap();
+    let trimmed = ml.trim().await.unwrap();
+    // A background trim may have run first; either way only ledger 0 goes.
+    let ids: Vec<u64> = ml.ledgers_info().iter().map(|i| i.ledger_id).collect();
+    assert!(!ids.contains(&ledger_of(0)));
+    assert!(ids.contains(&ledger_of(3)));
+    assert!(trimmed.is_empty() || trimmed == vec![ledger_of(0)]);
+    assert!(!env.store.ledger_ids().contains(&ledger_of(0)));
+    assert!(env.store.ledger_ids().contains(&ledger_of(3)));
+    // Finishing ledger 1 exactly (its last entry) releases it.
+    b.mark_delete(added[5].position).await.unwrap();
+    ml.trim().await.unwrap();
+    let ids: Vec<u64> = ml.ledgers_info().iter().map(|i| i.ledger_id).collect();
+    assert_eq!(ids[0], ledger_of(6));
+    // Everything consumed: all but the current ledger are gone; reads still work.
+    b.mark_delete(added[9].position).await.unwrap();
+    ml.trim().await.unwrap();
+    assert_eq!(ml.ledgers_info().len(), 1);
+    assert_eq!(ml.ledgers_info()[0].ledger_id, ml.stats().current_ledger_id.unwrap());
+    assert_eq!(env.store.ledger_ids(), vec![ml.stats().current_ledger_id.unwrap()]);
+    // The record lists what remains.
+    let (raw, _) = env.meta.get("/managed-ledgers/t/trim").unwrap().unwrap();
+    let rec: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(rec["ledgers"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn retention_keeps_consumed_ledgers_until_it_expires() {
+    let env = Env::new();
+    let f = env.factory();
+    let cfg = ManagedLedgerConfig {
+        retention_time: Some(Duration::from_secs(60)),
+        retention_size_mb: -1,
+        ..env.config(2)
+    };
+    let ml = f.open("t/retention", cfg).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(payloads(0..6)).await.unwrap();
+    c.mark_delete(added[5].position).await.unwrap();
+    assert!(ml.trim().await.unwrap().is_empty(), "retention time keeps them");
+    assert_eq!(ml.ledgers_info().len(), 4);
+    env.clock.advance(Duration::from_secs(61));
+    let trimmed = ml.trim().await.unwrap();
+    assert_eq!(trimmed.len(), 3);
+    assert_eq!(ml.ledgers_info().len(), 1);
+
+    // Size retention: 0 MB of consumed data is kept, infinite time.
+    let cfg = ManagedLedgerConfig { retention_time: None, retention_size_mb: 0, ..env.config(2) };
+    let ml = f.open("t/retention-size", cfg).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(payloads(0..6)).await.unwrap();
+    c.mark_delete(added[3].position).await.unwrap();
+    ml.trim().await.unwrap();
+    assert_eq!(ml.ledgers_info().first().unwrap().ledger_id, added[4].position.ledger_id);
+
+    // Infinite retention never trims.
+    let cfg = ManagedLedgerConfig { retention_time: None, retention_size_mb: -1, ..env.config(2) };
+    let ml = f.open("t/retention-inf", cfg).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(payloads(0..6)).await.unwrap();
+    c.mark_delete(added[5].position).await.unwrap();
+    env.clock.advance(Duration::from_secs(1_000_000));
+    assert!(ml.trim().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn failed_ledger_is_replaced_and_adds_retried() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/fail", env.config(100)).await.unwrap();
+    let first = ml.add_entries(payloads(0..3)).await.unwrap();
+    let before = ml.stats().current_ledger_id.unwrap();
+    env.store.fail_next_adds(1);
+    let second = ml.add_entries(payloads(3..6)).await.unwrap();
+    assert_ne!(second[0].position.ledger_id, before, "written to a new ledger");
+    assert_eq!(second[0].index, 3);
+    // Fenced by another owner's recovery: also replaced.
+    env.store.fence(second[0].position.ledger_id);
+    let third = ml.add_entries(payloads(6..7)).await.unwrap();
+    assert_ne!(third[0].position.ledger_id, second[0].position.ledger_id);
+    let all = ml.read_entries(first[0].position, 100).await.unwrap();
+    assert_eq!(all.iter().map(|e| e.index).collect::<Vec<_>>(), (0..7).collect::<Vec<u64>>());
+    // Two failures in a row: the error is returned, and the index is reused afterwards.
+    env.store.fail_next_adds(2);
+    let err = ml.add_entries(payloads(7..8)).await.unwrap_err();
+    assert!(matches!(err, StreamError::Ledger(_)), "{err}");
+    let after = ml.add_entries(payloads(8..9)).await.unwrap();
+    assert_eq!(after[0].index, 7);
+}
+
+#[tokio::test]
+async fn cursor_persistence_is_rate_limited_but_flushed() {
+    let env = Env::new();
+    let f = env.factory();
+    let cfg = ManagedLedgerConfig { mark_delete_rate_per_sec: 0.001, ..env.config(100) };
+    let ml = f.open("t/rate", cfg.clone()).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(payloads(0..5)).await.unwrap();
+    let path = "/managed-ledgers/t/rate/s";
+    let stored_md = || {
+        let (raw, _) = env.meta.get(path).unwrap().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+        v["markDelete"]["entryId"].as_i64().unwrap()
+    };
+    c.mark_delete(added[0].position).await.unwrap();
+    assert_eq!(stored_md(), 0, "first change is written at once");
+    c.mark_delete(added[3].position).await.unwrap();
+    assert_eq!(stored_md(), 0, "second change within the interval waits");
+    c.flush().await.unwrap();
+    assert_eq!(stored_md(), 3);
+    c.mark_delete(added[4].position).await.unwrap();
+    ml.close().await.unwrap();
+    assert_eq!(stored_md(), 4, "close persists pending state");
+}
+
+#[tokio::test]
+async fn delete_removes_ledgers_cursors_and_record() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/del", env.config(2)).await.unwrap();
+    ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    ml.add_entries(payloads(0..5)).await.unwrap();
+    assert!(!env.store.ledger_ids().is_empty());
+    ml.delete().await.unwrap();
+    assert!(env.store.ledger_ids().is_empty());
+    assert!(env.meta.get("/managed-ledgers/t/del").unwrap().is_none());
+    assert!(env.meta.get("/managed-ledgers/t/del/s").unwrap().is_none());
+    // Reopening starts from scratch.
+    let ml = f.open("t/del", env.config(2)).await.unwrap();
+    assert!(ml.cursors().is_empty());
+    assert_eq!(ml.stats().number_of_entries, 0);
+    assert_eq!(ml.add_entries(payloads(0..1)).await.unwrap()[0].index, 0);
+}
+
+#[tokio::test]
+async fn delete_cursor_releases_trimming() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/delcursor", env.config(2)).await.unwrap();
+    let slow = ml.open_cursor("slow/one", InitialPosition::Earliest).await.unwrap();
+    let fast = ml.open_cursor("fast", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(payloads(0..6)).await.unwrap();
+    fast.mark_delete(added[5].position).await.unwrap();
+    assert!(ml.trim().await.unwrap().is_empty());
+    assert_eq!(env.meta.children("/managed-ledgers/t/delcursor").unwrap(), vec!["fast".to_string(), "slow%2Fone".to_string()]);
+    ml.delete_cursor("slow/one").await.unwrap();
+    assert!(slow.mark_delete(added[0].position).await.is_err());
+    ml.trim().await.unwrap();
+    assert_eq!(ml.ledgers_info().len(), 1);
+    assert!(matches!(ml.delete_cursor("nope").await, Err(StreamError::NoSuchCursor(_))));
+}
+
+#[tokio::test]
+async fn a_second_owner_fences_the_first() {
+    let env = Env::new();
+    let f1 = env.factory();
+    let f2 = env.factory();
+    let cfg = env.config(2);
+    let ml1 = f1.open("t/owners", cfg.clone()).await.unwrap();
+    ml1.add_entries(payloads(0..1)).await.unwrap();
+    let ml2 = f2.open("t/owners", cfg).await.unwrap();
+    // The first owner's ledger was fenced by recovery; replacing it needs the record,
+    // which the second owner changed.
+    let r = ml1.add_entries(payloads(1..2)).await;
+    assert!(matches!(r, Err(StreamError::Fenced(_))), "{r:?}");
+    let ok = ml2.add_entries(payloads(1..2)).await.unwrap();
+    assert_eq!(ok[0].index, 1);
+}
