@@ -501,7 +501,7 @@ def entry_from_messages(
     if message.null_value:
         metadata.null_value = True
     if compression != NONE:
-        metadata.compression = compression
+        metadata.compression = compression  # type: ignore[assignment]
         metadata.uncompressed_size = len(message.payload)
     return encode_entry(metadata, compress(compression, message.payload))
 

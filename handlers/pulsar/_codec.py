@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Sequence
 from typing import Any, Final
 
 from google.protobuf.message import DecodeError, EncodeError
@@ -117,6 +118,7 @@ __all__ = [
     "SERVER_COMMANDS",
     "TRANSITIONS",
     "LocalProtocolError",
+    "encode_message",
     "ProtocolError",
     "PulsarConnection",
     "RemoteProtocolError",
@@ -248,6 +250,8 @@ TRANSITIONS: Final[dict[tuple[State, Role, int], State]] = {
     (State.CONNECTING, _C, _T.AUTH_RESPONSE): State.CONNECTING,
     (State.CONNECTING, _S, _T.CONNECTED): State.CONNECTED,
     (State.CONNECTING, _S, _T.ERROR): State.CLOSED,
+    # A server may explain why it drops a connection that broke the protocol.
+    (State.ERROR, _S, _T.ERROR): State.ERROR,
     **{(State.CONNECTED, _C, t): State.CONNECTED for t in CLIENT_COMMANDS - {_T.CONNECT}},
     **{(State.CONNECTED, _S, t): State.CONNECTED for t in SERVER_COMMANDS - {_T.CONNECTED}},
 }
@@ -319,7 +323,7 @@ class PulsarConnection:
     def next_event(self) -> Event | _Sentinel:
         """The next complete event, or :data:`NEED_DATA`."""
         if self.state is State.ERROR:
-            raise RemoteProtocolError("connection already failed")
+            raise RemoteProtocolError("connection already failed", pb.NotAllowedError)
         try:
             return self._next_event()
         except RemoteProtocolError:
@@ -379,6 +383,7 @@ class PulsarConnection:
             raise RemoteProtocolError(f"{cls.__name__} holds a string that is not UTF-8")
         self._advance(self.their_role, base.type, RemoteProtocolError)
         rest = memoryview(frame)[command_size:]
+        event: PulsarCommand
         if base.type in _WITH_ENTRY:
             event = self._decode_entry_command(cls, body, rest)
         elif rest:
@@ -388,7 +393,7 @@ class PulsarConnection:
         self._on_event(event, received=True)
         return event
 
-    def _decode_entry_command(self, cls: Any, body: Any, rest: memoryview) -> Event:
+    def _decode_entry_command(self, cls: Any, body: Any, rest: memoryview) -> PulsarCommand:
         broker_meta = None
         if cls is CommandMessage and len(rest) >= 2:
             if _U16.unpack_from(rest, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
@@ -432,7 +437,7 @@ class PulsarConnection:
         if isinstance(event, CommandConnected) and not event.command.HasField("max_message_size"):
             event.command.max_message_size = self.max_message_size
         self._advance(self.our_role, event.TYPE, LocalProtocolError)
-        base = pb.BaseCommand(type=event.TYPE)
+        base = pb.BaseCommand(type=event.TYPE)  # type: ignore[arg-type]
         getattr(base, event.FIELD).CopyFrom(event.command)
         tail: bytes = b""
         if isinstance(event, CommandSend):
@@ -454,44 +459,33 @@ class PulsarConnection:
         redelivery_count: int,
         entry_bytes: bytes | memoryview,
         broker_entry_metadata: bytes | None = None,
-        ack_set: list[int] | None = None,
+        ack_set: Sequence[int] | None = None,
         consumer_epoch: int | None = None,
     ) -> bytes:
-        """A MESSAGE frame around a stored entry - the dispatch hot path.
+        """:func:`encode_message`, checked against this connection.
 
-        ``entry_bytes`` is the stored entry (``[0x0e01][crc32c][metadataSize]...``) and
-        ``broker_entry_metadata`` the ``0x0e02`` section from
-        :func:`core.format.encode_broker_entry_metadata`; it is left out for clients that
-        did not announce support for it.
+        Refused unless we are a connected server; the broker entry metadata is dropped
+        for clients that did not announce support for it, and the frame must fit what
+        the client accepts.
         """
         if self.our_role is not Role.SERVER or self.state is not State.CONNECTED:
             raise LocalProtocolError(
                 f"cannot send MESSAGE as {self.our_role.value} in state {self.state.value}",
                 pb.NotAllowedError,
             )
-        base = pb.BaseCommand(type=_T.MESSAGE)
-        message = base.message
-        message.consumer_id = consumer_id
-        if isinstance(message_id, tuple):
-            message.message_id.ledgerId, message.message_id.entryId = message_id
-        else:
-            message.message_id.CopyFrom(message_id)
-        if redelivery_count:
-            message.redelivery_count = redelivery_count
-        if ack_set:
-            message.ack_set.extend(ack_set)
-        if consumer_epoch is not None:
-            message.consumer_epoch = consumer_epoch
-        command = base.SerializeToString()
-        if broker_entry_metadata is not None and self.peer_supports_broker_entry_metadata:
-            tail_size = len(broker_entry_metadata) + len(entry_bytes)
-            parts = (broker_entry_metadata, entry_bytes)
-        else:
-            tail_size = len(entry_bytes)
-            parts = (entry_bytes,)
-        total = 4 + len(command) + tail_size
-        self._check_outgoing(total)
-        return b"".join((_TWO_U32.pack(total, len(command)), command, *parts))
+        if not self.peer_supports_broker_entry_metadata:
+            broker_entry_metadata = None
+        frame = encode_message(
+            consumer_id,
+            message_id,
+            redelivery_count,
+            entry_bytes,
+            broker_entry_metadata,
+            ack_set,
+            consumer_epoch,
+        )
+        self._check_outgoing(len(frame) - 4)
+        return frame
 
     def _frame(self, base: pb.BaseCommand, tail: bytes) -> bytes:
         try:
@@ -533,3 +527,44 @@ class PulsarConnection:
                 # Received: the broker's limit binds what we send.  Sent: clients honour
                 # what we announced, so that is what we may deliver to them.
                 self.peer_max_message_size = event.command.max_message_size
+
+
+def encode_message(
+    consumer_id: int,
+    message_id: pb.MessageIdData | tuple[int, int],
+    redelivery_count: int,
+    entry_bytes: bytes | memoryview,
+    broker_entry_metadata: bytes | None = None,
+    ack_set: Sequence[int] | None = None,
+    consumer_epoch: int | None = None,
+) -> bytes:
+    """A MESSAGE frame around a stored entry - the dispatch hot path.
+
+    ``entry_bytes`` is the stored entry (``[0x0e01][crc32c][metadataSize]...``), spliced
+    in unchanged; ``broker_entry_metadata`` is the ``0x0e02`` section from
+    :func:`core.format.encode_broker_entry_metadata`, written in front of it when given
+    (pass it only to clients whose CONNECT announced ``supports_broker_entry_metadata``).
+    ``message_id`` is a ``MessageIdData`` or a ``(ledger_id, entry_id)`` pair.  This
+    function keeps no state; :meth:`PulsarConnection.encode_message` is the checked form.
+    """
+    base = pb.BaseCommand(type=_T.MESSAGE)
+    message = base.message
+    message.consumer_id = consumer_id
+    if isinstance(message_id, tuple):
+        message.message_id.ledgerId, message.message_id.entryId = message_id
+    else:
+        message.message_id.CopyFrom(message_id)
+    if redelivery_count:
+        message.redelivery_count = redelivery_count
+    if ack_set:
+        message.ack_set.extend(ack_set)
+    if consumer_epoch is not None:
+        message.consumer_epoch = consumer_epoch
+    command = base.SerializeToString()
+    if broker_entry_metadata:
+        total = 4 + len(command) + len(broker_entry_metadata) + len(entry_bytes)
+        return b"".join(
+            (_TWO_U32.pack(total, len(command)), command, broker_entry_metadata, entry_bytes)
+        )
+    total = 4 + len(command) + len(entry_bytes)
+    return b"".join((_TWO_U32.pack(total, len(command)), command, entry_bytes))
