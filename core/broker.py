@@ -47,6 +47,7 @@ class BrokerService:
         self.stats = BrokerStats()
         self.schemas = SchemaRegistry(self)
         self.pulsar_service_url = ""
+        self.web_service_url = ""
         self._nursery: trio.Nursery | None = None
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -19,6 +19,7 @@ __all__ = ["ProtocolHandler", "load_protocol", "BUILTIN_PROTOCOLS", "UnknownProt
 
 BUILTIN_PROTOCOLS = {
     "pulsar": "handlers.pulsar:PulsarProtocolHandler",
+    "kafka": "handlers.kafka:KafkaProtocolHandler",
 }
 
 

@@ -9,6 +9,7 @@ sync their journals and close their files.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -23,6 +24,7 @@ from core.metadata import open_metadata_store
 from gateway._bookies import register_bookie, start_bookie
 from gateway._config import Config
 from gateway._plugins import load_protocol
+from gateway._web import WebService
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,7 @@ async def serve(cfg: Any, bookies: int, *,
             for name in cfg.get("messagingProtocols"):
                 handler = load_protocol(name)(cfg, broker)
                 addresses[name] = await nursery.start(handler.serve)
+            addresses["web"] = await nursery.start(WebService(cfg, broker).serve)
             task_status.started(addresses)
     finally:
         with trio.CancelScope(shield=True):
@@ -91,9 +94,10 @@ async def serve(cfg: Any, bookies: int, *,
 async def _main(cfg: Config, bookies: int, started: float) -> int:
     async with trio.open_nursery() as nursery:
         addresses = await nursery.start(serve, cfg, bookies)
-        listening = ", ".join(f"{k} {' '.join(v)}" for k, v in addresses.items())
-        log.info("magnetar standalone ready in %.2fs: %s", time.monotonic() - started, listening)
-        print(f"magnetar standalone ready in {time.monotonic() - started:.2f}s ({listening})", flush=True)
+        elapsed = time.monotonic() - started
+        log.info("magnetar standalone ready in %.2fs", elapsed)
+        # One machine-readable line: tools and tests read the bound addresses from it.
+        print(f"magnetar standalone ready in {elapsed:.2f}s {json.dumps(addresses)}", flush=True)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for sig in signals:
                 log.info("received %s: shutting down", signal.Signals(sig).name)

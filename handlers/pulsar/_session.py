@@ -44,7 +44,7 @@ from core.topic import (
     TopicClosedError,
 )
 from handlers.pulsar import _events as ev
-from handlers.pulsar._codec import NEED_DATA, PulsarConnection, RemoteProtocolError, encode_message
+from handlers.pulsar._codec import NEED_DATA, PulsarConnection, RemoteProtocolError
 
 __all__ = ["PulsarSession", "MAX_PROTOCOL_VERSION", "SERVER_VERSION"]
 
@@ -97,7 +97,6 @@ class PulsarSession:
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self.consumer_topics: dict[int, PersistentTopic] = {}
-        self.broker_entry_metadata = False
         self.last_received = time.monotonic()
         self.closed = False
         self._nursery: trio.Nursery | None = None
@@ -202,8 +201,6 @@ class PulsarSession:
     def _on_CommandConnect(self, event: Any) -> None:
         cmd = event.command
         version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
-        self.broker_entry_metadata = bool(
-            cmd.HasField("feature_flags") and cmd.feature_flags.supports_broker_entry_metadata)
         self._send(ev.CommandConnected.build(
             server_version=SERVER_VERSION,
             protocol_version=version,
@@ -419,11 +416,12 @@ class PulsarSession:
             return
         topic = self.consumer_topics.get(consumer.consumer_id)
         partition = topic.name.partition_index if topic is not None else -1
-        bem = self.broker_entry_metadata
+        bem = self.codec.peer_supports_broker_entry_metadata
+        encode = self.codec.encode_message
         frames = []
         for d in deliveries:
             e = d.entry
-            frames.append(encode_message(
+            frames.append(encode(
                 consumer.consumer_id,
                 pb.MessageIdData(ledgerId=e.position.ledger_id, entryId=e.position.entry_id,
                                  partition=partition),

@@ -1,0 +1,213 @@
+"""Fault tests with real processes: bookies and writers killed with SIGKILL, journals
+truncated. Bookies run as `magnetar bookie`; the writer is a separate Python process."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.core._storage_env import ml_config, storage_env
+
+pytestmark = pytest.mark.slow
+
+WAIT = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Proc:
+    """A child process whose output lines are collected by a thread; waits are bounded."""
+
+    def __init__(self, args: list[str]):
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            with self._cond:
+                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self._cond.notify_all()
+
+    def wait_for(self, predicate, timeout: float = WAIT) -> None:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not predicate(self.lines):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None and not predicate(self.lines):
+                    raise AssertionError("timed out; output:\n" + "\n".join(self.lines[-40:]))
+                self._cond.wait(min(left, 0.5))
+
+    def acked(self) -> list[int]:
+        with self._cond:
+            return [int(line.split()[1]) for line in self.lines if line.startswith("acked ")]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(WAIT)
+
+
+def start_bookie(data: Path, port: int, metadata_url: str) -> Proc:
+    p = Proc([sys.executable, "-m", "gateway", "bookie", "--port", str(port),
+              "--data-dir", str(data), "--metadata-store-url", metadata_url])
+    p.wait_for(lambda lines: any("bookie ready" in x for x in lines))
+    return p
+
+
+def start_writer(metadata_url: str, name: str, config: dict, count: int) -> Proc:
+    return Proc([sys.executable, "-m", "tests.core._storage_env", metadata_url, name,
+                 json.dumps(config), str(count)])
+
+
+def ledger_ensemble(metadata_url: str, ledger_id: int) -> list[str]:
+    from core.metadata import open_metadata_store
+    store = open_metadata_store(metadata_url)
+    try:
+        meta = json.loads(store.get(f"/ledgers/ledger/{ledger_id}")[0])
+        return list(meta["ensembles"][-1][1])
+    finally:
+        store.close()
+
+
+async def read_everything(tmp_path: Path, url: str, name: str, config: dict) -> list[bytes]:
+    async with storage_env(tmp_path / "reader", bookies=0, metadata_url=url) as env:
+        ml = await env.storage.open(name, config)
+        first = ml.first_position()
+        if first is None:
+            return []
+        out = []
+        pos = first
+        while True:
+            got = await ml.read_entries(pos, 500)
+            if not got:
+                break
+            out += [e.data for e in got]
+            last = got[-1].position
+            pos = type(last)(last.ledger_id, last.entry_id + 1)
+        return out
+
+
+def assert_all_acked_present(acked: list[int], data: list[bytes]) -> None:
+    values = [int(d.decode().split("-")[1]) for d in data]
+    assert values == sorted(values), "entries out of order"
+    missing = set(acked) - set(values)
+    assert not missing, f"{len(missing)} acknowledged entries lost, e.g. {sorted(missing)[:5]}"
+
+
+async def test_kill_one_bookie_during_adds(tmp_path):
+    url = f"sqlite:{tmp_path / 'meta.db'}"
+    ports = [free_port() for _ in range(4)]
+    bookies = [start_bookie(tmp_path / f"b{i}", ports[i], url) for i in range(4)]
+    config = ml_config(ensemble_size=3, write_quorum=2, ack_quorum=2)
+    writer = start_writer(url, "t/ns/persistent/kill-bookie", config, 1500)
+    try:
+        writer.wait_for(lambda lines: sum(x.startswith("acked") for x in lines) >= 200)
+        from core.metadata import open_metadata_store
+        store = open_metadata_store(url)
+        ml_record = json.loads(store.get("/managed-ledgers/t/ns/persistent/kill-bookie")[0])
+        store.close()
+        ledger = ml_record["ledgers"][-1]["ledgerId"]
+        victim = ledger_ensemble(url, ledger)[0]
+        bookies[ports.index(int(victim.rsplit(":", 1)[1]))].kill()
+        writer.wait_for(lambda lines: "done" in lines, timeout=120)
+        acked = writer.acked()
+        assert len(acked) == 1500
+        writer.kill()
+        assert victim not in ledger_ensemble(url, ledger)
+        data = await read_everything(tmp_path, url, "t/ns/persistent/kill-bookie", config)
+        assert_all_acked_present(acked, data)
+    finally:
+        writer.kill()
+        for b in bookies:
+            b.kill()
+
+
+async def test_kill_writer_then_recover_and_fence(tmp_path):
+    url = f"sqlite:{tmp_path / 'meta.db'}"
+    ports = [free_port() for _ in range(3)]
+    bookies = [start_bookie(tmp_path / f"b{i}", ports[i], url) for i in range(3)]
+    config = ml_config(ensemble_size=3, write_quorum=2, ack_quorum=2)
+    name = "t/ns/persistent/kill-writer"
+    try:
+        first = start_writer(url, name, config, 10**6)
+        first.wait_for(lambda lines: sum(x.startswith("acked") for x in lines) >= 300)
+        first.kill()
+        acked = first.acked()
+        data = await read_everything(tmp_path, url, name, config)
+        assert_all_acked_present(acked, data)
+        assert len(data) >= len(acked)
+        # A live writer is fenced out when another owner opens the managed ledger.
+        second = start_writer(url, name, config, 10**6)
+        second.wait_for(lambda lines: sum(x.startswith("acked") for x in lines) >= 100)
+        data = await read_everything(tmp_path, url, name, config)
+        second.wait_for(lambda lines: any(x.startswith("error") for x in lines))
+        fenced_at = len(second.acked())
+        time.sleep(0.5)
+        assert len(second.acked()) == fenced_at, "a fenced writer kept acknowledging adds"
+        second.kill()
+        assert_all_acked_present(second.acked(), await read_everything(tmp_path, url, name, config))
+    finally:
+        for b in bookies:
+            b.kill()
+
+
+async def test_restarted_bookie_replays_its_journal(tmp_path):
+    url = f"sqlite:{tmp_path / 'meta.db'}"
+    port = free_port()
+    bookie = start_bookie(tmp_path / "b0", port, url)
+    name = "t/ns/persistent/replay"
+    writer = start_writer(url, name, ml_config(), 500)
+    try:
+        writer.wait_for(lambda lines: "done" in lines)
+        acked = writer.acked()
+        bookie.kill()
+        writer.kill()
+        bookie = start_bookie(tmp_path / "b0", port, url)
+        data = await read_everything(tmp_path, url, name, ml_config())
+        assert_all_acked_present(acked, data)
+        assert len(data) == 500
+    finally:
+        writer.kill()
+        bookie.kill()
+
+
+async def test_truncated_journal_tail_is_dropped_and_the_rest_recovered(tmp_path):
+    url = f"sqlite:{tmp_path / 'meta.db'}"
+    port = free_port()
+    bookie = start_bookie(tmp_path / "b0", port, url)
+    name = "t/ns/persistent/torn"
+    writer = start_writer(url, name, ml_config(), 300)
+    try:
+        writer.wait_for(lambda lines: "done" in lines)
+        bookie.kill()
+        writer.kill()
+        journals = sorted((tmp_path / "b0").rglob("*.log"), key=lambda p: p.stat().st_mtime)
+        journal = [j for j in journals if "journal" in str(j)][-1]
+        size = journal.stat().st_size
+        with open(journal, "r+b") as f:
+            f.truncate(size - 5)
+        bookie = start_bookie(tmp_path / "b0", port, url)
+        data = await read_everything(tmp_path, url, name, ml_config())
+        values = [int(d.decode().split("-")[1]) for d in data]
+        assert values[:299] == list(range(299))
+    finally:
+        writer.kill()
+        bookie.kill()

@@ -1,0 +1,121 @@
+"""The native storage core driven from trio: append/read, cursors, rollover, trimming."""
+
+from __future__ import annotations
+
+import pytest
+
+from core import _native
+from core.storage import Position
+from tests.core._storage_env import ml_config, storage_env
+
+
+async def test_append_and_read_round_trip(tmp_path):
+    async with storage_env(tmp_path) as env:
+        ml = await env.storage.open("t/ns/persistent/round-trip", ml_config())
+        payloads = [f"payload-{i}".encode() * (i + 1) for i in range(100)]
+        done = await ml.add_entries(payloads, [1] * 100)
+        assert [idx for _, idx, _ in done] == list(range(100))
+        positions = [p for p, _, _ in done]
+        assert positions == sorted(positions)
+        entries = await ml.read_entries(positions[0], 1000)
+        assert [e.data for e in entries] == payloads
+        assert [e.index for e in entries] == list(range(100))
+        assert ml.last_confirmed() == positions[-1]
+
+
+async def test_batches_advance_the_message_index(tmp_path):
+    async with storage_env(tmp_path) as env:
+        ml = await env.storage.open("t/ns/persistent/index", ml_config())
+        done = await ml.add_entries([b"a", b"b", b"c"], [5, 1, 10])
+        assert [idx for _, idx, _ in done] == [4, 5, 15]
+        assert await ml.find_by_index(5) == done[1][0]
+        assert await ml.find_by_index(12) == done[2][0]
+
+
+async def test_cursor_state_survives_restart(tmp_path):
+    name = "t/ns/persistent/cursor"
+    async with storage_env(tmp_path) as env:
+        ml = await env.storage.open(name, ml_config())
+        cursor = await ml.open_cursor("sub", True)
+        done = await ml.add_entries([f"e{i}".encode() for i in range(10)], [1] * 10)
+        pos = [p for p, _, _ in done]
+        assert [e.data for e in await cursor.read_entries(100)] == [f"e{i}".encode() for i in range(10)]
+        cursor.mark_delete(pos[2])
+        cursor.delete([pos[5], pos[6], pos[8]])
+        await cursor.flush()
+        assert cursor.backlog() == 4
+        await ml.close()
+    async with storage_env(tmp_path) as env:
+        ml = await env.storage.open(name, ml_config())
+        assert ml.cursor_names() == ["sub"]
+        cursor = await ml.open_cursor("sub", True)
+        assert cursor.mark_delete_position() == pos[2]
+        assert cursor.backlog() == 4
+        got = [e.data for e in await cursor.read_entries(100)]
+        assert got == [b"e3", b"e4", b"e7", b"e9"]
+
+
+async def test_rollover_and_trimming_delete_exactly_consumed_ledgers(tmp_path):
+    async with storage_env(tmp_path) as env:
+        config = ml_config(max_entries_per_ledger=10, min_rollover_time_ms=0)
+        ml = await env.storage.open("t/ns/persistent/trim", config)
+        cursor = await ml.open_cursor("sub", True)
+        done = []
+        for i in range(45):
+            done += await ml.add_entries([f"e{i}".encode()], [1])
+        ledgers = [le["ledgerId"] for le in ml.ledgers()]
+        assert len(ledgers) == 5
+        assert [le["entries"] for le in ml.ledgers()][:4] == [10, 10, 10, 10]
+        # Consume into the third ledger: the first two are fully passed.
+        cursor.mark_delete(done[24][0])
+        await cursor.flush()
+        await ml.trim()
+        assert [le["ledgerId"] for le in ml.ledgers()] == ledgers[2:]
+        assert env.metadata.get(f"/ledgers/ledger/{ledgers[0]}") is None
+        assert env.metadata.get(f"/ledgers/ledger/{ledgers[2]}") is not None
+        with pytest.raises(Exception):
+            await ml.read_entries(done[0][0], 1)
+        assert [e.data for e in await ml.read_entries(done[25][0], 100)][0] == b"e25"
+
+
+async def test_retention_keeps_consumed_ledgers(tmp_path):
+    async with storage_env(tmp_path) as env:
+        config = ml_config(max_entries_per_ledger=10, min_rollover_time_ms=0,
+                           retention_time_ms=3_600_000, retention_size_mb=-1)
+        ml = await env.storage.open("t/ns/persistent/retained", config)
+        cursor = await ml.open_cursor("sub", True)
+        done = []
+        for i in range(30):
+            done += await ml.add_entries([f"e{i}".encode()], [1])
+        before = [le["ledgerId"] for le in ml.ledgers()]
+        cursor.mark_delete(done[-1][0])
+        await cursor.flush()
+        await ml.trim()
+        assert [le["ledgerId"] for le in ml.ledgers()] == before
+
+
+async def test_three_bookies_replicate_with_quorums(tmp_path):
+    async with storage_env(tmp_path, bookies=3) as env:
+        ml = await env.storage.open("t/ns/persistent/q", ml_config(ensemble_size=3, write_quorum=2, ack_quorum=2))
+        done = await ml.add_entries([f"e{i}".encode() for i in range(30)], [1] * 30)
+        ledger = done[0][0].ledger_id
+        import json
+        meta = json.loads(env.metadata.get(f"/ledgers/ledger/{ledger}")[0])
+        assert (meta["ensembleSize"], meta["writeQuorumSize"], meta["ackQuorumSize"]) == (3, 2, 2)
+        assert len(meta["ensembles"][0][1]) == 3
+        entries = await ml.read_entries(done[0][0], 100)
+        assert [e.data for e in entries] == [f"e{i}".encode() for i in range(30)]
+
+
+async def test_too_few_bookies_is_a_clear_error(tmp_path):
+    async with storage_env(tmp_path, bookies=1) as env:
+        with pytest.raises(_native.NativeError, match="Not enough non-faulty bookies available"):
+            ml = await env.storage.open("t/ns/persistent/few", ml_config(ensemble_size=3, write_quorum=2, ack_quorum=2))
+            await ml.add_entries([b"x"], [1])
+
+
+async def test_reading_before_the_first_position_is_refused_cleanly(tmp_path):
+    async with storage_env(tmp_path) as env:
+        ml = await env.storage.open("t/ns/persistent/empty", ml_config())
+        assert ml.last_confirmed() is None
+        assert await ml.read_entries(Position(0, 0), 10) == []

@@ -1,0 +1,109 @@
+"""Pulsar behaviour that depends on broker configuration or on a restart: each test runs
+its own `magnetar standalone`."""
+
+from __future__ import annotations
+
+import pulsar
+import pytest
+
+from tests._standalone import Standalone
+
+RECEIVE_MS = 10_000
+
+
+def _receive_all(consumer, n: int) -> list:
+    return [consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(n)]
+
+
+def test_restart_keeps_messages_and_acknowledged_positions(tmp_path):
+    topic = "persistent://public/default/restart"
+    with Standalone(tmp_path / "data") as s:
+        client = pulsar.Client(s.pulsar_url)
+        consumer = client.subscribe(topic, "durable", consumer_type=pulsar.ConsumerType.Shared)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(20):
+            producer.send(f"m{i}".encode())
+        got = _receive_all(consumer, 20)
+        for m in got[:10]:
+            consumer.acknowledge(m)
+        consumer.acknowledge(got[15])
+        client.close()
+    with Standalone(tmp_path / "data") as s:
+        client = pulsar.Client(s.pulsar_url)
+        consumer = client.subscribe(topic, "durable", consumer_type=pulsar.ConsumerType.Shared)
+        rest = []
+        while True:
+            try:
+                m = consumer.receive(timeout_millis=2000)
+            except pulsar.Timeout:
+                break
+            rest.append(m.data())
+            consumer.acknowledge(m)
+        assert sorted(rest) == sorted(f"m{i}".encode() for i in range(10, 20) if i != 15)
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        assert [reader.read_next(RECEIVE_MS).data() for _ in range(20)] == [f"m{i}".encode() for i in range(20)]
+        client.close()
+
+
+def test_deduplication_drops_resent_sequence_ids_across_restart(tmp_path):
+    topic = "persistent://public/default/dedup"
+    conf = {"brokerDeduplicationEnabled": True}
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url)
+        producer = client.create_producer(topic, producer_name="p1", batching_enabled=False)
+        for i in range(5):
+            producer.send(f"m{i}".encode(), sequence_id=i)
+        producer.send(b"dup", sequence_id=3)
+        assert producer.last_sequence_id() == 4
+        client.close()
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url)
+        producer = client.create_producer(topic, producer_name="p1", batching_enabled=False)
+        assert producer.last_sequence_id() == 4
+        producer.send(b"dup-again", sequence_id=4)
+        producer.send(b"m5", sequence_id=5)
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        got = []
+        while reader.has_message_available():
+            got.append(reader.read_next(RECEIVE_MS).data())
+        assert got == [b"m0", b"m1", b"m2", b"m3", b"m4", b"m5"]
+        client.close()
+
+
+def test_auto_created_partitioned_topic(tmp_path):
+    conf = {"allowAutoTopicCreationType": "partitioned", "defaultNumPartitions": 3}
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url)
+        topic = "persistent://public/default/parted"
+        assert len(client.get_topic_partitions(topic)) == 3
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic, batching_enabled=False,
+                                          message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+        for i in range(30):
+            producer.send(str(i).encode())
+        got = _receive_all(consumer, 30)
+        assert sorted(int(m.data()) for m in got) == list(range(30))
+        assert {m.topic_name() for m in got} == {f"{topic}-partition-{i}" for i in range(3)}
+        client.close()
+
+
+def test_auto_topic_creation_disabled_gives_topic_not_found(tmp_path):
+    with Standalone(tmp_path / "data", conf={"allowAutoTopicCreation": False}) as s:
+        client = pulsar.Client(s.pulsar_url, operation_timeout_seconds=5)
+        with pytest.raises(pulsar.TopicNotFound):
+            client.create_producer("persistent://public/default/missing")
+        with pytest.raises((pulsar.TopicNotFound, pulsar.Timeout)):
+            client.create_producer("persistent://nosuch/ns/t")
+        client.close()
+
+
+def test_exclusive_producer_fences_others(tmp_path):
+    with Standalone(tmp_path / "data") as s:
+        client = pulsar.Client(s.pulsar_url)
+        topic = "excl-producer"
+        client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+        with pytest.raises((pulsar.ProducerFenced, pulsar.ProducerBusy)):
+            client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+        with pytest.raises((pulsar.ProducerFenced, pulsar.ProducerBusy)):
+            client.create_producer(topic)
+        client.close()

@@ -1,0 +1,292 @@
+"""The official pulsar-client against `magnetar standalone`."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import timedelta
+
+import pulsar
+import pytest
+
+from tests._standalone import Standalone
+
+RECEIVE_MS = 10_000
+
+
+@pytest.fixture
+def client(standalone: Standalone):
+    c = pulsar.Client(standalone.pulsar_url, operation_timeout_seconds=15)
+    yield c
+    c.close()
+
+
+def _drain(consumer, *, idle_ms: int = 1500) -> list:
+    got = []
+    while True:
+        try:
+            msg = consumer.receive(timeout_millis=idle_ms)
+        except pulsar.Timeout:
+            return got
+        got.append(msg)
+        consumer.acknowledge(msg)
+
+
+def test_round_trip_keeps_payload_key_properties_and_times(client, unique):
+    topic = f"persistent://public/default/rt-{unique}"
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic, batching_enabled=False)
+    msg_id = producer.send(b"hello", properties={"a": "1", "b": "2"}, partition_key="k1",
+                           event_timestamp=1234567)
+    msg = consumer.receive(timeout_millis=RECEIVE_MS)
+    assert msg.data() == b"hello"
+    assert msg.properties() == {"a": "1", "b": "2"}
+    assert msg.partition_key() == "k1"
+    assert msg.event_timestamp() == 1234567
+    assert abs(msg.publish_timestamp() - time.time() * 1000) < 60_000
+    assert msg.message_id().ledger_id() == msg_id.ledger_id()
+    assert msg.message_id().entry_id() == msg_id.entry_id()
+    assert msg.topic_name() == topic
+    consumer.acknowledge(msg)
+
+
+@pytest.mark.parametrize("batching", [False, True])
+@pytest.mark.parametrize("compression", ["NONE", "LZ4", "ZLib", "ZSTD", "SNAPPY"])
+def test_every_compression_batched_and_not(client, unique, batching, compression):
+    topic = f"comp-{unique}"
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(
+        topic, batching_enabled=batching, batching_max_messages=50,
+        batching_max_publish_delay_ms=5,
+        compression_type=getattr(pulsar.CompressionType, compression))
+    payloads = [f"message-{i}-".encode() * 20 for i in range(200)]
+    for p in payloads:
+        producer.send_async(p, None)
+    producer.flush()
+    got = [m.data() for m in _drain(consumer)]
+    assert got == payloads
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_shared_subscription_splits_messages_once(client, unique, batching):
+    topic = f"shared-{unique}"
+    c1 = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=10)
+    c2 = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=10)
+    c3 = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=10)
+    producer = client.create_producer(topic, batching_enabled=batching)
+    for i in range(300):
+        producer.send_async(str(i).encode(), None)
+    producer.flush()
+    seen: dict[str, int] = {}
+    per_consumer = []
+    for c in (c1, c2, c3):
+        got = _drain(c, idle_ms=2000)
+        per_consumer.append(len(got))
+        for m in got:
+            seen[m.data().decode()] = seen.get(m.data().decode(), 0) + 1
+    assert sorted(int(k) for k in seen) == list(range(300))
+    assert set(seen.values()) == {1}
+    assert sum(1 for n in per_consumer if n > 0) >= 2
+
+
+def test_exclusive_subscription_refuses_second_consumer(client, unique):
+    topic = f"excl-{unique}"
+    client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Exclusive)
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Exclusive)
+
+
+def test_failover_moves_to_the_standby_consumer(client, unique):
+    topic = f"failover-{unique}"
+    a = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Failover, consumer_name="a")
+    b = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(10):
+        producer.send(str(i).encode())
+    first = _drain(a)
+    assert [m.data() for m in first] == [str(i).encode() for i in range(10)]
+    with pytest.raises(pulsar.Timeout):
+        b.receive(timeout_millis=500)
+    a.close()
+    for i in range(10, 15):
+        producer.send(str(i).encode())
+    assert [m.data() for m in _drain(b)] == [str(i).encode() for i in range(10, 15)]
+
+
+def test_key_shared_keeps_each_key_on_one_consumer_in_order(client, unique):
+    topic = f"ks-{unique}"
+    consumers = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                                  consumer_name=f"c{i}") for i in range(3)]
+    producer = client.create_producer(topic, batching_enabled=False)
+    keys = [f"key-{k}" for k in range(12)]
+    for i in range(240):
+        k = keys[i % len(keys)]
+        producer.send_async(f"{k}:{i}".encode(), None, partition_key=k)
+    producer.flush()
+    owner: dict[str, int] = {}
+    order: dict[str, list[int]] = {}
+    total = 0
+    for ci, c in enumerate(consumers):
+        for m in _drain(c):
+            k, i = m.data().decode().split(":")
+            assert owner.setdefault(k, ci) == ci, f"{k} went to two consumers"
+            order.setdefault(k, []).append(int(i))
+            total += 1
+    assert total == 240
+    for seq in order.values():
+        assert seq == sorted(seq)
+    assert len(set(owner.values())) >= 2
+
+
+def test_key_shared_order_kept_when_a_consumer_joins(client, unique):
+    topic = f"ks-join-{unique}"
+    first = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                             consumer_name="first", receiver_queue_size=1000)
+    producer = client.create_producer(topic, batching_enabled=False)
+    keys = [f"k{k}" for k in range(20)]
+    for i in range(100):
+        producer.send_async(f"{keys[i % 20]}:{i}".encode(), None, partition_key=keys[i % 20])
+    producer.flush()
+    # `first` holds 100 unacknowledged messages when the second consumer joins.
+    held = [first.receive(timeout_millis=RECEIVE_MS) for _ in range(100)]
+    second = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                              consumer_name="second")
+    for i in range(100, 200):
+        producer.send_async(f"{keys[i % 20]}:{i}".encode(), None, partition_key=keys[i % 20])
+    producer.flush()
+    # Keys still held by `first` must not reach `second` before `first` acks them...
+    early = _drain(second, idle_ms=1000)
+    held_keys = {m.data().decode().split(":")[0] for m in held}
+    assert not [m for m in early if m.data().decode().split(":")[0] in held_keys]
+    for m in held:
+        first.acknowledge(m)
+    # ...and once acknowledged, nothing is stuck: every message arrives, per key in order.
+    rest = _drain(first) + early + _drain(second)
+    got: dict[str, list[int]] = {}
+    for m in rest:
+        k, i = m.data().decode().split(":")
+        got.setdefault(k, []).append(int(i))
+    assert sum(len(v) for v in got.values()) == 100
+    for k, seq in got.items():
+        assert seq == sorted(seq), k
+
+
+def test_reader_from_earliest_and_from_a_message_id(client, unique):
+    topic = f"reader-{unique}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    ids = [producer.send(f"m{i}".encode()) for i in range(10)]
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert [reader.read_next(RECEIVE_MS).data() for _ in range(10)] == [f"m{i}".encode() for i in range(10)]
+    assert not reader.has_message_available()
+    reader.close()
+    reader = client.create_reader(topic, ids[4])
+    assert reader.read_next(RECEIVE_MS).data() == b"m5"
+    reader.close()
+    reader = client.create_reader(topic, pulsar.MessageId.latest)
+    producer.send(b"after")
+    assert reader.read_next(RECEIVE_MS).data() == b"after"
+
+
+def test_seek_to_message_id_and_to_time(client, unique):
+    topic = f"seek-{unique}"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    ids = [producer.send(f"m{i}".encode()) for i in range(10)]
+    assert len(_drain(consumer)) == 10
+    consumer.seek(ids[3])
+    got = [m.data() for m in _drain(consumer)]
+    assert got[0] in (b"m3", b"m4") and got[-1] == b"m9"
+    consumer.seek(0)
+    assert [m.data() for m in _drain(consumer)] == [f"m{i}".encode() for i in range(10)]
+
+
+def test_negative_ack_redelivers_with_count_and_dead_letter_policy(client, unique):
+    topic = f"dlq-{unique}"
+    dlq = f"persistent://public/default/dlq-{unique}-DLQ"
+    dead = client.subscribe(dlq, "watch")
+    consumer = client.subscribe(
+        topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+        negative_ack_redelivery_delay_ms=100,
+        dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(max_redeliver_count=2, dead_letter_topic=dlq))
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"poison")
+    counts = []
+    for _ in range(3):
+        m = consumer.receive(timeout_millis=RECEIVE_MS)
+        counts.append(m.redelivery_count())
+        consumer.negative_acknowledge(m)
+    assert counts == [0, 1, 2]
+    assert dead.receive(timeout_millis=RECEIVE_MS).data() == b"poison"
+
+
+def test_ack_timeout_redelivers(client, unique):
+    topic = f"acktimeout-{unique}"
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                                unacked_messages_timeout_ms=1000)
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"x")
+    first = consumer.receive(timeout_millis=RECEIVE_MS)
+    again = consumer.receive(timeout_millis=RECEIVE_MS)
+    assert again.data() == b"x" and again.message_id() == first.message_id()
+    assert again.redelivery_count() >= 1
+
+
+@pytest.mark.parametrize("sub_type", ["Shared", "Exclusive", "Failover", "KeyShared"])
+def test_delayed_delivery_on_every_subscription_type(client, unique, sub_type):
+    topic = f"delay-{sub_type}-{unique}"
+    consumer = client.subscribe(topic, "s", consumer_type=getattr(pulsar.ConsumerType, sub_type))
+    producer = client.create_producer(topic, batching_enabled=False)
+    sent = time.time()
+    producer.send(b"later", deliver_after=timedelta(seconds=2), partition_key="k")
+    producer.send(b"now", partition_key="j")
+    assert consumer.receive(timeout_millis=RECEIVE_MS).data() == b"now"
+    later = consumer.receive(timeout_millis=RECEIVE_MS)
+    assert later.data() == b"later"
+    assert time.time() - sent >= 1.9
+
+
+def test_regex_consumer_finds_topics_of_the_namespace(client, unique):
+    names = [f"persistent://public/default/rx-{unique}-{i}" for i in range(3)]
+    for n in names:
+        client.create_producer(n).close()
+    consumer = client.subscribe(re.compile(f"persistent://public/default/rx-{unique}-.*"), "s",
+                                initial_position=pulsar.InitialPosition.Earliest)
+    for i, n in enumerate(names):
+        client.create_producer(n).send(f"from-{i}".encode())
+    got = sorted(m.data() for m in _drain(consumer))
+    assert got == [b"from-0", b"from-1", b"from-2"]
+
+
+def test_chunked_large_message(client, unique):
+    topic = f"chunk-{unique}"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False, chunking_enabled=True)
+    big = bytes(range(256)) * (7 * 1024 * 1024 // 256)  # 7 MiB, over the 5 MiB maxMessageSize
+    producer.send(big)
+    assert consumer.receive(timeout_millis=30_000).data() == big
+
+
+def test_json_schema_and_incompatible_schema_refused(client, unique):
+    from pulsar.schema import Integer, JsonSchema, Record, String
+
+    class User(Record):
+        name = String()
+        age = Integer()
+
+    class Other(Record):
+        title = String(required=True)
+        pages = Integer(required=True)
+
+    topic = f"schema-{unique}"
+    consumer = client.subscribe(topic, "s", schema=JsonSchema(User))
+    producer = client.create_producer(topic, schema=JsonSchema(User))
+    producer.send(User(name="ada", age=36))
+    got = consumer.receive(timeout_millis=RECEIVE_MS).value()
+    assert (got.name, got.age) == ("ada", 36)
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=JsonSchema(Other))
+
+
+def test_invalid_topic_name_is_refused(client):
+    with pytest.raises(pulsar.InvalidTopicName):
+        client.create_producer("persistent://public/default/")
