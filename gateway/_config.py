@@ -369,6 +369,8 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("managedLedgerMaxSizePerLedgerMbytes", 2048, "Roll the ledger over at this size.", 1),
     _float("managedLedgerDefaultMarkDeleteRateLimit", 1.0,
            "Mark-delete persistence operations per second per cursor; 0 unlimited.", 0.0),
+    _int("bookkeeperClientTimeoutInSeconds", 30,
+         "Timeout of a storage (bookie) request made by the broker, in seconds.", 1),
     # --- bookie
     _port("bookiePort", 3181, "Port of the (first) bookie server."),
     _int("standaloneBookies", 1, "Bookies started inside the standalone process.", 1, 16),
@@ -378,7 +380,8 @@ _KEY_LIST: tuple[Key, ...] = (
     Key("ledgerDirectories", "list", ("data/bookkeeper/ledgers",),
         "Bookie entry-log directories (default: <dataDirectory>/bookkeeper/ledgers).",
         "a comma-separated list of directory paths", _nonempty, _derive_ledger_dirs),
-    _bool("journalSyncData", True, "Sync the journal to disk (fdatasync) before acknowledging an add."),
+    _bool("journalSyncData", True,
+          "Sync the journal to disk (fdatasync) before acknowledging an add."),
     _int("journalMaxGroupWaitMSec", 2, "Longest wait to group journal writes into one sync.", 0),
     _int("journalBufferedWritesThreshold", 524288,
          "Bytes buffered before a grouped journal write is flushed early.", 0),

@@ -256,6 +256,10 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._check_open()
         data = bytes(data)
         client = self._client
+        if expected_version is not None and expected_version < -1:
+            if self.exists(path):
+                raise BadVersionError(f"metadata version mismatch on {path}")
+            raise NotFoundError(f"metadata path not found: {path}")
         try:
             if expected_version == -1:
                 client.create(path, data, ephemeral=ephemeral, makepath=True)
@@ -279,6 +283,11 @@ class ZooKeeperMetadataStore(MetadataStore):
     def delete(self, path: str, expected_version: int | None = None) -> None:
         check_path(path)
         self._check_open()
+        if expected_version is not None and expected_version < 0:
+            # No entry has a negative version; ZooKeeper would read -1 as "any version".
+            if self.exists(path):
+                raise BadVersionError(f"metadata version mismatch on {path}")
+            raise NotFoundError(f"metadata path not found: {path}")
         try:
             self._client.delete(path, version=-1 if expected_version is None else expected_version)
         except Exception as e:

@@ -298,3 +298,78 @@ def test_watch_handle_is_a_context_manager(store):
         store.put("/cm", b"")
         assert rec.next() == ("/cm", MetadataEvent.CREATED)
     assert handle.cancelled
+
+
+# --- model check ----------------------------------------------------------------------------
+
+
+class Model:
+    """The contract as a plain dict (the rules of rust/meta's MemStore)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[bytes, int]] = {}
+
+    def put(self, path: str, data: bytes, expected: int | None) -> int:
+        current = self.entries.get(path)
+        if current is None:
+            if expected not in (None, -1):
+                raise NotFoundError(path)
+            version = 0
+        elif expected == -1:
+            raise AlreadyExistsError(path)
+        elif expected is not None and expected != current[1]:
+            raise BadVersionError(path)
+        else:
+            version = current[1] + 1
+        self.entries[path] = (data, version)
+        return version
+
+    def delete(self, path: str, expected: int | None) -> None:
+        current = self.entries.get(path)
+        if current is None:
+            raise NotFoundError(path)
+        if expected is not None and expected != current[1]:
+            raise BadVersionError(path)
+        del self.entries[path]
+
+    def children(self, root: str) -> list[str]:
+        return sorted(p.rsplit("/", 1)[1] for p in self.entries if p.startswith(root + "/"))
+
+
+def _outcome(fn, *args):
+    try:
+        return ("ok", fn(*args))
+    except MetadataError as e:
+        return ("error", type(e).__name__)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_operations_match_the_model(store, seed):
+    import random
+
+    rng = random.Random(seed)
+    root = "/model"
+    store.put(root, b"")
+    model = Model()
+    names = [f"{root}/{n}" for n in ("a", "b", "c", "d")]
+    for step in range(250):
+        path = rng.choice(names)
+        known = model.entries.get(path)
+        expected = rng.choice([None, -1, -2, 0, 1, 2, known[1] if known else 0, known[1] if known else 3])
+        op = rng.random()
+        if op < 0.55:
+            data = rng.randbytes(rng.randrange(0, 40))
+            got = _outcome(store.put, path, data, expected)
+            want = _outcome(model.put, path, data, expected)
+        elif op < 0.8:
+            got = _outcome(store.delete, path, expected)
+            want = _outcome(model.delete, path, expected)
+        elif op < 0.9:
+            got = ("ok", store.children(root))
+            want = ("ok", model.children(root))
+        else:
+            got = ("ok", store.get(path))
+            want = ("ok", model.entries.get(path))
+        assert got == want, f"step {step}: {path} expected_version={expected}"
+    for path in names:
+        assert store.get(path) == model.entries.get(path)
