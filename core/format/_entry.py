@@ -229,7 +229,10 @@ def strings_are_utf8(message: Any) -> bool:
 
     proto2 parsing does not check string fields; reading an invalid one would raise
     ``UnicodeDecodeError`` later, far from the wire, so decoders check once up front.
+    Message types without string fields anywhere below them are skipped outright.
     """
+    if not _has_strings(message.DESCRIPTOR):
+        return True
     for fd, value in message.ListFields():
         if fd.type == fd.TYPE_STRING:
             if fd.is_repeated:
@@ -237,13 +240,35 @@ def strings_are_utf8(message: Any) -> bool:
                     return False
             elif isinstance(value, bytes):
                 return False
-        elif fd.message_type is not None:
+        elif fd.message_type is not None and _has_strings(fd.message_type):
             if fd.is_repeated:
                 if not all(strings_are_utf8(v) for v in value):
                     return False
             elif not strings_are_utf8(value):
                 return False
     return True
+
+
+_HAS_STRINGS: dict[Any, bool] = {}
+
+
+def _has_strings(descriptor: Any) -> bool:
+    """Whether a message type reaches a string field at any depth (cached per type)."""
+    known = _HAS_STRINGS.get(descriptor)
+    if known is None:
+        known = _HAS_STRINGS[descriptor] = _reaches_string(descriptor, set())
+    return known
+
+
+def _reaches_string(descriptor: Any, seen: set[str]) -> bool:
+    seen.add(descriptor.full_name)
+    for fd in descriptor.fields:
+        if fd.type == fd.TYPE_STRING:
+            return True
+        nested = fd.message_type
+        if nested is not None and nested.full_name not in seen and _reaches_string(nested, seen):
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------- compression

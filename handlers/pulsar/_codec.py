@@ -349,7 +349,8 @@ class PulsarConnection:
             raise RemoteProtocolError(
                 f"command of {command_size} bytes exceeds its {total}-byte frame"
             )
-        frame = bytes(buf[8 : 4 + total])
+        with memoryview(buf) as view:
+            frame = bytes(view[8 : 4 + total])
         del buf[: 4 + total]
         return self._decode(frame, command_size)
 

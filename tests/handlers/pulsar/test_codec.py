@@ -750,3 +750,93 @@ def test_fuzz_random_and_mutated_frames_raise_only_remote_protocol_error() -> No
                     break
         except RemoteProtocolError:
             pass
+
+
+# --------------------------------------------------------------------------- property: every command
+
+_INT_RANGES = {
+    "TYPE_INT32": (-(2**31), 2**31 - 1),
+    "TYPE_INT64": (-(2**63), 2**63 - 1),
+    "TYPE_UINT32": (0, 2**32 - 1),
+    "TYPE_UINT64": (0, 2**64 - 1),
+}
+
+
+def _random_value(fd: Any, rng: random.Random, depth: int) -> Any:
+    if fd.type == fd.TYPE_STRING:
+        return "".join(rng.choice("abcé/:-_ключ0123") for _ in range(rng.randrange(12)))
+    if fd.type == fd.TYPE_BYTES:
+        return bytes(rng.getrandbits(8) for _ in range(rng.randrange(12)))
+    if fd.type == fd.TYPE_BOOL:
+        return rng.random() < 0.5
+    if fd.type == fd.TYPE_DOUBLE:
+        return rng.choice([0.0, -1.5, 1e300, rng.random()])
+    if fd.type == fd.TYPE_ENUM:
+        return rng.choice(fd.enum_type.values).number
+    for name, (low, high) in _INT_RANGES.items():
+        if fd.type == getattr(fd, name):
+            return rng.choice([low, high, 0, 1, rng.randint(low, high)])
+    raise AssertionError(f"unhandled field type {fd.type} of {fd.full_name}")
+
+
+def _fill(message: Any, rng: random.Random, depth: int = 0) -> Any:
+    for fd in message.DESCRIPTOR.fields:
+        if not fd.is_required and (depth > 2 or rng.random() < 0.4):
+            continue
+        if fd.is_repeated:
+            for _ in range(rng.randrange(3)):
+                if fd.message_type is not None:
+                    _fill(getattr(message, fd.name).add(), rng, depth + 1)
+                else:
+                    getattr(message, fd.name).append(_random_value(fd, rng, depth))
+        elif fd.message_type is not None:
+            _fill(getattr(message, fd.name), rng, depth + 1)
+            getattr(message, fd.name).SetInParent()
+        else:
+            setattr(message, fd.name, _random_value(fd, rng, depth))
+    return message
+
+
+@pytest.mark.parametrize(
+    "cls",
+    sorted(handlers.pulsar._codec.COMMAND_EVENTS.values(), key=lambda c: c.TYPE),
+    ids=lambda c: c.__name__,
+)
+def test_every_command_round_trips_from_the_role_that_sends_it(cls: Any) -> None:
+    rng = random.Random(cls.TYPE)
+    roles = [
+        role
+        for role, commands in (
+            (Role.CLIENT, handlers.pulsar._codec.CLIENT_COMMANDS),
+            (Role.SERVER, handlers.pulsar._codec.SERVER_COMMANDS),
+        )
+        if cls.TYPE in commands
+    ]
+    assert roles, f"{cls.__name__} is sent by nobody"
+    state = {
+        CommandConnect: State.AWAIT_CONNECT,
+        CommandConnected: State.CONNECTING,
+        handlers.pulsar._codec.CommandAuthChallenge: State.CONNECTING,
+        handlers.pulsar._codec.CommandAuthResponse: State.CONNECTING,
+    }.get(cls, State.CONNECTED)
+    for i in range(25):
+        sender_role = roles[i % len(roles)]
+        sender = PulsarConnection(sender_role)
+        receiver = PulsarConnection(Role.SERVER if sender_role is Role.CLIENT else Role.CLIENT)
+        sender.state = receiver.state = state
+        sender.client_features.supports_broker_entry_metadata = True
+        fields: dict[str, Any] = {"command": _fill(cls.PB(), rng)}
+        if cls in (CommandSend, CommandMessage):
+            fields["entry"] = _entry(bytes(rng.getrandbits(8) for _ in range(rng.randrange(50))))
+        if cls is CommandMessage and rng.random() < 0.5:
+            fields["broker_entry_metadata"] = pb.BrokerEntryMetadata(index=i, broker_timestamp=7)
+        event = cls(**fields)
+        data = sender.send(event)
+        receiver.receive_data(data)
+        (got,) = _events(receiver)
+        assert type(got) is cls
+        assert got.command == event.command
+        if cls in (CommandSend, CommandMessage):
+            assert got.entry == event.entry and got.checksum_ok
+        if cls is CommandMessage:
+            assert got.broker_entry_metadata == fields.get("broker_entry_metadata")
