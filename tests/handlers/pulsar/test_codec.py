@@ -539,6 +539,11 @@ def pulsar_client(fake_broker: Any) -> Any:
     client.close()
 
 
+def _frame_type(raw: bytes) -> int:
+    (command_size,) = struct.unpack_from(">I", raw, 4)
+    return pb.BaseCommand.FromString(raw[8 : 8 + command_size]).type
+
+
 def _save(name: str, raw: bytes) -> None:
     (FIXTURES / f"{name}.bin").write_bytes(raw)
 
@@ -617,7 +622,11 @@ def test_real_client_consumes_what_encode_message_sends(
     flow = fake_broker.frames_of(CommandFlow)[0].event
     assert flow.messagePermits == 10
     assert fake_broker.frames_of(CommandCloseConsumer)
+    messages = [f for f in fake_broker.sent if _frame_type(f) == T.MESSAGE]
+    assert len(messages) == 2  # one per entry: the LZ4 batch, then the plain message
     if REGEN:
+        _save("message_lz4_batch", messages[0])
+        _save("message_none_single", messages[1])
         _save("subscribe", subscribe.raw)
         _save("flow", fake_broker.frames_of(CommandFlow)[0].raw)
         _save("ack", fake_broker.frames_of(CommandAck)[0].raw)
@@ -693,6 +702,28 @@ def test_golden_send(compression: str, kind: str) -> None:
     flipped = bytearray(raw)
     flipped[-1] ^= 0x40
     assert not _decoded_after_connect(bytes(flipped)).checksum_ok
+
+
+@pytest.mark.parametrize("name", ["message_lz4_batch", "message_none_single"])
+def test_golden_message_frames_the_real_client_consumed(name: str) -> None:
+    raw = _golden(name)
+    client = PulsarConnection(Role.CLIENT)
+    client.state = State.CONNECTED
+    client.receive_data(raw)
+    (event,) = _events(client)
+    assert isinstance(event, CommandMessage) and event.checksum_ok
+    assert event.broker_entry_metadata is not None
+    messages = messages_from_entry(event.entry)
+    batched = name.endswith("batch")
+    assert len(messages) == (BATCH_SIZE if batched else 1)
+    # encode_message reproduces the frame byte for byte.
+    prefix = encode_broker_entry_metadata(
+        event.broker_entry_metadata.broker_timestamp, event.broker_entry_metadata.index
+    )
+    again = encode_message(
+        event.consumer_id, event.message_id, event.redelivery_count, event.entry, prefix
+    )
+    assert again == raw
 
 
 # --------------------------------------------------------------------------- fuzzing
