@@ -381,8 +381,12 @@ def iter_batch(
     For a batch entry, one :class:`SingleMessage` per batch slot (including slots marked
     ``compacted_out``).  For a non-batch entry, one message whose
     ``SingleMessageMetadata`` is taken from the entry's ``MessageMetadata``.  A chunk of
-    a chunked message is returned as-is (reassembly is the reader's job).
+    a chunked message is returned as-is (reassembly is the reader's job); an encrypted
+    entry raises :class:`EntryFormatError`.
     """
+    if len(metadata.encryption_keys):
+        # Producers compress, then encrypt: only a consumer holding the key can open it.
+        raise EntryFormatError("entry payload is encrypted by its producer")
     data = decompress(
         metadata.compression,
         payload,

@@ -26,7 +26,8 @@ authentication exchange (or an ERROR refusing the connection); once connected, e
 may send the commands its role sends.  A move that is not in the table raises
 :class:`RemoteProtocolError` for what the peer sent and :class:`LocalProtocolError` for
 what we tried to send; both carry a Pulsar ``ServerError`` code.  After a remote error the
-connection is dead: every later ``next_event`` raises again.
+connection is dead: every later ``next_event`` raises again, and the only thing a server
+may still send is an ERROR saying why it hangs up.
 
 A SEND whose magic or CRC-32C is wrong is *not* a protocol error: it arrives as a
 :class:`CommandSend` with ``checksum_ok=False`` so the session can answer SEND_ERROR
@@ -432,7 +433,11 @@ class PulsarConnection:
     # -- sending --------------------------------------------------------------------
 
     def send(self, event: Event) -> bytes:
-        """Encode ``event`` as one frame, after checking that we may send it now."""
+        """Encode ``event`` as one frame, after checking that we may send it now.
+
+        A CONNECTED without ``max_message_size`` gets this connection's limit filled in
+        (on the event's command), so clients learn the limit we enforce.
+        """
         if not isinstance(event, PulsarCommand):
             raise LocalProtocolError(f"cannot send {type(event).__name__}")
         if isinstance(event, CommandConnected) and not event.command.HasField("max_message_size"):

@@ -202,6 +202,15 @@ def test_bad_magic_checksum_and_truncation_raise_entry_format_error() -> None:
             decode_entry(raw[:cut])
 
 
+def test_encrypted_entries_are_refused_rather_than_misread() -> None:
+    metadata = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2)
+    metadata.encryption_keys.add(key="k", value=b"wrapped")
+    raw = encode_entry(metadata, b"ciphertext")
+    assert decode_entry(raw)[1] == b"ciphertext"
+    with pytest.raises(EntryFormatError, match="encrypted"):
+        messages_from_entry(raw)
+
+
 def test_build_batch_fields() -> None:
     fields, payload = build_batch([Message(payload=b"a" * 100)] * 3, LZ4)
     assert fields["num_messages_in_batch"] == 3
