@@ -34,6 +34,8 @@ Example::
 
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 import struct
 import zlib
@@ -65,6 +67,7 @@ __all__ = [
     "encode_entry",
     "entry_from_messages",
     "iter_batch",
+    "key_fields",
     "messages_from_entry",
     "strings_are_utf8",
     "verify_checksum",
@@ -117,6 +120,33 @@ class Message:
     deliver_at_time: int | None = None
     null_value: bool = False
     key_b64_encoded: bool = False
+
+    @property
+    def key_bytes(self) -> bytes | None:
+        """The key as bytes (what a Kafka consumer sees), undoing base64 when flagged."""
+        if self.key is None:
+            return None
+        if self.key_b64_encoded:
+            try:
+                return base64.b64decode(self.key, validate=True)
+            except binascii.Error:
+                return self.key.encode()
+        return self.key.encode()
+
+
+def key_fields(raw: bytes | None) -> dict[str, Any]:
+    """``Message`` keyword fields for a binary key (a Kafka key, say).
+
+    A key that is valid UTF-8 is stored as that text, so Pulsar and AMQP readers see the
+    same string; any other key is stored base64-encoded with ``key_b64_encoded`` set, as
+    Pulsar clients do for byte keys.  ``Message(**key_fields(k)).key_bytes == k`` always.
+    """
+    if raw is None:
+        return {"key": None, "key_b64_encoded": False}
+    try:
+        return {"key": raw.decode(), "key_b64_encoded": False}
+    except UnicodeDecodeError:
+        return {"key": base64.b64encode(raw).decode("ascii"), "key_b64_encoded": True}
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from core.format import (
     encode_entry,
     entry_from_messages,
     iter_batch,
+    key_fields,
     messages_from_entry,
     verify_checksum,
 )
@@ -209,6 +210,22 @@ def test_encrypted_entries_are_refused_rather_than_misread() -> None:
     assert decode_entry(raw)[1] == b"ciphertext"
     with pytest.raises(EntryFormatError, match="encrypted"):
         messages_from_entry(raw)
+
+
+@pytest.mark.parametrize(
+    "raw", [None, b"", b"k1", "ключ".encode(), b"\xff\x00\x80", bytes(range(256))]
+)
+def test_binary_keys_survive_an_entry(raw: bytes | None) -> None:
+    message = Message(payload=b"v", **key_fields(raw))
+    assert message.key_bytes == raw
+    if raw is not None and raw.isascii():
+        assert message.key == raw.decode()  # readable keys stay readable for other protocols
+    raw_entry = entry_from_messages(
+        [message, Message(payload=b"w")], producer_name="p", sequence_id=0, publish_time=1
+    )
+    (got, _) = messages_from_entry(raw_entry)
+    assert got.key_bytes == raw
+    assert got.key_b64_encoded == message.key_b64_encoded
 
 
 def test_build_batch_fields() -> None:
