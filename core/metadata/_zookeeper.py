@@ -79,6 +79,7 @@ class _PathWatcher:
         self.path = path
         self.children: set[str] = set()
         self.child_armed: set[str] = set()
+        self.present = False
         self.active = True
 
     # kazoo calls these on its own thread: hand over to the worker.
@@ -92,12 +93,22 @@ class _PathWatcher:
         name = event.path.rsplit("/", 1)[-1]
         self.store._submit(lambda: self._child_fired(name, event.type))
 
-    def arm(self) -> None:
-        """Arm every watch; after a session loss, start from a clean slate."""
+    def arm(self, report: bool = False) -> None:
+        """Arm every watch from a clean slate; with ``report`` (after a session loss),
+        report what changed while no watch was set."""
         self.child_armed.clear()
-        client = self.store._client
-        if client.exists(self.path, watch=self.on_self) is not None:
-            self._refresh_children(report=False)
+        present = self.store._client.exists(self.path, watch=self.on_self) is not None
+        if report and present != self.present:
+            event = MetadataEvent.CREATED if present else MetadataEvent.DELETED
+            self.store._watches.publish(self.path, event)
+        self.present = present
+        if present:
+            self._refresh_children(report=report)
+        else:
+            if report:
+                for name in sorted(self.children):
+                    self.store._watches.publish(_join(self.path, name), MetadataEvent.DELETED)
+            self.children = set()
 
     def _refresh_children(self, report: bool) -> None:
         from kazoo.exceptions import NoNodeError
@@ -130,6 +141,7 @@ class _PathWatcher:
         self.store._watches.publish(self.path, event)
         believed_present = event is not MetadataEvent.DELETED
         present = self.store._client.exists(self.path, watch=self.on_self) is not None
+        self.present = present
         if present and not believed_present:
             self.store._watches.publish(self.path, MetadataEvent.CREATED)
         elif believed_present and not present:
@@ -396,4 +408,4 @@ class ZooKeeperMetadataStore(MetadataStore):
             watchers = list(self._watchers.values())
         for watcher in watchers:
             if watcher.active:
-                watcher.arm()
+                watcher.arm(report=True)

@@ -55,3 +55,49 @@ def test_unreachable_server_is_a_metadata_error():
         port = s.getsockname()[1]
         with pytest.raises(MetadataError, match="cannot connect"):
             ZooKeeperMetadataStore(f"127.0.0.1:{port}", connect_timeout=1.0)
+
+
+def test_watches_survive_session_expiry(zk_url, zookeeper_hosts):
+    import queue
+    import time
+
+    from kazoo.client import KazooClient
+
+    from core.metadata import MetadataEvent
+
+    events: queue.Queue[tuple[str, MetadataEvent]] = queue.Queue()
+    with open_metadata_store(zk_url) as store, open_metadata_store(zk_url) as writer:
+        store.put("/w", b"")
+        store.watch("/w", lambda path, event: events.put((path, event)))
+        store.put("/gone", b"", ephemeral=True)
+        old_session, password = store._client.client_id  # type: ignore[attr-defined]
+        # Expire the store's session the way ZooKeeper does it: another client takes the
+        # session over and closes it.
+        thief = KazooClient(hosts=zookeeper_hosts, client_id=(old_session, password))
+        thief.start(timeout=15)
+        thief.stop()
+        thief.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            client = store._client  # type: ignore[attr-defined]
+            if client.connected and client.client_id[0] != old_session:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the store did not get a new session")
+        assert writer.get("/gone") is None
+        # Watches are re-armed on the new session (asynchronously): a change made once
+        # that has happened is reported.
+        deadline = time.monotonic() + 30
+        probe = 0
+        while time.monotonic() < deadline:
+            probe += 1
+            writer.put(f"/w/probe-{probe}", b"")
+            try:
+                path, event = events.get(timeout=1)
+            except queue.Empty:
+                continue
+            assert path.startswith("/w/probe-") and event == MetadataEvent.CREATED
+            break
+        else:
+            raise AssertionError("no event after the session was replaced")
