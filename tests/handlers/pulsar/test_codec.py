@@ -757,8 +757,11 @@ def test_fuzz_random_and_mutated_frames_raise_only_remote_protocol_error() -> No
         encode_message(1, (2, 3), 1, _entry(), encode_broker_entry_metadata(4, 5), [1]),
     ]
     corpus += [p.read_bytes() for p in sorted(FIXTURES.glob("*.bin"))]
+    for cls in handlers.pulsar._codec.COMMAND_EVENTS.values():
+        command = _fill(cls.PB(), rng)
+        corpus.append(_frame(pb.BaseCommand(type=cls.TYPE, **{cls.FIELD: command})))
     max_message_size = 64 * 1024
-    for i in range(4000):
+    for i in range(6000):
         role = rng.choice([Role.SERVER, Role.CLIENT])
         conn = PulsarConnection(role, max_message_size=max_message_size)
         conn.state = rng.choice([State.AWAIT_CONNECT, State.CONNECTED])
