@@ -51,7 +51,7 @@ def zookeeper_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     java = shutil.which("java")
     if java is None or not os.path.exists(ZOOKEEPER_JAR):
         reason = "ZooKeeper is not installed (apt-get install zookeeper)"
-        if os.environ.get("CI") == "true":
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(reason)
         pytest.skip(reason)
     base = tmp_path_factory.mktemp("zookeeper")
@@ -92,13 +92,7 @@ def zookeeper_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 StoreFactory = Callable[[], MetadataStore]
 
 
-@pytest.fixture(params=["memory", "sqlite", "zookeeper"])
-def store_factory(request: pytest.FixtureRequest, tmp_path) -> Iterator[StoreFactory]:
-    """Opens stores of one implementation that share one backing (file, chroot).
-
-    For ``memory`` there is no sharing: each call returns a new, empty store.
-    """
-    kind = request.param
+def _factory(kind: str, request: pytest.FixtureRequest, tmp_path) -> Iterator[StoreFactory]:
     opened: list[MetadataStore] = []
     if kind == "memory":
         def open_store() -> MetadataStore:
@@ -124,6 +118,18 @@ def store_factory(request: pytest.FixtureRequest, tmp_path) -> Iterator[StoreFac
     yield factory
     for store in opened:
         store.close()
+
+
+@pytest.fixture(params=["memory", "sqlite", "zookeeper"])
+def store_factory(request: pytest.FixtureRequest, tmp_path) -> Iterator[StoreFactory]:
+    """Opens stores of one implementation; for ``memory`` each call gives a new, empty store."""
+    yield from _factory(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "zookeeper"])
+def shared_store_factory(request: pytest.FixtureRequest, tmp_path) -> Iterator[StoreFactory]:
+    """Opens stores (sessions) that share one backing: a file, or a ZooKeeper chroot."""
+    yield from _factory(request.param, request, tmp_path)
 
 
 @pytest.fixture

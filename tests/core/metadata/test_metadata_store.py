@@ -128,11 +128,9 @@ def test_invalid_paths_are_rejected(store, bad):
         store.get(bad)
 
 
-def test_ephemeral_entry_is_removed_when_its_store_closes(store_factory):
-    if store_factory.kind == "memory":
-        pytest.skip("a memory store has no second view; see test_metadata_memory.py")
-    owner = store_factory()
-    observer = store_factory()
+def test_ephemeral_entry_is_removed_when_its_store_closes(shared_store_factory):
+    owner = shared_store_factory()
+    observer = shared_store_factory()
     owner.put("/brokers/b1", b"alive", ephemeral=True)
     owner.put("/brokers/persistent", b"stays")
     assert observer.get("/brokers/b1") == (b"alive", 0)
@@ -279,10 +277,8 @@ def test_failing_callback_does_not_stop_other_events(store, caplog):
     assert rec.next() == ("/f", MetadataEvent.CHANGED)
 
 
-def test_watch_sees_ephemeral_removal_by_another_session(store_factory):
-    if store_factory.kind == "memory":
-        pytest.skip("a memory store has no second session; see test_metadata_memory.py")
-    watcher, owner = store_factory(), store_factory()
+def test_watch_sees_ephemeral_removal_by_another_session(shared_store_factory):
+    watcher, owner = shared_store_factory(), shared_store_factory()
     watcher.put("/live", b"")
     rec = Recorder()
     watcher.watch("/live", rec)
