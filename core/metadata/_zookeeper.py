@@ -15,7 +15,8 @@ which must not block). Child creation and deletion are reported by diffing the c
 list; a child's data change by its own watch. Because a fired watch is re-armed only
 after the fact, ZooKeeper may fold several quick changes of one path into one event:
 callers read the current value on an event rather than count events. After a session
-loss every watch is armed again on the new session.
+loss (or a reconnection) every watch is armed again, and what changed in between is
+reported as the difference between what was known and what is found.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class _PathWatcher:
         self.children: set[str] = set()
         self.child_armed: set[str] = set()
         self.present = False
+        self.version = -1
         self.active = True
 
     # kazoo calls these on its own thread: hand over to the worker.
@@ -97,11 +99,15 @@ class _PathWatcher:
         """Arm every watch from a clean slate; with ``report`` (after a session loss),
         report what changed while no watch was set."""
         self.child_armed.clear()
-        present = self.store._client.exists(self.path, watch=self.on_self) is not None
+        stat = self.store._client.exists(self.path, watch=self.on_self)
+        present = stat is not None
+        version = stat.version if stat is not None else -1
         if report and present != self.present:
             event = MetadataEvent.CREATED if present else MetadataEvent.DELETED
             self.store._watches.publish(self.path, event)
-        self.present = present
+        elif report and present and version != self.version:
+            self.store._watches.publish(self.path, MetadataEvent.CHANGED)
+        self.present, self.version = present, version
         if present:
             self._refresh_children(report=report)
         else:
@@ -124,6 +130,7 @@ class _PathWatcher:
             for name in sorted(self.children - now):
                 self.store._watches.publish(_join(self.path, name), MetadataEvent.DELETED)
         self.children = now
+        self.child_armed &= now
         for name in sorted(now - self.child_armed):
             self.child_armed.add(name)
             stat = client.exists(_join(self.path, name), watch=self.on_child)
@@ -140,8 +147,9 @@ class _PathWatcher:
             return
         self.store._watches.publish(self.path, event)
         believed_present = event is not MetadataEvent.DELETED
-        present = self.store._client.exists(self.path, watch=self.on_self) is not None
-        self.present = present
+        stat = self.store._client.exists(self.path, watch=self.on_self)
+        present = stat is not None
+        self.present, self.version = present, (stat.version if stat is not None else -1)
         if present and not believed_present:
             self.store._watches.publish(self.path, MetadataEvent.CREATED)
         elif believed_present and not present:
@@ -214,6 +222,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._worker = threading.Thread(target=self._work, name="zk-metadata-watch", daemon=True)
         self._worker.start()
         self._session_lost = False
+        self._disconnected = False
         self._client.add_listener(self._on_state)
 
     @classmethod
@@ -398,9 +407,13 @@ class ZooKeeperMetadataStore(MetadataStore):
             return
         if state == KazooState.LOST:
             self._session_lost = True
-            log.warning("ZooKeeper session lost; ephemeral entries of this broker are gone")
-        elif state == KazooState.CONNECTED and self._session_lost:
-            self._session_lost = False
+            log.warning("ZooKeeper session lost; this session's ephemeral entries are gone")
+        elif state == KazooState.SUSPENDED:
+            self._disconnected = True
+        elif state == KazooState.CONNECTED and (self._session_lost or self._disconnected):
+            # After a new session every watch is gone; after a mere reconnection a re-arm
+            # that failed while disconnected may be missing. Arming again is idempotent.
+            self._session_lost = self._disconnected = False
             self._submit(self._rearm_all)
 
     def _rearm_all(self) -> None:
