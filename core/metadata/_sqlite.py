@@ -161,6 +161,12 @@ class SqliteMetadataStore(MetadataStore):
             self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
             with self._write() as (conn, _events):
+                found = int(conn.execute("PRAGMA user_version").fetchone()[0])
+                if found > _SCHEMA_VERSION:
+                    raise MetadataError(
+                        f"metadata store {path} has schema version {found}, newer than "
+                        f"this Magnetar understands ({_SCHEMA_VERSION})"
+                    )
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         conn.execute(statement)

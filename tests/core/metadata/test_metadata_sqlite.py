@@ -158,3 +158,39 @@ def test_bad_file_is_a_metadata_error(tmp_path):
     bad.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(MetadataError):
         SqliteMetadataStore(str(bad))
+
+
+def test_newer_schema_is_refused(tmp_path):
+    from core.metadata import MetadataError
+
+    db = str(tmp_path / "meta.db")
+    raw = sqlite3.connect(db)
+    raw.execute("PRAGMA user_version = 99")
+    raw.close()
+    with pytest.raises(MetadataError, match="schema version 99"):
+        SqliteMetadataStore(db)
+
+
+WRITER = """
+    import sys
+    from core.metadata import SqliteMetadataStore
+    store = SqliteMetadataStore(sys.argv[1])
+    for i in range(1_000_000):
+        version = store.put("/counter", str(i).encode())
+        print(version, flush=True)
+"""
+
+
+def test_acknowledged_writes_survive_kill_9(tmp_path):
+    db = str(tmp_path / "meta.db")
+    writer = _python(WRITER, db)
+    assert writer.stdout is not None
+    acknowledged = -1
+    for _ in range(300):
+        acknowledged = int(writer.stdout.readline())
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.communicate(timeout=CHILD_TIMEOUT_S)
+    with SqliteMetadataStore(db) as store:
+        value, version = store.get("/counter")
+    assert version >= acknowledged
+    assert int(value) == version
