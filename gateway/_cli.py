@@ -6,8 +6,9 @@ one is added with :func:`register_command` (see the built-in ones at the end of 
 module). The code that does a command's work is imported inside its ``run`` function, so
 ``magnetar --help`` and ``magnetar <command> --help`` load nothing heavy.
 
-Exit codes: 0 success, 2 usage or configuration error (printed as
-``magnetar: error: ...`` on stderr), otherwise whatever the command returns.
+Exit codes: 0 success, 2 usage or configuration error, 1 a metadata store that cannot
+be used (both printed as ``magnetar: error: ...`` on stderr), otherwise whatever the
+command returns.
 """
 
 from __future__ import annotations
@@ -247,6 +248,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as e:
+        # A metadata store that cannot be opened or reached is an operator's problem,
+        # not a crash: say what failed. (core.metadata is only loaded by commands.)
+        metadata = sys.modules.get("core.metadata")
+        if metadata is not None and isinstance(e, metadata.MetadataError):
+            print(f"{PROG}: error: {e}", file=sys.stderr)
+            return 1
+        raise
 
 
 def _exit_code(code: Any) -> int:

@@ -267,3 +267,23 @@ def test_setup_logging_rejects_unknown_level_and_format(restore_root_logger):
         setup_logging("loud", "text")
     with pytest.raises(ValueError, match="log format"):
         setup_logging("info", "yaml")
+
+
+def test_metadata_store_failure_is_reported_not_raised(fake_runner, capsys, no_env):
+    from core.metadata import MetadataError
+
+    def fail(cfg, args):
+        raise MetadataError("cannot connect to ZooKeeper at 127.0.0.1:1")
+
+    sys.modules["gateway._bookie"].run = fail  # type: ignore[attr-defined]
+    assert main(["bookie"]) == 1
+    assert capsys.readouterr().err == "magnetar: error: cannot connect to ZooKeeper at 127.0.0.1:1\n"
+
+
+def test_other_exceptions_propagate(fake_runner, no_env):
+    def fail(cfg, args):
+        raise RuntimeError("bug")
+
+    sys.modules["gateway._bookie"].run = fail  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match="bug"):
+        main(["bookie"])
