@@ -1,0 +1,399 @@
+//! [`EntryLogStorage`]: ledger storage in entry-log files, one per ledger.
+//!
+//! # Theory of operation
+//!
+//! Each ledger has its own append-only log, `ledgers/<ledger>.log`, whose records use the
+//! journal's record format (`u32 len | u32 crc32c | u8 kind | u64 ledger | u64 entry | i64 lac
+//! | data`, kinds entry and fence). One file per ledger is what makes deletion really free space:
+//! deleting a ledger deletes its file, with no compaction and no garbage left in shared logs.
+//! The price is one open file per live ledger, which suits a bookie whose ledgers roll over and
+//! are deleted as topics trim.
+//!
+//! The index — per ledger, entry id → (offset, length) of its newest record, plus the highest lac
+//! seen and the fence flag — lives in memory. It is rebuilt on open by reading every log and
+//! verifying every record's checksum. Reading an entry reads its record with one positioned read
+//! and verifies the checksum and the ledger and entry ids again, so a damaged file yields an
+//! error, never wrong data.
+//!
+//! Appends are not fsynced (the journal makes adds durable); [`LedgerStorage::flush`] fsyncs
+//! every log written since the previous flush and the directory, and then records each log's
+//! synced length in `ledgers/CHECKPOINT`. On open, bytes past a log's recorded length were
+//! never covered by a checkpoint, so they are still in the journal: a bad record there (a write
+//! torn by a crash) is cut off, with a warning, together with everything after it, and journal
+//! replay writes those entries again. A bad record inside the checkpointed part is corruption:
+//! opening fails and names the file and offset.
+//!
+//! ```
+//! use bytes::Bytes;
+//! use magnetar_bookie::storage::{EntryLogStorage, LedgerStorage};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = EntryLogStorage::open(dir.path()).unwrap();
+//! store.add_entry(3, 0, -1, Bytes::from_static(b"hello")).unwrap();
+//! store.flush().unwrap();
+//! drop(store);
+//! let store = EntryLogStorage::open(dir.path()).unwrap();
+//! assert_eq!(store.get_entry(3, 0).unwrap(), Some((-1, Bytes::from_static(b"hello"))));
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::{Buf, BufMut, Bytes};
+use parking_lot::{Mutex, RwLock};
+
+use crate::error::BookieError;
+use crate::journal::{parse_record, sync_dir, BadRecord, JournalRecord, RecordKind};
+use crate::storage::LedgerStorage;
+
+/// The subdirectory of the data dir that holds ledger logs.
+pub const LEDGERS_DIR: &str = "ledgers";
+/// The file recording each log's length as of the last flush.
+const CHECKPOINT_FILE: &str = "CHECKPOINT";
+const CHECKPOINT_MAGIC: &[u8; 8] = b"MGBKCKP1";
+
+struct LedgerLog {
+    path: PathBuf,
+    file: Arc<File>,
+    len: u64,
+    index: BTreeMap<u64, (u64, usize)>,
+    lac: i64,
+    fenced: bool,
+    dirty: bool,
+    deleted: bool,
+}
+
+impl LedgerLog {
+    fn append(&mut self, record: &JournalRecord) -> Result<(u64, usize), BookieError> {
+        let mut buf = Vec::with_capacity(record.encoded_len());
+        record.encode(&mut buf);
+        let off = self.len;
+        self.file.write_all_at(&buf, off).map_err(|e| BookieError::io("append to", &self.path, e))?;
+        self.len += buf.len() as u64;
+        self.dirty = true;
+        Ok((off, buf.len()))
+    }
+}
+
+/// Ledger storage in per-ledger entry-log files. See the module docs.
+pub struct EntryLogStorage {
+    dir: PathBuf,
+    ledgers: RwLock<HashMap<u64, Arc<Mutex<LedgerLog>>>>,
+    /// Files were created or removed since the directory was last synced.
+    dir_dirty: AtomicBool,
+    /// Serialises flushes so CHECKPOINT is written by one at a time.
+    flush_lock: Mutex<()>,
+}
+
+impl EntryLogStorage {
+    /// Open (creating if needed) the storage under `data_dir/ledgers`, rebuilding and
+    /// verifying the index from every log.
+    pub fn open(data_dir: &Path) -> Result<EntryLogStorage, BookieError> {
+        let dir = data_dir.join(LEDGERS_DIR);
+        fs::create_dir_all(&dir).map_err(|e| BookieError::io("create ledgers dir", &dir, e))?;
+        let synced = read_checkpoint(&dir)?;
+        let mut ledgers = HashMap::new();
+        let rd = fs::read_dir(&dir).map_err(|e| BookieError::io("list ledgers dir", &dir, e))?;
+        for item in rd {
+            let item = item.map_err(|e| BookieError::io("list ledgers dir", &dir, e))?;
+            let name = item.file_name();
+            let Some(ledger) = name.to_str().and_then(|n| n.strip_suffix(".log")).and_then(|s| s.parse::<u64>().ok()) else {
+                continue;
+            };
+            let log = load_log(&dir, ledger, synced.get(&ledger).copied().unwrap_or(0))?;
+            ledgers.insert(ledger, Arc::new(Mutex::new(log)));
+        }
+        Ok(EntryLogStorage {
+            dir,
+            ledgers: RwLock::new(ledgers),
+            dir_dirty: AtomicBool::new(true),
+            flush_lock: Mutex::new(()),
+        })
+    }
+
+    fn log_path(&self, ledger: u64) -> PathBuf {
+        self.dir.join(format!("{ledger}.log"))
+    }
+
+    fn get(&self, ledger: u64) -> Option<Arc<Mutex<LedgerLog>>> {
+        self.ledgers.read().get(&ledger).cloned()
+    }
+
+    /// Run `f` on the ledger's log, creating the log if needed.
+    fn with_log<T>(&self, ledger: u64, mut f: impl FnMut(&mut LedgerLog) -> Result<T, BookieError>) -> Result<T, BookieError> {
+        loop {
+            let log = match self.get(ledger) {
+                Some(l) => l,
+                None => {
+                    let mut map = self.ledgers.write();
+                    match map.get(&ledger) {
+                        Some(l) => l.clone(),
+                        None => {
+                            let path = self.log_path(ledger);
+                            let file = OpenOptions::new()
+                                .read(true)
+                                .write(true)
+                                .create(true)
+                                .truncate(true)
+                                .open(&path)
+                                .map_err(|e| BookieError::io("create ledger log", &path, e))?;
+                            self.dir_dirty.store(true, Ordering::SeqCst);
+                            let log = Arc::new(Mutex::new(LedgerLog {
+                                path,
+                                file: Arc::new(file),
+                                len: 0,
+                                index: BTreeMap::new(),
+                                lac: -1,
+                                fenced: false,
+                                dirty: true,
+                                deleted: false,
+                            }));
+                            map.insert(ledger, log.clone());
+                            log
+                        }
+                    }
+                }
+            };
+            let mut guard = log.lock();
+            if guard.deleted {
+                continue;
+            }
+            return f(&mut guard);
+        }
+    }
+}
+
+impl LedgerStorage for EntryLogStorage {
+    fn add_entry(&self, ledger: u64, entry: u64, lac: i64, data: Bytes) -> Result<(), BookieError> {
+        let record = JournalRecord::entry(ledger, entry, lac, data);
+        self.with_log(ledger, |log| {
+            let at = log.append(&record)?;
+            log.index.insert(entry, at);
+            log.lac = log.lac.max(lac);
+            Ok(())
+        })
+    }
+
+    fn get_entry(&self, ledger: u64, entry: u64) -> Result<Option<(i64, Bytes)>, BookieError> {
+        let Some(log) = self.get(ledger) else { return Ok(None) };
+        let (file, path, off, len) = {
+            let g = log.lock();
+            match g.index.get(&entry) {
+                Some(&(off, len)) => (g.file.clone(), g.path.clone(), off, len),
+                None => return Ok(None),
+            }
+        };
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, off).map_err(|e| BookieError::io("read ledger log", &path, e))?;
+        match parse_record(&buf) {
+            Ok((r, used)) if used == len && r.kind == RecordKind::Entry && r.ledger == ledger && r.entry == entry => {
+                Ok(Some((r.lac, r.data)))
+            }
+            Ok((r, _)) => Err(BookieError::corrupt(
+                &path,
+                off,
+                format!("index points at {:?} {}:{} instead of entry {ledger}:{entry}", r.kind, r.ledger, r.entry),
+            )),
+            Err(BadRecord::Short) => Err(BookieError::corrupt(&path, off, "record cut short")),
+            Err(BadRecord::Invalid(why)) => Err(BookieError::corrupt(&path, off, why)),
+        }
+    }
+
+    fn last_entry(&self, ledger: u64) -> Result<Option<u64>, BookieError> {
+        Ok(self.get(ledger).and_then(|l| l.lock().index.keys().next_back().copied()))
+    }
+
+    fn lac(&self, ledger: u64) -> Result<Option<i64>, BookieError> {
+        Ok(self.get(ledger).map(|l| l.lock().lac))
+    }
+
+    fn has_ledger(&self, ledger: u64) -> Result<bool, BookieError> {
+        Ok(self.get(ledger).is_some())
+    }
+
+    fn set_fenced(&self, ledger: u64) -> Result<bool, BookieError> {
+        self.with_log(ledger, |log| {
+            if log.fenced {
+                return Ok(true);
+            }
+            log.append(&JournalRecord::fence(ledger))?;
+            log.fenced = true;
+            Ok(false)
+        })
+    }
+
+    fn is_fenced(&self, ledger: u64) -> Result<bool, BookieError> {
+        Ok(self.get(ledger).is_some_and(|l| l.lock().fenced))
+    }
+
+    fn delete_ledger(&self, ledger: u64) -> Result<bool, BookieError> {
+        let Some(log) = self.ledgers.write().remove(&ledger) else { return Ok(false) };
+        let mut g = log.lock();
+        g.deleted = true;
+        match fs::remove_file(&g.path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(BookieError::io("delete ledger log", &g.path, e)),
+        }
+        self.dir_dirty.store(true, Ordering::SeqCst);
+        Ok(true)
+    }
+
+    fn flush(&self) -> Result<(), BookieError> {
+        let _one = self.flush_lock.lock();
+        let logs: Vec<(u64, Arc<Mutex<LedgerLog>>)> = self.ledgers.read().iter().map(|(k, v)| (*k, v.clone())).collect();
+        let mut lengths = Vec::with_capacity(logs.len());
+        for (ledger, log) in logs {
+            let (file, path, len, dirty) = {
+                let mut g = log.lock();
+                if g.deleted {
+                    continue;
+                }
+                (g.file.clone(), g.path.clone(), g.len, std::mem::replace(&mut g.dirty, false))
+            };
+            if dirty {
+                if let Err(e) = file.sync_data() {
+                    log.lock().dirty = true;
+                    return Err(BookieError::io("sync ledger log", &path, e));
+                }
+            }
+            lengths.push((ledger, len));
+        }
+        if self.dir_dirty.swap(false, Ordering::SeqCst) {
+            if let Err(e) = sync_dir(&self.dir) {
+                self.dir_dirty.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        }
+        write_checkpoint(&self.dir, &lengths)
+    }
+}
+
+/// Read and verify one ledger log, cutting off a torn tail past the checkpointed length.
+fn load_log(dir: &Path, ledger: u64, synced_len: u64) -> Result<LedgerLog, BookieError> {
+    let path = dir.join(format!("{ledger}.log"));
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| BookieError::io("open ledger log", &path, e))?;
+    let mut buf = Vec::new();
+    file.read_to_end(&mut buf).map_err(|e| BookieError::io("read ledger log", &path, e))?;
+    if (buf.len() as u64) < synced_len {
+        return Err(BookieError::corrupt(
+            &path,
+            buf.len() as u64,
+            format!("log is shorter than its checkpointed length {synced_len}"),
+        ));
+    }
+    let mut index = BTreeMap::new();
+    let mut lac = -1;
+    let mut fenced = false;
+    let mut off = 0usize;
+    while off < buf.len() {
+        match parse_record(&buf[off..]) {
+            Ok((r, used)) => {
+                if r.ledger != ledger {
+                    return Err(BookieError::corrupt(&path, off as u64, format!("record of ledger {} in this log", r.ledger)));
+                }
+                match r.kind {
+                    RecordKind::Entry => {
+                        index.insert(r.entry, (off as u64, used));
+                        lac = lac.max(r.lac);
+                    }
+                    RecordKind::Fence => fenced = true,
+                    RecordKind::DeleteLedger => {
+                        return Err(BookieError::corrupt(&path, off as u64, "delete record in a ledger log"));
+                    }
+                }
+                off += used;
+            }
+            Err(bad) => {
+                let reason = match bad {
+                    BadRecord::Short => "record cut short".to_string(),
+                    BadRecord::Invalid(why) => why,
+                };
+                if (off as u64) < synced_len {
+                    return Err(BookieError::corrupt(&path, off as u64, reason));
+                }
+                log::warn!(
+                    "ledger log {}: cutting {} unsynced bytes at offset {off} ({reason}); journal replay restores them",
+                    path.display(),
+                    buf.len() - off
+                );
+                file.set_len(off as u64).map_err(|e| BookieError::io("truncate ledger log", &path, e))?;
+                file.sync_all().map_err(|e| BookieError::io("sync ledger log", &path, e))?;
+                break;
+            }
+        }
+    }
+    Ok(LedgerLog {
+        path,
+        file: Arc::new(file),
+        len: off as u64,
+        index,
+        lac,
+        fenced,
+        dirty: false,
+        deleted: false,
+    })
+}
+
+fn read_checkpoint(dir: &Path) -> Result<HashMap<u64, u64>, BookieError> {
+    let path = dir.join(CHECKPOINT_FILE);
+    let raw = match fs::read(&path) {
+        Ok(raw) => raw,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashMap::new()),
+        Err(e) => return Err(BookieError::io("read", &path, e)),
+    };
+    let bad = |why: &str| BookieError::corrupt(&path, 0, why.to_string());
+    if raw.len() < 16 || &raw[..8] != CHECKPOINT_MAGIC {
+        return Err(bad("bad checkpoint header"));
+    }
+    let mut b = &raw[8..];
+    let crc = b.get_u32();
+    let count = b.get_u32();
+    if crc32c::crc32c(b) != crc {
+        return Err(bad("checkpoint checksum mismatch"));
+    }
+    let count = usize::try_from(count).map_err(|_| bad("checkpoint count out of range"))?;
+    if b.len() != count.checked_mul(16).ok_or_else(|| bad("checkpoint count out of range"))? {
+        return Err(bad("checkpoint length does not match its count"));
+    }
+    let mut out = HashMap::with_capacity(count);
+    for _ in 0..count {
+        let ledger = b.get_u64();
+        let len = b.get_u64();
+        out.insert(ledger, len);
+    }
+    Ok(out)
+}
+
+/// Write `CHECKPOINT` atomically: temp file, fsync, rename, fsync the directory.
+fn write_checkpoint(dir: &Path, lengths: &[(u64, u64)]) -> Result<(), BookieError> {
+    let mut body = Vec::with_capacity(lengths.len() * 16);
+    for &(ledger, len) in lengths {
+        body.put_u64(ledger);
+        body.put_u64(len);
+    }
+    let mut out = Vec::with_capacity(16 + body.len());
+    out.extend_from_slice(CHECKPOINT_MAGIC);
+    out.put_u32(crc32c::crc32c(&body));
+    out.put_u32(u32::try_from(lengths.len()).map_err(|_| BookieError::Config("too many ledgers for a checkpoint".into()))?);
+    out.extend_from_slice(&body);
+    let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
+    let path = dir.join(CHECKPOINT_FILE);
+    File::create(&tmp)
+        .and_then(|mut f| {
+            f.write_all(&out)?;
+            f.sync_all()
+        })
+        .map_err(|e| BookieError::io("write", &tmp, e))?;
+    fs::rename(&tmp, &path).map_err(|e| BookieError::io("rename checkpoint to", &path, e))?;
+    sync_dir(dir)
+}

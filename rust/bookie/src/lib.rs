@@ -1,0 +1,51 @@
+//! The Magnetar bookie: the storage node of the replicated log.
+//!
+//! A bookie stores ledger entries for the ledger client (`rust/ledger`), which stripes each
+//! ledger over an ensemble of bookies. This crate holds the parts of one bookie:
+//!
+//! - [`proto`] — the wire protocol, a sans-IO codec (frames, requests, responses);
+//! - [`journal`] — the write-ahead log with group commit that makes adds durable;
+//! - [`storage`] — the [`LedgerStorage`] trait, with [`MemStorage`] and [`EntryLogStorage`];
+//! - [`server`] — [`BookieServer`], serving ADD / READ / READ_LAC / DELETE_LEDGER over TCP;
+//! - [`client`] — [`BookieClient`], one multiplexed connection to a bookie.
+//!
+//! ```
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, ClientError, JournalConfig};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let rt = tokio::runtime::Runtime::new()?;
+//! rt.block_on(async {
+//!     let dir = tempfile::tempdir()?;
+//!     let config = BookieConfig {
+//!         data_dir: dir.path().to_path_buf(),
+//!         bind: "127.0.0.1:0".parse()?,
+//!         journal: JournalConfig::default(),
+//!     };
+//!     let server = BookieServer::start(config).await?;
+//!     let addr = server.local_addr().to_string();
+//!     let client = BookieClient::connect(&addr, Duration::from_secs(5)).await?;
+//!     client.add(1, 0, -1, Bytes::from_static(b"first"), false).await?;
+//!     assert_eq!(client.read(1, 0, false).await?.data, Bytes::from_static(b"first"));
+//!     assert_eq!(client.read_lac(1, true).await?, -1); // fences the ledger
+//!     assert_eq!(client.add(1, 1, 0, Bytes::from_static(b"late"), false).await, Err(ClientError::Fenced));
+//!     server.shutdown().await?;
+//!     Ok(())
+//! })
+//! # }
+//! ```
+
+pub mod client;
+pub mod entrylog;
+pub mod error;
+pub mod journal;
+pub mod proto;
+pub mod server;
+pub mod storage;
+
+pub use client::{BookieClient, ClientError, ReadResult};
+pub use entrylog::EntryLogStorage;
+pub use error::BookieError;
+pub use server::{BookieConfig, BookieServer, JournalConfig};
+pub use storage::{LedgerStorage, MemStorage};

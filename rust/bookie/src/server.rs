@@ -1,0 +1,538 @@
+//! The bookie server: ADD / READ / READ_LAC / DELETE_LEDGER over TCP.
+//!
+//! # Theory of operation
+//!
+//! [`BookieServer::start`] opens the ledger storage, replays the journal into it, flushes it
+//! (a checkpoint: the replayed journal files are then deleted), starts a fresh journal file and
+//! binds the listener. Each connection is served by one reader task and one writer task joined
+//! by a channel of encoded responses; the writer sends whatever is queued with one write.
+//!
+//! Every mutation is applied to storage, then queued on the journal, and answered only when the
+//! journal reports it durable. Adds are answered straight from the journal thread's completion
+//! (no task per add); a connection holds at most [`MAX_IN_FLIGHT_BYTES`] of unanswered adds,
+//! after which it stops reading (back-pressure).
+//!
+//! Fencing: normal adds check the fence flag and queue their journal record under a shared
+//! lock; a fence sets the flag and queues its record under the exclusive lock. The journal
+//! completes in queue order, so when a fence is durable every add that got past the check
+//! before it is durable too, and no normal add can pass the check after it. Only then is the
+//! fencing READ / READ_LAC answered.
+//!
+//! Checkpoints run on their own thread whenever the journal rotates: flush storage, then delete
+//! the journal files below the new one. [`BookieServer::shutdown`] stops accepting, lets every
+//! connection finish its in-flight adds, syncs and closes the journal, checkpoints, and returns.
+//! Dropping a server without shutdown stops it as a crash would (nothing more is written).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::{Mutex, RwLock};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::entrylog::EntryLogStorage;
+use crate::error::BookieError;
+use crate::journal::{self, Journal, JournalRecord, RecordKind};
+use crate::proto::{self, OpCode, Request, Response, ResponseBody, Status};
+use crate::storage::LedgerStorage;
+
+/// Unanswered add payload bytes one connection may have before it stops reading.
+pub const MAX_IN_FLIGHT_BYTES: usize = 64 * 1024 * 1024;
+/// How long shutdown waits for connections to finish their in-flight requests.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// The writer stops coalescing queued responses into one write past this many bytes.
+const MAX_COALESCED_WRITE: usize = 1024 * 1024;
+const READ_BUFFER: usize = 64 * 1024;
+
+/// Journal settings, named after BookKeeper's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalConfig {
+    /// journalSyncData: fdatasync each group commit before acknowledging (default true).
+    pub sync_data: bool,
+    /// journalMaxGroupWaitMSec: the longest a record waits for others to share its write (default 2 ms).
+    pub max_group_wait: Duration,
+    /// journalBufferedWritesThreshold: a group is written once it holds this many bytes (default 512 KiB).
+    pub buffered_writes_threshold: usize,
+    /// journalMaxSizeMB: a journal file is rotated once it reaches this size (default 2048).
+    pub max_size_mb: u64,
+}
+
+impl Default for JournalConfig {
+    fn default() -> JournalConfig {
+        JournalConfig {
+            sync_data: true,
+            max_group_wait: Duration::from_millis(2),
+            buffered_writes_threshold: 512 * 1024,
+            max_size_mb: 2048,
+        }
+    }
+}
+
+/// Where a bookie keeps its files, where it listens, and how it journals.
+#[derive(Debug, Clone)]
+pub struct BookieConfig {
+    /// Holds `journal/` and `ledgers/`.
+    pub data_dir: PathBuf,
+    /// The listen address; port 0 picks a free port (see [`BookieServer::local_addr`]).
+    pub bind: SocketAddr,
+    pub journal: JournalConfig,
+}
+
+/// The state shared by connections, the checkpointer and the server handle.
+struct Core {
+    storage: Arc<dyn LedgerStorage>,
+    journal: Journal,
+    /// Shared by adds between their fence check and their journal enqueue; exclusive for fences
+    /// and for halting.
+    order: RwLock<()>,
+    halted: AtomicBool,
+    data_dir: PathBuf,
+    checkpoint_lock: Mutex<()>,
+}
+
+impl Core {
+    /// Flush storage, then delete journal files below the file being written now.
+    fn checkpoint(&self) -> Result<(), BookieError> {
+        let _one = self.checkpoint_lock.lock();
+        let mark = self.journal.current_seq();
+        self.storage.flush()?;
+        journal::delete_before(&self.data_dir, mark)?;
+        Ok(())
+    }
+
+    fn checkpoint_before(&self, mark: u64) -> Result<(), BookieError> {
+        let _one = self.checkpoint_lock.lock();
+        self.storage.flush()?;
+        journal::delete_before(&self.data_dir, mark)?;
+        Ok(())
+    }
+
+    /// Apply an add to storage and queue it on the journal; `done` gets the final status.
+    fn add(&self, ledger: u64, entry: u64, lac: i64, data: Bytes, recovery: bool, done: impl FnOnce(Status, String) + Send + 'static) {
+        let guard = self.order.read();
+        if self.halted.load(Ordering::SeqCst) {
+            drop(guard);
+            return done(Status::IoError, BookieError::ShuttingDown.to_string());
+        }
+        if !recovery {
+            match self.storage.is_fenced(ledger) {
+                Ok(false) => {}
+                Ok(true) => {
+                    drop(guard);
+                    return done(Status::Fenced, format!("ledger {ledger} is fenced"));
+                }
+                Err(e) => {
+                    drop(guard);
+                    return done(Status::IoError, e.to_string());
+                }
+            }
+        }
+        if let Err(e) = self.storage.add_entry(ledger, entry, lac, data.clone()) {
+            drop(guard);
+            return done(Status::IoError, e.to_string());
+        }
+        self.journal.submit(
+            JournalRecord::entry(ledger, entry, lac, data),
+            Box::new(move |r| match r {
+                Ok(()) => done(Status::Ok, String::new()),
+                Err(e) => done(Status::IoError, e.to_string()),
+            }),
+        );
+        drop(guard);
+    }
+
+    /// Fence `ledger` and wait until the fence is durable.
+    async fn fence(&self, ledger: u64) -> Result<(), BookieError> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let _exclusive = self.order.write();
+            if self.halted.load(Ordering::SeqCst) {
+                return Err(BookieError::ShuttingDown);
+            }
+            self.storage.set_fenced(ledger)?;
+            self.journal.submit(JournalRecord::fence(ledger), Box::new(move |r| drop(tx.send(r))));
+        }
+        rx.await.map_err(|_| BookieError::ShuttingDown)?
+    }
+
+    /// Delete `ledger` and wait until the delete is durable.
+    async fn delete_ledger(&self, ledger: u64) -> Result<(), BookieError> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let _exclusive = self.order.write();
+            if self.halted.load(Ordering::SeqCst) {
+                return Err(BookieError::ShuttingDown);
+            }
+            self.storage.delete_ledger(ledger)?;
+            self.journal.submit(JournalRecord::delete_ledger(ledger), Box::new(move |r| drop(tx.send(r))));
+        }
+        rx.await.map_err(|_| BookieError::ShuttingDown)?
+    }
+
+    fn read_entry(&self, request_id: u64, ledger: u64, entry: u64) -> Response {
+        let found = self.storage.get_entry(ledger, entry).and_then(|e| match e {
+            Some(x) => Ok(Ok(x)),
+            None => self.storage.has_ledger(ledger).map(Err),
+        });
+        match found {
+            Ok(Ok((lac, data))) => Response::ok(OpCode::Read, request_id, ResponseBody::Read { lac, data }),
+            Ok(Err(true)) => Response::error(OpCode::Read, request_id, Status::NoEntry, format!("no entry {ledger}:{entry}")),
+            Ok(Err(false)) => Response::error(OpCode::Read, request_id, Status::NoLedger, format!("no ledger {ledger}")),
+            Err(e) => {
+                log::error!("reading {ledger}:{entry}: {e}");
+                Response::error(OpCode::Read, request_id, Status::IoError, e.to_string())
+            }
+        }
+    }
+
+    fn read_lac(&self, request_id: u64, ledger: u64) -> Response {
+        match self.storage.lac(ledger) {
+            Ok(lac) => Response::ok(OpCode::ReadLac, request_id, ResponseBody::Lac(lac.unwrap_or(-1))),
+            Err(e) => Response::error(OpCode::ReadLac, request_id, Status::IoError, e.to_string()),
+        }
+    }
+
+    /// Stop all mutation at once, as a crash would.
+    fn halt(&self) {
+        let _exclusive = self.order.write();
+        self.halted.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Apply a replayed journal record to storage.
+fn apply_record(storage: &dyn LedgerStorage, r: &JournalRecord) -> Result<(), BookieError> {
+    match r.kind {
+        RecordKind::Entry => storage.add_entry(r.ledger, r.entry, r.lac, r.data.clone()),
+        RecordKind::Fence => storage.set_fenced(r.ledger).map(drop),
+        RecordKind::DeleteLedger => storage.delete_ledger(r.ledger).map(drop),
+    }
+}
+
+/// A running bookie.
+pub struct BookieServer {
+    local_addr: SocketAddr,
+    core: Arc<Core>,
+    stop: watch::Sender<bool>,
+    serve: Option<tokio::task::JoinHandle<()>>,
+    checkpointer: Option<(crossbeam_channel::Sender<Option<u64>>, std::thread::JoinHandle<()>)>,
+}
+
+impl BookieServer {
+    /// Opens storage (replaying the journal), binds (port 0 allowed), starts serving on the
+    /// current tokio runtime. Returns once listening.
+    pub async fn start(config: BookieConfig) -> Result<BookieServer, BookieError> {
+        let dir = config.data_dir.clone();
+        let storage = tokio::task::spawn_blocking(move || EntryLogStorage::open(&dir))
+            .await
+            .map_err(|e| BookieError::Config(format!("opening storage: {e}")))??;
+        BookieServer::start_with_storage(config, Arc::new(storage)).await
+    }
+
+    /// Like [`start`](Self::start), with a ledger storage of the caller's choosing. The journal
+    /// still lives under `config.data_dir`; it is replayed into `storage`, which is flushed
+    /// before the replayed files are deleted.
+    pub async fn start_with_storage(config: BookieConfig, storage: Arc<dyn LedgerStorage>) -> Result<BookieServer, BookieError> {
+        let data_dir = config.data_dir.clone();
+        let jconfig = config.journal.clone();
+        let (ckpt_tx, ckpt_rx) = crossbeam_channel::unbounded::<Option<u64>>();
+        let rotate_tx = ckpt_tx.clone();
+        let opened = {
+            let storage = storage.clone();
+            tokio::task::spawn_blocking(move || -> Result<Journal, BookieError> {
+                let outcome = journal::replay(&data_dir, |r| apply_record(&*storage, r))?;
+                if outcome.records > 0 {
+                    log::info!("replayed {} journal records from {} files", outcome.records, outcome.files.len());
+                }
+                storage.flush()?;
+                let next = outcome.next_seq();
+                journal::delete_before(&data_dir, next)?;
+                Journal::open(&data_dir, jconfig, next, Box::new(move |seq| {
+                    let _ = rotate_tx.send(Some(seq));
+                }))
+            })
+            .await
+            .map_err(|e| BookieError::Config(format!("replaying journal: {e}")))??
+        };
+        let core = Arc::new(Core {
+            storage,
+            journal: opened,
+            order: RwLock::new(()),
+            halted: AtomicBool::new(false),
+            data_dir: config.data_dir.clone(),
+            checkpoint_lock: Mutex::new(()),
+        });
+        let listener = TcpListener::bind(config.bind)
+            .await
+            .map_err(|e| BookieError::Io { context: format!("bind {}", config.bind), source: e })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|e| BookieError::Io { context: "local_addr".into(), source: e })?;
+        let ckpt_core = core.clone();
+        let ckpt_thread = std::thread::Builder::new()
+            .name("bookie-checkpoint".into())
+            .spawn(move || {
+                while let Ok(Some(mark)) = ckpt_rx.recv() {
+                    if ckpt_core.halted.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    if let Err(e) = ckpt_core.checkpoint_before(mark) {
+                        log::error!("checkpoint failed: {e}");
+                    }
+                }
+            })
+            .map_err(|e| BookieError::Io { context: "spawn checkpoint thread".into(), source: e })?;
+        let (stop, stop_rx) = watch::channel(false);
+        let serve = tokio::spawn(accept_loop(listener, core.clone(), stop_rx));
+        log::info!("bookie listening on {local_addr}");
+        Ok(BookieServer { local_addr, core, stop, serve: Some(serve), checkpointer: Some((ckpt_tx, ckpt_thread)) })
+    }
+
+    /// The address the server listens on (with the real port when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Flush storage and delete the journal files it now covers.
+    pub async fn checkpoint(&self) -> Result<(), BookieError> {
+        let core = self.core.clone();
+        tokio::task::spawn_blocking(move || core.checkpoint())
+            .await
+            .map_err(|e| BookieError::Config(format!("checkpoint task: {e}")))?
+    }
+
+    /// Stops accepting, finishes in-flight adds, syncs the journal and storage, closes files.
+    pub async fn shutdown(mut self) -> Result<(), BookieError> {
+        let _ = self.stop.send(true);
+        if let Some(serve) = self.serve.take() {
+            let _ = serve.await;
+        }
+        if let Some((tx, thread)) = self.checkpointer.take() {
+            let _ = tx.send(None);
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        let core = self.core.clone();
+        tokio::task::spawn_blocking(move || -> Result<(), BookieError> {
+            let synced = core.journal.shutdown();
+            core.halt();
+            synced?;
+            core.storage.flush()?;
+            journal::delete_before(&core.data_dir, core.journal.current_seq())?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| BookieError::Config(format!("shutdown task: {e}")))?
+    }
+}
+
+impl Drop for BookieServer {
+    fn drop(&mut self) {
+        // Without shutdown: stop as a crash would. No more storage writes or journal records.
+        if let Some(serve) = self.serve.take() {
+            let _ = self.stop.send(true);
+            serve.abort();
+            self.core.halt();
+            self.core.journal.halt();
+        }
+        if let Some((tx, thread)) = self.checkpointer.take() {
+            let _ = tx.send(None);
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    conns.spawn(serve_connection(stream, peer, core.clone(), stop.clone()));
+                }
+                Err(e) => {
+                    log::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        log::warn!("{} connections did not finish within {SHUTDOWN_GRACE:?}; closing them", conns.len());
+        conns.shutdown().await;
+    }
+}
+
+type ResponseTx = mpsc::UnboundedSender<Bytes>;
+
+fn send_response(tx: &ResponseTx, resp: &Response) {
+    let mut buf = BytesMut::new();
+    match resp.encode(&mut buf) {
+        Ok(()) => {
+            let _ = tx.send(buf.freeze());
+        }
+        Err(e) => {
+            log::error!("cannot encode response {}: {e}", resp.request_id);
+            let mut buf = BytesMut::new();
+            let fallback = Response::error(resp.op, resp.request_id, Status::IoError, e.to_string());
+            if fallback.encode(&mut buf).is_ok() {
+                let _ = tx.send(buf.freeze());
+            }
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+    if let Err(e) = stream.set_nodelay(true) {
+        log::debug!("{peer}: set_nodelay: {e}");
+    }
+    let (mut rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_loop(wr, rx, peer));
+    let budget = Arc::new(Semaphore::new(MAX_IN_FLIGHT_BYTES));
+    let mut buf = BytesMut::with_capacity(READ_BUFFER);
+    'conn: loop {
+        loop {
+            let body = match proto::decode_frame(&mut buf) {
+                Ok(Some(body)) => body,
+                Ok(None) => break,
+                Err(e) => {
+                    log::warn!("{peer}: closing connection: {e}");
+                    break 'conn;
+                }
+            };
+            if !handle_frame(body, &core, &tx, &budget, peer).await {
+                break 'conn;
+            }
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(READ_BUFFER);
+        }
+        tokio::select! {
+            _ = stop.changed() => break,
+            r = rd.read_buf(&mut buf) => match r {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    log::debug!("{peer}: read: {e}");
+                    break;
+                }
+            },
+        }
+    }
+    // In-flight completions hold clones of `tx`; the writer ends once they have all answered.
+    drop(tx);
+    let _ = writer.await;
+}
+
+/// Handle one request frame. Returns false when the connection must be closed.
+async fn handle_frame(body: Bytes, core: &Arc<Core>, tx: &ResponseTx, budget: &Arc<Semaphore>, peer: SocketAddr) -> bool {
+    let request = match Request::decode(body.clone()) {
+        Ok(r) => r,
+        Err(e) => {
+            return match proto::peek_header(&body) {
+                Ok((op, request_id)) => {
+                    log::warn!("{peer}: bad {op:?} request {request_id}: {e}");
+                    send_response(tx, &Response::error(op, request_id, Status::BadRequest, e.to_string()));
+                    true
+                }
+                Err(_) => {
+                    log::warn!("{peer}: closing connection: {e}");
+                    false
+                }
+            };
+        }
+    };
+    match request {
+        Request::Add { request_id, ledger, entry, lac, recovery, data } => {
+            let weight = u32::try_from(data.len().clamp(1, MAX_IN_FLIGHT_BYTES)).unwrap_or(u32::MAX);
+            let permit: OwnedSemaphorePermit = match budget.clone().acquire_many_owned(weight).await {
+                Ok(p) => p,
+                Err(_) => return false,
+            };
+            let tx = tx.clone();
+            core.add(ledger, entry, lac, data, recovery, move |status, message| {
+                let resp = if status == Status::Ok {
+                    Response::ok(OpCode::Add, request_id, ResponseBody::Empty)
+                } else {
+                    Response::error(OpCode::Add, request_id, status, message)
+                };
+                send_response(&tx, &resp);
+                drop(permit);
+            });
+        }
+        Request::Read { request_id, ledger, entry, fence: false } => {
+            send_response(tx, &core.read_entry(request_id, ledger, entry));
+        }
+        Request::ReadLac { request_id, ledger, fence: false } => {
+            send_response(tx, &core.read_lac(request_id, ledger));
+        }
+        Request::Read { request_id, ledger, entry, fence: true } => {
+            let (core, tx) = (core.clone(), tx.clone());
+            tokio::spawn(async move {
+                let resp = match core.fence(ledger).await {
+                    Ok(()) => core.read_entry(request_id, ledger, entry),
+                    Err(e) => Response::error(OpCode::Read, request_id, Status::IoError, e.to_string()),
+                };
+                send_response(&tx, &resp);
+            });
+        }
+        Request::ReadLac { request_id, ledger, fence: true } => {
+            let (core, tx) = (core.clone(), tx.clone());
+            tokio::spawn(async move {
+                let resp = match core.fence(ledger).await {
+                    Ok(()) => core.read_lac(request_id, ledger),
+                    Err(e) => Response::error(OpCode::ReadLac, request_id, Status::IoError, e.to_string()),
+                };
+                send_response(&tx, &resp);
+            });
+        }
+        Request::DeleteLedger { request_id, ledger } => {
+            let (core, tx) = (core.clone(), tx.clone());
+            tokio::spawn(async move {
+                let resp = match core.delete_ledger(ledger).await {
+                    Ok(()) => Response::ok(OpCode::DeleteLedger, request_id, ResponseBody::Empty),
+                    Err(e) => Response::error(OpCode::DeleteLedger, request_id, Status::IoError, e.to_string()),
+                };
+                send_response(&tx, &resp);
+            });
+        }
+    }
+    true
+}
+
+async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Bytes>, peer: SocketAddr) {
+    let mut batch = BytesMut::new();
+    while let Some(first) = rx.recv().await {
+        let res = if first.len() >= MAX_COALESCED_WRITE {
+            wr.write_all(&first).await
+        } else {
+            batch.clear();
+            batch.extend_from_slice(&first);
+            while batch.len() < MAX_COALESCED_WRITE {
+                match rx.try_recv() {
+                    Ok(more) => batch.extend_from_slice(&more),
+                    Err(_) => break,
+                }
+            }
+            wr.write_all(&batch).await
+        };
+        if let Err(e) = res {
+            log::debug!("{peer}: write: {e}");
+            return;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
