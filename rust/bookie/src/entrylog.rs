@@ -86,8 +86,9 @@ pub struct EntryLogStorage {
     ledgers: RwLock<HashMap<u64, Arc<Mutex<LedgerLog>>>>,
     /// Files were created or removed since the directory was last synced.
     dir_dirty: AtomicBool,
-    /// Serialises flushes so CHECKPOINT is written by one at a time.
-    flush_lock: Mutex<()>,
+    /// The lengths last written to CHECKPOINT; held while CHECKPOINT is rewritten, so one
+    /// writer at a time.
+    checkpointed: Mutex<HashMap<u64, u64>>,
 }
 
 impl EntryLogStorage {
@@ -112,7 +113,7 @@ impl EntryLogStorage {
             dir,
             ledgers: RwLock::new(ledgers),
             dir_dirty: AtomicBool::new(true),
-            flush_lock: Mutex::new(()),
+            checkpointed: Mutex::new(synced),
         })
     }
 
@@ -233,6 +234,14 @@ impl LedgerStorage for EntryLogStorage {
 
     fn delete_ledger(&self, ledger: u64) -> Result<bool, BookieError> {
         let Some(log) = self.ledgers.write().remove(&ledger) else { return Ok(false) };
+        // Forget the checkpointed length first: a later log of the same id starts from zero.
+        // (Lock order, as in flush: CHECKPOINT before any ledger.)
+        {
+            let mut ck = self.checkpointed.lock();
+            if ck.remove(&ledger).is_some() {
+                write_checkpoint(&self.dir, &ck)?;
+            }
+        }
         let mut g = log.lock();
         g.deleted = true;
         match fs::remove_file(&g.path) {
@@ -245,9 +254,9 @@ impl LedgerStorage for EntryLogStorage {
     }
 
     fn flush(&self) -> Result<(), BookieError> {
-        let _one = self.flush_lock.lock();
+        let mut ck = self.checkpointed.lock();
         let logs: Vec<(u64, Arc<Mutex<LedgerLog>>)> = self.ledgers.read().iter().map(|(k, v)| (*k, v.clone())).collect();
-        let mut lengths = Vec::with_capacity(logs.len());
+        let mut lengths = HashMap::with_capacity(logs.len());
         for (ledger, log) in logs {
             let (file, path, len, dirty) = {
                 let mut g = log.lock();
@@ -262,7 +271,7 @@ impl LedgerStorage for EntryLogStorage {
                     return Err(BookieError::io("sync ledger log", &path, e));
                 }
             }
-            lengths.push((ledger, len));
+            lengths.insert(ledger, len);
         }
         if self.dir_dirty.swap(false, Ordering::SeqCst) {
             if let Err(e) = sync_dir(&self.dir) {
@@ -270,7 +279,9 @@ impl LedgerStorage for EntryLogStorage {
                 return Err(e);
             }
         }
-        write_checkpoint(&self.dir, &lengths)
+        write_checkpoint(&self.dir, &lengths)?;
+        *ck = lengths;
+        Ok(())
     }
 }
 
@@ -375,9 +386,9 @@ fn read_checkpoint(dir: &Path) -> Result<HashMap<u64, u64>, BookieError> {
 }
 
 /// Write `CHECKPOINT` atomically: temp file, fsync, rename, fsync the directory.
-fn write_checkpoint(dir: &Path, lengths: &[(u64, u64)]) -> Result<(), BookieError> {
+fn write_checkpoint(dir: &Path, lengths: &HashMap<u64, u64>) -> Result<(), BookieError> {
     let mut body = Vec::with_capacity(lengths.len() * 16);
-    for &(ledger, len) in lengths {
+    for (&ledger, &len) in lengths {
         body.put_u64(ledger);
         body.put_u64(len);
     }

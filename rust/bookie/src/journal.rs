@@ -327,11 +327,30 @@ enum Msg {
     Halt,
 }
 
+/// Counters of what the journal thread has done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Group commits: each is one write (and one fdatasync when `sync_data`).
+    pub batches: u64,
+    /// Records written.
+    pub records: u64,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    batches: AtomicU64,
+    records: AtomicU64,
+    bytes: AtomicU64,
+}
+
 /// The running journal: a handle to its thread.
 pub struct Journal {
     tx: Sender<Msg>,
     thread: Mutex<Option<JoinHandle<()>>>,
     current_seq: Arc<AtomicU64>,
+    counters: Arc<Counters>,
 }
 
 impl Journal {
@@ -343,7 +362,9 @@ impl Journal {
         let file = create_file(data_dir, first_seq)?;
         let current_seq = Arc::new(AtomicU64::new(first_seq));
         let (tx, rx) = crossbeam_channel::unbounded();
+        let counters = Arc::new(Counters::default());
         let writer = Writer {
+            counters: counters.clone(),
             data_dir: data_dir.to_path_buf(),
             config,
             file,
@@ -357,7 +378,7 @@ impl Journal {
             .name("bookie-journal".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| BookieError::io("spawn journal thread for", &dir, e))?;
-        Ok(Journal { tx, thread: Mutex::new(Some(thread)), current_seq })
+        Ok(Journal { tx, thread: Mutex::new(Some(thread)), current_seq, counters })
     }
 
     /// Queue `record`; `done` runs on the journal thread once it is durable (or failed).
@@ -365,6 +386,15 @@ impl Journal {
         let msg = Msg::Append { record, done, queued: Instant::now() };
         if let Err(crossbeam_channel::SendError(Msg::Append { done, .. })) = self.tx.send(msg) {
             done(Err(BookieError::ShuttingDown));
+        }
+    }
+
+    /// What the journal thread has written so far.
+    pub fn stats(&self) -> JournalStats {
+        JournalStats {
+            batches: self.counters.batches.load(Ordering::Relaxed),
+            records: self.counters.records.load(Ordering::Relaxed),
+            bytes: self.counters.bytes.load(Ordering::Relaxed),
         }
     }
 
@@ -422,6 +452,7 @@ fn create_file(data_dir: &Path, seq: u64) -> Result<File, BookieError> {
 }
 
 struct Writer {
+    counters: Arc<Counters>,
     data_dir: PathBuf,
     config: JournalConfig,
     file: File,
@@ -500,6 +531,11 @@ impl Writer {
                 return;
             }
             let result = self.write_batch(&buf);
+            if result.is_ok() {
+                self.counters.batches.fetch_add(1, Ordering::Relaxed);
+                self.counters.records.fetch_add(dones.len() as u64, Ordering::Relaxed);
+                self.counters.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+            }
             buf.clear();
             for d in dones.drain(..) {
                 d(result.clone().map_err(BookieError::JournalFailed));

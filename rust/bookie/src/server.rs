@@ -39,7 +39,7 @@ use tokio::task::JoinSet;
 
 use crate::entrylog::EntryLogStorage;
 use crate::error::BookieError;
-use crate::journal::{self, Journal, JournalRecord, RecordKind};
+use crate::journal::{self, Journal, JournalRecord, JournalStats, RecordKind};
 use crate::proto::{self, OpCode, Request, Response, ResponseBody, Status};
 use crate::storage::LedgerStorage;
 
@@ -297,6 +297,11 @@ impl BookieServer {
     /// The address the server listens on (with the real port when bound to port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// What the journal has written since start.
+    pub fn journal_stats(&self) -> JournalStats {
+        self.core.journal.stats()
     }
 
     /// Flush storage and delete the journal files it now covers.

@@ -1,0 +1,224 @@
+//! The journal: group commit, rotation, replay, torn tails and corruption.
+
+use std::fs::{self, OpenOptions};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use magnetar_bookie::journal::{self, Journal, JournalRecord, RecordKind, RECORD_FIXED_LEN, RECORD_HEADER_LEN};
+use magnetar_bookie::{BookieError, JournalConfig};
+use proptest::prelude::*;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn config(max_group_wait_ms: u64, threshold: usize) -> JournalConfig {
+    JournalConfig {
+        sync_data: true,
+        max_group_wait: Duration::from_millis(max_group_wait_ms),
+        buffered_writes_threshold: threshold,
+        max_size_mb: 2048,
+    }
+}
+
+/// Submit `records` and wait (bounded) until all are durable.
+fn write_all(j: &Journal, records: &[JournalRecord]) {
+    let (tx, rx) = mpsc::channel();
+    for r in records {
+        let tx = tx.clone();
+        j.submit(r.clone(), Box::new(move |res| tx.send(res.is_ok()).expect("send")));
+    }
+    for _ in records {
+        assert!(rx.recv_timeout(WAIT).expect("completion"));
+    }
+}
+
+fn records(n: u64) -> Vec<JournalRecord> {
+    (0..n).map(|i| JournalRecord::entry(1 + i % 3, i, i as i64 - 1, Bytes::from(format!("entry {i}")))).collect()
+}
+
+fn replay_all(dir: &Path) -> Result<(Vec<JournalRecord>, journal::ReplayOutcome), BookieError> {
+    let mut out = Vec::new();
+    let outcome = journal::replay(dir, |r| {
+        out.push(r.clone());
+        Ok(())
+    })?;
+    Ok((out, outcome))
+}
+
+#[test]
+fn group_commit_shares_one_write_among_queued_records() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let j = Journal::open(dir.path(), config(200, 512 * 1024), 1, Box::new(|_| {})).expect("open");
+    let recs = records(300);
+    write_all(&j, &recs);
+    let stats = j.stats();
+    assert_eq!(stats.records, 300);
+    assert!(stats.batches <= 5, "300 records queued within the group wait took {} writes", stats.batches);
+    j.shutdown().expect("shutdown");
+    assert_eq!(replay_all(dir.path()).expect("replay").0, recs);
+}
+
+#[test]
+fn buffered_writes_threshold_bounds_a_batch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A threshold of one byte: every record is its own write, however long the group wait.
+    let j = Journal::open(dir.path(), config(1000, 1), 1, Box::new(|_| {})).expect("open");
+    let recs = records(20);
+    write_all(&j, &recs);
+    assert_eq!(j.stats().batches, 20);
+    j.shutdown().expect("shutdown");
+}
+
+#[test]
+fn completions_run_in_queue_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let j = Journal::open(dir.path(), config(1, 4096), 1, Box::new(|_| {})).expect("open");
+    let (tx, rx) = mpsc::channel();
+    for i in 0..500u64 {
+        let tx = tx.clone();
+        j.submit(JournalRecord::entry(1, i, -1, Bytes::new()), Box::new(move |r| tx.send((i, r.is_ok())).expect("send")));
+    }
+    for i in 0..500u64 {
+        assert_eq!(rx.recv_timeout(WAIT).expect("completion"), (i, true));
+    }
+    j.shutdown().expect("shutdown");
+}
+
+#[test]
+fn submit_after_shutdown_fails() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let j = Journal::open(dir.path(), JournalConfig::default(), 1, Box::new(|_| {})).expect("open");
+    j.shutdown().expect("shutdown");
+    let (tx, rx) = mpsc::channel();
+    j.submit(JournalRecord::fence(1), Box::new(move |r| tx.send(r.is_err()).expect("send")));
+    assert!(rx.recv_timeout(WAIT).expect("completion"));
+}
+
+#[test]
+fn rotation_reports_new_files_and_old_ones_can_go() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rot_tx, rot_rx) = mpsc::channel();
+    let cfg = JournalConfig { max_size_mb: 1, ..config(0, 64 * 1024) };
+    let j = Journal::open(dir.path(), cfg, 7, Box::new(move |seq| rot_tx.send(seq).expect("send"))).expect("open");
+    let big = Bytes::from(vec![0xabu8; 256 * 1024]);
+    let recs: Vec<JournalRecord> = (0..10).map(|i| JournalRecord::entry(3, i, -1, big.clone())).collect();
+    write_all(&j, &recs);
+    let rotations: Vec<u64> = rot_rx.try_iter().collect();
+    assert!(rotations.len() >= 2, "2.5 MiB in 1 MiB files rotated {rotations:?}");
+    assert_eq!(rotations[0], 8);
+    assert_eq!(j.current_seq(), *rotations.last().expect("some"));
+    let files = journal::list_files(dir.path()).expect("list");
+    assert_eq!(files.first(), Some(&7));
+    assert_eq!(files.last(), Some(&j.current_seq()));
+    j.shutdown().expect("shutdown");
+    assert_eq!(replay_all(dir.path()).expect("replay").0, recs);
+
+    let removed = journal::delete_before(dir.path(), rotations[1]).expect("delete");
+    assert_eq!(removed, 2);
+    let (left, outcome) = replay_all(dir.path()).expect("replay");
+    assert_eq!(outcome.files.first(), Some(&rotations[1]));
+    assert!(left.len() < recs.len());
+    assert_eq!(left[..], recs[recs.len() - left.len()..]);
+}
+
+fn journal_with(dir: &Path, recs: &[JournalRecord]) -> std::path::PathBuf {
+    let j = Journal::open(dir, config(0, 1), 1, Box::new(|_| {})).expect("open");
+    write_all(&j, recs);
+    j.shutdown().expect("shutdown");
+    journal::file_path(dir, 1)
+}
+
+#[test]
+fn garbage_after_the_last_record_is_a_torn_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recs = records(3);
+    let path = journal_with(dir.path(), &recs);
+    let mut raw = fs::read(&path).expect("read");
+    let good_len = raw.len();
+    raw.extend_from_slice(&[0x00, 0x00, 0x00, 0x30, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3]);
+    fs::write(&path, &raw).expect("write");
+    let (got, outcome) = replay_all(dir.path()).expect("torn tail is dropped");
+    assert_eq!(got, recs);
+    assert_eq!(outcome.torn_tail_bytes, (raw.len() - good_len) as u64);
+}
+
+#[test]
+fn corruption_in_the_middle_is_reported_by_file_and_offset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recs = records(3);
+    let path = journal_with(dir.path(), &recs);
+    let first_len = recs[0].encoded_len();
+    let mut raw = fs::read(&path).expect("read");
+    raw[first_len + RECORD_HEADER_LEN + RECORD_FIXED_LEN] ^= 0x20;
+    fs::write(&path, &raw).expect("write");
+    match replay_all(dir.path()) {
+        Err(BookieError::Corrupt { file, offset, reason }) => {
+            assert_eq!(file, path);
+            assert_eq!(offset, first_len as u64);
+            assert!(reason.contains("checksum"), "{reason}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_damaged_length_cannot_hide_later_records() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recs = records(3);
+    let path = journal_with(dir.path(), &recs);
+    let mut raw = fs::read(&path).expect("read");
+    // Make the first record claim to run past the end of the file.
+    raw[0] = 0x00;
+    raw[1] = 0x10;
+    fs::write(&path, &raw).expect("write");
+    assert!(matches!(replay_all(dir.path()), Err(BookieError::Corrupt { offset: 0, .. })));
+}
+
+#[test]
+fn a_bad_tail_in_an_older_file_is_corruption() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recs = records(2);
+    let path = journal_with(dir.path(), &recs);
+    let len = fs::metadata(&path).expect("meta").len();
+    OpenOptions::new().write(true).open(&path).expect("open").set_len(len - 2).expect("truncate");
+    // A newer file exists, so file 1 is not the newest and its tail is not a torn write.
+    let j = Journal::open(dir.path(), config(0, 1), 2, Box::new(|_| {})).expect("open");
+    write_all(&j, &records(1));
+    j.shutdown().expect("shutdown");
+    assert!(matches!(replay_all(dir.path()), Err(BookieError::Corrupt { .. })));
+}
+
+#[test]
+fn replay_kinds_and_fields_survive() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recs = vec![
+        JournalRecord::entry(u64::MAX, u64::MAX, i64::MIN, Bytes::from_static(b"")),
+        JournalRecord::fence(5),
+        JournalRecord::delete_ledger(6),
+    ];
+    journal_with(dir.path(), &recs);
+    let (got, _) = replay_all(dir.path()).expect("replay");
+    assert_eq!(got, recs);
+    assert_eq!(got[1].kind, RecordKind::Fence);
+    assert_eq!(got[2].kind, RecordKind::DeleteLedger);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    /// Cutting the newest file anywhere inside its last record keeps every earlier record and
+    /// drops only the cut one.
+    #[test]
+    fn truncating_the_last_record_anywhere_drops_only_it(n in 1u64..6, cut in any::<prop::sample::Index>()) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let recs = records(n);
+        let path = journal_with(dir.path(), &recs);
+        let len = fs::metadata(&path).expect("meta").len();
+        let last = recs[recs.len() - 1].encoded_len() as u64;
+        let keep = len - last + cut.index(usize::try_from(last).expect("small")) as u64;
+        OpenOptions::new().write(true).open(&path).expect("open").set_len(keep).expect("truncate");
+        let (got, outcome) = replay_all(dir.path()).expect("replay");
+        prop_assert_eq!(&got[..], &recs[..recs.len() - 1]);
+        prop_assert_eq!(outcome.torn_tail_bytes, keep - (len - last));
+    }
+}

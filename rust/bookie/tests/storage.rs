@@ -1,0 +1,274 @@
+//! One test suite written against `LedgerStorage`, run against every implementation, plus the
+//! entry-log specific checks: reopen, torn tails, corruption, space freed on delete.
+
+use std::fs::{self, OpenOptions};
+use std::path::Path;
+
+use bytes::Bytes;
+use magnetar_bookie::storage::{EntryLogStorage, LedgerStorage, MemStorage};
+use magnetar_bookie::BookieError;
+use proptest::prelude::*;
+
+fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+/// The behaviour every `LedgerStorage` must have.
+fn suite(s: &dyn LedgerStorage) {
+    // Nothing there yet.
+    assert_eq!(s.get_entry(1, 0).expect("get"), None);
+    assert_eq!(s.last_entry(1).expect("last"), None);
+    assert_eq!(s.lac(1).expect("lac"), None);
+    assert!(!s.has_ledger(1).expect("has"));
+    assert!(!s.is_fenced(1).expect("fenced"));
+
+    // Adds: each entry keeps its own lac; the ledger tracks the max.
+    s.add_entry(1, 0, -1, b("a")).expect("add");
+    s.add_entry(1, 2, 1, b("c")).expect("add");
+    s.add_entry(1, 1, 0, b("b")).expect("add");
+    assert_eq!(s.get_entry(1, 0).expect("get"), Some((-1, b("a"))));
+    assert_eq!(s.get_entry(1, 1).expect("get"), Some((0, b("b"))));
+    assert_eq!(s.get_entry(1, 2).expect("get"), Some((1, b("c"))));
+    assert_eq!(s.get_entry(1, 3).expect("get"), None);
+    assert_eq!(s.last_entry(1).expect("last"), Some(2));
+    assert_eq!(s.lac(1).expect("lac"), Some(1));
+    assert!(s.has_ledger(1).expect("has"));
+
+    // Re-adding an entry (journal replay, recovery) replaces it; the lac never goes down.
+    s.add_entry(1, 2, 0, b("c2")).expect("re-add");
+    assert_eq!(s.get_entry(1, 2).expect("get"), Some((0, b("c2"))));
+    assert_eq!(s.lac(1).expect("lac"), Some(1));
+
+    // Empty entries are entries.
+    s.add_entry(1, 3, 2, Bytes::new()).expect("empty add");
+    assert_eq!(s.get_entry(1, 3).expect("get"), Some((2, Bytes::new())));
+
+    // Fencing: creates the ledger when needed, idempotent, per ledger.
+    assert!(!s.set_fenced(2).expect("fence"));
+    assert!(s.set_fenced(2).expect("fence again"));
+    assert!(s.is_fenced(2).expect("fenced"));
+    assert!(s.has_ledger(2).expect("has"));
+    assert_eq!(s.lac(2).expect("lac"), Some(-1));
+    assert_eq!(s.last_entry(2).expect("last"), None);
+    assert!(!s.is_fenced(1).expect("other ledger"));
+    s.add_entry(2, 0, -1, b("recovered")).expect("storage itself does not refuse adds");
+
+    // Deleting removes everything of that ledger only.
+    assert!(s.delete_ledger(1).expect("delete"));
+    assert!(!s.delete_ledger(1).expect("delete again"));
+    assert_eq!(s.get_entry(1, 0).expect("get"), None);
+    assert_eq!(s.lac(1).expect("lac"), None);
+    assert!(!s.has_ledger(1).expect("has"));
+    assert_eq!(s.get_entry(2, 0).expect("get"), Some((-1, b("recovered"))));
+
+    // A deleted ledger id can be written again from scratch.
+    s.add_entry(1, 5, 4, b("new")).expect("add");
+    assert_eq!(s.last_entry(1).expect("last"), Some(5));
+    assert_eq!(s.get_entry(1, 0).expect("get"), None);
+    assert!(!s.is_fenced(1).expect("fence state was deleted too"));
+
+    s.flush().expect("flush");
+    assert_eq!(s.get_entry(1, 5).expect("get"), Some((4, b("new"))));
+}
+
+/// Many threads adding to distinct and shared ledgers at once.
+fn concurrent_suite(s: &(dyn LedgerStorage)) {
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            scope.spawn(move || {
+                for e in 0..200u64 {
+                    s.add_entry(100 + t % 2, t * 1000 + e, e as i64, Bytes::from(format!("{t}-{e}"))).expect("add");
+                }
+            });
+        }
+    });
+    for t in 0..4u64 {
+        for e in 0..200u64 {
+            let got = s.get_entry(100 + t % 2, t * 1000 + e).expect("get");
+            assert_eq!(got, Some((e as i64, Bytes::from(format!("{t}-{e}")))));
+        }
+    }
+    assert_eq!(s.lac(100).expect("lac"), Some(199));
+}
+
+#[test]
+fn mem_storage_suite() {
+    suite(&MemStorage::new());
+    concurrent_suite(&MemStorage::new());
+}
+
+#[test]
+fn entry_log_storage_suite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    suite(&EntryLogStorage::open(dir.path()).expect("open"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    concurrent_suite(&EntryLogStorage::open(dir.path()).expect("open"));
+}
+
+#[test]
+fn entry_log_storage_suite_survives_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let s = EntryLogStorage::open(dir.path()).expect("open");
+        suite(&s);
+    }
+    let s = EntryLogStorage::open(dir.path()).expect("reopen");
+    assert_eq!(s.get_entry(1, 5).expect("get"), Some((4, b("new"))));
+    assert_eq!(s.get_entry(1, 0).expect("get"), None);
+    assert_eq!(s.get_entry(2, 0).expect("get"), Some((-1, b("recovered"))));
+    assert!(s.is_fenced(2).expect("fence survives"));
+    assert!(!s.is_fenced(1).expect("fenced"));
+    assert_eq!(s.lac(1).expect("lac"), Some(4));
+    assert_eq!(s.last_entry(1).expect("last"), Some(5));
+}
+
+fn log_path(dir: &Path, ledger: u64) -> std::path::PathBuf {
+    dir.join("ledgers").join(format!("{ledger}.log"))
+}
+
+#[test]
+fn deleting_a_ledger_frees_its_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open(dir.path()).expect("open");
+    s.add_entry(9, 0, -1, Bytes::from(vec![1u8; 100_000])).expect("add");
+    s.flush().expect("flush");
+    assert!(log_path(dir.path(), 9).exists());
+    assert!(s.delete_ledger(9).expect("delete"));
+    assert!(!log_path(dir.path(), 9).exists());
+    s.flush().expect("flush");
+    drop(s);
+    let s = EntryLogStorage::open(dir.path()).expect("reopen");
+    assert!(!s.has_ledger(9).expect("has"));
+}
+
+#[test]
+fn unsynced_torn_tail_is_cut_on_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open(dir.path()).expect("open");
+    s.add_entry(4, 0, -1, b("synced")).expect("add");
+    s.flush().expect("flush");
+    s.add_entry(4, 1, 0, b("not yet synced")).expect("add");
+    drop(s);
+    let path = log_path(dir.path(), 4);
+    let len = fs::metadata(&path).expect("meta").len();
+    OpenOptions::new().write(true).open(&path).expect("open").set_len(len - 3).expect("truncate");
+    let s = EntryLogStorage::open(dir.path()).expect("reopen cuts the torn tail");
+    assert_eq!(s.get_entry(4, 0).expect("get"), Some((-1, b("synced"))));
+    assert_eq!(s.get_entry(4, 1).expect("get"), None);
+    // The log goes on after the cut.
+    s.add_entry(4, 1, 0, b("again")).expect("add");
+    drop(s);
+    let s = EntryLogStorage::open(dir.path()).expect("reopen");
+    assert_eq!(s.get_entry(4, 1).expect("get"), Some((0, b("again"))));
+}
+
+#[test]
+fn corruption_in_the_checkpointed_part_fails_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open(dir.path()).expect("open");
+    for e in 0..3 {
+        s.add_entry(5, e, -1, b("payload-payload")).expect("add");
+    }
+    s.flush().expect("flush");
+    drop(s);
+    let path = log_path(dir.path(), 5);
+    let mut raw = fs::read(&path).expect("read");
+    raw[40] ^= 0x55;
+    fs::write(&path, &raw).expect("write");
+    match EntryLogStorage::open(dir.path()) {
+        Err(BookieError::Corrupt { file, offset, .. }) => {
+            assert_eq!(file, path);
+            assert_eq!(offset, 0);
+        }
+        Err(other) => panic!("expected Corrupt, got {other}"),
+        Ok(_) => panic!("expected Corrupt, got an open storage"),
+    }
+}
+
+#[test]
+fn corruption_after_open_is_an_error_not_wrong_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open(dir.path()).expect("open");
+    s.add_entry(6, 0, -1, b("hello world")).expect("add");
+    s.flush().expect("flush");
+    let path = log_path(dir.path(), 6);
+    let mut raw = fs::read(&path).expect("read");
+    let last = raw.len() - 1;
+    raw[last] ^= 0x01;
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &raw, 0))
+        .expect("rewrite");
+    assert!(matches!(s.get_entry(6, 0), Err(BookieError::Corrupt { .. })));
+}
+
+#[test]
+fn truncated_checkpointed_log_fails_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open(dir.path()).expect("open");
+    s.add_entry(7, 0, -1, b("one")).expect("add");
+    s.add_entry(7, 1, -1, b("two")).expect("add");
+    s.flush().expect("flush");
+    drop(s);
+    let path = log_path(dir.path(), 7);
+    let len = fs::metadata(&path).expect("meta").len();
+    OpenOptions::new().write(true).open(&path).expect("open").set_len(len - 1).expect("truncate");
+    assert!(matches!(EntryLogStorage::open(dir.path()), Err(BookieError::Corrupt { .. })));
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Add(u64, u64, i64, Vec<u8>),
+    Fence(u64),
+    Delete(u64),
+    Flush,
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u64..4, 0u64..8, -1i64..8, proptest::collection::vec(any::<u8>(), 0..40))
+            .prop_map(|(l, e, lac, d)| Op::Add(l, e, lac, d)),
+        1 => (0u64..4).prop_map(Op::Fence),
+        1 => (0u64..4).prop_map(Op::Delete),
+        1 => Just(Op::Flush),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    /// The entry-log storage behaves like the in-memory model under any sequence of operations,
+    /// including reopening.
+    #[test]
+    fn entry_log_matches_mem_model(ops in proptest::collection::vec(op(), 1..40)) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let model = MemStorage::new();
+        let mut real = EntryLogStorage::open(dir.path()).expect("open");
+        for op in ops {
+            match op {
+                Op::Add(l, e, lac, d) => {
+                    model.add_entry(l, e, lac, Bytes::from(d.clone())).expect("model");
+                    real.add_entry(l, e, lac, Bytes::from(d)).expect("real");
+                }
+                Op::Fence(l) => prop_assert_eq!(model.set_fenced(l).expect("m"), real.set_fenced(l).expect("r")),
+                Op::Delete(l) => prop_assert_eq!(model.delete_ledger(l).expect("m"), real.delete_ledger(l).expect("r")),
+                Op::Flush => real.flush().expect("flush"),
+                Op::Reopen => {
+                    drop(real);
+                    real = EntryLogStorage::open(dir.path()).expect("reopen");
+                }
+            }
+            for l in 0..4 {
+                prop_assert_eq!(model.has_ledger(l).expect("m"), real.has_ledger(l).expect("r"));
+                prop_assert_eq!(model.lac(l).expect("m"), real.lac(l).expect("r"));
+                prop_assert_eq!(model.is_fenced(l).expect("m"), real.is_fenced(l).expect("r"));
+                prop_assert_eq!(model.last_entry(l).expect("m"), real.last_entry(l).expect("r"));
+                for e in 0..8 {
+                    prop_assert_eq!(model.get_entry(l, e).expect("m"), real.get_entry(l, e).expect("r"));
+                }
+            }
+        }
+    }
+}
