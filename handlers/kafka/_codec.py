@@ -1,0 +1,1076 @@
+"""Theory of operation: the Kafka wire protocol, sans I/O.
+
+Every Kafka request and response is a size-prefixed frame (``int32`` length, then the
+bytes)::
+
+    request  = [int32 size][request header][request body]
+    response = [int32 size][response header][response body]
+
+The header (protocol guide, "Headers"): request header v1 is ``api_key int16,
+api_version int16, correlation_id int32, client_id nullable string``; v2 adds a tagged
+field section. Response header v0 is ``correlation_id int32``; v1 adds tagged fields.
+An API version at or above the API's first *flexible* version uses header v2/v1 and the
+compact encodings in the body (unsigned-varint lengths plus one, tagged fields at the end
+of every struct); ApiVersions is the exception whose response header stays v0.
+
+One table, :data:`APIS`, describes every message Magnetar serves: for each API key its
+served version range, its first flexible version and its request and response fields
+with the versions in which each field exists (as in Kafka's message definitions). One
+generic reader and one generic writer interpret the table; nothing else in this module
+knows a message's layout. A decoded body is a :class:`Data` (attribute access by the
+spec's field names in snake case); a field absent in the decoded version takes its
+default.
+
+:class:`KafkaConnection` is the server side of one connection: ``receive_data(bytes)``
+buffers, ``next_event()`` returns a :class:`RequestReceived`, an
+:class:`UnsupportedRequest` (an unknown API key or version: answer it with
+:meth:`KafkaConnection.unsupported_response`) or :data:`NEED_DATA`, and
+``send_response(request, body)`` returns the framed bytes. A size prefix that is negative
+or above ``max_request_size`` raises :class:`RemoteProtocolError` before anything is
+allocated for it; the session then closes the connection. Malformed bodies raise
+:class:`RemoteProtocolError` (``INVALID_REQUEST``) and nothing else: every length read
+from the wire is checked against the bytes actually present before it is used.
+
+Example::
+
+    >>> conn = KafkaConnection()
+    >>> frame = encode_request(18, 0, 7, "cli", Data())
+    >>> conn.receive_data(frame)
+    >>> req = conn.next_event()
+    >>> (req.api_key, req.api_version, req.correlation_id, req.client_id)
+    (18, 0, 7, 'cli')
+    >>> conn.next_event() is NEED_DATA
+    True
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from handlers.kafka._errors import ErrorCode, RemoteProtocolError
+
+__all__ = [
+    "APIS",
+    "ApiSpec",
+    "Data",
+    "Field",
+    "KafkaConnection",
+    "NEED_DATA",
+    "RequestReceived",
+    "UnsupportedRequest",
+    "DEFAULT_MAX_REQUEST_SIZE",
+    "decode_body",
+    "encode_body",
+    "encode_request",
+    "decode_response",
+    "api_versions_table",
+]
+
+DEFAULT_MAX_REQUEST_SIZE = 100 * 1024 * 1024
+"""Largest request frame accepted (Kafka's ``socket.request.max.bytes``)."""
+
+MAX_VERSION = 0x7FFF
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_U16 = struct.Struct(">H")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_F64 = struct.Struct(">d")
+
+_NEED_DATA_T = type("NEED_DATA", (), {"__repr__": lambda self: "NEED_DATA"})
+NEED_DATA: Any = _NEED_DATA_T()
+"""Returned by :meth:`KafkaConnection.next_event` when a whole frame is not buffered yet."""
+
+
+# --------------------------------------------------------------------------- values
+
+
+class Data:
+    """A decoded (or to-be-encoded) struct: fields as attributes, named as the spec in
+    snake case. Missing attributes read as ``AttributeError``; encoding uses defaults."""
+
+    def __init__(self, **fields: Any):
+        self.__dict__.update(fields)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Data) and self.__dict__ == other.__dict__
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
+        return f"Data({inner})"
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.__dict__.get(name, default)
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def _versions(text: str) -> tuple[int, int]:
+    if text == "none":
+        return (1, 0)
+    if text.endswith("+"):
+        return (int(text[:-1]), MAX_VERSION)
+    if "-" in text:
+        lo, hi = text.split("-")
+        return (int(lo), int(hi))
+    return (int(text), int(text))
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One field of a message definition.
+
+    ``type`` is a primitive name (``int8 int16 int32 int64 uint16 float64 bool string
+    bytes records uuid``), ``[]name`` for an array of primitives, or ``[]`` with ``fields``
+    for an array of structs. ``nullable`` gives the versions in which the field may be
+    null; ``tag`` makes it a tagged field (flexible versions only).
+    """
+
+    name: str
+    type: str
+    versions: tuple[int, int]
+    nullable: tuple[int, int]
+    tag: int | None
+    default: Any
+    fields: tuple[Field, ...] | None
+
+    def present(self, version: int) -> bool:
+        return self.versions[0] <= version <= self.versions[1]
+
+    def is_nullable(self, version: int) -> bool:
+        return self.nullable[0] <= version <= self.nullable[1]
+
+
+_DEFAULTS = {"int8": 0, "int16": 0, "int32": 0, "int64": 0, "uint16": 0, "float64": 0.0,
+             "bool": False, "string": "", "bytes": b"", "records": None,
+             "uuid": b"\x00" * 16}
+
+
+def F(name: str, type_: str, versions: str = "0+", *fields: Field, nullable: str = "none",
+      tag: int | None = None, default: Any = None) -> Field:
+    if default is None and not type_.startswith("[]") and nullable == "none":
+        default = _DEFAULTS[type_]
+    return Field(name, type_, _versions(versions), _versions(nullable), tag, default,
+                 tuple(fields) if fields else None)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    flexible: int
+    request: tuple[Field, ...]
+    response: tuple[Field, ...]
+
+    def is_flexible(self, version: int) -> bool:
+        return version >= self.flexible
+
+
+def _api(key: int, name: str, versions: str, flexible: int,
+         request: list[Field], response: list[Field]) -> ApiSpec:
+    lo, hi = _versions(versions)
+    return ApiSpec(key, name, lo, hi, flexible, tuple(request), tuple(response))
+
+
+_THROTTLE = F("throttle_time_ms", "int32", "0+")
+
+# Protocol guide, "The Messages": one entry per API key, fields in wire order.
+APIS: dict[int, ApiSpec] = {a.key: a for a in [
+    _api(0, "Produce", "3-9", 9, [
+        F("transactional_id", "string", "3+", nullable="3+"),
+        F("acks", "int16"),
+        F("timeout_ms", "int32"),
+        F("topic_data", "[]", "0+",
+          F("name", "string"),
+          F("partition_data", "[]", "0+",
+            F("index", "int32"),
+            F("records", "records", nullable="0+"))),
+    ], [
+        F("responses", "[]", "0+",
+          F("name", "string"),
+          F("partition_responses", "[]", "0+",
+            F("index", "int32"),
+            F("error_code", "int16"),
+            F("base_offset", "int64"),
+            F("log_append_time_ms", "int64", "2+", default=-1),
+            F("log_start_offset", "int64", "5+", default=-1),
+            F("record_errors", "[]", "8+",
+              F("batch_index", "int32"),
+              F("batch_index_error_message", "string", nullable="0+")),
+            F("error_message", "string", "8+", nullable="0+"))),
+        F("throttle_time_ms", "int32", "1+"),
+    ]),
+    _api(1, "Fetch", "4-12", 12, [
+        F("cluster_id", "string", "12+", nullable="12+", tag=0),
+        F("replica_id", "int32", "0-14", default=-1),
+        F("max_wait_ms", "int32"),
+        F("min_bytes", "int32"),
+        F("max_bytes", "int32", "3+", default=0x7FFFFFFF),
+        F("isolation_level", "int8", "4+"),
+        F("session_id", "int32", "7+"),
+        F("session_epoch", "int32", "7+", default=-1),
+        F("topics", "[]", "0+",
+          F("topic", "string", "0-12"),
+          F("partitions", "[]", "0+",
+            F("partition", "int32"),
+            F("current_leader_epoch", "int32", "9+", default=-1),
+            F("fetch_offset", "int64"),
+            F("last_fetched_epoch", "int32", "12+", default=-1),
+            F("log_start_offset", "int64", "5+", default=-1),
+            F("partition_max_bytes", "int32"))),
+        F("forgotten_topics_data", "[]", "7+",
+          F("topic", "string", "7-12"),
+          F("partitions", "[]int32", "0+")),
+        F("rack_id", "string", "11+"),
+    ], [
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16", "7+"),
+        F("session_id", "int32", "7+"),
+        F("responses", "[]", "0+",
+          F("topic", "string", "0-12"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"),
+            F("error_code", "int16"),
+            F("high_watermark", "int64"),
+            F("last_stable_offset", "int64", "4+", default=-1),
+            F("log_start_offset", "int64", "5+", default=-1),
+            F("aborted_transactions", "[]", "4+",
+              F("producer_id", "int64"),
+              F("first_offset", "int64"), nullable="4+"),
+            F("preferred_read_replica", "int32", "11+", default=-1),
+            F("records", "records", nullable="0+"))),
+    ]),
+    _api(2, "ListOffsets", "1-7", 6, [
+        F("replica_id", "int32", default=-1),
+        F("isolation_level", "int8", "2+"),
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"),
+            F("current_leader_epoch", "int32", "4+", default=-1),
+            F("timestamp", "int64"),
+            F("max_num_offsets", "int32", "0", default=1))),
+    ], [
+        F("throttle_time_ms", "int32", "2+"),
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"),
+            F("error_code", "int16"),
+            F("old_style_offsets", "[]int64", "0"),
+            F("timestamp", "int64", "1+", default=-1),
+            F("offset", "int64", "1+", default=-1),
+            F("leader_epoch", "int32", "4+", default=-1))),
+    ]),
+    _api(3, "Metadata", "1-12", 9, [
+        F("topics", "[]", "0+",
+          F("topic_id", "uuid", "10+"),
+          F("name", "string", "0+", nullable="10+"), nullable="1+"),
+        F("allow_auto_topic_creation", "bool", "4+", default=True),
+        F("include_cluster_authorized_operations", "bool", "8-10"),
+        F("include_topic_authorized_operations", "bool", "8+"),
+    ], [
+        F("throttle_time_ms", "int32", "3+"),
+        F("brokers", "[]", "0+",
+          F("node_id", "int32"),
+          F("host", "string"),
+          F("port", "int32"),
+          F("rack", "string", "1+", nullable="1+")),
+        F("cluster_id", "string", "2+", nullable="2+"),
+        F("controller_id", "int32", "1+", default=-1),
+        F("topics", "[]", "0+",
+          F("error_code", "int16"),
+          F("name", "string", "0+", nullable="12+"),
+          F("topic_id", "uuid", "10+"),
+          F("is_internal", "bool", "1+"),
+          F("partitions", "[]", "0+",
+            F("error_code", "int16"),
+            F("partition_index", "int32"),
+            F("leader_id", "int32"),
+            F("leader_epoch", "int32", "7+", default=-1),
+            F("replica_nodes", "[]int32"),
+            F("isr_nodes", "[]int32"),
+            F("offline_replicas", "[]int32", "5+")),
+          F("topic_authorized_operations", "int32", "8+", default=-2147483648)),
+        F("cluster_authorized_operations", "int32", "8-10", default=-2147483648),
+    ]),
+    _api(8, "OffsetCommit", "0-8", 8, [
+        F("group_id", "string"),
+        F("generation_id_or_member_epoch", "int32", "1+", default=-1),
+        F("member_id", "string", "1+"),
+        F("group_instance_id", "string", "7+", nullable="7+"),
+        F("retention_time_ms", "int64", "2-4", default=-1),
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"),
+            F("committed_offset", "int64"),
+            F("committed_leader_epoch", "int32", "6+", default=-1),
+            F("commit_timestamp", "int64", "1", default=-1),
+            F("committed_metadata", "string", nullable="0+"))),
+    ], [
+        F("throttle_time_ms", "int32", "3+"),
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"),
+            F("error_code", "int16"))),
+    ]),
+    _api(9, "OffsetFetch", "0-7", 6, [
+        F("group_id", "string"),
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partition_indexes", "[]int32"), nullable="2+"),
+        F("require_stable", "bool", "7+"),
+    ], [
+        F("throttle_time_ms", "int32", "3+"),
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"),
+            F("committed_offset", "int64"),
+            F("committed_leader_epoch", "int32", "5+", default=-1),
+            F("metadata", "string", nullable="0+"),
+            F("error_code", "int16"))),
+        F("error_code", "int16", "2+"),
+    ]),
+    _api(10, "FindCoordinator", "0-4", 3, [
+        F("key", "string", "0-3"),
+        F("key_type", "int8", "1+"),
+        F("coordinator_keys", "[]string", "4+"),
+    ], [
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16", "0-3"),
+        F("error_message", "string", "1-3", nullable="1-3"),
+        F("node_id", "int32", "0-3"),
+        F("host", "string", "0-3"),
+        F("port", "int32", "0-3"),
+        F("coordinators", "[]", "4+",
+          F("key", "string"),
+          F("node_id", "int32"),
+          F("host", "string"),
+          F("port", "int32"),
+          F("error_code", "int16"),
+          F("error_message", "string", nullable="0+")),
+    ]),
+    _api(11, "JoinGroup", "0-9", 6, [
+        F("group_id", "string"),
+        F("session_timeout_ms", "int32"),
+        F("rebalance_timeout_ms", "int32", "1+", default=-1),
+        F("member_id", "string"),
+        F("group_instance_id", "string", "5+", nullable="5+"),
+        F("protocol_type", "string"),
+        F("protocols", "[]", "0+",
+          F("name", "string"),
+          F("metadata", "bytes")),
+        F("reason", "string", "8+", nullable="8+"),
+    ], [
+        F("throttle_time_ms", "int32", "2+"),
+        F("error_code", "int16"),
+        F("generation_id", "int32", default=-1),
+        F("protocol_type", "string", "7+", nullable="7+"),
+        F("protocol_name", "string", "0+", nullable="7+"),
+        F("leader", "string"),
+        F("skip_assignment", "bool", "9+"),
+        F("member_id", "string"),
+        F("members", "[]", "0+",
+          F("member_id", "string"),
+          F("group_instance_id", "string", "5+", nullable="5+"),
+          F("metadata", "bytes")),
+    ]),
+    _api(12, "Heartbeat", "0-4", 4, [
+        F("group_id", "string"),
+        F("generation_id", "int32"),
+        F("member_id", "string"),
+        F("group_instance_id", "string", "3+", nullable="3+"),
+    ], [
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16"),
+    ]),
+    _api(13, "LeaveGroup", "0-5", 4, [
+        F("group_id", "string"),
+        F("member_id", "string", "0-2"),
+        F("members", "[]", "3+",
+          F("member_id", "string"),
+          F("group_instance_id", "string", nullable="0+"),
+          F("reason", "string", "5+", nullable="5+")),
+    ], [
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16"),
+        F("members", "[]", "3+",
+          F("member_id", "string"),
+          F("group_instance_id", "string", nullable="0+"),
+          F("error_code", "int16")),
+    ]),
+    _api(14, "SyncGroup", "0-5", 4, [
+        F("group_id", "string"),
+        F("generation_id", "int32"),
+        F("member_id", "string"),
+        F("group_instance_id", "string", "3+", nullable="3+"),
+        F("protocol_type", "string", "5+", nullable="5+"),
+        F("protocol_name", "string", "5+", nullable="5+"),
+        F("assignments", "[]", "0+",
+          F("member_id", "string"),
+          F("assignment", "bytes")),
+    ], [
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16"),
+        F("protocol_type", "string", "5+", nullable="5+"),
+        F("protocol_name", "string", "5+", nullable="5+"),
+        F("assignment", "bytes"),
+    ]),
+    _api(15, "DescribeGroups", "0-5", 5, [
+        F("groups", "[]string"),
+        F("include_authorized_operations", "bool", "3+"),
+    ], [
+        F("throttle_time_ms", "int32", "1+"),
+        F("groups", "[]", "0+",
+          F("error_code", "int16"),
+          F("group_id", "string"),
+          F("group_state", "string"),
+          F("protocol_type", "string"),
+          F("protocol_data", "string"),
+          F("members", "[]", "0+",
+            F("member_id", "string"),
+            F("group_instance_id", "string", "4+", nullable="4+"),
+            F("client_id", "string"),
+            F("client_host", "string"),
+            F("member_metadata", "bytes"),
+            F("member_assignment", "bytes")),
+          F("authorized_operations", "int32", "3+", default=-2147483648)),
+    ]),
+    _api(16, "ListGroups", "0-4", 3, [
+        F("states_filter", "[]string", "4+"),
+    ], [
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16"),
+        F("groups", "[]", "0+",
+          F("group_id", "string"),
+          F("protocol_type", "string"),
+          F("group_state", "string", "4+")),
+    ]),
+    _api(18, "ApiVersions", "0-3", 3, [
+        F("client_software_name", "string", "3+"),
+        F("client_software_version", "string", "3+"),
+    ], [
+        F("error_code", "int16"),
+        F("api_keys", "[]", "0+",
+          F("api_key", "int16"),
+          F("min_version", "int16"),
+          F("max_version", "int16")),
+        F("throttle_time_ms", "int32", "1+"),
+    ]),
+    _api(19, "CreateTopics", "0-7", 5, [
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("num_partitions", "int32"),
+          F("replication_factor", "int16"),
+          F("assignments", "[]", "0+",
+            F("partition_index", "int32"),
+            F("broker_ids", "[]int32")),
+          F("configs", "[]", "0+",
+            F("name", "string"),
+            F("value", "string", nullable="0+"))),
+        F("timeout_ms", "int32"),
+        F("validate_only", "bool", "1+"),
+    ], [
+        F("throttle_time_ms", "int32", "2+"),
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("topic_id", "uuid", "7+"),
+          F("error_code", "int16"),
+          F("error_message", "string", "1+", nullable="0+"),
+          F("topic_config_error_code", "int16", "5+", tag=0),
+          F("num_partitions", "int32", "5+", default=-1),
+          F("replication_factor", "int16", "5+", default=-1),
+          F("configs", "[]", "5+",
+            F("name", "string"),
+            F("value", "string", nullable="0+"),
+            F("read_only", "bool"),
+            F("config_source", "int8", default=-1),
+            F("is_sensitive", "bool"), nullable="5+")),
+    ]),
+    _api(20, "DeleteTopics", "0-5", 4, [
+        F("topic_names", "[]string", "0-5"),
+        F("timeout_ms", "int32"),
+    ], [
+        F("throttle_time_ms", "int32", "1+"),
+        F("responses", "[]", "0+",
+          F("name", "string"),
+          F("error_code", "int16"),
+          F("error_message", "string", "5+", nullable="5+")),
+    ]),
+    _api(21, "DeleteRecords", "0-2", 2, [
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"),
+            F("offset", "int64"))),
+        F("timeout_ms", "int32"),
+    ], [
+        _THROTTLE,
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"),
+            F("low_watermark", "int64"),
+            F("error_code", "int16"))),
+    ]),
+    _api(22, "InitProducerId", "0-4", 2, [
+        F("transactional_id", "string", nullable="0+"),
+        F("transaction_timeout_ms", "int32"),
+        F("producer_id", "int64", "3+", default=-1),
+        F("producer_epoch", "int16", "3+", default=-1),
+    ], [
+        _THROTTLE,
+        F("error_code", "int16"),
+        F("producer_id", "int64", default=-1),
+        F("producer_epoch", "int16"),
+    ]),
+    _api(24, "AddPartitionsToTxn", "0-3", 3, [
+        F("transactional_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]int32")),
+    ], [
+        _THROTTLE,
+        F("results", "[]", "0+",
+          F("name", "string"),
+          F("results", "[]", "0+",
+            F("partition_index", "int32"),
+            F("error_code", "int16"))),
+    ]),
+    _api(25, "AddOffsetsToTxn", "0-3", 3, [
+        F("transactional_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("group_id", "string"),
+    ], [
+        _THROTTLE,
+        F("error_code", "int16"),
+    ]),
+    _api(26, "EndTxn", "0-3", 3, [
+        F("transactional_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("committed", "bool"),
+    ], [
+        _THROTTLE,
+        F("error_code", "int16"),
+    ]),
+    _api(28, "TxnOffsetCommit", "0-3", 3, [
+        F("transactional_id", "string"),
+        F("group_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("generation_id", "int32", "3+", default=-1),
+        F("member_id", "string", "3+"),
+        F("group_instance_id", "string", "3+", nullable="3+"),
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"),
+            F("committed_offset", "int64"),
+            F("committed_leader_epoch", "int32", "2+", default=-1),
+            F("committed_metadata", "string", nullable="0+"))),
+    ], [
+        _THROTTLE,
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"),
+            F("error_code", "int16"))),
+    ]),
+    _api(32, "DescribeConfigs", "0-4", 4, [
+        F("resources", "[]", "0+",
+          F("resource_type", "int8"),
+          F("resource_name", "string"),
+          F("configuration_keys", "[]string", nullable="0+")),
+        F("include_synonyms", "bool", "1+"),
+        F("include_documentation", "bool", "3+"),
+    ], [
+        _THROTTLE,
+        F("results", "[]", "0+",
+          F("error_code", "int16"),
+          F("error_message", "string", nullable="0+"),
+          F("resource_type", "int8"),
+          F("resource_name", "string"),
+          F("configs", "[]", "0+",
+            F("name", "string"),
+            F("value", "string", nullable="0+"),
+            F("read_only", "bool"),
+            F("is_default", "bool", "0"),
+            F("config_source", "int8", "1+", default=-1),
+            F("is_sensitive", "bool"),
+            F("synonyms", "[]", "1+",
+              F("name", "string"),
+              F("value", "string", nullable="0+"),
+              F("source", "int8")),
+            F("config_type", "int8", "3+"),
+            F("documentation", "string", "3+", nullable="0+"))),
+    ]),
+    _api(37, "CreatePartitions", "0-3", 2, [
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("count", "int32"),
+          F("assignments", "[]", "0+",
+            F("broker_ids", "[]int32"), nullable="0+")),
+        F("timeout_ms", "int32"),
+        F("validate_only", "bool"),
+    ], [
+        _THROTTLE,
+        F("results", "[]", "0+",
+          F("name", "string"),
+          F("error_code", "int16"),
+          F("error_message", "string", nullable="0+")),
+    ]),
+    _api(42, "DeleteGroups", "0-2", 2, [
+        F("groups_names", "[]string"),
+    ], [
+        _THROTTLE,
+        F("results", "[]", "0+",
+          F("group_id", "string"),
+          F("error_code", "int16")),
+    ]),
+    _api(60, "DescribeCluster", "0-1", 0, [
+        F("include_cluster_authorized_operations", "bool"),
+        F("endpoint_type", "int8", "1+", default=1),
+    ], [
+        _THROTTLE,
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+"),
+        F("endpoint_type", "int8", "1+", default=1),
+        F("cluster_id", "string"),
+        F("controller_id", "int32", default=-1),
+        F("brokers", "[]", "0+",
+          F("broker_id", "int32"),
+          F("host", "string"),
+          F("port", "int32"),
+          F("rack", "string", nullable="0+")),
+        F("cluster_authorized_operations", "int32", default=-2147483648),
+    ]),
+]}
+
+API_VERSIONS = 18
+
+
+def api_versions_table() -> list[Data]:
+    """The ``api_keys`` of an ApiVersions response: exactly what :data:`APIS` serves."""
+    return [Data(api_key=a.key, min_version=a.min_version, max_version=a.max_version)
+            for a in sorted(APIS.values(), key=lambda a: a.key)]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _bad(message: str) -> RemoteProtocolError:
+    return RemoteProtocolError(message, ErrorCode.INVALID_REQUEST)
+
+
+class _Reader:
+    __slots__ = ("buf", "pos", "end")
+
+    def __init__(self, buf: bytes | memoryview, pos: int = 0, end: int | None = None):
+        self.buf = buf
+        self.pos = pos
+        self.end = len(buf) if end is None else end
+
+    def take(self, n: int) -> memoryview | bytes:
+        if n < 0 or self.pos + n > self.end:
+            raise _bad(f"field of {n} bytes runs past the end of the frame")
+        start = self.pos
+        self.pos += n
+        return self.buf[start:self.pos]
+
+    def unpack(self, s: struct.Struct) -> Any:
+        if self.pos + s.size > self.end:
+            raise _bad("frame ends inside a fixed-size field")
+        v = s.unpack_from(self.buf, self.pos)[0]
+        self.pos += s.size
+        return v
+
+    def uvarint(self) -> int:
+        result = 0
+        shift = 0
+        while True:
+            if self.pos >= self.end:
+                raise _bad("frame ends inside a varint")
+            b = self.buf[self.pos]
+            self.pos += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+            if shift > 28:
+                raise _bad("varint longer than 5 bytes")
+
+    def remaining(self) -> int:
+        return self.end - self.pos
+
+
+def _read_len(r: _Reader, compact: bool, wide: bool = False) -> int:
+    """A length prefix: -1 means null."""
+    if compact:
+        return r.uvarint() - 1
+    return int(r.unpack(_I32 if wide else _I16))
+
+
+def _read_string(r: _Reader, compact: bool, nullable: bool) -> str | None:
+    n = _read_len(r, compact)
+    if n < 0:
+        if nullable:
+            return None
+        raise _bad("null in a non-nullable string")
+    raw = r.take(n)
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _bad(f"string is not UTF-8: {exc}") from None
+
+
+def _read_bytes(r: _Reader, compact: bool, nullable: bool) -> bytes | None:
+    n = _read_len(r, compact, wide=True)
+    if n < 0:
+        if nullable:
+            return None
+        raise _bad("null in non-nullable bytes")
+    return bytes(r.take(n))
+
+
+_PRIMS = {"int8": _I8, "int16": _I16, "int32": _I32, "int64": _I64, "uint16": _U16,
+          "float64": _F64}
+
+
+def _read_value(r: _Reader, type_: str, compact: bool, nullable: bool,
+                fields: tuple[Field, ...] | None, version: int) -> Any:
+    s = _PRIMS.get(type_)
+    if s is not None:
+        return r.unpack(s)
+    if type_ == "string":
+        return _read_string(r, compact, nullable)
+    if type_ in ("bytes", "records"):
+        return _read_bytes(r, compact, nullable)
+    if type_ == "bool":
+        return r.unpack(_I8) != 0
+    if type_ == "uuid":
+        return bytes(r.take(16))
+    if type_.startswith("[]"):
+        n = _read_len(r, compact, wide=True)
+        if n < 0:
+            if nullable:
+                return None
+            raise _bad("null in a non-nullable array")
+        if n > r.remaining():
+            raise _bad(f"array of {n} elements cannot fit in {r.remaining()} bytes")
+        elem = type_[2:]
+        if elem:
+            return [_read_value(r, elem, compact, False, None, version) for _ in range(n)]
+        assert fields is not None
+        return [_read_struct(r, fields, version, compact) for _ in range(n)]
+    raise _bad(f"unknown field type {type_}")
+
+
+def _read_struct(r: _Reader, fields: tuple[Field, ...], version: int, flexible: bool) -> Data:
+    out = Data()
+    d = out.__dict__
+    tagged: dict[int, Field] = {}
+    for f in fields:
+        if not f.present(version):
+            d[f.name] = _default(f)
+            continue
+        if f.tag is not None:
+            if flexible:
+                tagged[f.tag] = f
+            d[f.name] = _default(f)
+            continue
+        d[f.name] = _read_value(r, f.type, flexible, f.is_nullable(version), f.fields, version)
+    if flexible:
+        _read_tagged(r, tagged, d, version)
+    return out
+
+
+def _read_tagged(r: _Reader, known: dict[int, Field], d: dict[str, Any], version: int) -> None:
+    count = r.uvarint()
+    if count > r.remaining():
+        raise _bad("tagged field count exceeds the frame")
+    last = -1
+    for _ in range(count):
+        tag = r.uvarint()
+        if tag <= last:
+            raise _bad("tagged fields out of order")
+        last = tag
+        size = r.uvarint()
+        if size > r.remaining():
+            raise _bad("tagged field runs past the end of the frame")
+        f = known.get(tag)
+        if f is None:
+            r.pos += size
+            continue
+        sub = _Reader(r.buf, r.pos, r.pos + size)
+        d[f.name] = _read_value(sub, f.type, True, f.is_nullable(version), f.fields, version)
+        r.pos += size
+
+
+def _default(f: Field) -> Any:
+    if f.type.startswith("[]"):
+        return [] if f.default is None else f.default
+    return f.default
+
+
+def decode_body(spec: ApiSpec, version: int, payload: bytes | memoryview, *,
+                response: bool = False, offset: int = 0) -> Data:
+    """Decode a request (or response) body of ``spec`` at ``version``; trailing bytes are
+    an error."""
+    r = _Reader(payload, offset)
+    fields = spec.response if response else spec.request
+    body = _read_struct(r, fields, version, spec.is_flexible(version))
+    if r.pos != r.end:
+        raise _bad(f"{r.end - r.pos} unexpected bytes after the {spec.name} body")
+    return body
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _write_len(out: list[bytes], n: int, compact: bool, wide: bool = False) -> None:
+    if compact:
+        out.append(_uvarint(n + 1))
+    else:
+        out.append((_I32 if wide else _I16).pack(n))
+
+
+def _get(obj: Any, name: str, default: Any) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    if isinstance(obj, Data):
+        return obj.__dict__.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _write_value(out: list[bytes], value: Any, type_: str, compact: bool, nullable: bool,
+                 fields: tuple[Field, ...] | None, version: int) -> None:
+    s = _PRIMS.get(type_)
+    if s is not None:
+        out.append(s.pack(value))
+        return
+    if type_ == "bool":
+        out.append(b"\x01" if value else b"\x00")
+        return
+    if value is None:
+        if not nullable:
+            if type_ == "string":
+                value = ""
+            elif type_ in ("bytes", "records"):
+                value = b""
+            elif type_.startswith("[]"):
+                value = []
+        if value is None:
+            _write_len(out, -1, compact, wide=type_ != "string")
+            return
+    if type_ == "string":
+        raw = value.encode("utf-8")
+        _write_len(out, len(raw), compact)
+        out.append(raw)
+    elif type_ in ("bytes", "records"):
+        _write_len(out, len(value), compact, wide=True)
+        out.append(bytes(value) if isinstance(value, memoryview) else value)
+    elif type_ == "uuid":
+        if len(value) != 16:
+            raise ValueError("a uuid is 16 bytes")
+        out.append(bytes(value))
+    elif type_.startswith("[]"):
+        items = list(value)
+        _write_len(out, len(items), compact, wide=True)
+        elem = type_[2:]
+        if elem:
+            for item in items:
+                _write_value(out, item, elem, compact, False, None, version)
+        else:
+            assert fields is not None
+            for item in items:
+                _write_struct(out, item, fields, version, compact)
+    else:
+        raise ValueError(f"unknown field type {type_}")
+
+
+def _write_struct(out: list[bytes], obj: Any, fields: tuple[Field, ...], version: int,
+                  flexible: bool) -> None:
+    tagged: list[tuple[int, bytes]] = []
+    for f in fields:
+        if not f.present(version):
+            continue
+        value = _get(obj, f.name, f.default)
+        if f.tag is not None:
+            if flexible and value is not None and value != f.default:
+                sub: list[bytes] = []
+                _write_value(sub, value, f.type, True, f.is_nullable(version), f.fields, version)
+                tagged.append((f.tag, b"".join(sub)))
+            continue
+        _write_value(out, value, f.type, flexible, f.is_nullable(version), f.fields, version)
+    if flexible:
+        out.append(_uvarint(len(tagged)))
+        for tag, raw in sorted(tagged):
+            out.append(_uvarint(tag))
+            out.append(_uvarint(len(raw)))
+            out.append(raw)
+
+
+def encode_body(spec: ApiSpec, version: int, body: Any, *, response: bool = True) -> bytes:
+    """Encode a response (or request) body of ``spec`` at ``version`` (no header, no size)."""
+    out: list[bytes] = []
+    fields = spec.response if response else spec.request
+    _write_struct(out, body, fields, version, spec.is_flexible(version))
+    return b"".join(out)
+
+
+# --------------------------------------------------------------------------- frames
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestReceived:
+    """One decoded request: header fields and the body (a :class:`Data`)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Data
+    size: int
+
+    @property
+    def api_name(self) -> str:
+        return APIS[self.api_key].name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnsupportedRequest:
+    """A request whose API key or version is not served; answer UNSUPPORTED_VERSION."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+class KafkaConnection:
+    """The server side of one Kafka connection (see the module docs)."""
+
+    def __init__(self, max_request_size: int = DEFAULT_MAX_REQUEST_SIZE):
+        self.max_request_size = max_request_size
+        self._buf = bytearray()
+
+    def receive_data(self, data: bytes) -> None:
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def next_event(self) -> RequestReceived | UnsupportedRequest | Any:
+        buf = self._buf
+        if len(buf) < 4:
+            return NEED_DATA
+        size = _I32.unpack_from(buf, 0)[0]
+        if size < 8 or size > self.max_request_size:
+            raise RemoteProtocolError(
+                f"request size {size} outside 8..{self.max_request_size}", ErrorCode.INVALID_REQUEST)
+        if len(buf) < 4 + size:
+            return NEED_DATA
+        frame = bytes(buf[4:4 + size])
+        del buf[:4 + size]
+        return parse_request(frame)
+
+    def send_response(self, request: RequestReceived, body: Any) -> bytes:
+        spec = APIS[request.api_key]
+        flexible = spec.is_flexible(request.api_version) and request.api_key != API_VERSIONS
+        payload = encode_body(spec, request.api_version, body)
+        header = _I32.pack(request.correlation_id) + (b"\x00" if flexible else b"")
+        return _I32.pack(len(header) + len(payload)) + header + payload
+
+    def unsupported_response(self, request: UnsupportedRequest) -> bytes:
+        """UNSUPPORTED_VERSION: ApiVersions answers in its v0 layout with the served table
+        (so the client can pick a version); any other API gets the error code alone."""
+        if request.api_key == API_VERSIONS:
+            payload = encode_body(APIS[API_VERSIONS], 0, Data(
+                error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=api_versions_table()))
+        else:
+            payload = _I16.pack(ErrorCode.UNSUPPORTED_VERSION)
+        header = _I32.pack(request.correlation_id)
+        return _I32.pack(len(header) + len(payload)) + header + payload
+
+
+def parse_request(frame: bytes) -> RequestReceived | UnsupportedRequest:
+    """Decode one request frame (without its size prefix)."""
+    r = _Reader(frame)
+    api_key = r.unpack(_I16)
+    api_version = r.unpack(_I16)
+    correlation_id = r.unpack(_I32)
+    spec = APIS.get(api_key)
+    if spec is None or not spec.min_version <= api_version <= spec.max_version:
+        return UnsupportedRequest(api_key=api_key, api_version=api_version,
+                                  correlation_id=correlation_id)
+    client_id = _read_string(r, False, True)
+    if spec.is_flexible(api_version):
+        _read_tagged(r, {}, {}, api_version)
+    body = decode_body(spec, api_version, frame, offset=r.pos)
+    return RequestReceived(api_key=api_key, api_version=api_version,
+                           correlation_id=correlation_id, client_id=client_id, body=body,
+                           size=len(frame))
+
+
+# --------------------------------------------------------------------------- client side
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int,
+                   client_id: str | None, body: Any) -> bytes:
+    """Frame a request as a client would (tests and tools use it)."""
+    spec = APIS[api_key]
+    header = [_I16.pack(api_key), _I16.pack(api_version), _I32.pack(correlation_id)]
+    _write_value(header, client_id, "string", False, True, None, api_version)
+    if spec.is_flexible(api_version):
+        header.append(b"\x00")
+    payload = b"".join(header) + encode_body(spec, api_version, body, response=False)
+    return _I32.pack(len(payload)) + payload
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Data]:
+    """Decode a response frame (without its size prefix): (correlation id, body)."""
+    spec = APIS[api_key]
+    r = _Reader(frame)
+    correlation_id = r.unpack(_I32)
+    if spec.is_flexible(api_version) and api_key != API_VERSIONS:
+        _read_tagged(r, {}, {}, api_version)
+    return correlation_id, decode_body(spec, api_version, frame, response=True, offset=r.pos)
+
+
+def topic_uuid(name: str) -> bytes:
+    """A stable topic id derived from the topic's full name."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, name).bytes
+
+
+def iter_frames(data: bytes) -> Iterable[bytes]:
+    """Split a byte string of size-prefixed frames (tests and tools)."""
+    pos = 0
+    while pos + 4 <= len(data):
+        size = _I32.unpack_from(data, pos)[0]
+        yield data[pos + 4:pos + 4 + size]
+        pos += 4 + size
