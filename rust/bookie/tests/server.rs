@@ -1,13 +1,18 @@
-//! The bookie server and client over real TCP on 127.0.0.1 port 0.
+//! The bookie server and client over real TCP on 127.0.0.1 port 0: requests, fencing,
+//! durability across crashes, torn journals, bad peers, timeouts.
 
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, ClientError, JournalConfig};
+use bytes::{BufMut, Bytes, BytesMut};
+use magnetar_bookie::proto::{self, OpCode, Request, Response, Status};
+use magnetar_bookie::{journal, BookieClient, BookieConfig, BookieError, BookieServer, ClientError, JournalConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-fn config(dir: &std::path::Path) -> BookieConfig {
+fn config(dir: &Path) -> BookieConfig {
     BookieConfig {
         data_dir: dir.to_path_buf(),
         bind: "127.0.0.1:0".parse().expect("addr"),
@@ -15,10 +20,37 @@ fn config(dir: &std::path::Path) -> BookieConfig {
     }
 }
 
-async fn start(dir: &std::path::Path) -> (BookieServer, BookieClient) {
+async fn connect(server: &BookieServer) -> BookieClient {
+    BookieClient::connect(&server.local_addr().to_string(), TIMEOUT).await.expect("connect")
+}
+
+async fn start(dir: &Path) -> (BookieServer, BookieClient) {
     let server = BookieServer::start(config(dir)).await.expect("start");
-    let client = BookieClient::connect(&server.local_addr().to_string(), TIMEOUT).await.expect("connect");
+    let client = connect(&server).await;
     (server, client)
+}
+
+fn payload(ledger: u64, entry: u64) -> Bytes {
+    Bytes::from(format!("ledger {ledger} entry {entry} ").repeat(1 + (entry % 7) as usize))
+}
+
+/// Add `n` entries to `ledger` concurrently on one connection; each entry's lac is `entry - 1`.
+async fn add_many(client: &BookieClient, ledger: u64, n: u64) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for e in 0..n {
+        let c = client.clone();
+        tasks.spawn(async move { c.add(ledger, e, e as i64 - 1, payload(ledger, e), false).await });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("task").expect("add");
+    }
+}
+
+async fn assert_entries(client: &BookieClient, ledger: u64, n: u64) {
+    for e in 0..n {
+        let r = client.read(ledger, e, false).await.unwrap_or_else(|err| panic!("read {ledger}:{e}: {err}"));
+        assert_eq!((r.lac, r.data), (e as i64 - 1, payload(ledger, e)));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -38,4 +70,353 @@ async fn add_read_and_lac() {
     assert!(!client.is_closed());
     assert_eq!(client.addr(), server.local_addr().to_string());
     server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_refuses_normal_adds_but_not_recovery_adds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    client.add(1, 0, -1, Bytes::from_static(b"a"), false).await.expect("add");
+    client.add(1, 1, 0, Bytes::from_static(b"b"), false).await.expect("add");
+    let r = client.read(1, 1, true).await.expect("fencing read");
+    assert_eq!(r.data, Bytes::from_static(b"b"));
+    assert_eq!(client.add(1, 2, 1, Bytes::from_static(b"c"), false).await, Err(ClientError::Fenced));
+    client.add(1, 2, 1, Bytes::from_static(b"c"), true).await.expect("recovery add");
+    assert_eq!(client.read(1, 2, false).await.expect("read").data, Bytes::from_static(b"c"));
+    assert_eq!(client.read_lac(1, false).await, Ok(1));
+    // Other ledgers are untouched.
+    client.add(2, 0, -1, Bytes::from_static(b"x"), false).await.expect("other ledger");
+    // A fencing READ_LAC of a ledger the bookie never saw answers -1 and fences it.
+    assert_eq!(client.read_lac(3, true).await, Ok(-1));
+    assert_eq!(client.add(3, 0, -1, Bytes::from_static(b"x"), false).await, Err(ClientError::Fenced));
+    // A fencing read of a missing entry still fences.
+    assert_eq!(client.read(4, 0, true).await, Err(ClientError::NoEntry));
+    assert_eq!(client.add(4, 0, -1, Bytes::from_static(b"x"), false).await, Err(ClientError::Fenced));
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_survives_restart_and_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    client.add(1, 0, -1, Bytes::from_static(b"a"), false).await.expect("add");
+    assert_eq!(client.read_lac(1, true).await, Ok(-1));
+    server.shutdown().await.expect("shutdown");
+
+    let (server, client) = start(dir.path()).await;
+    assert_eq!(client.add(1, 1, 0, Bytes::from_static(b"b"), false).await, Err(ClientError::Fenced));
+    assert_eq!(client.read_lac(2, true).await, Ok(-1));
+    drop(client);
+    drop(server); // a crash: no shutdown, no checkpoint
+    // Lose whatever the ledger storage had not synced: the journal must bring the fence back.
+    std::fs::remove_dir_all(dir.path().join("ledgers")).expect("rm ledgers");
+
+    let (server, client) = start(dir.path()).await;
+    assert_eq!(client.add(2, 0, -1, Bytes::from_static(b"x"), false).await, Err(ClientError::Fenced));
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_ledger_removes_it_for_good() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    add_many(&client, 5, 10).await;
+    add_many(&client, 6, 3).await;
+    client.delete_ledger(5).await.expect("delete");
+    client.delete_ledger(5).await.expect("deleting again is fine");
+    client.delete_ledger(77).await.expect("deleting an unknown ledger is fine");
+    assert_eq!(client.read(5, 0, false).await, Err(ClientError::NoLedger));
+    assert_eq!(client.read_lac(5, false).await, Ok(-1));
+    assert!(!dir.path().join("ledgers").join("5.log").exists());
+    server.shutdown().await.expect("shutdown");
+
+    let (server, client) = start(dir.path()).await;
+    assert_eq!(client.read(5, 0, false).await, Err(ClientError::NoLedger));
+    assert_entries(&client, 6, 3).await;
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_adds_survive_a_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    add_many(&client, 1, 300).await;
+    add_many(&client, 2, 50).await;
+    drop(client);
+    drop(server);
+    let (server, client) = start(dir.path()).await;
+    assert_entries(&client, 1, 300).await;
+    assert_entries(&client, 2, 50).await;
+    assert_eq!(client.read_lac(1, false).await, Ok(298));
+    drop(client);
+    drop(server);
+    // A second crash right after a recovering start: the replay was checkpointed into the
+    // ledger storage before the old journal went, so nothing is lost.
+    let (server, client) = start(dir.path()).await;
+    assert_entries(&client, 1, 300).await;
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journal_alone_restores_acknowledged_adds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    add_many(&client, 1, 200).await;
+    drop(client);
+    drop(server);
+    std::fs::remove_dir_all(dir.path().join("ledgers")).expect("rm ledgers");
+    let (server, client) = start(dir.path()).await;
+    assert_entries(&client, 1, 200).await;
+    assert_eq!(client.read_lac(1, false).await, Ok(198));
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn torn_last_journal_record_is_dropped_and_the_rest_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    for e in 0..6u64 {
+        client.add(1, e, e as i64 - 1, payload(1, e), false).await.expect("add");
+    }
+    drop(client);
+    drop(server);
+    std::fs::remove_dir_all(dir.path().join("ledgers")).expect("rm ledgers");
+    let newest = *journal::list_files(dir.path()).expect("list").last().expect("a journal file");
+    let path = journal::file_path(dir.path(), newest);
+    let len = std::fs::metadata(&path).expect("meta").len();
+    std::fs::OpenOptions::new().write(true).open(&path).expect("open").set_len(len - 5).expect("truncate");
+
+    let (server, client) = start(dir.path()).await;
+    assert_entries(&client, 1, 5).await;
+    assert_eq!(client.read(1, 5, false).await, Err(ClientError::NoEntry));
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_journal_middle_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    for e in 0..4u64 {
+        client.add(1, e, -1, payload(1, e), false).await.expect("add");
+    }
+    drop(client);
+    drop(server);
+    let newest = *journal::list_files(dir.path()).expect("list").last().expect("a journal file");
+    let path = journal::file_path(dir.path(), newest);
+    let mut raw = std::fs::read(&path).expect("read");
+    let mid = raw.len() / 2;
+    raw[mid] ^= 0xff;
+    std::fs::write(&path, &raw).expect("write");
+    match BookieServer::start(config(dir.path())).await {
+        Err(BookieError::Corrupt { file, .. }) => assert_eq!(file, path),
+        Err(other) => panic!("expected Corrupt, got {other}"),
+        Ok(_) => panic!("a bookie with a corrupt journal must not start"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_pipelined_adds_share_group_commits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    add_many(&client, 9, 2000).await;
+    let stats = server.journal_stats();
+    assert_eq!(stats.records, 2000);
+    assert!(stats.batches < 2000, "2000 pipelined adds took {} journal writes", stats.batches);
+    assert_entries(&client, 9, 2000).await;
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_entries_round_trip() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    let big = Bytes::from((0..4 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+    let max = Bytes::from(vec![3u8; proto::MAX_ENTRY_SIZE]);
+    client.add(1, 0, -1, big.clone(), false).await.expect("4 MiB add");
+    client.add(1, 1, 0, max.clone(), false).await.expect("maximal add");
+    assert_eq!(client.read(1, 0, false).await.expect("read").data, big);
+    assert_eq!(client.read(1, 1, false).await.expect("read").data.len(), max.len());
+    let too_big = Bytes::from(vec![0u8; proto::MAX_ENTRY_SIZE + 1]);
+    assert!(matches!(client.add(1, 2, 1, too_big, false).await, Err(ClientError::BadRequest(_))));
+    assert!(!client.is_closed());
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journal_rotation_checkpoints_and_deletes_old_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(dir.path());
+    cfg.journal.max_size_mb = 1;
+    let server = BookieServer::start(cfg.clone()).await.expect("start");
+    let client = connect(&server).await;
+    let chunk = Bytes::from(vec![7u8; 200 * 1024]);
+    for e in 0..30u64 {
+        client.add(1, e, e as i64 - 1, chunk.clone(), false).await.expect("add");
+    }
+    // About 6 MiB went through 1 MiB journal files; the checkpointer deletes the old ones.
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let files = journal::list_files(dir.path()).expect("list");
+        if files.len() <= 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "old journal files were never deleted: {files:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(client);
+    drop(server);
+    let server = BookieServer::start(cfg).await.expect("restart");
+    let client = connect(&server).await;
+    for e in 0..30u64 {
+        assert_eq!(client.read(1, e, false).await.expect("read").data, chunk);
+    }
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_sync_data_adds_still_work() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(dir.path());
+    cfg.journal.sync_data = false;
+    cfg.journal.max_group_wait = Duration::ZERO;
+    let server = BookieServer::start(cfg.clone()).await.expect("start");
+    let client = connect(&server).await;
+    add_many(&client, 1, 100).await;
+    server.shutdown().await.expect("shutdown");
+    let server = BookieServer::start(cfg).await.expect("restart");
+    let client = connect(&server).await;
+    assert_entries(&client, 1, 100).await;
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_in_flight_adds_and_keeps_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for e in 0..500u64 {
+        let c = client.clone();
+        tasks.spawn(async move { (e, c.add(1, e, -1, payload(1, e), false).await) });
+    }
+    client.add(2, 0, -1, Bytes::from_static(b"first"), false).await.expect("add");
+    server.shutdown().await.expect("shutdown");
+    let mut acked = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        let (e, res) = r.expect("task");
+        match res {
+            Ok(()) => acked.push(e),
+            Err(ClientError::Closed) | Err(ClientError::Io(_)) => {}
+            Err(other) => panic!("add {e} failed with {other}"),
+        }
+    }
+    let (server, client) = start(dir.path()).await;
+    for e in acked {
+        assert_eq!(client.read(1, e, false).await.expect("acked entry").data, payload(1, e));
+    }
+    server.shutdown().await.expect("shutdown");
+}
+
+fn raw_frame(body: &[u8]) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    b.put_u32(u32::try_from(body.len()).expect("fits"));
+    b.put_u32(crc32c::crc32c(body));
+    b.put_slice(body);
+    b.to_vec()
+}
+
+async fn read_response(stream: &mut TcpStream) -> Option<Response> {
+    let mut buf = BytesMut::new();
+    loop {
+        if let Some(body) = proto::decode_frame(&mut buf).expect("frame") {
+            return Some(Response::decode(body).expect("response"));
+        }
+        let n = tokio::time::timeout(TIMEOUT, stream.read_buf(&mut buf)).await.expect("bounded").expect("read");
+        if n == 0 {
+            return None;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_frames_close_only_their_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    client.add(1, 0, -1, Bytes::from_static(b"a"), false).await.expect("add");
+
+    // Oversized length.
+    let mut s = TcpStream::connect(server.local_addr()).await.expect("connect");
+    s.write_all(&[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]).await.expect("write");
+    assert_eq!(read_response(&mut s).await, None, "connection closed");
+
+    // Checksum mismatch.
+    let mut s = TcpStream::connect(server.local_addr()).await.expect("connect");
+    let mut frame = raw_frame(&[3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0]);
+    frame[4] ^= 1;
+    s.write_all(&frame).await.expect("write");
+    assert_eq!(read_response(&mut s).await, None, "connection closed");
+
+    // A well-framed request with a bad body is answered BAD_REQUEST; the connection stays.
+    let mut s = TcpStream::connect(server.local_addr()).await.expect("connect");
+    s.write_all(&raw_frame(&[2, 0, 0, 0, 0, 0, 0, 0, 42, 1, 2])).await.expect("write");
+    let resp = read_response(&mut s).await.expect("a response");
+    assert_eq!((resp.op, resp.request_id, resp.status), (OpCode::Read, 42, Status::BadRequest));
+    let mut ok = BytesMut::new();
+    Request::ReadLac { request_id: 43, ledger: 1, fence: false }.encode(&mut ok).expect("encode");
+    s.write_all(&ok).await.expect("write");
+    let resp = read_response(&mut s).await.expect("a response");
+    assert_eq!((resp.request_id, resp.status), (43, Status::Ok));
+
+    // The well-behaved client never noticed.
+    assert_eq!(client.read(1, 0, false).await.expect("read").data, Bytes::from_static(b"a"));
+    assert!(!client.is_closed());
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unanswered_request_times_out() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (sock, _) = listener.accept().await.expect("accept");
+        // Hold the connection open and never answer.
+        let _ = held_rx.await;
+        drop(sock);
+    });
+    let client = BookieClient::connect(&addr, Duration::from_millis(200)).await.expect("connect");
+    let started = Instant::now();
+    assert_eq!(client.read(1, 0, false).await, Err(ClientError::Timeout));
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert!(!client.is_closed(), "a timeout alone does not close the connection");
+    let _ = held_tx.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_connection_fails_pending_requests_and_closes_the_client() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.expect("accept");
+        // Read the first request, then hang up without answering.
+        let mut buf = BytesMut::new();
+        while proto::decode_frame(&mut buf).expect("frame").is_none() {
+            if sock.read_buf(&mut buf).await.expect("read") == 0 {
+                return;
+            }
+        }
+        drop(sock);
+    });
+    let client = BookieClient::connect(&addr, TIMEOUT).await.expect("connect");
+    let res = client.add(1, 0, -1, Bytes::from_static(b"a"), false).await;
+    assert!(matches!(res, Err(ClientError::Closed) | Err(ClientError::Io(_))), "{res:?}");
+    assert!(client.is_closed());
+    assert_eq!(client.read_lac(1, false).await, Err(ClientError::Closed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_to_nothing_is_an_io_error() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    drop(listener);
+    assert!(matches!(BookieClient::connect(&addr, TIMEOUT).await, Err(ClientError::Io(_))));
 }
