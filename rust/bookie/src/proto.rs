@@ -171,14 +171,17 @@ impl Request {
 
     /// Append this request as one whole frame (header included) to `dst`.
     pub fn encode(&self, dst: &mut BytesMut) -> Result<(), ProtoError> {
-        let mut body = BytesMut::with_capacity(self.body_len());
+        if let Request::Add { data, .. } = self {
+            if data.len() > MAX_ENTRY_SIZE {
+                return Err(ProtoError::EntryTooLarge(data.len()));
+            }
+        }
+        let start = begin_frame(dst, self.body_len());
+        let body = dst;
         body.put_u8(self.op() as u8);
         body.put_u64(self.request_id());
         match self {
             Request::Add { ledger, entry, lac, recovery, data, .. } => {
-                if data.len() > MAX_ENTRY_SIZE {
-                    return Err(ProtoError::EntryTooLarge(data.len()));
-                }
                 body.put_u64(*ledger);
                 body.put_u64(*entry);
                 body.put_i64(*lac);
@@ -196,7 +199,8 @@ impl Request {
             }
             Request::DeleteLedger { ledger, .. } => body.put_u64(*ledger),
         }
-        put_frame(dst, &body)
+        finish_frame(body, start);
+        Ok(())
     }
 
     fn body_len(&self) -> usize {
@@ -288,30 +292,38 @@ impl Response {
             ResponseBody::Lac(_) => 8,
             ResponseBody::Message(m) => m.len(),
         };
-        let mut body = BytesMut::with_capacity(10 + payload_len);
+        if let ResponseBody::Read { data, .. } = &self.body {
+            if READ_RESPONSE_HEADER_LEN + data.len() > MAX_FRAME_SIZE {
+                return Err(ProtoError::EntryTooLarge(data.len()));
+            }
+        }
+        // A reason is advisory: cut an oversized one at a char boundary.
+        let message_len = match &self.body {
+            ResponseBody::Message(m) => {
+                let mut end = m.len().min(MAX_FRAME_SIZE - 10);
+                while !m.is_char_boundary(end) {
+                    end -= 1;
+                }
+                end
+            }
+            _ => 0,
+        };
+        let start = begin_frame(dst, 10 + payload_len.min(MAX_FRAME_SIZE - 10));
+        let body = dst;
         body.put_u8(self.op as u8);
         body.put_u64(self.request_id);
         body.put_u8(self.status as u8);
         match &self.body {
             ResponseBody::Empty => {}
             ResponseBody::Read { lac, data } => {
-                if READ_RESPONSE_HEADER_LEN + data.len() > MAX_FRAME_SIZE {
-                    return Err(ProtoError::EntryTooLarge(data.len()));
-                }
                 body.put_i64(*lac);
                 body.put_slice(data);
             }
             ResponseBody::Lac(lac) => body.put_i64(*lac),
-            ResponseBody::Message(m) => {
-                // A reason is advisory: cut an oversized one at a char boundary.
-                let mut end = m.len().min(MAX_FRAME_SIZE - 10);
-                while !m.is_char_boundary(end) {
-                    end -= 1;
-                }
-                body.put_slice(&m.as_bytes()[..end]);
-            }
+            ResponseBody::Message(m) => body.put_slice(&m.as_bytes()[..message_len]),
         }
-        put_frame(dst, &body)
+        finish_frame(body, start);
+        Ok(())
     }
 
     /// Decode a response from a frame body (as returned by [`decode_frame`]).
@@ -389,17 +401,23 @@ pub fn decode_frame(buf: &mut BytesMut) -> Result<Option<Bytes>, ProtoError> {
     Ok(Some(body))
 }
 
-/// Append `u32 len | u32 crc32c | body` to `dst`.
-fn put_frame(dst: &mut BytesMut, body: &[u8]) -> Result<(), ProtoError> {
-    if body.len() > MAX_FRAME_SIZE {
-        return Err(ProtoError::FrameTooLarge(body.len() as u64));
-    }
-    let len = u32::try_from(body.len()).map_err(|_| ProtoError::FrameTooLarge(body.len() as u64))?;
-    dst.reserve(FRAME_HEADER_LEN + body.len());
-    dst.put_u32(len);
-    dst.put_u32(crc32c::crc32c(body));
-    dst.put_slice(body);
-    Ok(())
+/// Reserve room for a frame and write a placeholder header; returns where the frame starts.
+/// The body is then written straight into `dst`, and [`finish_frame`] fills the header in.
+fn begin_frame(dst: &mut BytesMut, body_len_hint: usize) -> usize {
+    let start = dst.len();
+    dst.reserve(FRAME_HEADER_LEN + body_len_hint);
+    dst.put_u64(0);
+    start
+}
+
+/// Fill in the length and checksum of the frame that starts at `start` and runs to the end of
+/// `dst`. Callers have bounded the body by [`MAX_FRAME_SIZE`], so the length fits a u32.
+fn finish_frame(dst: &mut BytesMut, start: usize) {
+    let body = &dst[start + FRAME_HEADER_LEN..];
+    let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
+    let crc = crc32c::crc32c(body);
+    dst[start..start + 4].copy_from_slice(&len.to_be_bytes());
+    dst[start + 4..start + 8].copy_from_slice(&crc.to_be_bytes());
 }
 
 fn need(rest: &Bytes, n: usize, what: &'static str, total: usize) -> Result<(), ProtoError> {

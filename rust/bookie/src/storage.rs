@@ -68,7 +68,6 @@ pub trait LedgerStorage: Send + Sync {
     fn flush(&self) -> Result<(), BookieError>;
 }
 
-#[derive(Default)]
 struct MemLedger {
     entries: BTreeMap<u64, (i64, Bytes)>,
     lac: i64,

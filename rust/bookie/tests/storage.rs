@@ -72,7 +72,7 @@ fn suite(s: &dyn LedgerStorage) {
 }
 
 /// Many threads adding to distinct and shared ledgers at once.
-fn concurrent_suite(s: &(dyn LedgerStorage)) {
+fn concurrent_suite(s: &dyn LedgerStorage) {
     std::thread::scope(|scope| {
         for t in 0..4u64 {
             scope.spawn(move || {
