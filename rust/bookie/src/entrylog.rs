@@ -38,7 +38,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,7 +48,7 @@ use bytes::{Buf, BufMut, Bytes};
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::BookieError;
-use crate::journal::{parse_record, sync_dir, BadRecord, JournalRecord, RecordKind};
+use crate::journal::{parse_record, RecordScanner, Scanned, sync_dir, RecordError, JournalRecord, RecordKind};
 use crate::storage::LedgerStorage;
 
 /// The subdirectory of the data dir that holds ledger logs.
@@ -200,8 +200,8 @@ impl LedgerStorage for EntryLogStorage {
                 off,
                 format!("index points at {:?} {}:{} instead of entry {ledger}:{entry}", r.kind, r.ledger, r.entry),
             )),
-            Err(BadRecord::Short) => Err(BookieError::corrupt(&path, off, "record cut short")),
-            Err(BadRecord::Invalid(why)) => Err(BookieError::corrupt(&path, off, why)),
+            Err(RecordError::Short) => Err(BookieError::corrupt(&path, off, "record cut short")),
+            Err(RecordError::Invalid(why)) => Err(BookieError::corrupt(&path, off, why)),
         }
     }
 
@@ -288,65 +288,65 @@ impl LedgerStorage for EntryLogStorage {
 /// Read and verify one ledger log, cutting off a torn tail past the checkpointed length.
 fn load_log(dir: &Path, ledger: u64, synced_len: u64) -> Result<LedgerLog, BookieError> {
     let path = dir.join(format!("{ledger}.log"));
-    let mut file = OpenOptions::new()
+    let file = OpenOptions::new()
         .read(true)
         .write(true)
         .open(&path)
         .map_err(|e| BookieError::io("open ledger log", &path, e))?;
-    let mut buf = Vec::new();
-    file.read_to_end(&mut buf).map_err(|e| BookieError::io("read ledger log", &path, e))?;
-    if (buf.len() as u64) < synced_len {
+    let scan_handle = file.try_clone().map_err(|e| BookieError::io("open ledger log", &path, e))?;
+    let mut scanner = RecordScanner::open(scan_handle, &path)?;
+    let file_len = file.metadata().map_err(|e| BookieError::io("stat", &path, e))?.len();
+    if file_len < synced_len {
         return Err(BookieError::corrupt(
             &path,
-            buf.len() as u64,
+            file_len,
             format!("log is shorter than its checkpointed length {synced_len}"),
         ));
     }
     let mut index = BTreeMap::new();
     let mut lac = -1;
     let mut fenced = false;
-    let mut off = 0usize;
-    while off < buf.len() {
-        match parse_record(&buf[off..]) {
-            Ok((r, used)) => {
+    let len = loop {
+        match scanner.next_record()? {
+            Scanned::Record { record: r, off, used } => {
                 if r.ledger != ledger {
-                    return Err(BookieError::corrupt(&path, off as u64, format!("record of ledger {} in this log", r.ledger)));
+                    return Err(BookieError::corrupt(&path, off, format!("record of ledger {} in this log", r.ledger)));
                 }
                 match r.kind {
                     RecordKind::Entry => {
-                        index.insert(r.entry, (off as u64, used));
+                        index.insert(r.entry, (off, used));
                         lac = lac.max(r.lac);
                     }
                     RecordKind::Fence => fenced = true,
                     RecordKind::DeleteLedger => {
-                        return Err(BookieError::corrupt(&path, off as u64, "delete record in a ledger log"));
+                        return Err(BookieError::corrupt(&path, off, "delete record in a ledger log"));
                     }
                 }
-                off += used;
             }
-            Err(bad) => {
-                let reason = match bad {
-                    BadRecord::Short => "record cut short".to_string(),
-                    BadRecord::Invalid(why) => why,
+            Scanned::End => break file_len,
+            Scanned::Bad { off, error } => {
+                let reason = match error {
+                    RecordError::Short => "record cut short".to_string(),
+                    RecordError::Invalid(why) => why,
                 };
-                if (off as u64) < synced_len {
-                    return Err(BookieError::corrupt(&path, off as u64, reason));
+                if off < synced_len {
+                    return Err(BookieError::corrupt(&path, off, reason));
                 }
                 log::warn!(
                     "ledger log {}: cutting {} unsynced bytes at offset {off} ({reason}); journal replay restores them",
                     path.display(),
-                    buf.len() - off
+                    file_len - off
                 );
-                file.set_len(off as u64).map_err(|e| BookieError::io("truncate ledger log", &path, e))?;
+                file.set_len(off).map_err(|e| BookieError::io("truncate ledger log", &path, e))?;
                 file.sync_all().map_err(|e| BookieError::io("sync ledger log", &path, e))?;
-                break;
+                break off;
             }
         }
-    }
+    };
     Ok(LedgerLog {
         path,
         file: Arc::new(file),
-        len: off as u64,
+        len,
         index,
         lac,
         fenced,

@@ -56,7 +56,7 @@
 //! ```
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -152,38 +152,39 @@ impl JournalRecord {
     }
 }
 
-/// Why a record at some offset does not check out.
+/// Why the bytes at some offset are not a good record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum BadRecord {
+pub enum RecordError {
     /// The bytes end before the record does.
     Short,
     /// The record is complete but wrong: bad length, checksum or kind.
     Invalid(String),
 }
 
-/// Parse the record at the start of `buf`: the record and its encoded length.
-pub(crate) fn parse_record(buf: &[u8]) -> Result<(JournalRecord, usize), BadRecord> {
+/// Decode the record at the start of `buf`: the record and how many bytes it took. Lengths are
+/// bound-checked before anything is allocated, and the checksum is verified.
+pub fn parse_record(buf: &[u8]) -> Result<(JournalRecord, usize), RecordError> {
     if buf.len() < RECORD_HEADER_LEN {
-        return Err(BadRecord::Short);
+        return Err(RecordError::Short);
     }
     let mut h = &buf[..RECORD_HEADER_LEN];
     let len32 = h.get_u32();
     let crc = h.get_u32();
     let len = match usize::try_from(len32) {
         Ok(l) if (RECORD_FIXED_LEN..=MAX_RECORD_BODY).contains(&l) => l,
-        _ => return Err(BadRecord::Invalid(format!("record length {len32} out of range"))),
+        _ => return Err(RecordError::Invalid(format!("record length {len32} out of range"))),
     };
     let Some(body) = buf.get(RECORD_HEADER_LEN..RECORD_HEADER_LEN + len) else {
-        return Err(BadRecord::Short);
+        return Err(RecordError::Short);
     };
     let actual = crc32c::crc32c(body);
     if actual != crc {
-        return Err(BadRecord::Invalid(format!("checksum mismatch (stored {crc:#010x}, computed {actual:#010x})")));
+        return Err(RecordError::Invalid(format!("checksum mismatch (stored {crc:#010x}, computed {actual:#010x})")));
     }
     let mut b = body;
     let kind_byte = b.get_u8();
     let Some(kind) = RecordKind::from_u8(kind_byte) else {
-        return Err(BadRecord::Invalid(format!("unknown record kind {kind_byte}")));
+        return Err(RecordError::Invalid(format!("unknown record kind {kind_byte}")));
     };
     let ledger = b.get_u64();
     let entry = b.get_u64();
@@ -242,6 +243,91 @@ pub fn list_files(data_dir: &Path) -> Result<Vec<u64>, BookieError> {
     Ok(seqs)
 }
 
+/// Reads the records of one file front to back without holding the file in memory: only one
+/// record (at most [`MAX_RECORD_BODY`] plus its header) is buffered at a time.
+pub(crate) struct RecordScanner {
+    reader: BufReader<File>,
+    path: PathBuf,
+    file_len: u64,
+    off: u64,
+    record: Vec<u8>,
+}
+
+/// One step of a [`RecordScanner`].
+pub(crate) enum Scanned {
+    /// A good record at `off`, taking `used` bytes.
+    Record { record: JournalRecord, off: u64, used: usize },
+    /// A bad record at `off`; scanning stops here.
+    Bad { off: u64, error: RecordError },
+    /// The end of the file.
+    End,
+}
+
+impl RecordScanner {
+    pub(crate) fn open(file: File, path: &Path) -> Result<RecordScanner, BookieError> {
+        let file_len = file.metadata().map_err(|e| BookieError::io("stat", path, e))?.len();
+        Ok(RecordScanner {
+            reader: BufReader::with_capacity(1024 * 1024, file),
+            path: path.to_path_buf(),
+            file_len,
+            off: 0,
+            record: Vec::new(),
+        })
+    }
+
+    pub(crate) fn next_record(&mut self) -> Result<Scanned, BookieError> {
+        let off = self.off;
+        let remaining = self.file_len - off;
+        if remaining == 0 {
+            return Ok(Scanned::End);
+        }
+        let bad = |error| Ok(Scanned::Bad { off, error });
+        if remaining < RECORD_HEADER_LEN as u64 {
+            return bad(RecordError::Short);
+        }
+        self.record.clear();
+        self.record.resize(RECORD_HEADER_LEN, 0);
+        self.reader.read_exact(&mut self.record).map_err(|e| BookieError::io("read", &self.path, e))?;
+        let mut h = &self.record[..4];
+        let len32 = h.get_u32();
+        let len = match usize::try_from(len32) {
+            Ok(l) if (RECORD_FIXED_LEN..=MAX_RECORD_BODY).contains(&l) => l,
+            _ => return bad(RecordError::Invalid(format!("record length {len32} out of range"))),
+        };
+        if remaining < (RECORD_HEADER_LEN + len) as u64 {
+            return bad(RecordError::Short);
+        }
+        self.record.resize(RECORD_HEADER_LEN + len, 0);
+        self.reader
+            .read_exact(&mut self.record[RECORD_HEADER_LEN..])
+            .map_err(|e| BookieError::io("read", &self.path, e))?;
+        match parse_record(&self.record) {
+            Ok((record, used)) => {
+                self.off += used as u64;
+                Ok(Scanned::Record { record, off, used })
+            }
+            Err(error) => bad(error),
+        }
+    }
+
+    /// The bytes from `off` to the end of the file.
+    pub(crate) fn rest_from(&mut self, off: u64) -> Result<Vec<u8>, BookieError> {
+        let file = self.reader.get_mut();
+        let mut rest = Vec::new();
+        file.seek(SeekFrom::Start(off))
+            .and_then(|_| file.read_to_end(&mut rest))
+            .map_err(|e| BookieError::io("read", &self.path, e))?;
+        Ok(rest)
+    }
+}
+
+fn describe(error: &RecordError) -> String {
+    match error {
+        RecordError::Short => "record cut short".to_string(),
+        RecordError::Invalid(r) => r.clone(),
+    }
+}
+
 /// Read every journal file under `data_dir` in order and pass each good record to `apply`.
 /// See the module docs for how torn tails and corruption are told apart.
 pub fn replay(
@@ -253,39 +339,34 @@ pub fn replay(
     for (i, &seq) in outcome.files.iter().enumerate() {
         let newest = i + 1 == count;
         let path = file_path(data_dir, seq);
-        let mut buf = Vec::new();
-        File::open(&path)
-            .and_then(|mut f| f.read_to_end(&mut buf))
-            .map_err(|e| BookieError::io("read journal", &path, e))?;
-        let mut off = 0usize;
-        while off < buf.len() {
-            match parse_record(&buf[off..]) {
-                Ok((record, used)) => {
+        let file = File::open(&path).map_err(|e| BookieError::io("open journal", &path, e))?;
+        let mut scanner = RecordScanner::open(file, &path)?;
+        loop {
+            match scanner.next_record()? {
+                Scanned::Record { record, .. } => {
                     apply(&record)?;
                     outcome.records += 1;
-                    off += used;
                 }
-                Err(bad) => {
-                    let reason = match &bad {
-                        BadRecord::Short => "record cut short".to_string(),
-                        BadRecord::Invalid(r) => r.clone(),
-                    };
+                Scanned::End => break,
+                Scanned::Bad { off, error } => {
+                    let reason = describe(&error);
                     if !newest {
-                        return Err(BookieError::corrupt(&path, off as u64, reason));
+                        return Err(BookieError::corrupt(&path, off, reason));
                     }
-                    if let Some(good) = good_record_after(&buf, off) {
+                    let rest = scanner.rest_from(off)?;
+                    if let Some(good) = good_record_after(&rest, 0) {
                         return Err(BookieError::corrupt(
                             &path,
-                            off as u64,
-                            format!("{reason}; a valid record follows at offset {good}"),
+                            off,
+                            format!("{reason}; a valid record follows at offset {}", off + good as u64),
                         ));
                     }
-                    let dropped = buf.len() - off;
                     log::warn!(
-                        "journal {}: dropping a torn record of {dropped} bytes at offset {off} ({reason})",
-                        path.display()
+                        "journal {}: dropping a torn record of {} bytes at offset {off} ({reason})",
+                        path.display(),
+                        rest.len()
                     );
-                    outcome.torn_tail_bytes = dropped as u64;
+                    outcome.torn_tail_bytes = rest.len() as u64;
                     break;
                 }
             }
@@ -621,6 +702,6 @@ mod tests {
         let (r, used) = parse_record(&buf).expect("first record");
         assert_eq!(r, JournalRecord::entry(1, 2, 3, Bytes::from_static(b"abc")));
         assert_eq!(good_record_after(&buf, 0), Some(used));
-        assert_eq!(parse_record(&buf[..used - 1]), Err(BadRecord::Short));
+        assert_eq!(parse_record(&buf[..used - 1]), Err(RecordError::Short));
     }
 }
