@@ -9,8 +9,8 @@
 //!
 //! Every mutation is applied to storage, then queued on the journal, and answered only when the
 //! journal reports it durable. Adds are answered straight from the journal thread's completion
-//! (no task per add); a connection holds at most [`MAX_IN_FLIGHT_BYTES`] of unanswered adds,
-//! after which it stops reading (back-pressure).
+//! (no task per add). A connection holds at most [`MAX_IN_FLIGHT_BYTES`] of unanswered adds and
+//! unwritten responses, after which it is not read until some are written (back-pressure).
 //!
 //! Fencing: normal adds check the fence flag and queue their journal record under a shared
 //! lock; a fence sets the flag and queues its record under the exclusive lock. The journal
@@ -43,7 +43,8 @@ use crate::journal::{self, Journal, JournalRecord, JournalStats, RecordKind};
 use crate::proto::{self, OpCode, Request, Response, ResponseBody, Status};
 use crate::storage::LedgerStorage;
 
-/// Unanswered add payload bytes one connection may have before it stops reading.
+/// Bytes of unanswered adds and unwritten responses one connection may have before it stops
+/// being read.
 pub const MAX_IN_FLIGHT_BYTES: usize = 64 * 1024 * 1024;
 /// How long shutdown waits for connections to finish their in-flight requests.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -380,22 +381,55 @@ async fn accept_loop(listener: TcpListener, core: Arc<Core>, mut stop: watch::Re
     }
 }
 
-type ResponseTx = mpsc::UnboundedSender<Bytes>;
+/// Encoded responses on their way to the writer, each with the share of the connection's
+/// budget it holds until it has been written.
+type ResponseTx = mpsc::UnboundedSender<(Bytes, OwnedSemaphorePermit)>;
 
-fn send_response(tx: &ResponseTx, resp: &Response) {
+/// The per-connection budget of unanswered and unwritten bytes: a request takes its share
+/// before it is carried out (an add: its payload; a read: its response) and gives it back
+/// once its response is on the socket. A peer that sends faster than the bookie answers, or
+/// that stops reading its responses, stops being read.
+#[derive(Clone)]
+struct Budget(Arc<Semaphore>);
+
+impl Budget {
+    fn new() -> Budget {
+        Budget(Arc::new(Semaphore::new(MAX_IN_FLIGHT_BYTES)))
+    }
+
+    /// Wait for `bytes` of budget (at least 1, at most the whole budget); `None` once closed.
+    async fn take(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let weight = u32::try_from(bytes.clamp(1, MAX_IN_FLIGHT_BYTES)).unwrap_or(u32::MAX);
+        self.0.clone().acquire_many_owned(weight).await.ok()
+    }
+}
+
+fn encode_response(resp: &Response) -> Bytes {
     let mut buf = BytesMut::new();
     match resp.encode(&mut buf) {
-        Ok(()) => {
-            let _ = tx.send(buf.freeze());
-        }
+        Ok(()) => buf.freeze(),
         Err(e) => {
             log::error!("cannot encode response {}: {e}", resp.request_id);
             let mut buf = BytesMut::new();
             let fallback = Response::error(resp.op, resp.request_id, Status::IoError, e.to_string());
-            if fallback.encode(&mut buf).is_ok() {
-                let _ = tx.send(buf.freeze());
+            match fallback.encode(&mut buf) {
+                Ok(()) => buf.freeze(),
+                Err(_) => Bytes::new(),
             }
         }
+    }
+}
+
+fn send_response(tx: &ResponseTx, resp: &Response, permit: OwnedSemaphorePermit) {
+    let _ = tx.send((encode_response(resp), permit));
+}
+
+/// Send a response computed now, taking its share of the budget first.
+async fn answer(tx: &ResponseTx, budget: &Budget, resp: &Response) -> bool {
+    let frame = encode_response(resp);
+    match budget.take(frame.len()).await {
+        Some(permit) => tx.send((frame, permit)).is_ok(),
+        None => false,
     }
 }
 
@@ -406,7 +440,7 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, core: Arc<Core>, 
     let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_loop(wr, rx, peer));
-    let budget = Arc::new(Semaphore::new(MAX_IN_FLIGHT_BYTES));
+    let budget = Budget::new();
     let mut buf = BytesMut::with_capacity(READ_BUFFER);
     'conn: loop {
         loop {
@@ -418,7 +452,11 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, core: Arc<Core>, 
                     break 'conn;
                 }
             };
-            if !handle_frame(body, &core, &tx, &budget, peer).await {
+            let handled = tokio::select! {
+                _ = stop.changed() => false,
+                ok = handle_frame(body, &core, &tx, &budget, peer) => ok,
+            };
+            if !handled {
                 break 'conn;
             }
         }
@@ -443,15 +481,14 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, core: Arc<Core>, 
 }
 
 /// Handle one request frame. Returns false when the connection must be closed.
-async fn handle_frame(body: Bytes, core: &Arc<Core>, tx: &ResponseTx, budget: &Arc<Semaphore>, peer: SocketAddr) -> bool {
+async fn handle_frame(body: Bytes, core: &Arc<Core>, tx: &ResponseTx, budget: &Budget, peer: SocketAddr) -> bool {
     let request = match Request::decode(body.clone()) {
         Ok(r) => r,
         Err(e) => {
             return match proto::peek_header(&body) {
                 Ok((op, request_id)) => {
                     log::warn!("{peer}: bad {op:?} request {request_id}: {e}");
-                    send_response(tx, &Response::error(op, request_id, Status::BadRequest, e.to_string()));
-                    true
+                    answer(tx, budget, &Response::error(op, request_id, Status::BadRequest, e.to_string())).await
                 }
                 Err(_) => {
                     log::warn!("{peer}: closing connection: {e}");
@@ -462,11 +499,7 @@ async fn handle_frame(body: Bytes, core: &Arc<Core>, tx: &ResponseTx, budget: &A
     };
     match request {
         Request::Add { request_id, ledger, entry, lac, recovery, data } => {
-            let weight = u32::try_from(data.len().clamp(1, MAX_IN_FLIGHT_BYTES)).unwrap_or(u32::MAX);
-            let permit: OwnedSemaphorePermit = match budget.clone().acquire_many_owned(weight).await {
-                Ok(p) => p,
-                Err(_) => return false,
-            };
+            let Some(permit) = budget.take(data.len()).await else { return false };
             let tx = tx.clone();
             core.add(ledger, entry, lac, data, recovery, move |status, message| {
                 let resp = if status == Status::Ok {
@@ -474,53 +507,55 @@ async fn handle_frame(body: Bytes, core: &Arc<Core>, tx: &ResponseTx, budget: &A
                 } else {
                     Response::error(OpCode::Add, request_id, status, message)
                 };
-                send_response(&tx, &resp);
-                drop(permit);
+                send_response(&tx, &resp, permit);
             });
+            true
         }
         Request::Read { request_id, ledger, entry, fence: false } => {
-            send_response(tx, &core.read_entry(request_id, ledger, entry));
+            answer(tx, budget, &core.read_entry(request_id, ledger, entry)).await
         }
-        Request::ReadLac { request_id, ledger, fence: false } => {
-            send_response(tx, &core.read_lac(request_id, ledger));
-        }
+        Request::ReadLac { request_id, ledger, fence: false } => answer(tx, budget, &core.read_lac(request_id, ledger)).await,
         Request::Read { request_id, ledger, entry, fence: true } => {
-            let (core, tx) = (core.clone(), tx.clone());
+            let (core, tx, budget) = (core.clone(), tx.clone(), budget.clone());
             tokio::spawn(async move {
                 let resp = match core.fence(ledger).await {
                     Ok(()) => core.read_entry(request_id, ledger, entry),
                     Err(e) => Response::error(OpCode::Read, request_id, Status::IoError, e.to_string()),
                 };
-                send_response(&tx, &resp);
+                answer(&tx, &budget, &resp).await;
             });
+            true
         }
         Request::ReadLac { request_id, ledger, fence: true } => {
-            let (core, tx) = (core.clone(), tx.clone());
+            let (core, tx, budget) = (core.clone(), tx.clone(), budget.clone());
             tokio::spawn(async move {
                 let resp = match core.fence(ledger).await {
                     Ok(()) => core.read_lac(request_id, ledger),
                     Err(e) => Response::error(OpCode::ReadLac, request_id, Status::IoError, e.to_string()),
                 };
-                send_response(&tx, &resp);
+                answer(&tx, &budget, &resp).await;
             });
+            true
         }
         Request::DeleteLedger { request_id, ledger } => {
-            let (core, tx) = (core.clone(), tx.clone());
+            let (core, tx, budget) = (core.clone(), tx.clone(), budget.clone());
             tokio::spawn(async move {
                 let resp = match core.delete_ledger(ledger).await {
                     Ok(()) => Response::ok(OpCode::DeleteLedger, request_id, ResponseBody::Empty),
                     Err(e) => Response::error(OpCode::DeleteLedger, request_id, Status::IoError, e.to_string()),
                 };
-                send_response(&tx, &resp);
+                answer(&tx, &budget, &resp).await;
             });
+            true
         }
     }
-    true
 }
 
-async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Bytes>, peer: SocketAddr) {
+async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<(Bytes, OwnedSemaphorePermit)>, peer: SocketAddr) {
     let mut batch = BytesMut::new();
-    while let Some(first) = rx.recv().await {
+    let mut permits = Vec::new();
+    while let Some((first, permit)) = rx.recv().await {
+        permits.push(permit);
         let res = if first.len() >= MAX_COALESCED_WRITE {
             wr.write_all(&first).await
         } else {
@@ -528,12 +563,17 @@ async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Byte
             batch.extend_from_slice(&first);
             while batch.len() < MAX_COALESCED_WRITE {
                 match rx.try_recv() {
-                    Ok(more) => batch.extend_from_slice(&more),
+                    Ok((more, permit)) => {
+                        batch.extend_from_slice(&more);
+                        permits.push(permit);
+                    }
                     Err(_) => break,
                 }
             }
             wr.write_all(&batch).await
         };
+        // Written: give the budget back.
+        permits.clear();
         if let Err(e) = res {
             log::debug!("{peer}: write: {e}");
             return;

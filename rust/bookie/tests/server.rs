@@ -420,3 +420,43 @@ async fn connect_to_nothing_is_an_io_error() {
     drop(listener);
     assert!(matches!(BookieClient::connect(&addr, TIMEOUT).await, Err(ClientError::Io(_))));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_reads_slowly_gets_every_response() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    let entry = Bytes::from(vec![9u8; 1024 * 1024]);
+    client.add(1, 0, -1, entry.clone(), false).await.expect("add");
+    // 200 reads of 1 MiB (more than the connection budget) sent before any response is read.
+    let s = TcpStream::connect(server.local_addr()).await.expect("connect");
+    let (mut rd, mut wr) = s.into_split();
+    let sender = tokio::spawn(async move {
+        let mut wire = BytesMut::new();
+        for id in 0..200u64 {
+            Request::Read { request_id: id, ledger: 1, entry: 0, fence: false }.encode(&mut wire).expect("encode");
+        }
+        wr.write_all(&wire).await.expect("write");
+        wr
+    });
+    let mut seen = vec![false; 200];
+    let mut buf = BytesMut::new();
+    let mut got = 0;
+    while got < 200 {
+        while let Some(body) = proto::decode_frame(&mut buf).expect("frame") {
+            let resp = Response::decode(body).expect("response");
+            assert_eq!(resp.status, Status::Ok);
+            assert_eq!(resp.body, proto::ResponseBody::Read { lac: -1, data: entry.clone() });
+            let id = usize::try_from(resp.request_id).expect("id");
+            assert!(!seen[id], "response {id} twice");
+            seen[id] = true;
+            got += 1;
+        }
+        if got == 200 {
+            break;
+        }
+        let n = tokio::time::timeout(TIMEOUT, rd.read_buf(&mut buf)).await.expect("bounded").expect("read");
+        assert!(n > 0, "connection closed after {got} responses");
+    }
+    drop(sender.await.expect("sender"));
+    server.shutdown().await.expect("shutdown");
+}
