@@ -118,6 +118,7 @@ class PersistentTopic:
         self.msg_in = 0
         self.bytes_in = 0
         self.last_publish_time = 0
+        self._entry_listeners: set[Callable[[], None]] = set()
         self._nursery: trio.Nursery | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -282,6 +283,16 @@ class PersistentTopic:
                     self._snapshot_dedup()
             for sub in self.subscriptions.values():
                 sub.wake()
+            for listener in list(self._entry_listeners):
+                listener()
+
+    def add_entry_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` each time new entries are durable (long-poll readers that do
+        not go through a subscription wait on this)."""
+        self._entry_listeners.add(listener)
+
+    def remove_entry_listener(self, listener: Callable[[], None]) -> None:
+        self._entry_listeners.discard(listener)
 
     def deliver_at(self, entry: Entry) -> int:
         try:
@@ -301,6 +312,16 @@ class PersistentTopic:
         self.subscriptions[name] = sub
         assert self._nursery is not None
         self._nursery.start_soon(sub.run)
+        return sub
+
+    async def durable_subscription(self, name: str) -> Subscription:
+        """The durable subscription `name`, created at the earliest position if missing; it
+        may have no consumers (a position tracked on behalf of another protocol's client)."""
+        if self._closed:
+            raise TopicClosedError(f"Topic {self.name} is closing")
+        sub = self.subscriptions.get(name)
+        if sub is None:
+            sub = await self._attach_subscription(name, SubType.Exclusive, earliest=True)
         return sub
 
     async def subscribe(self, name: str, consumer: Consumer, sub_type: SubType, *,

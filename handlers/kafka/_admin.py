@@ -1,0 +1,297 @@
+"""Cluster and topic administration: ApiVersions, Metadata, FindCoordinator,
+CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs,
+DescribeCluster.
+
+This broker is the only node Kafka clients see (node id ``kafkaNodeId``, 0): it leads
+every partition and coordinates every group and transaction. Replication is the ledger's
+(``managedLedgerDefault*`` quorums), so a topic's replication factor is reported as 1 and
+a requested one is accepted as long as it is -1 or positive.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from core.naming import InvalidNameError, TopicName
+from handlers.kafka._codec import Data, RequestReceived, api_versions_table, topic_uuid
+from handlers.kafka._errors import ErrorCode
+from handlers.kafka._produce import topic_error
+
+if TYPE_CHECKING:
+    from handlers.kafka._handler import KafkaProtocolHandler
+
+__all__ = [
+    "handle_api_versions",
+    "handle_metadata",
+    "handle_find_coordinator",
+    "handle_create_topics",
+    "handle_delete_topics",
+    "handle_create_partitions",
+    "handle_delete_records",
+    "handle_describe_configs",
+    "handle_describe_cluster",
+]
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+
+def handle_api_versions(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    return Data(error_code=0, api_keys=api_versions_table(), throttle_time_ms=0)
+
+
+def _partitions(h: KafkaProtocolHandler, n: int) -> list[Data]:
+    node = h.node_id
+    return [Data(error_code=0, partition_index=i, leader_id=node, leader_epoch=0,
+                 replica_nodes=[node], isr_nodes=[node], offline_replicas=[]) for i in range(n)]
+
+
+async def handle_metadata(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    b = req.body
+    auto = (b.allow_auto_topic_creation if req.api_version >= 4 else True) and h.auto_create_on_metadata
+    topics = []
+    if b.topics is None:
+        for name in h.topics.all_topics():
+            n = h.topics.partition_count(name)
+            if n:
+                kname = h.topics.kafka_name(name)
+                topics.append(Data(error_code=0, name=kname, topic_id=topic_uuid(str(name)),
+                                   is_internal=False, partitions=_partitions(h, n)))
+    else:
+        for t in b.topics:
+            kname = t.name
+            if kname is None:
+                topics.append(Data(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=None,
+                                   topic_id=t.topic_id, is_internal=False, partitions=[]))
+                continue
+            try:
+                name, n = await h.topics.ensure(kname, create=auto)
+            except Exception as exc:
+                topics.append(Data(error_code=topic_error(exc), name=kname, is_internal=False,
+                                   partitions=[]))
+                continue
+            if n == 0:
+                topics.append(Data(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=kname,
+                                   is_internal=False, partitions=[]))
+                continue
+            topics.append(Data(error_code=0, name=kname, topic_id=topic_uuid(str(name)),
+                               is_internal=False, partitions=_partitions(h, n)))
+    return Data(throttle_time_ms=0, brokers=[h.broker_entry()], cluster_id=h.cluster_id,
+                controller_id=h.node_id, topics=topics)
+
+
+def handle_find_coordinator(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    b = req.body
+    keys = b.coordinator_keys if req.api_version >= 4 else [b.key]
+    coordinators = []
+    for key in keys:
+        err = 0 if b.key_type in (0, 1) else ErrorCode.INVALID_REQUEST
+        coordinators.append(Data(key=key, node_id=h.node_id, host=h.advertised_host,
+                                 port=h.advertised_port, error_code=err, error_message=None))
+    first = coordinators[0] if coordinators else Data(error_code=ErrorCode.INVALID_REQUEST)
+    return Data(throttle_time_ms=0, error_code=first.error_code, error_message=None,
+                node_id=h.node_id, host=h.advertised_host, port=h.advertised_port,
+                coordinators=coordinators)
+
+
+def _partitioned_path(name: TopicName) -> str:
+    return f"/admin/partitioned-topics/{name.storage_name}"
+
+
+async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    b = req.body
+    out = []
+    for t in b.topics:
+        res = Data(name=t.name, topic_id=b"\x00" * 16, error_code=0, error_message=None,
+                   num_partitions=-1, replication_factor=-1, configs=[])
+        out.append(res)
+        try:
+            name = h.topics.topic_name(t.name)
+            h.broker.namespace_policies(name.namespace_name)
+        except Exception as exc:
+            res.error_code = topic_error(exc)
+            res.error_message = str(exc)
+            continue
+        n = t.num_partitions
+        if n == -1:
+            n = h.topics.default_partitions(name)
+        if t.assignments:
+            n = len(t.assignments)
+        if n < 1:
+            res.error_code = ErrorCode.INVALID_PARTITIONS
+            res.error_message = "Number of partitions must be larger than 0."
+            continue
+        if t.replication_factor == 0 or t.replication_factor < -1:
+            res.error_code = ErrorCode.INVALID_REPLICATION_FACTOR
+            res.error_message = "Replication factor must be larger than 0, or -1."
+            continue
+        if h.topics.partition_count(name):
+            res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
+            res.error_message = f"Topic '{t.name}' already exists."
+            continue
+        if not b.validate_only:
+            try:
+                h.topics.create(name, n)
+            except Exception as exc:
+                res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
+                res.error_message = str(exc)
+                continue
+        res.topic_id = topic_uuid(str(name))
+        res.num_partitions = n
+        res.replication_factor = 1
+    return Data(throttle_time_ms=0, topics=out)
+
+
+async def handle_delete_topics(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    out = []
+    for kname in req.body.topic_names:
+        res = Data(name=kname, error_code=0, error_message=None)
+        out.append(res)
+        try:
+            name = h.topics.topic_name(kname)
+            n = h.topics.partition_count(name)
+            if n == 0:
+                res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            partitioned = h.broker.policies.partitions(name) > 0
+            h.topics.forget(kname)
+            for i in range(n):
+                await h.broker.delete_topic(name.partition(i) if partitioned else name)
+            if partitioned:
+                h.broker.metadata.delete(_partitioned_path(name))
+        except Exception as exc:
+            res.error_code = topic_error(exc)
+            res.error_message = str(exc)
+    return Data(throttle_time_ms=0, responses=out)
+
+
+async def handle_create_partitions(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    b = req.body
+    out = []
+    for t in b.topics:
+        res = Data(name=t.name, error_code=0, error_message=None)
+        out.append(res)
+        try:
+            name = h.topics.topic_name(t.name)
+        except InvalidNameError as exc:
+            res.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+            res.error_message = str(exc)
+            continue
+        current = h.broker.policies.partitions(name)
+        if current == 0:
+            res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            res.error_message = f"Topic '{t.name}' does not exist (or is not partitioned)."
+            continue
+        if t.count <= current:
+            res.error_code = ErrorCode.INVALID_PARTITIONS
+            res.error_message = f"Topic currently has {current} partitions, {t.count} is not an increase."
+            continue
+        if not b.validate_only:
+            h.broker.metadata.put(_partitioned_path(name), json.dumps({"partitions": t.count}).encode())
+    return Data(throttle_time_ms=0, results=out)
+
+
+async def handle_delete_records(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    out = []
+    for t in req.body.topics:
+        parts = []
+        for p in t.partitions:
+            res = Data(partition_index=p.partition_index, low_watermark=-1, error_code=0)
+            parts.append(res)
+            try:
+                plog = await h.topics.log(t.name, p.partition_index, create=False)
+                hw = plog.high_watermark()
+                offset = hw if p.offset == -1 else p.offset
+                if offset < 0 or offset > hw:
+                    res.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                    continue
+                start = plog.log_start_offset(fresh=True)
+                if offset > start:
+                    h.broker.metadata.put(h.topics.log_start_path(plog.topic.name),
+                                          json.dumps(offset).encode())
+                res.low_watermark = plog.log_start_offset(fresh=True)
+            except Exception as exc:
+                res.error_code = topic_error(exc)
+        out.append(Data(name=t.name, partitions=parts))
+    return Data(throttle_time_ms=0, topics=out)
+
+
+def _topic_configs(h: KafkaProtocolHandler, name: TopicName) -> list[tuple[str, str, int]]:
+    pol = h.broker.namespace_policies(name.namespace_name)
+    retention = pol.get("retention_policies") or {}
+    minutes = int(retention.get("retentionTimeInMinutes",
+                                h.config.get("defaultRetentionTimeInMinutes")))
+    size_mb = int(retention.get("retentionSizeInMB", h.config.get("defaultRetentionSizeInMB")))
+    src = SOURCE_DEFAULT
+    return [
+        ("cleanup.policy", "delete", src),
+        ("compression.type", "producer", src),
+        ("max.message.bytes", str(h.max_message_size), SOURCE_STATIC_BROKER),
+        ("message.timestamp.type", "CreateTime", src),
+        ("min.insync.replicas", str(h.config.get("managedLedgerDefaultAckQuorum")), SOURCE_STATIC_BROKER),
+        ("retention.ms", str(-1 if minutes < 0 else minutes * 60_000), src),
+        ("retention.bytes", str(-1 if size_mb < 0 else size_mb * 1024 * 1024), src),
+    ]
+
+
+def _broker_configs(h: KafkaProtocolHandler) -> list[tuple[str, str, int]]:
+    src = SOURCE_STATIC_BROKER
+    return [
+        ("auto.create.topics.enable", str(bool(h.config.get("allowAutoTopicCreation"))).lower(), src),
+        ("broker.id", str(h.node_id), src),
+        ("default.replication.factor", "1", src),
+        ("message.max.bytes", str(h.max_message_size), src),
+        ("num.partitions", str(max(1, int(h.config.get("defaultNumPartitions")))), src),
+    ]
+
+
+async def handle_describe_configs(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    out = []
+    for r in req.body.resources:
+        res = Data(error_code=0, error_message=None, resource_type=r.resource_type,
+                   resource_name=r.resource_name, configs=[])
+        out.append(res)
+        items: list[tuple[str, str, int]]
+        try:
+            if r.resource_type == RESOURCE_TOPIC:
+                name = h.topics.topic_name(r.resource_name)
+                if not h.topics.partition_count(name):
+                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    res.error_message = f"Topic '{r.resource_name}' does not exist."
+                    continue
+                items = _topic_configs(h, name)
+            elif r.resource_type == RESOURCE_BROKER:
+                if r.resource_name not in ("", str(h.node_id)):
+                    res.error_code = ErrorCode.INVALID_REQUEST
+                    res.error_message = f"Unknown broker {r.resource_name}"
+                    continue
+                items = _broker_configs(h)
+            else:
+                res.error_code = ErrorCode.INVALID_REQUEST
+                res.error_message = f"Resource type {r.resource_type} is not supported"
+                continue
+        except Exception as exc:
+            res.error_code = topic_error(exc)
+            res.error_message = str(exc)
+            continue
+        keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+        res.configs = [_config_entry(k, v, s, req.api_version) for k, v, s in items
+                       if keys is None or k in keys]
+    return Data(throttle_time_ms=0, results=out)
+
+
+def _config_entry(name: str, value: str, source: int, version: int) -> Data:
+    return Data(name=name, value=value, read_only=source != SOURCE_DYNAMIC_TOPIC,
+                is_default=source == SOURCE_DEFAULT, config_source=source, is_sensitive=False,
+                synonyms=[], config_type=0, documentation=None)
+
+
+def handle_describe_cluster(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    e = h.broker_entry()
+    return Data(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
+                cluster_id=h.cluster_id, controller_id=h.node_id,
+                brokers=[Data(broker_id=e.node_id, host=e.host, port=e.port, rack=None)])

@@ -1,0 +1,185 @@
+"""Fetch (API key 1) and ListOffsets (API key 2).
+
+Fetch is a long poll: when less than ``min_bytes`` is available the request waits, up to
+``max_wait_ms``, on the partitions' topics, which call back the moment new entries are
+durable (so a consumer sees a record about one storage round trip after it is produced,
+not after the poll interval). Offsets are broker indexes; the offset → position lookup
+goes through the native index. Transactions are written only when they commit, so the
+last stable offset is the high watermark and a read_committed consumer has no aborted
+transactions to skip.
+
+ListOffsets: -2 is the log start, -1 the high watermark, -3 the record with the largest
+timestamp (the last); any other value the first record whose timestamp is at or after
+it, found by publish time through the native time index and then by record time among
+the entries from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from handlers.kafka import _mapping
+from handlers.kafka._codec import Data, RequestReceived
+from handlers.kafka._errors import ErrorCode
+from handlers.kafka._produce import topic_error
+from handlers.kafka._topics import PartitionLog
+
+if TYPE_CHECKING:
+    from handlers.kafka._handler import KafkaProtocolHandler
+
+__all__ = ["handle_fetch", "handle_list_offsets"]
+
+EARLIEST = -2
+LATEST = -1
+MAX_TIMESTAMP = -3
+TIMESTAMP_SCAN_ENTRIES = 256
+MAX_WAIT_MS = 30_000
+
+
+async def handle_fetch(h: KafkaProtocolHandler, req: RequestReceived
+                       ) -> Callable[[], Awaitable[Data]]:
+    body = req.body
+    wanted = [(t.topic, p) for t in body.topics for p in t.partitions]
+    max_wait = min(max(body.max_wait_ms, 0), MAX_WAIT_MS) / 1000.0
+    min_bytes = max(body.min_bytes, 0)
+    max_bytes = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
+
+    async def run() -> Data:
+        deadline = trio.current_time() + max_wait
+        logs: dict[tuple[str, int], PartitionLog | BaseException] = {}
+        for topic, p in wanted:
+            try:
+                logs[(topic, p.partition)] = await h.topics.log(topic, p.partition, create=False)
+            except Exception as exc:
+                logs[(topic, p.partition)] = exc
+        topics = {id(v.topic): v.topic for v in logs.values() if isinstance(v, PartitionLog)}
+        while True:
+            woken = trio.Event()
+            for t in topics.values():
+                t.add_entry_listener(woken.set)
+            try:
+                responses, total, errors = await _fetch_once(h, wanted, logs, max_bytes)
+                if total >= min_bytes or errors or trio.current_time() >= deadline:
+                    return _response(responses)
+                with trio.move_on_at(deadline):
+                    await woken.wait()
+            finally:
+                for t in topics.values():
+                    t.remove_entry_listener(woken.set)
+
+    return run
+
+
+def _response(responses: dict[str, list[Data]]) -> Data:
+    return Data(throttle_time_ms=0, error_code=0, session_id=0,
+                responses=[Data(topic=t, partitions=ps) for t, ps in responses.items()])
+
+
+async def _fetch_once(h: KafkaProtocolHandler, wanted: list[tuple[str, Any]],
+                      logs: dict[tuple[str, int], PartitionLog | BaseException],
+                      max_bytes: int) -> tuple[dict[str, list[Data]], int, bool]:
+    responses: dict[str, list[Data]] = {}
+    total = 0
+    errors = False
+    for topic, p in wanted:
+        plog = logs[(topic, p.partition)]
+        part = Data(partition_index=p.partition, error_code=0, high_watermark=-1,
+                    last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                    preferred_read_replica=-1, records=None)
+        responses.setdefault(topic, []).append(part)
+        if not isinstance(plog, PartitionLog):
+            part.error_code = topic_error(plog)
+            errors = True
+            continue
+        hw = plog.high_watermark()
+        start = plog.log_start_offset()
+        part.high_watermark = hw
+        part.last_stable_offset = hw
+        part.log_start_offset = start
+        part.aborted_transactions = []
+        offset = p.fetch_offset
+        if offset < start or offset > hw:
+            start = plog.log_start_offset(fresh=True)
+            part.log_start_offset = start
+            if offset < start or offset > hw:
+                part.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                errors = True
+                continue
+        budget = min(p.partition_max_bytes, max_bytes - total)
+        if budget <= 0 and total > 0:
+            part.records = b""
+            continue
+        try:
+            data = await plog.read(offset, max(budget, 1), hw)
+        except Exception as exc:
+            part.error_code = topic_error(exc)
+            errors = True
+            continue
+        part.records = data
+        total += len(data)
+    return responses, total, errors
+
+
+async def handle_list_offsets(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    out = []
+    for t in req.body.topics:
+        parts = []
+        for p in t.partitions:
+            parts.append(await _list_one(h, t.name, p.partition_index, p.timestamp))
+        out.append(Data(name=t.name, partitions=parts))
+    return Data(throttle_time_ms=0, topics=out)
+
+
+async def _list_one(h: KafkaProtocolHandler, topic: str, partition: int, ts: int) -> Data:
+    res = Data(partition_index=partition, error_code=0, old_style_offsets=[], timestamp=-1,
+               offset=-1, leader_epoch=0)
+    try:
+        plog = await h.topics.log(topic, partition, create=False)
+        hw = plog.high_watermark()
+        if ts == EARLIEST:
+            res.offset = plog.log_start_offset(fresh=True)
+        elif ts == LATEST:
+            res.offset = hw
+        elif ts == MAX_TIMESTAMP:
+            if hw > plog.log_start_offset(fresh=True):
+                res.offset = hw - 1
+                found = await _first_at_or_after(plog, -1, hw - 1)
+                if found is not None:
+                    res.timestamp = found[1]
+        elif ts >= 0:
+            found = await _first_at_or_after(plog, ts, None)
+            if found is not None:
+                res.offset, res.timestamp = found
+        else:
+            res.error_code = ErrorCode.INVALID_REQUEST
+    except Exception as exc:
+        res.error_code = topic_error(exc)
+    return res
+
+
+async def _first_at_or_after(plog: PartitionLog, ts: int, at_offset: int | None
+                             ) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record with timestamp >= ts (or of the record at
+    ``at_offset``)."""
+    ml = plog.topic.ml
+    if at_offset is not None:
+        pos = await ml.find_by_index(at_offset)
+    else:
+        pos = await ml.find_by_publish_time(ts)
+    if pos is None:
+        return None
+    entries = await ml.read_entries(pos, TIMESTAMP_SCAN_ENTRIES if at_offset is None else 1)
+    for e in entries:
+        base = e.index - e.num_messages + 1
+        for i, rec in enumerate(_mapping.records_from_entry(e.data, e.publish_time)):
+            offset = base + i
+            if at_offset is not None:
+                if offset == at_offset:
+                    return offset, rec.timestamp
+                continue
+            if rec.timestamp >= ts:
+                return offset, rec.timestamp
+    return None

@@ -1,0 +1,501 @@
+"""Theory of operation: the consumer group coordinator (the classic group protocol).
+
+This broker coordinates every group (FindCoordinator answers with itself). A group moves
+through Kafka's states, driven by the table in :data:`TRANSITIONS`::
+
+    Empty --join--> PreparingRebalance --all known members joined, or the rebalance
+    timeout--> CompletingRebalance --leader's SyncGroup--> Stable --join/leave/session
+    expiry--> PreparingRebalance ... ; the last member leaving --> Empty
+
+JoinGroup and SyncGroup are long polls: a JoinGroup waits until the rebalance completes
+(members that do not rejoin within the rebalance timeout are removed), a follower's
+SyncGroup waits for the leader's assignment. Heartbeats keep a member alive and tell it
+(REBALANCE_IN_PROGRESS) to rejoin. The broker never looks inside the protocol metadata:
+the clients' range, roundrobin and cooperative-sticky assignors all run on the leader.
+
+Committed offsets are durable: one metadata-store document per group holds them all
+(written on each commit, read back when the group is first used after a restart), and
+each committed partition also carries a durable subscription named after the group whose
+mark-delete position follows the committed offset, so the group shows in Magnetar's topic
+stats as a subscription with its backlog.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
+
+import trio
+
+from core.storage import Position
+from handlers.kafka._codec import Data, RequestReceived
+from handlers.kafka._errors import ErrorCode, LocalProtocolError
+from handlers.kafka._produce import topic_error
+
+if TYPE_CHECKING:
+    from handlers.kafka._handler import KafkaProtocolHandler
+
+__all__ = ["GroupCoordinator", "Group", "Member", "TRANSITIONS"]
+
+log = logging.getLogger(__name__)
+
+EMPTY = "Empty"
+PREPARING = "PreparingRebalance"
+COMPLETING = "CompletingRebalance"
+STABLE = "Stable"
+DEAD = "Dead"
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    EMPTY: frozenset({PREPARING, DEAD}),
+    PREPARING: frozenset({COMPLETING, EMPTY, DEAD}),
+    COMPLETING: frozenset({PREPARING, STABLE, DEAD}),
+    STABLE: frozenset({PREPARING, DEAD}),
+    DEAD: frozenset(),
+}
+
+MIN_SESSION_TIMEOUT_MS = 1_000
+MAX_SESSION_TIMEOUT_MS = 1_800_000
+TICK_S = 0.1
+GROUPS_PATH = "/kafka/groups"
+
+
+@dataclass(eq=False)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout: float
+    rebalance_timeout: float
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    deadline: float = 0.0
+    assignment: bytes = b""
+    joining: bool = False
+    join_done: trio.Event = field(default_factory=trio.Event)
+    join_response: Data | None = None
+    sync_done: trio.Event | None = None
+    sync_error: int = 0
+
+    def metadata_for(self, protocol: str | None) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        return b""
+
+
+@dataclass(eq=False)
+class Group:
+    group_id: str
+    state: str = EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    rebalance_deadline: float = 0.0
+    offsets: dict[tuple[str, int], tuple[int, str | None]] = field(default_factory=dict)
+
+    def transition(self, to: str) -> None:
+        if to != self.state and to not in TRANSITIONS[self.state]:
+            raise LocalProtocolError(f"group {self.group_id}: {self.state} -> {to} is not allowed")
+        self.state = to
+
+
+class GroupCoordinator:
+    def __init__(self, handler: KafkaProtocolHandler):
+        self.h = handler
+        self.groups: dict[str, Group] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Expire sessions and rebalance timeouts until cancelled."""
+        while True:
+            await trio.sleep(TICK_S)
+            now = trio.current_time()
+            for g in list(self.groups.values()):
+                self._expire(g, now)
+
+    def _expire(self, g: Group, now: float) -> None:
+        if g.state == PREPARING and now >= g.rebalance_deadline:
+            self._complete_join(g)
+            return
+        for m in list(g.members.values()):
+            if not m.joining and m.deadline and now >= m.deadline:
+                log.info("kafka group %s: member %s session expired", g.group_id, m.member_id)
+                self._remove(g, m)
+
+    # -- storage of offsets -------------------------------------------------------------------
+
+    def _path(self, group_id: str) -> str:
+        return f"{GROUPS_PATH}/{quote(group_id, safe='')}"
+
+    def group(self, group_id: str, *, create: bool = True) -> Group | None:
+        g = self.groups.get(group_id)
+        if g is not None:
+            return g
+        got = self.h.broker.metadata.get(self._path(group_id))
+        if got is None and not create:
+            return None
+        g = Group(group_id)
+        if got is not None:
+            doc = json.loads(got[0])
+            for topic, partition, offset, meta in doc.get("offsets", []):
+                g.offsets[(topic, int(partition))] = (int(offset), meta)
+        self.groups[group_id] = g
+        return g
+
+    def _persist(self, g: Group) -> None:
+        doc = {"offsets": [[t, p, o, m] for (t, p), (o, m) in sorted(g.offsets.items())]}
+        self.h.broker.metadata.put(self._path(g.group_id), json.dumps(doc).encode())
+
+    def stored_group_ids(self) -> list[str]:
+        return [unquote(n) for n in self.h.broker.metadata.children(GROUPS_PATH)]
+
+    # -- membership -----------------------------------------------------------------------------
+
+    def _prepare(self, g: Group) -> None:
+        if g.state == PREPARING:
+            return
+        if g.state == COMPLETING:
+            for m in g.members.values():
+                if m.sync_done is not None:
+                    m.sync_error = ErrorCode.REBALANCE_IN_PROGRESS
+                    m.sync_done.set()
+        g.transition(PREPARING)
+        now = trio.current_time()
+        timeout = max((m.rebalance_timeout for m in g.members.values()), default=0.0)
+        g.rebalance_deadline = now + timeout
+
+    def _maybe_complete(self, g: Group) -> None:
+        if g.state == PREPARING and all(m.joining for m in g.members.values()):
+            self._complete_join(g)
+
+    def _complete_join(self, g: Group) -> None:
+        for m in [m for m in g.members.values() if not m.joining]:
+            del g.members[m.member_id]
+        g.generation += 1
+        if not g.members:
+            g.protocol_name = None
+            g.leader = None
+            g.transition(EMPTY)
+            return
+        members = list(g.members.values())
+        common = set.intersection(*[{n for n, _ in m.protocols} for m in members])
+        votes: dict[str, int] = {}
+        for m in members:
+            for name, _ in m.protocols:
+                if name in common:
+                    votes[name] = votes.get(name, 0) + 1
+                    break
+        g.protocol_name = max(votes, key=lambda n: votes[n]) if votes else None
+        g.protocol_type = members[0].protocol_type
+        if g.leader not in g.members:
+            g.leader = members[0].member_id
+        g.transition(COMPLETING)
+        now = trio.current_time()
+        listing = [Data(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                        metadata=m.metadata_for(g.protocol_name)) for m in members]
+        for m in members:
+            m.joining = False
+            m.deadline = now + m.session_timeout
+            m.join_response = Data(
+                throttle_time_ms=0, error_code=0, generation_id=g.generation,
+                protocol_type=g.protocol_type, protocol_name=g.protocol_name, leader=g.leader,
+                skip_assignment=False, member_id=m.member_id,
+                members=listing if m.member_id == g.leader else [])
+            m.join_done.set()
+
+    def _remove(self, g: Group, m: Member) -> None:
+        g.members.pop(m.member_id, None)
+        if m.joining:
+            m.join_response = _join_error(ErrorCode.UNKNOWN_MEMBER_ID, m.member_id)
+            m.join_done.set()
+        if m.sync_done is not None:
+            m.sync_error = ErrorCode.UNKNOWN_MEMBER_ID
+            m.sync_done.set()
+        if g.state == PREPARING:
+            self._maybe_complete(g)
+        elif g.state in (STABLE, COMPLETING):
+            if g.members:
+                self._prepare(g)
+            else:
+                g.generation += 1
+                g.leader = None
+                g.protocol_name = None
+                g.transition(PREPARING)
+                g.transition(EMPTY)
+
+    async def join(self, req: RequestReceived) -> Data:
+        b = req.body
+        g = self.group(b.group_id)
+        assert g is not None
+        if not b.group_id:
+            return _join_error(ErrorCode.INVALID_GROUP_ID, b.member_id)
+        if not MIN_SESSION_TIMEOUT_MS <= b.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
+            return _join_error(ErrorCode.INVALID_SESSION_TIMEOUT, b.member_id)
+        protocols = [(p.name, p.metadata) for p in b.protocols]
+        if not protocols or (g.members and (
+                b.protocol_type != g.protocol_type
+                or not any(n == pn for n, _ in protocols for m in g.members.values()
+                           for pn, _ in m.protocols))):
+            return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, b.member_id)
+        if b.member_id:
+            m = g.members.get(b.member_id)
+            if m is None:
+                return _join_error(ErrorCode.UNKNOWN_MEMBER_ID, b.member_id)
+        else:
+            m = Member(member_id=f"{req.client_id or 'member'}-{uuid.uuid4()}",
+                       group_instance_id=b.group_instance_id, client_id=req.client_id or "",
+                       client_host="/127.0.0.1", session_timeout=0, rebalance_timeout=0,
+                       protocol_type=b.protocol_type, protocols=[])
+            g.members[m.member_id] = m
+            if g.protocol_type is None or len(g.members) == 1:
+                g.protocol_type = b.protocol_type
+        m.session_timeout = b.session_timeout_ms / 1000.0
+        rebalance = b.rebalance_timeout_ms if b.rebalance_timeout_ms > 0 else b.session_timeout_ms
+        m.rebalance_timeout = rebalance / 1000.0
+        m.protocols = protocols
+        m.protocol_type = b.protocol_type
+        m.joining = True
+        m.join_done = trio.Event()
+        m.join_response = None
+        if g.state in (EMPTY, STABLE, COMPLETING):
+            self._prepare(g)
+        self._maybe_complete(g)
+        await m.join_done.wait()
+        assert m.join_response is not None
+        return m.join_response
+
+    async def sync(self, req: RequestReceived) -> Data:
+        b = req.body
+        g = self.group(b.group_id, create=False)
+        m = g.members.get(b.member_id) if g is not None else None
+        if g is None or m is None:
+            return _sync(ErrorCode.UNKNOWN_MEMBER_ID)
+        if b.generation_id != g.generation:
+            return _sync(ErrorCode.ILLEGAL_GENERATION)
+        if g.state == PREPARING:
+            return _sync(ErrorCode.REBALANCE_IN_PROGRESS)
+        if g.state == COMPLETING:
+            if b.member_id == g.leader:
+                given = {a.member_id: a.assignment for a in b.assignments}
+                for member in g.members.values():
+                    member.assignment = given.get(member.member_id, b"")
+                g.transition(STABLE)
+                for member in g.members.values():
+                    if member.sync_done is not None:
+                        member.sync_error = 0
+                        member.sync_done.set()
+            else:
+                m.sync_done = trio.Event()
+                m.sync_error = 0
+                await m.sync_done.wait()
+                m.sync_done = None
+                if m.sync_error:
+                    return _sync(m.sync_error)
+        m.deadline = trio.current_time() + m.session_timeout
+        return _sync(0, g.protocol_type, g.protocol_name, m.assignment)
+
+    def heartbeat(self, req: RequestReceived) -> Data:
+        b = req.body
+        g = self.group(b.group_id, create=False)
+        m = g.members.get(b.member_id) if g is not None else None
+        if g is None or m is None:
+            return Data(throttle_time_ms=0, error_code=ErrorCode.UNKNOWN_MEMBER_ID)
+        if b.generation_id != g.generation:
+            return Data(throttle_time_ms=0, error_code=ErrorCode.ILLEGAL_GENERATION)
+        m.deadline = trio.current_time() + m.session_timeout
+        if g.state == PREPARING:
+            return Data(throttle_time_ms=0, error_code=ErrorCode.REBALANCE_IN_PROGRESS)
+        return Data(throttle_time_ms=0, error_code=0)
+
+    def leave(self, req: RequestReceived) -> Data:
+        b = req.body
+        g = self.group(b.group_id, create=False)
+        ids = [x.member_id for x in b.members] if req.api_version >= 3 else [b.member_id]
+        results = []
+        top = 0
+        for member_id in ids:
+            m = g.members.get(member_id) if g is not None else None
+            if g is None or m is None:
+                results.append(Data(member_id=member_id, group_instance_id=None,
+                                    error_code=ErrorCode.UNKNOWN_MEMBER_ID))
+                top = top or ErrorCode.UNKNOWN_MEMBER_ID
+                continue
+            log.info("kafka group %s: member %s left", g.group_id, member_id)
+            self._remove(g, m)
+            results.append(Data(member_id=member_id, group_instance_id=m.group_instance_id,
+                                error_code=0))
+        if req.api_version >= 3:
+            top = 0
+        return Data(throttle_time_ms=0, error_code=top, members=results)
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    async def commit(self, req: RequestReceived) -> Data:
+        b = req.body
+        error = self._check_commit(b.group_id, b.generation_id_or_member_epoch, b.member_id)
+        return await self.store_offsets(b.group_id, b.topics, error)
+
+    def _check_commit(self, group_id: str, generation: int, member_id: str) -> int:
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        g = self.group(group_id)
+        assert g is not None
+        if generation < 0 and not member_id:
+            return 0 if not g.members else ErrorCode.ILLEGAL_GENERATION
+        m = g.members.get(member_id)
+        if m is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation != g.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        if g.state == COMPLETING:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        m.deadline = trio.current_time() + m.session_timeout
+        return 0
+
+    async def store_offsets(self, group_id: str, topics: list[Any], error: int) -> Data:
+        out = []
+        g = self.group(group_id) if not error else None
+        changed: list[tuple[str, int, int]] = []
+        for t in topics:
+            parts = []
+            for p in t.partitions:
+                code = error
+                if not code:
+                    try:
+                        self.h.topics.topic_name(t.name)
+                        g.offsets[(t.name, p.partition_index)] = (  # type: ignore[union-attr]
+                            p.committed_offset, p.committed_metadata)
+                        changed.append((t.name, p.partition_index, p.committed_offset))
+                    except Exception as exc:
+                        code = topic_error(exc)
+                parts.append(Data(partition_index=p.partition_index, error_code=code))
+            out.append(Data(name=t.name, partitions=parts))
+        if changed and g is not None:
+            self._persist(g)
+            for topic, partition, offset in changed:
+                await self._move_cursor(group_id, topic, partition, offset)
+        return Data(throttle_time_ms=0, topics=out)
+
+    async def _move_cursor(self, group_id: str, topic: str, partition: int, offset: int) -> None:
+        """Mark-delete the group's subscription up to the last entry wholly below ``offset``."""
+        try:
+            plog = await self.h.topics.log(topic, partition, create=False)
+            sub = await plog.topic.durable_subscription(group_id)
+            if offset <= 0:
+                return
+            ml = plog.topic.ml
+            pos = await ml.find_by_index(offset - 1)
+            if pos is None:
+                return
+            entries = await ml.read_entries(pos, 1)
+            if entries and entries[0].position == pos and entries[0].index == offset - 1:
+                target = pos
+            elif pos.entry_id > 0:
+                target = Position(pos.ledger_id, pos.entry_id - 1)
+            else:
+                return
+            if target > sub.cursor.mark_delete_position():
+                sub.ack_cumulative(None, target)
+        except Exception as exc:
+            log.debug("kafka group %s: cursor of %s-%d not moved: %s", group_id, topic, partition, exc)
+
+    def fetch_offsets(self, req: RequestReceived) -> Data:
+        b = req.body
+        g = self.group(b.group_id, create=False)
+        offsets = g.offsets if g is not None else {}
+        if b.topics is None:
+            names: dict[str, list[int]] = {}
+            for (t, p) in sorted(offsets):
+                names.setdefault(t, []).append(p)
+            wanted = list(names.items())
+        else:
+            wanted = [(t.name, list(t.partition_indexes)) for t in b.topics]
+        out = []
+        for name, parts in wanted:
+            ps = []
+            for p in parts:
+                offset, meta = offsets.get((name, p), (-1, ""))
+                ps.append(Data(partition_index=p, committed_offset=offset,
+                               committed_leader_epoch=-1, metadata=meta if meta is not None else "",
+                               error_code=0))
+            out.append(Data(name=name, partitions=ps))
+        return Data(throttle_time_ms=0, topics=out, error_code=0)
+
+    # -- admin -----------------------------------------------------------------------------------
+
+    def describe(self, req: RequestReceived) -> Data:
+        out = []
+        for group_id in req.body.groups:
+            g = self.group(group_id, create=False)
+            if g is None:
+                out.append(Data(error_code=0, group_id=group_id, group_state=DEAD,
+                                protocol_type="", protocol_data="", members=[]))
+                continue
+            members = [Data(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                            client_id=m.client_id, client_host=m.client_host,
+                            member_metadata=m.metadata_for(g.protocol_name) if g.state == STABLE else b"",
+                            member_assignment=m.assignment if g.state == STABLE else b"")
+                       for m in g.members.values()]
+            out.append(Data(error_code=0, group_id=group_id, group_state=g.state,
+                            protocol_type=g.protocol_type or "",
+                            protocol_data=(g.protocol_name or "") if g.state == STABLE else "",
+                            members=members))
+        return Data(throttle_time_ms=0, groups=out)
+
+    def list_groups(self, req: RequestReceived) -> Data:
+        ids = set(self.groups) | set(self.stored_group_ids())
+        states = set(req.body.states_filter or [])
+        out = []
+        for group_id in sorted(ids):
+            g = self.group(group_id, create=False)
+            state = g.state if g is not None else EMPTY
+            if states and state not in states:
+                continue
+            out.append(Data(group_id=group_id, protocol_type=(g.protocol_type if g else None) or "consumer",
+                            group_state=state))
+        return Data(throttle_time_ms=0, error_code=0, groups=out)
+
+    async def delete(self, req: RequestReceived) -> Data:
+        out = []
+        for group_id in req.body.groups_names:
+            g = self.group(group_id, create=False)
+            if g is None:
+                out.append(Data(group_id=group_id, error_code=ErrorCode.GROUP_ID_NOT_FOUND))
+                continue
+            if g.members:
+                out.append(Data(group_id=group_id, error_code=ErrorCode.NON_EMPTY_GROUP))
+                continue
+            for topic, partition in list(g.offsets):
+                try:
+                    plog = await self.h.topics.log(topic, partition, create=False)
+                    await plog.topic.unsubscribe(group_id)
+                except Exception as exc:
+                    log.debug("kafka group %s: subscription on %s-%d not removed: %s",
+                              group_id, topic, partition, exc)
+            try:
+                self.h.broker.metadata.delete(self._path(group_id))
+            except Exception:
+                pass
+            self.groups.pop(group_id, None)
+            out.append(Data(group_id=group_id, error_code=0))
+        return Data(throttle_time_ms=0, results=out)
+
+
+def _join_error(code: int, member_id: str) -> Data:
+    return Data(throttle_time_ms=0, error_code=code, generation_id=-1, protocol_type=None,
+                protocol_name=None, leader="", skip_assignment=False, member_id=member_id,
+                members=[])
+
+
+def _sync(code: int, protocol_type: str | None = None, protocol_name: str | None = None,
+          assignment: bytes = b"") -> Data:
+    return Data(throttle_time_ms=0, error_code=code, protocol_type=protocol_type,
+                protocol_name=protocol_name, assignment=assignment)

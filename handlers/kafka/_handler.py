@@ -1,0 +1,146 @@
+"""The Kafka protocol plugin: listens on ``kafkaListeners`` and runs one
+:class:`KafkaSession` per connection; owns what outlives a connection (partition logs,
+the group and transaction coordinators)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import trio
+
+from handlers.kafka import _admin, _fetch, _produce
+from handlers.kafka._codec import DEFAULT_MAX_REQUEST_SIZE, Data, RequestReceived
+from handlers.kafka._group import GroupCoordinator
+from handlers.kafka._session import KafkaSession
+from handlers.kafka._topics import KafkaTopics
+from handlers.kafka._txn import TxnCoordinator
+
+__all__ = ["KafkaProtocolHandler"]
+
+log = logging.getLogger(__name__)
+
+_LISTENER = re.compile(r"^(?P<scheme>[A-Za-z0-9_]+)://(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:]*)):(?P<port>\d+)$")
+
+Result = Data | Callable[[], Awaitable[Data | None]] | None
+
+
+def _parse_listener(item: Any) -> tuple[str, str, int]:
+    if hasattr(item, "scheme") and hasattr(item, "port"):
+        return str(item.scheme), str(item.host), int(item.port)
+    m = _LISTENER.match(str(item).strip())
+    if m is None:
+        raise ValueError(f"kafkaListeners: {item!r} is not scheme://host:port")
+    host = m.group("v6") if m.group("v6") is not None else m.group("host")
+    return m.group("scheme"), host, int(m.group("port"))
+
+
+class KafkaProtocolHandler:
+    name = "kafka"
+
+    def __init__(self, config: Any, broker: Any):
+        self.config = config
+        self.broker = broker
+        self.topics = KafkaTopics(broker, str(config.get("kafkaTenant") or "public"),
+                                  str(config.get("kafkaNamespace") or "default"))
+        self.groups = GroupCoordinator(self)
+        self.txns = TxnCoordinator(self)
+        self.node_id = 0
+        self.cluster_id = str(broker.cluster)
+        self.advertised_host = "127.0.0.1"
+        self.advertised_port = 9092
+        self.max_message_size = int(config.get("maxMessageSize") or 5 * 1024 * 1024)
+        self.max_request_size = max(DEFAULT_MAX_REQUEST_SIZE, self.max_message_size + 1024 * 1024)
+        self.max_uncompressed_size = max(64 * 1024 * 1024, 4 * self.max_message_size)
+        self.auto_create_on_produce = True
+        self.auto_create_on_metadata = True
+        self.sessions: set[KafkaSession] = set()
+        self.addresses: list[str] = []
+        self._dispatch: dict[int, Callable[[KafkaProtocolHandler, RequestReceived], Any]] = {
+            0: _produce.handle_produce,
+            1: _fetch.handle_fetch,
+            2: _fetch.handle_list_offsets,
+            3: _admin.handle_metadata,
+            8: lambda h, r: h.groups.commit(r),
+            9: lambda h, r: h.groups.fetch_offsets(r),
+            10: _admin.handle_find_coordinator,
+            11: lambda h, r: partial(h.groups.join, r),
+            12: lambda h, r: h.groups.heartbeat(r),
+            13: lambda h, r: h.groups.leave(r),
+            14: lambda h, r: partial(h.groups.sync, r),
+            15: lambda h, r: h.groups.describe(r),
+            16: lambda h, r: h.groups.list_groups(r),
+            18: _admin.handle_api_versions,
+            19: _admin.handle_create_topics,
+            20: _admin.handle_delete_topics,
+            21: _admin.handle_delete_records,
+            22: lambda h, r: h.txns.init_producer_id(r),
+            24: lambda h, r: h.txns.add_partitions(r),
+            25: lambda h, r: h.txns.add_offsets(r),
+            26: lambda h, r: partial(h.txns.end_txn, r),
+            28: lambda h, r: h.txns.txn_offset_commit(r),
+            32: _admin.handle_describe_configs,
+            37: _admin.handle_create_partitions,
+            42: lambda h, r: partial(h.groups.delete, r),
+            60: _admin.handle_describe_cluster,
+        }
+
+    def broker_entry(self) -> Data:
+        return Data(node_id=self.node_id, host=self.advertised_host, port=self.advertised_port,
+                    rack=None)
+
+    async def dispatch(self, req: RequestReceived) -> Result:
+        """Handle one request: a response body, a deferred producing one, or None (no
+        response: acks=0)."""
+        result = self._dispatch[req.api_key](self, req)
+        if isinstance(result, Awaitable):
+            result = await result
+        return result  # type: ignore[no-any-return]
+
+    async def serve(self, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        raw = self.config.get("kafkaListeners") or ["PLAINTEXT://127.0.0.1:9092"]
+        if isinstance(raw, str):
+            raw = [x for x in raw.split(",") if x.strip()]
+        listeners: list[trio.SocketListener] = []
+        bound: list[tuple[str, str, int]] = []
+        for item in raw:
+            scheme, host, port = _parse_listener(item)
+            opened = await trio.open_tcp_listeners(port, host=host or None)
+            listeners.extend(opened)
+            bound.append((scheme, host or "0.0.0.0", opened[0].socket.getsockname()[1]))
+        advertised = self.config.get("kafkaAdvertisedListeners") or []
+        if isinstance(advertised, str):
+            advertised = [x for x in advertised.split(",") if x.strip()]
+        if advertised:
+            _, host, port = _parse_listener(advertised[0])
+            self.advertised_host = host
+            self.advertised_port = port or bound[0][2]
+        else:
+            host = bound[0][1]
+            if host in ("0.0.0.0", "::", ""):
+                host = str(self.config.get("advertisedAddress") or "127.0.0.1")
+            self.advertised_host = host
+            self.advertised_port = bound[0][2]
+        self.addresses = [f"{s}://{h}:{p}" for s, h, p in bound]
+        log.info("kafka listening on %s (advertised %s:%d)", ", ".join(self.addresses),
+                 self.advertised_host, self.advertised_port)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.groups.run)
+            nursery.start_soon(self.txns.run)
+            await nursery.start(partial(trio.serve_listeners, self._connection, listeners))
+            task_status.started(list(self.addresses))
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        session = KafkaSession(self, stream)
+        self.sessions.add(session)
+        try:
+            await session.run()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
+            log.debug("kafka connection ended: %s", exc)
+        except Exception:
+            log.exception("kafka connection failed")
+        finally:
+            self.sessions.discard(session)

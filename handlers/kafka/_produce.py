@@ -1,0 +1,204 @@
+"""Produce (API key 0): record batches in, one entry per batch, offsets out.
+
+Everything up to handing the entries to their topics runs in request order on the
+connection's reader, so pipelined produce requests land in the order they were sent; the
+wait for durability (acks 1 and all: the entry is acknowledged once the ledger's ack
+quorum has it, which is Kafka's "all in-sync replicas") runs beside it. acks=0 gets no
+response, as in Kafka.
+
+Idempotence (KIP-98): per partition and producer id, the epoch and the last sequence are
+kept. A batch continuing the sequence is stored; a retry of one of the last five batches is
+answered with the offset the original got, without storing it again; anything else is
+OUT_OF_ORDER_SEQUENCE_NUMBER, and an older epoch INVALID_PRODUCER_EPOCH. Transactional
+batches are staged by the transaction coordinator and written when the transaction commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from core.broker import NamespaceNotFoundError, TopicNotFoundError
+from core.naming import InvalidNameError
+from core.topic import PublishResult
+from handlers.kafka import _mapping
+from handlers.kafka._codec import Data, RequestReceived
+from handlers.kafka._errors import ErrorCode, RemoteProtocolError
+from handlers.kafka._records import RecordBatch, decode_batches
+from handlers.kafka._topics import PartitionLog, ProducerState
+
+if TYPE_CHECKING:
+    from handlers.kafka._handler import KafkaProtocolHandler
+
+__all__ = ["handle_produce", "topic_error", "Pending"]
+
+log = logging.getLogger(__name__)
+
+RECENT_BATCHES = 5
+SEQUENCE_MOD = 1 << 31
+
+
+def topic_error(exc: BaseException) -> int:
+    match exc:
+        case InvalidNameError():
+            return ErrorCode.INVALID_TOPIC_EXCEPTION
+        case TopicNotFoundError() | NamespaceNotFoundError():
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        case RemoteProtocolError():
+            return exc.code
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class Pending:
+    """The outcome of one stored batch: its base offset or an error code, once known."""
+
+    __slots__ = ("event", "base_offset", "error")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.base_offset = -1
+        self.error = 0
+
+    def done(self, base_offset: int, error: int = 0) -> None:
+        self.base_offset = base_offset
+        self.error = error
+        self.event.set()
+
+
+def _check_sequence(plog: PartitionLog, batch: RecordBatch) -> tuple[int, Pending | None]:
+    """(error, original) for an idempotent batch: original is set for a retried batch."""
+    pid, epoch = batch.producer_id, batch.producer_epoch
+    first, last = batch.base_sequence, batch.last_sequence
+    st = plog.producers.get(pid)
+    if st is None:
+        plog.producers[pid] = ProducerState(epoch, (first - 1) % SEQUENCE_MOD)
+        return 0, None
+    if epoch < st.epoch:
+        return ErrorCode.INVALID_PRODUCER_EPOCH, None
+    if epoch > st.epoch:
+        if first != 0:
+            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None
+        st.epoch = epoch
+        st.last_sequence = -1
+        st.recent.clear()
+        return 0, None
+    original = st.recent.get((first, last))
+    if original is not None:
+        return 0, original
+    if first != (st.last_sequence + 1) % SEQUENCE_MOD:
+        return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None
+    return 0, None
+
+
+def _note_sequence(plog: PartitionLog, batch: RecordBatch, pending: Pending) -> None:
+    st = plog.producers[batch.producer_id]
+    st.last_sequence = batch.last_sequence
+    st.recent[(batch.base_sequence, batch.last_sequence)] = pending  # type: ignore[assignment]
+    while len(st.recent) > RECENT_BATCHES:
+        st.recent.popitem(last=False)
+
+
+def publish_batch(plog: PartitionLog, batch: RecordBatch, pending: Pending) -> None:
+    """Store one batch as one entry; ``pending`` completes with its base offset."""
+    n = len(batch.records)
+    entry = _mapping.entry_from_batch(
+        batch, publish_time=int(time.time() * 1000),
+        producer_name=f"kafka-{batch.producer_id}" if batch.producer_id >= 0 else "kafka",
+        sequence_id=max(batch.base_sequence, 0))
+
+    def done(result: PublishResult) -> None:
+        if result.error is not None:
+            log.warning("kafka: storing a batch on %s failed: %s", plog.key, result.error)
+            if batch.producer_id >= 0:
+                st = plog.producers.get(batch.producer_id)
+                if st is not None and st.last_sequence == batch.last_sequence:
+                    st.last_sequence = (batch.base_sequence - 1) % SEQUENCE_MOD
+                    st.recent.pop((batch.base_sequence, batch.last_sequence), None)
+            pending.done(-1, ErrorCode.NOT_ENOUGH_REPLICAS)
+            return
+        pending.done(result.index - n + 1)
+
+    plog.topic.publish(entry, n, None, 0, done)
+
+
+async def handle_produce(h: KafkaProtocolHandler, req: RequestReceived
+                         ) -> Data | Callable[[], Awaitable[Data | None]] | None:
+    body = req.body
+    acks = body.acks
+    txn_id = body.transactional_id
+    max_size = h.max_message_size
+    # (topic, partition, error, [pendings])
+    slots: list[tuple[str, int, int, list[Pending]]] = []
+    for td in body.topic_data:
+        for pd in td.partition_data:
+            error, pendings = await _produce_partition(h, td.name, pd, acks, txn_id, max_size)
+            slots.append((td.name, pd.index, error, pendings))
+    if acks == 0:
+        return None
+
+    async def finish() -> Data:
+        by_topic: dict[str, list[Data]] = {}
+        for name, index, error, pendings in slots:
+            base = -1
+            for i, p in enumerate(pendings):
+                await p.event.wait()
+                if p.error and not error:
+                    error = p.error
+                if i == 0:
+                    base = p.base_offset
+            by_topic.setdefault(name, []).append(Data(
+                index=index, error_code=error, base_offset=base if not error else -1,
+                log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                error_message=None))
+        return Data(responses=[Data(name=n, partition_responses=ps) for n, ps in by_topic.items()],
+                    throttle_time_ms=0)
+
+    return finish
+
+
+async def _produce_partition(h: KafkaProtocolHandler, topic: str, pd: Any, acks: int,
+                             txn_id: str | None, max_size: int) -> tuple[int, list[Pending]]:
+    if acks not in (0, 1, -1):
+        return ErrorCode.INVALID_REQUIRED_ACKS, []
+    records = pd.records
+    if records is None:
+        return ErrorCode.CORRUPT_MESSAGE, []
+    if len(records) > max_size:
+        return ErrorCode.MESSAGE_TOO_LARGE, []
+    try:
+        plog = await h.topics.log(topic, pd.index, create=h.auto_create_on_produce)
+        batches = decode_batches(records, max_uncompressed_size=h.max_uncompressed_size)
+    except Exception as exc:
+        return topic_error(exc), []
+    pendings: list[Pending] = []
+    for batch in batches:
+        if not batch.records:
+            continue
+        if batch.is_control:
+            return ErrorCode.INVALID_RECORD, pendings
+        if batch.is_transactional:
+            if txn_id is None:
+                return ErrorCode.INVALID_TXN_STATE, pendings
+            error, pending = h.txns.stage(txn_id, plog, batch)
+            if error:
+                return error, pendings
+            pendings.append(pending)
+            continue
+        original = None
+        if batch.producer_id >= 0:
+            error, original = _check_sequence(plog, batch)
+            if error:
+                return error, pendings
+        if original is not None:
+            pendings.append(original)
+            continue
+        pending = Pending()
+        if batch.producer_id >= 0:
+            _note_sequence(plog, batch, pending)
+        publish_batch(plog, batch, pending)
+        pendings.append(pending)
+    return 0, pendings

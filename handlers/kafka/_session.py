@@ -1,0 +1,131 @@
+"""The Kafka session: the trio driver between one client socket and the handler.
+
+The reader feeds the sans-IO codec and handles each request in arrival order. A request
+that waits on something outside the connection (a produce waiting for durability, a
+fetch long poll, a JoinGroup or SyncGroup waiting for the rest of the group) does the
+order-sensitive part inline (a produce hands its entries to the topics right away) and
+waits in a task of its own, so the connection keeps reading. Kafka requires responses in
+request order: each request takes a slot in a queue, the writer sends slots from the
+head as they fill. At most :data:`MAX_IN_FLIGHT` requests are open per connection; past
+that the reader stops reading, which is the back-pressure a client sees.
+
+A frame whose size prefix is negative or too large, or whose body does not decode, ends
+the connection (after nothing is allocated for it); an unknown API key or version is
+answered UNSUPPORTED_VERSION.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from handlers.kafka._codec import (
+    NEED_DATA,
+    Data,
+    KafkaConnection,
+    RequestReceived,
+    UnsupportedRequest,
+)
+from handlers.kafka._errors import RemoteProtocolError
+
+if TYPE_CHECKING:
+    from handlers.kafka._handler import KafkaProtocolHandler
+
+__all__ = ["KafkaSession", "MAX_IN_FLIGHT"]
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 65536
+MAX_IN_FLIGHT = 256
+
+
+class _Slot:
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | None = None):
+        self.data = data
+
+
+class KafkaSession:
+    def __init__(self, handler: KafkaProtocolHandler, stream: trio.abc.Stream):
+        self.handler = handler
+        self.stream = stream
+        self.codec = KafkaConnection(max_request_size=handler.max_request_size)
+        self._slots: deque[_Slot] = deque()
+        self._ready = trio.Event()
+        self._room = trio.Semaphore(MAX_IN_FLIGHT)
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                await self._reader()
+                nursery.cancel_scope.cancel()
+        finally:
+            await trio.aclose_forcefully(self.stream)
+
+    async def _reader(self) -> None:
+        while True:
+            data = await self.stream.receive_some(READ_SIZE)
+            if not data:
+                return
+            self.codec.receive_data(data)
+            while True:
+                try:
+                    event = self.codec.next_event()
+                except RemoteProtocolError as exc:
+                    log.info("kafka: closing connection: %s", exc)
+                    return
+                if event is NEED_DATA:
+                    break
+                await self._room.acquire()
+                if isinstance(event, UnsupportedRequest):
+                    log.debug("kafka: unsupported api %d v%d", event.api_key, event.api_version)
+                    self._push(_Slot(self.codec.unsupported_response(event)))
+                    continue
+                await self._handle(event)
+
+    async def _handle(self, req: RequestReceived) -> None:
+        result = await self.handler.dispatch(req)
+        if result is None:
+            self._room.release()
+            return
+        if isinstance(result, Data):
+            self._push(_Slot(self.codec.send_response(req, result)))
+            return
+        slot = _Slot()
+        self._slots.append(slot)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._complete, req, slot, result)
+
+    async def _complete(self, req: RequestReceived, slot: _Slot,
+                        deferred: Callable[[], Awaitable[Data | None]]) -> None:
+        body = await deferred()
+        if body is None:
+            slot.data = b""
+        else:
+            slot.data = self.codec.send_response(req, body)
+        self._ready.set()
+
+    def _push(self, slot: _Slot) -> None:
+        self._slots.append(slot)
+        self._ready.set()
+
+    async def _writer(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready = trio.Event()
+            out: list[bytes] = []
+            slots = self._slots
+            while slots and slots[0].data is not None:
+                out.append(slots.popleft().data)  # type: ignore[arg-type]
+                self._room.release()
+            if out:
+                await self.stream.send_all(b"".join(out))
+

@@ -1,0 +1,289 @@
+"""Kafka topics and partitions over Magnetar topics.
+
+A Kafka topic ``t`` is the partitioned topic ``persistent://{kafkaTenant}/{kafkaNamespace}/t``
+and its partition N the topic ``t-partition-N``; a fully qualified name is accepted as
+is. A Pulsar topic that is not partitioned shows to Kafka clients as one partition (0).
+
+:class:`PartitionLog` is the Kafka view of one partition: offsets are broker indexes
+(the high watermark is the managed ledger's next index, the log start the first index
+still stored, raised by DeleteRecords), and reads go offset → position through the
+native offset index, remembering where the previous read ended so that a consumer
+reading on does not search again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from core.broker import BrokerService, TopicNotFoundError
+from core.naming import InvalidNameError, TopicName
+from core.storage import Entry, Position
+from core.topic import PersistentTopic
+from handlers.kafka import _mapping
+
+__all__ = ["KafkaTopics", "PartitionLog", "ProducerState", "BatchCache"]
+
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+MAX_HINTS = 64
+READ_CHUNK = 64
+LOG_START_REFRESH_S = 1.0
+
+
+class BatchCache:
+    """Encoded record batches by entry position, bounded in bytes (consumers reading the
+    same data, or re-reading after a rebalance, are served without re-encoding)."""
+
+    def __init__(self, max_bytes: int = 32 * 1024 * 1024):
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._items: OrderedDict[tuple[str, Position], bytes] = OrderedDict()
+
+    def get(self, key: tuple[str, Position]) -> bytes | None:
+        v = self._items.get(key)
+        if v is not None:
+            self._items.move_to_end(key)
+        return v
+
+    def put(self, key: tuple[str, Position], value: bytes) -> None:
+        if len(value) > self.max_bytes // 4:
+            return
+        old = self._items.pop(key, None)
+        if old is not None:
+            self.size -= len(old)
+        self._items[key] = value
+        self.size += len(value)
+        while self.size > self.max_bytes:
+            _, v = self._items.popitem(last=False)
+            self.size -= len(v)
+
+
+@dataclass
+class ProducerState:
+    """Idempotent-producer state of one producer id on one partition: its epoch, the
+    last sequence accepted and the last few batches (for answering retries)."""
+
+    epoch: int
+    last_sequence: int
+    # (first sequence, last sequence) -> base offset (None while being stored)
+    recent: OrderedDict[tuple[int, int], int | None] = field(default_factory=OrderedDict)
+
+
+class PartitionLog:
+    def __init__(self, kafka_topic: str, partition: int, topic: PersistentTopic, owner: KafkaTopics):
+        self.kafka_topic = kafka_topic
+        self.partition = partition
+        self.topic = topic
+        self.owner = owner
+        self.key = str(topic.name)
+        self.hints: OrderedDict[int, Position] = OrderedDict()
+        self.producers: dict[int, ProducerState] = {}
+        self._log_start = 0
+        self._log_start_at = 0.0
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def high_watermark(self) -> int:
+        return int(self.topic.ml.stats()["next_index"])
+
+    def deleted_before(self) -> int:
+        got = self.owner.broker.metadata.get(self.owner.log_start_path(self.topic.name))
+        return int(json.loads(got[0])) if got else 0
+
+    def log_start_offset(self, *, fresh: bool = False) -> int:
+        now = time.monotonic()
+        if fresh or now - self._log_start_at > LOG_START_REFRESH_S:
+            first = None
+            for info in self.topic.ml.ledgers():
+                if int(info.get("entries", 0)) > 0:
+                    first = int(info["firstIndex"])
+                    break
+            start = self.high_watermark() if first is None else first
+            self._log_start = max(start, min(self.deleted_before(), self.high_watermark()))
+            self._log_start_at = now
+        return self._log_start
+
+    def remember(self, offset: int, position: Position) -> None:
+        self.hints[offset] = position
+        self.hints.move_to_end(offset)
+        while len(self.hints) > MAX_HINTS:
+            self.hints.popitem(last=False)
+
+    async def position_of(self, offset: int) -> Position | None:
+        pos = self.hints.get(offset)
+        if pos is not None:
+            return pos
+        return await self.topic.ml.find_by_index(offset)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def read(self, offset: int, max_bytes: int, high_watermark: int) -> bytes:
+        """Record batches from the one holding ``offset`` on, about ``max_bytes`` of them
+        (at least one batch when any is there)."""
+        if offset >= high_watermark:
+            return b""
+        pos = await self.position_of(offset)
+        if pos is None:
+            return b""
+        out: list[bytes] = []
+        size = 0
+        retried = False
+        while size < max_bytes:
+            entries = await self.topic.ml.read_entries(pos, READ_CHUNK)
+            if not entries:
+                if not out and not retried:
+                    # The remembered position was past a ledger's end: search instead.
+                    self.hints.pop(offset, None)
+                    found = await self.topic.ml.find_by_index(offset)
+                    retried = True
+                    if found is None or found == pos:
+                        break
+                    pos = found
+                    continue
+                break
+            last: Entry | None = None
+            full = False
+            for e in entries:
+                if e.index >= offset:
+                    batch = self._batch(e)
+                    if out and size + len(batch) > max_bytes:
+                        full = True
+                        break
+                    out.append(batch)
+                    size += len(batch)
+                last = e
+                if size >= max_bytes:
+                    full = True
+                    break
+            if last is None:
+                break
+            pos = Position(last.position.ledger_id, last.position.entry_id + 1)
+            offset = last.index + 1
+            self.remember(offset, pos)
+            if full or offset >= high_watermark:
+                break
+        return b"".join(out)
+
+    def _batch(self, e: Entry) -> bytes:
+        key = (self.key, e.position)
+        cache = self.owner.cache
+        got = cache.get(key)
+        if got is None:
+            got = _mapping.batch_from_entry(e.data, index=e.index, num_messages=e.num_messages,
+                                            publish_time=e.publish_time)
+            cache.put(key, got)
+        return got
+
+
+class KafkaTopics:
+    """Resolves Kafka topic names and keeps one :class:`PartitionLog` per open partition."""
+
+    def __init__(self, broker: BrokerService, tenant: str, namespace: str):
+        self.broker = broker
+        self.tenant = tenant
+        self.namespace = namespace
+        self.logs: dict[str, PartitionLog] = {}
+        self.cache = BatchCache()
+
+    def topic_name(self, kafka_name: str) -> TopicName:
+        """The Magnetar topic of a Kafka topic name (InvalidNameError if illegal)."""
+        if "://" in kafka_name or "/" in kafka_name:
+            return TopicName.parse(kafka_name)
+        if not kafka_name or len(kafka_name) > MAX_TOPIC_NAME or not _LEGAL.match(kafka_name) \
+                or kafka_name in (".", ".."):
+            raise InvalidNameError(f"Invalid Kafka topic name {kafka_name!r}")
+        return TopicName("persistent", self.tenant, self.namespace, kafka_name)
+
+    def kafka_name(self, name: TopicName) -> str:
+        if name.tenant == self.tenant and name.namespace == self.namespace and name.persistent:
+            return name.local_name
+        return str(name)
+
+    @staticmethod
+    def log_start_path(name: TopicName) -> str:
+        return f"/kafka/log-start/{name.storage_name}"
+
+    def partition_count(self, name: TopicName) -> int:
+        """Partitions of an existing topic; 0 when it does not exist."""
+        n = self.broker.policies.partitions(name)
+        if n:
+            return n
+        if str(name) in self.broker.topics or self.broker._ml_exists(name):
+            return 1
+        return 0
+
+    def auto_create_allowed(self, name: TopicName) -> bool:
+        pol = self.broker.namespace_policies(name.namespace_name)
+        allowed, _, _ = self.broker._auto_create(pol)
+        return bool(allowed)
+
+    def default_partitions(self, name: TopicName) -> int:
+        pol = self.broker.namespace_policies(name.namespace_name)
+        _, _, count = self.broker._auto_create(pol)
+        return max(1, int(count))
+
+    def create(self, name: TopicName, partitions: int) -> None:
+        self.broker.policies.create_partitioned(name, partitions)
+
+    async def ensure(self, kafka_name: str, *, create: bool) -> tuple[TopicName, int]:
+        """(topic name, partition count); creates the topic when allowed and asked to."""
+        name = self.topic_name(kafka_name)
+        n = self.partition_count(name)
+        if n == 0 and create and self.auto_create_allowed(name):
+            try:
+                self.create(name, self.default_partitions(name))
+            except Exception:
+                pass
+            n = self.partition_count(name)
+        return name, n
+
+    def partition_name(self, name: TopicName, partition: int) -> TopicName:
+        if self.broker.policies.partitions(name):
+            return name.partition(partition)
+        return name
+
+    def cached_log(self, kafka_name: str, partition: int) -> PartitionLog | None:
+        log = self.logs.get(f"{kafka_name}\x00{partition}")
+        if log is not None and log.topic is self.broker.topics.get(log.key):
+            return log
+        return None
+
+    async def log(self, kafka_name: str, partition: int, *, create: bool = True) -> PartitionLog:
+        """The partition's log; TopicNotFoundError when the topic or partition is unknown."""
+        log = self.cached_log(kafka_name, partition)
+        if log is not None:
+            return log
+        name, n = await self.ensure(kafka_name, create=create)
+        if not 0 <= partition < n:
+            raise TopicNotFoundError(f"{kafka_name}-{partition} does not exist")
+        topic = await self.broker.get_topic(self.partition_name(name, partition))
+        log = PartitionLog(kafka_name, partition, topic, self)
+        old = self.logs.get(f"{kafka_name}\x00{partition}")
+        if old is not None:
+            log.producers = old.producers
+        self.logs[f"{kafka_name}\x00{partition}"] = log
+        return log
+
+    def all_topics(self) -> list[TopicName]:
+        """Every topic of the Kafka namespace, partitioned topics once."""
+        from core.naming import NamespaceName
+        ns = NamespaceName(self.tenant, self.namespace)
+        found: dict[str, TopicName] = {}
+        for base in self.broker.policies.partitioned_topics(ns):
+            t = TopicName.parse(base)
+            found[str(t)] = t
+        for full in self.broker.topics_of_namespace(ns):
+            t = TopicName.parse(full)
+            if t.partition_index >= 0 and str(t.partitioned_topic) in found:
+                continue
+            found.setdefault(str(t), t)
+        return [found[k] for k in sorted(found)]
+
+    def forget(self, kafka_name: str) -> None:
+        for key in [k for k in self.logs if k.split("\x00", 1)[0] == kafka_name]:
+            del self.logs[key]
+

@@ -1,0 +1,245 @@
+"""Theory of operation: producer ids and transactions.
+
+InitProducerId hands out producer ids from a counter kept in the metadata store (taken in
+blocks, so ids stay unique across restarts). A transactional id keeps its producer id;
+each InitProducerId for it bumps the epoch, which fences the previous producer and
+aborts whatever it left open.
+
+A transaction's batches are *staged* here, not written: the produce request is answered
+at once, and on EndTxn(commit) the staged batches are appended to their partitions in
+the order they were produced and the staged offset commits applied; on abort (or when the
+transaction times out) they are dropped. So the log holds committed data only: a
+read_committed consumer never sees an aborted record and sees committed ones in order,
+and a Pulsar consumer of the same topic sees the same. What one transaction may stage is
+bounded (:data:`MAX_TXN_BYTES`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import trio
+
+from handlers.kafka._codec import Data, RequestReceived
+from handlers.kafka._errors import ErrorCode
+from handlers.kafka._produce import Pending, publish_batch
+from handlers.kafka._records import RecordBatch
+from handlers.kafka._topics import PartitionLog
+
+if TYPE_CHECKING:
+    from handlers.kafka._handler import KafkaProtocolHandler
+
+__all__ = ["TxnCoordinator", "MAX_TXN_BYTES"]
+
+log = logging.getLogger(__name__)
+
+MAX_TXN_BYTES = 256 * 1024 * 1024
+PRODUCER_ID_BLOCK = 1000
+PRODUCER_ID_PATH = "/kafka/producer-id-block"
+TXN_PATH = "/kafka/transactions"
+MAX_TXN_TIMEOUT_MS = 900_000
+TICK_S = 0.5
+
+EMPTY = "Empty"
+ONGOING = "Ongoing"
+
+
+@dataclass(eq=False)
+class Txn:
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    timeout: float
+    state: str = EMPTY
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
+    staged: list[tuple[PartitionLog, RecordBatch]] = field(default_factory=list)
+    offsets: list[tuple[str, list[Any]]] = field(default_factory=list)
+    staged_bytes: int = 0
+    deadline: float = 0.0
+
+    def reset(self) -> None:
+        self.state = EMPTY
+        self.partitions.clear()
+        self.groups.clear()
+        self.staged.clear()
+        self.offsets.clear()
+        self.staged_bytes = 0
+        self.deadline = 0.0
+
+
+class TxnCoordinator:
+    def __init__(self, handler: KafkaProtocolHandler):
+        self.h = handler
+        self.txns: dict[str, Txn] = {}
+        self._next_id = 0
+        self._block_end = 0
+
+    async def run(self) -> None:
+        """Abort transactions that outlive their timeout, until cancelled."""
+        while True:
+            await trio.sleep(TICK_S)
+            now = trio.current_time()
+            for txn in list(self.txns.values()):
+                if txn.state == ONGOING and txn.deadline and now >= txn.deadline:
+                    log.info("kafka: transaction %s timed out: aborted", txn.transactional_id)
+                    txn.epoch += 1
+                    self._save(txn)
+                    txn.reset()
+
+    # -- producer ids ----------------------------------------------------------------------------
+
+    def next_producer_id(self) -> int:
+        if self._next_id >= self._block_end:
+            md = self.h.broker.metadata
+            got = md.get(PRODUCER_ID_PATH)
+            start = int(json.loads(got[0])) if got else 0
+            md.put(PRODUCER_ID_PATH, json.dumps(start + PRODUCER_ID_BLOCK).encode())
+            self._next_id, self._block_end = start, start + PRODUCER_ID_BLOCK
+        pid = self._next_id
+        self._next_id += 1
+        return pid
+
+    def _path(self, tid: str) -> str:
+        return f"{TXN_PATH}/{quote(tid, safe='')}"
+
+    def _save(self, txn: Txn) -> None:
+        self.h.broker.metadata.put(self._path(txn.transactional_id), json.dumps(
+            {"producer_id": txn.producer_id, "epoch": txn.epoch}).encode())
+
+    def _load(self, tid: str, timeout: float) -> Txn | None:
+        txn = self.txns.get(tid)
+        if txn is not None:
+            return txn
+        got = self.h.broker.metadata.get(self._path(tid))
+        if got is None:
+            return None
+        doc = json.loads(got[0])
+        txn = self.txns[tid] = Txn(tid, int(doc["producer_id"]), int(doc["epoch"]), timeout)
+        return txn
+
+    def init_producer_id(self, req: RequestReceived) -> Data:
+        b = req.body
+        tid = b.transactional_id
+        if tid is None:
+            return Data(throttle_time_ms=0, error_code=0, producer_id=self.next_producer_id(),
+                        producer_epoch=0)
+        if not 0 < b.transaction_timeout_ms <= MAX_TXN_TIMEOUT_MS:
+            return Data(throttle_time_ms=0, error_code=ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+                        producer_id=-1, producer_epoch=-1)
+        timeout = b.transaction_timeout_ms / 1000.0
+        txn = self._load(tid, timeout)
+        if txn is None:
+            txn = self.txns[tid] = Txn(tid, self.next_producer_id(), 0, timeout)
+        else:
+            if txn.state == ONGOING:
+                log.info("kafka: transaction %s aborted by a new producer epoch", tid)
+            txn.reset()
+            txn.timeout = timeout
+            txn.epoch += 1
+            if txn.epoch >= 0x7FFF:
+                txn.producer_id = self.next_producer_id()
+                txn.epoch = 0
+        self._save(txn)
+        return Data(throttle_time_ms=0, error_code=0, producer_id=txn.producer_id,
+                    producer_epoch=txn.epoch)
+
+    def _check(self, tid: str, producer_id: int, epoch: int) -> tuple[int, Txn | None]:
+        txn = self._load(tid, 60.0)
+        if txn is None or txn.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, None
+        if epoch != txn.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH, None
+        return 0, txn
+
+    def _begin(self, txn: Txn) -> None:
+        if txn.state == EMPTY:
+            txn.state = ONGOING
+            txn.deadline = trio.current_time() + txn.timeout
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def add_partitions(self, req: RequestReceived) -> Data:
+        b = req.body
+        error, txn = self._check(b.transactional_id, b.producer_id, b.producer_epoch)
+        results = []
+        for t in b.topics:
+            parts = []
+            for p in t.partitions:
+                code = error
+                if not code:
+                    try:
+                        await self.h.topics.log(t.name, p, create=self.h.auto_create_on_produce)
+                        assert txn is not None
+                        self._begin(txn)
+                        txn.partitions.add((t.name, p))
+                    except Exception:
+                        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                parts.append(Data(partition_index=p, error_code=code))
+            results.append(Data(name=t.name, results=parts))
+        return Data(throttle_time_ms=0, results=results)
+
+    def add_offsets(self, req: RequestReceived) -> Data:
+        b = req.body
+        error, txn = self._check(b.transactional_id, b.producer_id, b.producer_epoch)
+        if txn is not None:
+            self._begin(txn)
+            txn.groups.add(b.group_id)
+        return Data(throttle_time_ms=0, error_code=error)
+
+    def txn_offset_commit(self, req: RequestReceived) -> Data:
+        b = req.body
+        error, txn = self._check(b.transactional_id, b.producer_id, b.producer_epoch)
+        if txn is not None and b.group_id not in txn.groups:
+            error = ErrorCode.INVALID_TXN_STATE
+        if not error and txn is not None:
+            txn.offsets.append((b.group_id, list(b.topics)))
+        return Data(throttle_time_ms=0, topics=[
+            Data(name=t.name, partitions=[Data(partition_index=p.partition_index, error_code=error)
+                                          for p in t.partitions]) for t in b.topics])
+
+    def stage(self, tid: str, plog: PartitionLog, batch: RecordBatch) -> tuple[int, Pending]:
+        pending = Pending()
+        error, txn = self._check(tid, batch.producer_id, batch.producer_epoch)
+        if txn is None:
+            return error, pending
+        if (plog.kafka_topic, plog.partition) not in txn.partitions:
+            return ErrorCode.INVALID_TXN_STATE, pending
+        if txn.staged_bytes + batch.size > MAX_TXN_BYTES:
+            return ErrorCode.RECORD_LIST_TOO_LARGE, pending
+        txn.staged.append((plog, batch))
+        txn.staged_bytes += batch.size
+        pending.done(-1)
+        return 0, pending
+
+    async def end_txn(self, req: RequestReceived) -> Data:
+        b = req.body
+        error, txn = self._check(b.transactional_id, b.producer_id, b.producer_epoch)
+        if txn is None:
+            return Data(throttle_time_ms=0, error_code=error)
+        if txn.state != ONGOING:
+            # Ending an empty transaction is allowed; ending twice answers as Kafka does.
+            return Data(throttle_time_ms=0, error_code=0)
+        if not b.committed:
+            txn.reset()
+            return Data(throttle_time_ms=0, error_code=0)
+        staged, offsets = list(txn.staged), list(txn.offsets)
+        txn.reset()
+        pendings = []
+        for plog, batch in staged:
+            p = Pending()
+            publish_batch(plog, batch, p)
+            pendings.append(p)
+        failed = 0
+        for p in pendings:
+            await p.event.wait()
+            failed = failed or p.error
+        if failed:
+            return Data(throttle_time_ms=0, error_code=ErrorCode.UNKNOWN_SERVER_ERROR)
+        for group_id, topics in offsets:
+            await self.h.groups.store_offsets(group_id, topics, 0)
+        return Data(throttle_time_ms=0, error_code=0)
