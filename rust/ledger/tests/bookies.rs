@@ -1,0 +1,301 @@
+//! The ledger client against real bookie servers started in-process on port 0.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, ClientError, JournalConfig};
+use magnetar_ledger::entry;
+use magnetar_ledger::metadata::ledger_path;
+use magnetar_ledger::quorum::write_set;
+use magnetar_ledger::{BookKeeper, ClientConfig, LedgerError, LedgerMetadata, LedgerState};
+use magnetar_meta::{MemStore, MetadataStore};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on any one step of a test that could otherwise wait forever.
+const STEP: Duration = Duration::from_secs(60);
+
+async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(STEP, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what} did not finish within {STEP:?}"),
+    }
+}
+
+struct Cluster {
+    store: Arc<MemStore>,
+    servers: Vec<Option<BookieServer>>,
+    addrs: Vec<String>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Cluster {
+    async fn start(n: usize) -> Cluster {
+        let store = Arc::new(MemStore::default());
+        let mut servers = Vec::new();
+        let mut addrs = Vec::new();
+        let mut dirs = Vec::new();
+        for _ in 0..n {
+            let dir = tempfile::tempdir().unwrap();
+            let config = BookieConfig {
+                data_dir: dir.path().to_path_buf(),
+                bind: "127.0.0.1:0".parse().unwrap(),
+                journal: JournalConfig::default(),
+            };
+            let server = BookieServer::start(config).await.unwrap();
+            let addr = server.local_addr().to_string();
+            store.put(&format!("/ledgers/available/{addr}"), b"", None).unwrap();
+            servers.push(Some(server));
+            addrs.push(addr);
+            dirs.push(dir);
+        }
+        Cluster { store, servers, addrs, _dirs: dirs }
+    }
+
+    fn client(&self) -> BookKeeper {
+        let config = ClientConfig { request_timeout: TIMEOUT, ..ClientConfig::default() };
+        BookKeeper::new(self.store.clone(), config)
+    }
+
+    fn metadata(&self, id: u64) -> LedgerMetadata {
+        let (bytes, _) = self.store.get(&ledger_path(id)).unwrap().unwrap();
+        LedgerMetadata::from_json("/", &bytes).unwrap()
+    }
+
+    /// Stop the bookie at `addr`: cleanly, or as a crash (no more writes, connections cut).
+    async fn stop(&mut self, addr: &str, crash: bool) {
+        let i = self.addrs.iter().position(|a| a == addr).unwrap();
+        let server = self.servers[i].take().unwrap();
+        if crash {
+            drop(server);
+        } else {
+            bounded("bookie shutdown", server.shutdown()).await.unwrap();
+        }
+    }
+
+    async fn shutdown(mut self) {
+        for server in self.servers.iter_mut().filter_map(Option::take) {
+            bounded("bookie shutdown", server.shutdown()).await.unwrap();
+        }
+    }
+}
+
+fn payload(i: u64) -> Bytes {
+    Bytes::from(format!("payload-{i}-{}", "x".repeat((i % 7) as usize)))
+}
+
+fn expected(range: std::ops::Range<u64>) -> Vec<(u64, Bytes)> {
+    range.map(|i| (i, payload(i))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trip_on_one_bookie() {
+    let cluster = Cluster::start(1).await;
+    let bk = cluster.client();
+    let lh = bk.create_ledger(1, 1, 1, BTreeMap::new()).await.unwrap();
+    assert_eq!(lh.add_entry(payload(0)).await.unwrap(), 0);
+    let ids = lh.add_entries((1..100).map(payload).collect()).await.unwrap();
+    assert_eq!(ids, (1..100).collect::<Vec<_>>());
+    assert_eq!(lh.last_add_confirmed(), 99);
+    assert_eq!(lh.read_entries(0, 99).await.unwrap(), expected(0..100));
+    lh.close().await.unwrap();
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trip_on_three_bookies_stripes_entries() {
+    let cluster = Cluster::start(3).await;
+    let bk = cluster.client();
+    let lh = bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
+    let ids = lh.add_entries((0..60).map(payload).collect()).await.unwrap();
+    assert_eq!(ids.last(), Some(&59));
+    assert_eq!(lh.read_entries(0, 59).await.unwrap(), expected(0..60));
+    // Each bookie holds exactly the entries whose write set includes its slot.
+    let ensemble = lh.metadata().current_ensemble().to_vec();
+    for (slot, addr) in ensemble.iter().enumerate() {
+        let client = BookieClient::connect(addr, TIMEOUT).await.unwrap();
+        for e in 0..60u64 {
+            let in_write_set = write_set(e, 3, 2).any(|s| s == slot);
+            match client.read(lh.id(), e, false).await {
+                Ok(r) => {
+                    assert!(in_write_set, "bookie {slot} holds entry {e}");
+                    let decoded = entry::decode(lh.id(), e, &r.data).unwrap();
+                    assert_eq!(decoded.payload, payload(e));
+                }
+                Err(ClientError::NoEntry) => assert!(!in_write_set, "bookie {slot} lacks entry {e}"),
+                Err(other) => panic!("unexpected read error {other}"),
+            }
+        }
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_enough_bookies() {
+    let cluster = Cluster::start(2).await;
+    let err = cluster.client().create_ledger(3, 2, 2, BTreeMap::new()).await.err().unwrap();
+    assert_eq!(err.to_string(), "Not enough non-faulty bookies available");
+    assert_eq!(err, LedgerError::NotEnoughBookies);
+    cluster.shutdown().await;
+}
+
+/// Adds 200 entries in pipelined batches while a bookie of the ensemble stops after the
+/// first 50 are confirmed; every add must succeed through an ensemble change.
+async fn bookie_lost_mid_stream(crash: bool) {
+    let mut cluster = Cluster::start(4).await;
+    let bk = cluster.client();
+    let lh = bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
+    let (acked_tx, mut acked_rx) = tokio::sync::mpsc::channel::<u64>(1024);
+    let writer = {
+        let lh = lh.clone();
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for batch in 0..20u64 {
+                let ids = lh.add_entries((batch * 10..batch * 10 + 10).map(payload).collect()).await?;
+                for id in &ids {
+                    let _ = acked_tx.send(*id).await;
+                }
+                acked.extend(ids);
+            }
+            Ok::<_, LedgerError>(acked)
+        })
+    };
+    bounded("first 50 adds", async {
+        while let Some(id) = acked_rx.recv().await {
+            if id >= 49 {
+                break;
+            }
+        }
+    })
+    .await;
+    let victim = lh.metadata().current_ensemble()[0].clone();
+    cluster.stop(&victim, crash).await;
+    let acked = bounded("remaining adds", writer).await.unwrap().unwrap();
+    assert_eq!(acked, (0..200).collect::<Vec<_>>());
+    let meta = cluster.metadata(lh.id());
+    assert_eq!(meta.ensembles.len(), 2, "{meta:?}");
+    assert!(meta.ensembles[1].0 >= 50);
+    assert!(!meta.ensembles[1].1.contains(&victim));
+    // Writing goes on, and everything acknowledged reads back (falling back past the
+    // stopped bookie for the first fragment).
+    assert_eq!(lh.add_entry(payload(200)).await.unwrap(), 200);
+    assert_eq!(lh.read_entries(0, 200).await.unwrap(), expected(0..201));
+    bounded("close", lh.close()).await.unwrap();
+    let reader = cluster.client().open_ledger(lh.id(), false).await.unwrap();
+    assert_eq!(reader.read_entries(0, 200).await.unwrap(), expected(0..201));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookie_shut_down_mid_stream_changes_ensemble() {
+    bookie_lost_mid_stream(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookie_crash_mid_stream_changes_ensemble() {
+    bookie_lost_mid_stream(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_bookie_without_spare_fails_the_writer() {
+    let mut cluster = Cluster::start(3).await;
+    let bk = cluster.client();
+    let lh = bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
+    lh.add_entries((0..10).map(payload).collect()).await.unwrap();
+    let victim = lh.metadata().current_ensemble()[1].clone();
+    cluster.stop(&victim, true).await;
+    let err = bounded("adds", lh.add_entries((10..20).map(payload).collect())).await.err().unwrap();
+    assert_eq!(err, LedgerError::NotEnoughBookies);
+    assert_eq!(lh.add_entry(payload(20)).await, Err(LedgerError::NotEnoughBookies));
+    // What was confirmed stays readable and the ledger closes at it.
+    let lac = lh.last_add_confirmed();
+    assert!(lac >= 9);
+    let last = u64::try_from(lac).unwrap();
+    assert_eq!(lh.read_entries(0, last).await.unwrap(), expected(0..last + 1));
+    bounded("close", lh.close()).await.unwrap();
+    assert_eq!(cluster.metadata(lh.id()).last_entry_id, lac);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_fences_old_writer_and_recovers_unconfirmed_entries() {
+    let cluster = Cluster::start(3).await;
+    let bk = cluster.client();
+    let writer = bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
+    let id = writer.id();
+    let acked = writer.add_entries((0..20).map(payload).collect()).await.unwrap();
+    // Entries 20 and 21 reached their whole write sets, 22 one bookie, before the writer
+    // saw any of them confirmed.
+    let ensemble = writer.metadata().current_ensemble().to_vec();
+    let mut length = writer.length();
+    for e in 20u64..23 {
+        let data = payload(e);
+        length += data.len() as u64;
+        let framed = entry::encode(id, e, length, &data);
+        let copies = if e == 22 { 1 } else { 2 };
+        for slot in write_set(e, 3, 2).take(copies) {
+            let client = BookieClient::connect(&ensemble[slot], TIMEOUT).await.unwrap();
+            client.add(id, e, 19, framed.clone(), false).await.unwrap();
+        }
+    }
+    let recovering = cluster.client();
+    let reader = recovering.open_ledger(id, true).await.unwrap();
+    let meta = cluster.metadata(id);
+    assert_eq!(meta.state, LedgerState::Closed);
+    assert_eq!(meta.last_entry_id, 22);
+    assert!(meta.last_entry_id >= *acked.last().unwrap() as i64);
+    assert_eq!(meta.length, length);
+    assert_eq!(writer.add_entry(payload(99)).await, Err(LedgerError::Fenced));
+    assert_eq!(writer.add_entry(payload(100)).await, Err(LedgerError::Fenced));
+    assert_eq!(reader.read_entries(0, 22).await.unwrap(), expected(0..23));
+    // Entry 22 was re-replicated to its whole write set.
+    for slot in write_set(22, 3, 2) {
+        let client = BookieClient::connect(&ensemble[slot], TIMEOUT).await.unwrap();
+        assert!(client.read(id, 22, false).await.is_ok());
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_and_reopen() {
+    let cluster = Cluster::start(3).await;
+    let bk = cluster.client();
+    let lh = bk.create_ledger(3, 3, 2, BTreeMap::new()).await.unwrap();
+    lh.add_entries((0..25).map(payload).collect()).await.unwrap();
+    let length: u64 = (0..25).map(|i| payload(i).len() as u64).sum();
+    lh.close().await.unwrap();
+    assert_eq!(lh.add_entry(payload(25)).await, Err(LedgerError::LedgerClosed));
+    let meta = cluster.metadata(lh.id());
+    assert_eq!((meta.state, meta.last_entry_id, meta.length), (LedgerState::Closed, 24, length));
+    let other = cluster.client();
+    for recover in [false, true] {
+        let reader = other.open_ledger(lh.id(), recover).await.unwrap();
+        assert_eq!(reader.last_add_confirmed(), 24);
+        assert_eq!(reader.read_entries(0, 24).await.unwrap(), expected(0..25));
+        assert!(matches!(reader.read_entries(0, 25).await, Err(LedgerError::ReadBeyondLac { .. })));
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_removes_ledger_everywhere() {
+    let cluster = Cluster::start(3).await;
+    let bk = cluster.client();
+    let lh = bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
+    lh.add_entries((0..10).map(payload).collect()).await.unwrap();
+    lh.close().await.unwrap();
+    let ensemble = lh.metadata().current_ensemble().to_vec();
+    bk.delete_ledger(lh.id()).await.unwrap();
+    for addr in &ensemble {
+        let client = BookieClient::connect(addr, TIMEOUT).await.unwrap();
+        for e in 0..10 {
+            assert!(matches!(client.read(lh.id(), e, false).await, Err(ClientError::NoEntry | ClientError::NoLedger)));
+        }
+    }
+    assert!(cluster.store.get(&ledger_path(lh.id())).unwrap().is_none());
+    assert_eq!(bk.open_ledger(lh.id(), true).await.err(), Some(LedgerError::NoSuchLedger(lh.id())));
+    cluster.shutdown().await;
+}
