@@ -6,8 +6,10 @@
 //! journal's record format (`u32 len | u32 crc32c | u8 kind | u64 ledger | u64 entry | i64 lac
 //! | data`, kinds entry and fence). One file per ledger is what makes deletion really free space:
 //! deleting a ledger deletes its file, with no compaction and no garbage left in shared logs.
-//! The price is one open file per live ledger, which suits a bookie whose ledgers roll over and
-//! are deleted as topics trim.
+//! The price is one file per live ledger, which suits a bookie whose ledgers roll over and are
+//! deleted as topics trim. Open handles are bounded: past [`DEFAULT_MAX_OPEN_LOGS`] (or the
+//! limit given to [`EntryLogStorage::open_with_limit`]) the least recently used logs are closed
+//! and reopened on their next use.
 //!
 //! The index — per ledger, entry id → (offset, length) of its newest record, plus the highest lac
 //! seen and the fence flag — lives in memory. It is rebuilt on open by reading every log and
@@ -41,7 +43,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes};
@@ -57,9 +59,14 @@ pub const LEDGERS_DIR: &str = "ledgers";
 const CHECKPOINT_FILE: &str = "CHECKPOINT";
 const CHECKPOINT_MAGIC: &[u8; 8] = b"MGBKCKP1";
 
+/// How many ledger logs [`EntryLogStorage::open`] keeps open at most by default.
+pub const DEFAULT_MAX_OPEN_LOGS: usize = 256;
+
 struct LedgerLog {
     path: PathBuf,
-    file: Arc<File>,
+    /// Closed (None) when idle, to bound the number of open files; reopened on use.
+    file: Option<Arc<File>>,
+    last_used: u64,
     len: u64,
     index: BTreeMap<u64, (u64, usize)>,
     lac: i64,
@@ -69,11 +76,11 @@ struct LedgerLog {
 }
 
 impl LedgerLog {
-    fn append(&mut self, record: &JournalRecord) -> Result<(u64, usize), BookieError> {
+    fn append(&mut self, file: &File, record: &JournalRecord) -> Result<(u64, usize), BookieError> {
         let mut buf = Vec::with_capacity(record.encoded_len());
         record.encode(&mut buf);
         let off = self.len;
-        self.file.write_all_at(&buf, off).map_err(|e| BookieError::io("append to", &self.path, e))?;
+        file.write_all_at(&buf, off).map_err(|e| BookieError::io("append to", &self.path, e))?;
         self.len += buf.len() as u64;
         self.dirty = true;
         Ok((off, buf.len()))
@@ -89,12 +96,21 @@ pub struct EntryLogStorage {
     /// The lengths last written to CHECKPOINT; held while CHECKPOINT is rewritten, so one
     /// writer at a time.
     checkpointed: Mutex<HashMap<u64, u64>>,
+    max_open: usize,
+    open_files: AtomicUsize,
+    tick: AtomicU64,
 }
 
 impl EntryLogStorage {
     /// Open (creating if needed) the storage under `data_dir/ledgers`, rebuilding and
-    /// verifying the index from every log.
+    /// verifying the index from every log. Keeps at most [`DEFAULT_MAX_OPEN_LOGS`] logs open.
     pub fn open(data_dir: &Path) -> Result<EntryLogStorage, BookieError> {
+        EntryLogStorage::open_with_limit(data_dir, DEFAULT_MAX_OPEN_LOGS)
+    }
+
+    /// Like [`open`](Self::open), keeping at most about `max_open_logs` log files open: past
+    /// that, the least recently used are closed and reopened when next needed.
+    pub fn open_with_limit(data_dir: &Path, max_open_logs: usize) -> Result<EntryLogStorage, BookieError> {
         let dir = data_dir.join(LEDGERS_DIR);
         fs::create_dir_all(&dir).map_err(|e| BookieError::io("create ledgers dir", &dir, e))?;
         let synced = read_checkpoint(&dir)?;
@@ -114,7 +130,57 @@ impl EntryLogStorage {
             ledgers: RwLock::new(ledgers),
             dir_dirty: AtomicBool::new(true),
             checkpointed: Mutex::new(synced),
+            max_open: max_open_logs.max(1),
+            open_files: AtomicUsize::new(0),
+            tick: AtomicU64::new(0),
         })
+    }
+
+    /// How many log files are held open now.
+    pub fn open_files(&self) -> usize {
+        self.open_files.load(Ordering::SeqCst)
+    }
+
+    /// The log's file handle, reopening it if it was closed while idle.
+    fn handle(&self, log: &mut LedgerLog) -> Result<Arc<File>, BookieError> {
+        log.last_used = self.tick.fetch_add(1, Ordering::Relaxed);
+        if let Some(f) = &log.file {
+            return Ok(f.clone());
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&log.path)
+            .map_err(|e| BookieError::io("open ledger log", &log.path, e))?;
+        let file = Arc::new(file);
+        log.file = Some(file.clone());
+        if self.open_files.fetch_add(1, Ordering::SeqCst) + 1 > self.max_open {
+            self.close_idle();
+        }
+        Ok(file)
+    }
+
+    /// Close the least recently used logs until a quarter of the limit is free again. Logs in
+    /// use right now (locked) are skipped, so this never waits on another log's lock.
+    fn close_idle(&self) {
+        let logs: Vec<Arc<Mutex<LedgerLog>>> = self.ledgers.read().values().cloned().collect();
+        let mut open: Vec<(u64, Arc<Mutex<LedgerLog>>)> = logs
+            .into_iter()
+            .filter_map(|l| {
+                let used = l.try_lock().filter(|g| g.file.is_some()).map(|g| g.last_used)?;
+                Some((used, l))
+            })
+            .collect();
+        open.sort_unstable_by_key(|(used, _)| *used);
+        let target = self.max_open - self.max_open / 4;
+        let excess = self.open_files().saturating_sub(target);
+        for (_, l) in open.into_iter().take(excess) {
+            if let Some(mut g) = l.try_lock() {
+                if g.file.take().is_some() {
+                    self.open_files.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        }
     }
 
     fn log_path(&self, ledger: u64) -> PathBuf {
@@ -136,8 +202,7 @@ impl EntryLogStorage {
                         Some(l) => l.clone(),
                         None => {
                             let path = self.log_path(ledger);
-                            let file = OpenOptions::new()
-                                .read(true)
+                            OpenOptions::new()
                                 .write(true)
                                 .create(true)
                                 .truncate(true)
@@ -146,7 +211,8 @@ impl EntryLogStorage {
                             self.dir_dirty.store(true, Ordering::SeqCst);
                             let log = Arc::new(Mutex::new(LedgerLog {
                                 path,
-                                file: Arc::new(file),
+                                file: None,
+                                last_used: 0,
                                 len: 0,
                                 index: BTreeMap::new(),
                                 lac: -1,
@@ -173,7 +239,8 @@ impl LedgerStorage for EntryLogStorage {
     fn add_entry(&self, ledger: u64, entry: u64, lac: i64, data: Bytes) -> Result<(), BookieError> {
         let record = JournalRecord::entry(ledger, entry, lac, data);
         self.with_log(ledger, |log| {
-            let at = log.append(&record)?;
+            let file = self.handle(log)?;
+            let at = log.append(&file, &record)?;
             log.index.insert(entry, at);
             log.lac = log.lac.max(lac);
             Ok(())
@@ -183,9 +250,9 @@ impl LedgerStorage for EntryLogStorage {
     fn get_entry(&self, ledger: u64, entry: u64) -> Result<Option<(i64, Bytes)>, BookieError> {
         let Some(log) = self.get(ledger) else { return Ok(None) };
         let (file, path, off, len) = {
-            let g = log.lock();
+            let mut g = log.lock();
             match g.index.get(&entry) {
-                Some(&(off, len)) => (g.file.clone(), g.path.clone(), off, len),
+                Some(&(off, len)) => (self.handle(&mut g)?, g.path.clone(), off, len),
                 None => return Ok(None),
             }
         };
@@ -222,7 +289,8 @@ impl LedgerStorage for EntryLogStorage {
             if log.fenced {
                 return Ok(true);
             }
-            log.append(&JournalRecord::fence(ledger))?;
+            let file = self.handle(log)?;
+            log.append(&file, &JournalRecord::fence(ledger))?;
             log.fenced = true;
             Ok(false)
         })
@@ -244,6 +312,9 @@ impl LedgerStorage for EntryLogStorage {
         }
         let mut g = log.lock();
         g.deleted = true;
+        if g.file.take().is_some() {
+            self.open_files.fetch_sub(1, Ordering::SeqCst);
+        }
         match fs::remove_file(&g.path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -266,7 +337,13 @@ impl LedgerStorage for EntryLogStorage {
                 (g.file.clone(), g.path.clone(), g.len, std::mem::replace(&mut g.dirty, false))
             };
             if dirty {
-                if let Err(e) = file.sync_data() {
+                // A log closed while idle is synced through a fresh handle: fsync covers the
+                // file, not the descriptor.
+                let synced = match file {
+                    Some(f) => f.sync_data(),
+                    None => File::open(&path).and_then(|f| f.sync_data()),
+                };
+                if let Err(e) = synced {
                     log.lock().dirty = true;
                     return Err(BookieError::io("sync ledger log", &path, e));
                 }
@@ -345,7 +422,8 @@ fn load_log(dir: &Path, ledger: u64, synced_len: u64) -> Result<LedgerLog, Booki
     };
     Ok(LedgerLog {
         path,
-        file: Arc::new(file),
+        file: None,
+        last_used: 0,
         len,
         index,
         lac,

@@ -438,7 +438,7 @@ async fn a_peer_that_reads_slowly_gets_every_response() {
         wr.write_all(&wire).await.expect("write");
         wr
     });
-    let mut seen = vec![false; 200];
+    let mut seen = [false; 200];
     let mut buf = BytesMut::new();
     let mut got = 0;
     while got < 200 {

@@ -106,6 +106,40 @@ fn entry_log_storage_suite() {
 }
 
 #[test]
+fn entry_log_storage_suite_with_few_open_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    suite(&EntryLogStorage::open_with_limit(dir.path(), 1).expect("open"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    concurrent_suite(&EntryLogStorage::open_with_limit(dir.path(), 2).expect("open"));
+}
+
+#[test]
+fn many_ledgers_stay_under_the_open_file_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open_with_limit(dir.path(), 8).expect("open");
+    for round in 0..3u64 {
+        for ledger in 0..100u64 {
+            s.add_entry(ledger, round, round as i64 - 1, Bytes::from(format!("{ledger}/{round}"))).expect("add");
+            assert!(s.open_files() <= 8, "{} open files", s.open_files());
+        }
+    }
+    s.set_fenced(42).expect("fence");
+    s.flush().expect("flush");
+    for ledger in 0..100u64 {
+        for round in 0..3u64 {
+            let got = s.get_entry(ledger, round).expect("get");
+            assert_eq!(got, Some((round as i64 - 1, Bytes::from(format!("{ledger}/{round}")))));
+        }
+    }
+    assert!(s.open_files() <= 8);
+    drop(s);
+    let s = EntryLogStorage::open_with_limit(dir.path(), 8).expect("reopen");
+    assert_eq!(s.open_files(), 0);
+    assert!(s.is_fenced(42).expect("fenced"));
+    assert_eq!(s.get_entry(99, 2).expect("get"), Some((1, Bytes::from("99/2"))));
+}
+
+#[test]
 fn entry_log_storage_suite_survives_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     {
@@ -245,7 +279,7 @@ proptest! {
     fn entry_log_matches_mem_model(ops in proptest::collection::vec(op(), 1..40)) {
         let dir = tempfile::tempdir().expect("tempdir");
         let model = MemStorage::new();
-        let mut real = EntryLogStorage::open(dir.path()).expect("open");
+        let mut real = EntryLogStorage::open_with_limit(dir.path(), 2).expect("open");
         for op in ops {
             match op {
                 Op::Add(l, e, lac, d) => {
@@ -257,7 +291,7 @@ proptest! {
                 Op::Flush => real.flush().expect("flush"),
                 Op::Reopen => {
                     drop(real);
-                    real = EntryLogStorage::open(dir.path()).expect("reopen");
+                    real = EntryLogStorage::open_with_limit(dir.path(), 2).expect("reopen");
                 }
             }
             for l in 0..4 {
