@@ -8,7 +8,10 @@ use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
 use crate::config::ManagedLedgerConfig;
-use crate::error::Result;
+use crate::error::{Result, StreamError};
+
+/// How often opening a managed ledger is tried when its record changes underneath.
+const OPEN_ATTEMPTS: usize = 3;
 use crate::managed_ledger::ManagedLedger;
 use crate::records::{meta_call, ML_ROOT};
 use crate::store::LedgerStore;
@@ -39,7 +42,7 @@ impl ManagedLedgerFactory {
         let slot: Slot = self.inner.open.lock().entry(name.to_string()).or_default().clone();
         let ml = slot
             .get_or_try_init(|| async {
-                let ml = ManagedLedger::open(name, config, self.inner.meta.clone(), self.inner.store.clone()).await?;
+                let ml = self.open_fresh(name, config).await?;
                 let weak: Weak<FactoryInner> = Arc::downgrade(&self.inner);
                 let key = name.to_string();
                 let this = Arc::downgrade(&ml);
@@ -55,11 +58,25 @@ impl ManagedLedgerFactory {
                         }
                     }
                 }));
-                Ok::<_, crate::error::StreamError>(ml)
+                Ok::<_, StreamError>(ml)
             })
             .await?
             .clone();
         Ok(ml)
+    }
+
+    /// Open with a few attempts: a previous owner that is still finishing a record write
+    /// makes the first attempt lose the compare-and-set; its ledger is fenced by then, so a
+    /// new attempt reads the settled record.
+    async fn open_fresh(&self, name: &str, config: ManagedLedgerConfig) -> Result<Arc<ManagedLedger>> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match ManagedLedger::open(name, config.clone(), self.inner.meta.clone(), self.inner.store.clone()).await {
+                Err(StreamError::Fenced(_)) if attempt < OPEN_ATTEMPTS => continue,
+                other => return other,
+            }
+        }
     }
 
     /// The managed ledgers open right now.

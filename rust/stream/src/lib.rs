@@ -37,6 +37,7 @@
 //! ```
 
 mod append;
+mod bookkeeper;
 mod cache;
 pub mod config;
 pub mod cursor;
@@ -52,6 +53,7 @@ pub mod store;
 mod trim;
 
 pub use append::MAX_ROUND_ENTRIES;
+pub use bookkeeper::BookKeeperStore;
 pub use config::{Clock, ManagedLedgerConfig, ManualClock, SystemClock};
 pub use cursor::{Cursor, InitialPosition};
 pub use entry::{Entry, EntryHeader};
