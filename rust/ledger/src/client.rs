@@ -18,6 +18,12 @@ use crate::transport::BookieTransport;
 /// Ids are drawn again when a freshly generated one turns out to be taken, up to this often.
 const MAX_ID_ATTEMPTS: usize = 100;
 
+/// The runtime the calling task runs on; the ledger client needs tokio.
+pub(crate) fn current_runtime() -> Result<tokio::runtime::Handle> {
+    tokio::runtime::Handle::try_current()
+        .map_err(|e| LedgerError::Runtime(format!("ledger calls must run inside a tokio runtime: {e}")))
+}
+
 /// Settings of a [`BookKeeper`] client.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -32,7 +38,11 @@ pub struct ClientConfig {
 
 impl Default for ClientConfig {
     fn default() -> Self {
-        ClientConfig { request_timeout: Duration::from_secs(10), quarantine: Duration::from_secs(60), read_parallelism: 32 }
+        ClientConfig {
+            request_timeout: Duration::from_secs(10),
+            quarantine: Duration::from_secs(60),
+            read_parallelism: 32,
+        }
     }
 }
 
@@ -130,6 +140,7 @@ impl BookKeeper {
         ack_quorum: usize,
         custom: BTreeMap<String, String>,
     ) -> Result<LedgerHandle> {
+        let runtime = current_runtime()?;
         check_quorums(ensemble, write_quorum, ack_quorum).map_err(LedgerError::InvalidArgument)?;
         let bookies = self.inner.pick_up_to(ensemble, &[]).await?;
         if bookies.len() < ensemble {
@@ -140,7 +151,7 @@ impl BookKeeper {
             let id = self.inner.meta.next_ledger_id().await?;
             if let Some(version) = self.inner.meta.create_ledger(id, &meta).await? {
                 log::debug!("created ledger {id} on {:?}", meta.current_ensemble());
-                return Ok(LedgerHandle::writer(Arc::clone(&self.inner), id, meta, version));
+                return Ok(LedgerHandle::writer(Arc::clone(&self.inner), runtime, id, meta, version));
             }
         }
         Err(LedgerError::Metadata(magnetar_meta::MetaError::Other(
@@ -155,14 +166,15 @@ impl BookKeeper {
     /// and close it. Without `recover`, a closed ledger reads up to its last entry and an
     /// open one up to the last add confirmed its bookies report.
     pub async fn open_ledger(&self, id: u64, recover: bool) -> Result<LedgerHandle> {
+        let runtime = current_runtime()?;
         let (meta, version) = self.inner.meta.read_ledger(id).await?;
         if meta.state == LedgerState::Closed {
-            return Ok(LedgerHandle::reader(Arc::clone(&self.inner), id, meta, version, None));
+            return Ok(LedgerHandle::reader(Arc::clone(&self.inner), runtime.clone(), id, meta, version, None));
         }
         if recover {
-            crate::recovery::recover(&self.inner, id, (meta, version)).await
+            crate::recovery::recover(&self.inner, runtime, id, (meta, version)).await
         } else {
-            let handle = LedgerHandle::reader(Arc::clone(&self.inner), id, meta, version, Some(-1));
+            let handle = LedgerHandle::reader(Arc::clone(&self.inner), runtime.clone(), id, meta, version, Some(-1));
             handle.read_last_add_confirmed().await?;
             Ok(handle)
         }
@@ -172,6 +184,7 @@ impl BookKeeper {
     /// metadata. A bookie that cannot be reached keeps its copy (logged) until it is
     /// cleaned up by other means; the ledger is gone for every client either way.
     pub async fn delete_ledger(&self, id: u64) -> Result<()> {
+        current_runtime()?;
         let (meta, _) = self.inner.meta.read_ledger(id).await?;
         let mut tasks = tokio::task::JoinSet::new();
         for addr in meta.all_bookies() {

@@ -69,15 +69,27 @@ pub struct LedgerHandle {
 }
 
 impl LedgerHandle {
-    fn build(bk: Arc<BkInner>, id: u64, meta: LedgerMetadata, version: i64, writable: bool, lac: i64, length: u64) -> Self {
+    fn build(
+        bk: Arc<BkInner>,
+        runtime: tokio::runtime::Handle,
+        id: u64,
+        meta: LedgerMetadata,
+        version: i64,
+        reader_lac: Option<i64>,
+    ) -> Self {
         let slots = meta.ensemble_size;
         let closed = meta.state == LedgerState::Closed;
+        let writable = reader_lac.is_none();
+        let (lac, length) = match reader_lac {
+            None => (-1, 0),
+            Some(lac) => (lac, meta.length),
+        };
         let next_entry = u64::try_from(lac + 1).unwrap_or(0);
         LedgerHandle {
             inner: Arc::new(HandleInner {
                 id,
                 bk,
-                runtime: tokio::runtime::Handle::current(),
+                runtime,
                 state: Mutex::new(State {
                     meta,
                     version,
@@ -100,15 +112,28 @@ impl LedgerHandle {
         }
     }
 
-    pub(crate) fn writer(bk: Arc<BkInner>, id: u64, meta: LedgerMetadata, version: i64) -> Self {
-        Self::build(bk, id, meta, version, true, -1, 0)
+    /// The writing handle of a ledger just created.
+    pub(crate) fn writer(
+        bk: Arc<BkInner>,
+        runtime: tokio::runtime::Handle,
+        id: u64,
+        meta: LedgerMetadata,
+        version: i64,
+    ) -> Self {
+        Self::build(bk, runtime, id, meta, version, None)
     }
 
     /// A read-only handle; `lac` overrides the closed ledger's last entry id.
-    pub(crate) fn reader(bk: Arc<BkInner>, id: u64, meta: LedgerMetadata, version: i64, lac: Option<i64>) -> Self {
+    pub(crate) fn reader(
+        bk: Arc<BkInner>,
+        runtime: tokio::runtime::Handle,
+        id: u64,
+        meta: LedgerMetadata,
+        version: i64,
+        lac: Option<i64>,
+    ) -> Self {
         let lac = lac.unwrap_or(meta.last_entry_id);
-        let length = meta.length;
-        Self::build(bk, id, meta, version, false, lac, length)
+        Self::build(bk, runtime, id, meta, version, Some(lac))
     }
 
     /// The ledger id.

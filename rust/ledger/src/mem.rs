@@ -87,7 +87,15 @@ impl MemBookies {
 }
 
 impl BookieTransport for MemBookies {
-    fn add(&self, addr: &str, ledger: u64, entry: u64, lac: i64, data: Bytes, recovery: bool) -> BoxFuture<'_, Result<(), BookieError>> {
+    fn add(
+        &self,
+        addr: &str,
+        ledger: u64,
+        entry: u64,
+        lac: i64,
+        data: Bytes,
+        recovery: bool,
+    ) -> BoxFuture<'_, Result<(), BookieError>> {
         let r = self.with(addr, |b| {
             let l = b.ledgers.entry(ledger).or_insert_with(|| MemLedger { lac: -1, ..MemLedger::default() });
             if l.fenced && !recovery {

@@ -75,10 +75,7 @@ pub struct LedgerMetadata {
 }
 
 fn now_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }
 
 impl LedgerMetadata {
@@ -176,7 +173,9 @@ impl LedgerMetadata {
 /// Check that `1 <= Qa <= Qw <= E`.
 pub fn check_quorums(ensemble: usize, write_quorum: usize, ack_quorum: usize) -> Result<(), String> {
     if ensemble == 0 || write_quorum == 0 || ack_quorum == 0 {
-        return Err(format!("ensemble ({ensemble}), write quorum ({write_quorum}) and ack quorum ({ack_quorum}) must be positive"));
+        return Err(format!(
+            "ensemble ({ensemble}), write quorum ({write_quorum}) and ack quorum ({ack_quorum}) must be positive"
+        ));
     }
     if write_quorum > ensemble {
         return Err(format!("write quorum {write_quorum} is larger than ensemble {ensemble}"));
@@ -225,10 +224,7 @@ mod tests {
         let mut m = ok.clone();
         m.ensembles.push((0, vec!["a:1".into(), "c:1".into()]));
         assert!(LedgerMetadata::from_json("/p", &m.to_json()).is_err());
-        assert!(matches!(
-            LedgerMetadata::from_json("/p", b"{not json"),
-            Err(LedgerError::BadMetadata { .. })
-        ));
+        assert!(matches!(LedgerMetadata::from_json("/p", b"{not json"), Err(LedgerError::BadMetadata { .. })));
     }
 
     fn arb_metadata() -> impl Strategy<Value = LedgerMetadata> {

@@ -85,9 +85,19 @@ impl BookiePool {
 }
 
 impl BookieTransport for BookiePool {
-    fn add(&self, addr: &str, ledger: u64, entry: u64, lac: i64, data: Bytes, recovery: bool) -> BoxFuture<'_, Result<(), BookieError>> {
+    fn add(
+        &self,
+        addr: &str,
+        ledger: u64,
+        entry: u64,
+        lac: i64,
+        data: Bytes,
+        recovery: bool,
+    ) -> BoxFuture<'_, Result<(), BookieError>> {
         let addr = addr.to_string();
-        Box::pin(async move { self.call(&addr, |c| async move { c.add(ledger, entry, lac, data, recovery).await }).await })
+        Box::pin(
+            async move { self.call(&addr, |c| async move { c.add(ledger, entry, lac, data, recovery).await }).await },
+        )
     }
 
     fn read(&self, addr: &str, ledger: u64, entry: u64, fence: bool) -> BoxFuture<'_, Result<ReadEntry, BookieError>> {

@@ -22,10 +22,7 @@ pub fn write_set(entry: u64, ensemble: usize, write_quorum: usize) -> impl Itera
 
 /// Over all write sets of the ensemble, the smallest number of slots satisfying `pred`.
 pub fn min_over_write_sets(ensemble: usize, write_quorum: usize, pred: impl Fn(usize) -> bool) -> usize {
-    (0..ensemble)
-        .map(|start| (0..write_quorum).filter(|k| pred((start + k) % ensemble)).count())
-        .min()
-        .unwrap_or(0)
+    (0..ensemble).map(|start| (0..write_quorum).filter(|k| pred((start + k) % ensemble)).count()).min().unwrap_or(0)
 }
 
 /// Whether the bookies for which `responded` holds leave no write set able to gather an

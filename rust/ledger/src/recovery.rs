@@ -39,7 +39,12 @@ fn failure(id: u64, reason: impl Into<String>) -> LedgerError {
 }
 
 /// Recover ledger `id` (not closed when read as `cached`) and open it read-only.
-pub(crate) async fn recover(bk: &Arc<BkInner>, id: u64, cached: Versioned) -> Result<LedgerHandle> {
+pub(crate) async fn recover(
+    bk: &Arc<BkInner>,
+    runtime: tokio::runtime::Handle,
+    id: u64,
+    cached: Versioned,
+) -> Result<LedgerHandle> {
     let (meta, version) = bk
         .meta
         .update_ledger(id, cached, |m| match m.state {
@@ -51,7 +56,7 @@ pub(crate) async fn recover(bk: &Arc<BkInner>, id: u64, cached: Versioned) -> Re
         })
         .await?;
     if meta.state == LedgerState::Closed {
-        return Ok(LedgerHandle::reader(Arc::clone(bk), id, meta, version, None));
+        return Ok(LedgerHandle::reader(Arc::clone(bk), runtime, id, meta, version, None));
     }
     let lac = fence(bk, id, &meta).await?;
     let mut length = if lac >= 0 {
@@ -93,7 +98,7 @@ pub(crate) async fn recover(bk: &Arc<BkInner>, id: u64, cached: Versioned) -> Re
             }
         })
         .await?;
-    Ok(LedgerHandle::reader(Arc::clone(bk), id, meta, version, None))
+    Ok(LedgerHandle::reader(Arc::clone(bk), runtime, id, meta, version, None))
 }
 
 /// Fence the last fragment and return the highest last add confirmed it reports.
@@ -159,7 +164,14 @@ const MAX_REPLICATION_ROUNDS: usize = 8;
 
 /// Re-add a recovered entry to its whole write set until `Qa` bookies hold it, replacing
 /// bookies that fail (a new fragment starting at `entry`). Returns the metadata to write on.
-async fn replicate(bk: &Arc<BkInner>, id: u64, cached: Versioned, entry: u64, lac: i64, framed: Bytes) -> Result<Versioned> {
+async fn replicate(
+    bk: &Arc<BkInner>,
+    id: u64,
+    cached: Versioned,
+    entry: u64,
+    lac: i64,
+    framed: Bytes,
+) -> Result<Versioned> {
     let mut current = cached;
     let mut excluded: Vec<String> = Vec::new();
     for _ in 0..MAX_REPLICATION_ROUNDS {
@@ -195,7 +207,10 @@ async fn replicate(bk: &Arc<BkInner>, id: u64, cached: Versioned, entry: u64, la
             return Ok(current);
         }
         if failed.is_empty() {
-            return Err(failure(id, format!("entry {entry} re-replicated to {acks} bookies only ({})", errors.join("; "))));
+            return Err(failure(
+                id,
+                format!("entry {entry} re-replicated to {acks} bookies only ({})", errors.join("; ")),
+            ));
         }
         let starts_last = meta.ensembles.last().is_some_and(|(first, _)| *first <= entry);
         if !starts_last {

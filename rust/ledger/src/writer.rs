@@ -164,7 +164,14 @@ impl HandleInner {
         });
     }
 
-    fn on_add_result(self: &Arc<Self>, entry: u64, slot: usize, epoch: u64, addr: &str, result: Result<(), BookieError>) {
+    fn on_add_result(
+        self: &Arc<Self>,
+        entry: u64,
+        slot: usize,
+        epoch: u64,
+        addr: &str,
+        result: Result<(), BookieError>,
+    ) {
         let mut st = self.state.lock();
         if st.broken.is_some() || st.slot_epoch.get(slot).copied() != Some(epoch) {
             return;
@@ -255,7 +262,13 @@ impl HandleInner {
                 }
                 let excluded: Vec<String> = st.excluded.iter().cloned().collect();
                 let start = u64::try_from(st.lac + 1).unwrap_or(0);
-                (st.failed_slots.clone(), st.meta.current_ensemble().to_vec(), (st.meta.clone(), st.version), excluded, start)
+                (
+                    st.failed_slots.clone(),
+                    st.meta.current_ensemble().to_vec(),
+                    (st.meta.clone(), st.version),
+                    excluded,
+                    start,
+                )
             };
             let (e, qw, qa) = (cached.0.ensemble_size, cached.0.write_quorum_size, cached.0.ack_quorum_size);
             let mut exclude = ensemble.clone();
