@@ -6,12 +6,21 @@
 
 use pyo3::prelude::*;
 
+mod bookie;
 mod completions;
+mod errors;
+mod meta;
 mod runtime;
+mod stream;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<completions::CompletionQueue>()?;
+    errors::register(m)?;
+    m.add_class::<bookie::PyBookieServer>()?;
+    m.add_class::<stream::PyFactory>()?;
+    m.add_class::<stream::PyManagedLedger>()?;
+    m.add_class::<stream::PyCursor>()?;
     Ok(())
 }

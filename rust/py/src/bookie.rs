@@ -1,0 +1,76 @@
+//! `BookieServer`: a bookie running on the native runtime, started and stopped from Python.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use magnetar_bookie::{BookieConfig, BookieServer as Server, JournalConfig};
+use pyo3::prelude::*;
+
+use crate::errors::BookieError;
+use crate::runtime::runtime;
+
+#[pyclass(module = "core._native", name = "BookieServer")]
+pub struct PyBookieServer {
+    server: Option<Server>,
+    address: String,
+}
+
+fn resolve(host: &str, port: u16) -> PyResult<SocketAddr> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| BookieError::new_err(format!("cannot resolve {host}:{port}: {e}")))?
+        .next()
+        .ok_or_else(|| BookieError::new_err(format!("no address for {host}:{port}")))
+}
+
+#[pymethods]
+impl PyBookieServer {
+    #[new]
+    #[pyo3(signature = (data_dir, host, port, journal_sync_data=true, journal_max_group_wait_ms=2.0,
+                        journal_buffered_writes_threshold=524288, journal_max_size_mb=2048))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        data_dir: PathBuf,
+        host: &str,
+        port: u16,
+        journal_sync_data: bool,
+        journal_max_group_wait_ms: f64,
+        journal_buffered_writes_threshold: usize,
+        journal_max_size_mb: u64,
+    ) -> PyResult<Self> {
+        let bind = resolve(host, port)?;
+        let config = BookieConfig {
+            data_dir,
+            bind,
+            journal: JournalConfig {
+                sync_data: journal_sync_data,
+                max_group_wait: Duration::from_secs_f64(journal_max_group_wait_ms.max(0.0) / 1000.0),
+                buffered_writes_threshold: journal_buffered_writes_threshold,
+                max_size_mb: journal_max_size_mb,
+            },
+        };
+        let server = py
+            .detach(|| runtime().block_on(Server::start(config)))
+            .map_err(|e| BookieError::new_err(e.to_string()))?;
+        let address = server.local_addr().to_string();
+        Ok(Self { server: Some(server), address })
+    }
+
+    /// `host:port` the bookie serves on (as registered in the metadata store).
+    #[getter]
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    /// Stop serving: in-flight adds finish, the journal and ledger storage are synced, files
+    /// closed. Idempotent.
+    fn shutdown(&mut self, py: Python<'_>) -> PyResult<()> {
+        if let Some(server) = self.server.take() {
+            py.detach(|| runtime().block_on(server.shutdown()))
+                .map_err(|e| BookieError::new_err(e.to_string()))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,378 @@
+//! Managed ledgers and cursors for Python: every slow or blocking operation is spawned on
+//! the native runtime and reports through a `CompletionQueue`; quick state reads are plain
+//! methods.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use magnetar_ledger::{BookKeeper, ClientConfig};
+use magnetar_stream::{
+    BookKeeperStore, Cursor, Entry, InitialPosition, ManagedLedger, ManagedLedgerConfig,
+    ManagedLedgerFactory, Position, StreamError,
+};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use crate::completions::{CompletionQueue, Completer, Outcome};
+use crate::errors::{CursorNotFoundError, FencedError, LedgerClosedError, MetadataError, NativeError};
+use crate::meta::PyMetadataStore;
+use crate::runtime::runtime;
+
+fn stream_err(e: StreamError) -> PyErr {
+    match &e {
+        StreamError::Closed(_) => LedgerClosedError::new_err(e.to_string()),
+        StreamError::Fenced(_) => FencedError::new_err(e.to_string()),
+        StreamError::Metadata(_) => MetadataError::new_err(e.to_string()),
+        StreamError::NoSuchCursor(_) => CursorNotFoundError::new_err(e.to_string()),
+        StreamError::InvalidPosition(_) | StreamError::InvalidArgument(_) => PyValueError::new_err(e.to_string()),
+        _ => NativeError::new_err(e.to_string()),
+    }
+}
+
+/// Run `fut` on the runtime; convert its output under the GIL when trio drains the queue.
+fn spawn<T, F, C>(queue: &CompletionQueue, token: u64, fut: F, convert: C)
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, StreamError>> + Send + 'static,
+    C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+{
+    let completer = queue.completer();
+    runtime().spawn(async move {
+        let result = fut.await;
+        let outcome: Outcome = Box::new(move |py| match result {
+            Ok(v) => convert(py, v),
+            Err(e) => Err(stream_err(e)),
+        });
+        completer.complete(token, outcome);
+    });
+}
+
+fn none(py: Python<'_>, _: ()) -> PyResult<Py<PyAny>> {
+    Ok(py.None())
+}
+
+fn pos_tuple(py: Python<'_>, p: Position) -> PyResult<Py<PyAny>> {
+    Ok((p.ledger_id, p.entry_id).into_pyobject(py)?.into_any().unbind())
+}
+
+fn entries_list(py: Python<'_>, entries: Vec<Entry>) -> PyResult<Py<PyAny>> {
+    let list = PyList::empty(py);
+    for e in entries {
+        let data = PyBytes::new(py, &e.data);
+        list.append((e.position.ledger_id, e.position.entry_id, e.publish_time_ms, e.index, e.num_messages, data))?;
+    }
+    Ok(list.into_any().unbind())
+}
+
+fn get<'py, T>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<Option<T>>
+where
+    T: for<'a> FromPyObject<'a, 'py>,
+{
+    match d.get_item(key)? {
+        Some(v) if !v.is_none() => match v.extract::<T>() {
+            Ok(t) => Ok(Some(t)),
+            Err(_) => Err(PyValueError::new_err(format!("managed ledger config {key}: bad value {v}"))),
+        },
+        _ => Ok(None),
+    }
+}
+
+fn ml_config(d: &Bound<'_, PyDict>) -> PyResult<ManagedLedgerConfig> {
+    let mut c = ManagedLedgerConfig::default();
+    if let Some(v) = get::<usize>(d, "ensemble_size")? { c.ensemble_size = v; }
+    if let Some(v) = get::<usize>(d, "write_quorum")? { c.write_quorum = v; }
+    if let Some(v) = get::<usize>(d, "ack_quorum")? { c.ack_quorum = v; }
+    if let Some(v) = get::<u64>(d, "max_entries_per_ledger")? { c.max_entries_per_ledger = v; }
+    if let Some(v) = get::<u64>(d, "min_rollover_time_ms")? { c.min_rollover_time = Duration::from_millis(v); }
+    if let Some(v) = get::<i64>(d, "max_rollover_time_ms")? {
+        c.max_rollover_time = u64::try_from(v).ok().filter(|ms| *ms > 0).map(Duration::from_millis);
+    }
+    if let Some(v) = get::<u64>(d, "max_ledger_size_mb")? { c.max_ledger_size_mb = v; }
+    if let Some(v) = get::<i64>(d, "retention_time_ms")? {
+        c.retention_time = u64::try_from(v).ok().map(Duration::from_millis);
+    }
+    if let Some(v) = get::<i64>(d, "retention_size_mb")? { c.retention_size_mb = v; }
+    if let Some(v) = get::<f64>(d, "mark_delete_rate_per_sec")? { c.mark_delete_rate_per_sec = v; }
+    if let Some(v) = get::<usize>(d, "cache_size_bytes")? { c.cache_size_bytes = v; }
+    if let Some(v) = get::<BTreeMap<String, String>>(d, "ledger_metadata")? { c.ledger_metadata = v; }
+    Ok(c)
+}
+
+#[pyclass(module = "core._native", name = "ManagedLedgerFactory")]
+pub struct PyFactory {
+    factory: Arc<ManagedLedgerFactory>,
+}
+
+#[pymethods]
+impl PyFactory {
+    #[new]
+    #[pyo3(signature = (metadata_store, request_timeout_ms=30000))]
+    fn new(metadata_store: Py<PyAny>, request_timeout_ms: u64) -> PyResult<Self> {
+        let meta: Arc<dyn magnetar_meta::MetadataStore> = Arc::new(PyMetadataStore::new(metadata_store));
+        let _guard = runtime().enter();
+        let config = ClientConfig { request_timeout: Duration::from_millis(request_timeout_ms), ..ClientConfig::default() };
+        let bk = BookKeeper::new(meta.clone(), config);
+        let store = Arc::new(BookKeeperStore::new(bk));
+        Ok(Self { factory: Arc::new(ManagedLedgerFactory::new(meta, store)) })
+    }
+
+    /// Completes with a `ManagedLedger`.
+    fn open(&self, queue: &CompletionQueue, token: u64, name: String, config: &Bound<'_, PyDict>) -> PyResult<()> {
+        let config = ml_config(config)?;
+        let factory = self.factory.clone();
+        spawn(queue, token, async move { factory.open(&name, config).await }, |py, ml| {
+            Ok(Py::new(py, PyManagedLedger { ml })?.into_any())
+        });
+        Ok(())
+    }
+
+    fn shutdown(&self) {}
+}
+
+#[pyclass(module = "core._native", name = "ManagedLedger")]
+pub struct PyManagedLedger {
+    ml: Arc<ManagedLedger>,
+}
+
+#[pymethods]
+impl PyManagedLedger {
+    #[getter]
+    fn name(&self) -> String {
+        self.ml.name().to_string()
+    }
+
+    fn add_entries(&self, queue: &CompletionQueue, token: u64, entries: Vec<Vec<u8>>, num_messages: Vec<u32>) -> PyResult<()> {
+        if entries.len() != num_messages.len() {
+            return Err(PyValueError::new_err("entries and num_messages differ in length"));
+        }
+        let batch: Vec<(Bytes, u32)> = entries.into_iter().map(Bytes::from).zip(num_messages).collect();
+        let ml = self.ml.clone();
+        spawn(queue, token, async move { ml.add_entries(batch).await }, |py, results| {
+            let list = PyList::empty(py);
+            for r in results {
+                list.append((r.position.ledger_id, r.position.entry_id, r.index, r.publish_time_ms))?;
+            }
+            Ok(list.into_any().unbind())
+        });
+        Ok(())
+    }
+
+    fn read_entries(&self, queue: &CompletionQueue, token: u64, ledger_id: u64, entry_id: i64, max_entries: usize) {
+        let ml = self.ml.clone();
+        spawn(queue, token, async move { ml.read_entries(Position::new(ledger_id, entry_id), max_entries).await }, entries_list);
+    }
+
+    fn wait_entries_after(&self, queue: &CompletionQueue, token: u64, ledger_id: u64, entry_id: i64) {
+        let ml = self.ml.clone();
+        let after = Position::new(ledger_id, entry_id);
+        spawn(queue, token, async move {
+            let mut rx = ml.new_entries();
+            loop {
+                if ml.last_confirmed().is_some_and(|p| p > after) {
+                    return Ok(());
+                }
+                if rx.changed().await.is_err() {
+                    return Err(StreamError::Closed(ml.name().to_string()));
+                }
+            }
+        }, none);
+    }
+
+    fn open_cursor(&self, queue: &CompletionQueue, token: u64, name: String, earliest: bool) {
+        let ml = self.ml.clone();
+        let initial = if earliest { InitialPosition::Earliest } else { InitialPosition::Latest };
+        spawn(queue, token, async move { ml.open_cursor(&name, initial).await }, |py, cursor| {
+            Ok(Py::new(py, PyCursor::new(cursor))?.into_any())
+        });
+    }
+
+    fn new_non_durable_cursor(&self, ledger_id: u64, entry_id: i64) -> PyResult<PyCursor> {
+        let cursor = self.ml.new_non_durable_cursor(Position::new(ledger_id, entry_id)).map_err(stream_err)?;
+        Ok(PyCursor::new(cursor))
+    }
+
+    fn delete_cursor(&self, queue: &CompletionQueue, token: u64, name: String) {
+        let ml = self.ml.clone();
+        spawn(queue, token, async move { ml.delete_cursor(&name).await }, none);
+    }
+
+    fn cursor_names(&self) -> Vec<String> {
+        self.ml.cursors().iter().filter(|c| c.is_durable()).map(|c| c.name().to_string()).collect()
+    }
+
+    fn last_confirmed(&self) -> Option<(u64, i64)> {
+        self.ml.last_confirmed().map(|p| (p.ledger_id, p.entry_id))
+    }
+
+    fn first_position(&self) -> Option<(u64, i64)> {
+        self.ml.first_position().map(|p| (p.ledger_id, p.entry_id))
+    }
+
+    fn find_by_index(&self, queue: &CompletionQueue, token: u64, index: u64) {
+        let ml = self.ml.clone();
+        spawn(queue, token, async move { ml.find_position_by_index(index).await }, pos_tuple);
+    }
+
+    fn find_by_publish_time(&self, queue: &CompletionQueue, token: u64, publish_time_ms: u64) {
+        let ml = self.ml.clone();
+        spawn(queue, token, async move { ml.find_position_by_publish_time(publish_time_ms).await }, pos_tuple);
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.ml.stats();
+        let d = PyDict::new(py);
+        d.set_item("name", s.name)?;
+        d.set_item("status", format!("{:?}", s.status))?;
+        d.set_item("number_of_entries", s.number_of_entries)?;
+        d.set_item("total_size", s.total_size)?;
+        d.set_item("ledger_count", s.ledger_count)?;
+        d.set_item("current_ledger_id", s.current_ledger_id)?;
+        d.set_item("current_ledger_entries", s.current_ledger_entries)?;
+        d.set_item("current_ledger_size", s.current_ledger_size)?;
+        d.set_item("last_confirmed", s.last_confirmed.map(|p| (p.ledger_id, p.entry_id)))?;
+        d.set_item("first_position", s.first_position.map(|p| (p.ledger_id, p.entry_id)))?;
+        d.set_item("next_index", s.next_index)?;
+        d.set_item("entries_added", s.entries_added)?;
+        d.set_item("durable_cursors", s.durable_cursors)?;
+        Ok(d)
+    }
+
+    fn ledgers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for l in self.ml.ledgers_info() {
+            let d = PyDict::new(py);
+            d.set_item("ledgerId", l.ledger_id)?;
+            d.set_item("entries", l.entries)?;
+            d.set_item("size", l.size)?;
+            d.set_item("timestamp", l.timestamp)?;
+            d.set_item("firstIndex", l.first_index)?;
+            list.append(d)?;
+        }
+        Ok(list)
+    }
+
+    fn trim(&self, queue: &CompletionQueue, token: u64) {
+        let ml = self.ml.clone();
+        spawn(queue, token, async move { ml.trim().await.map(|_| ()) }, none);
+    }
+
+    fn close(&self, queue: &CompletionQueue, token: u64) {
+        let ml = self.ml.clone();
+        spawn(queue, token, async move { ml.close().await }, none);
+    }
+
+    fn delete(&self, queue: &CompletionQueue, token: u64) {
+        let ml = self.ml.clone();
+        spawn(queue, token, async move { ml.delete().await }, none);
+    }
+}
+
+enum Ack {
+    Cumulative(Position),
+    Individual(Vec<Position>),
+    /// Persist now, after every acknowledgement queued before it; then complete `token`.
+    Flush(Completer, u64),
+}
+
+#[pyclass(module = "core._native", name = "Cursor")]
+pub struct PyCursor {
+    cursor: Arc<Cursor>,
+    /// Acknowledgements are applied in the order Python made them, by one task per cursor.
+    acks: tokio::sync::mpsc::UnboundedSender<Ack>,
+}
+
+impl PyCursor {
+    fn new(cursor: Arc<Cursor>) -> Self {
+        let (acks, mut rx) = tokio::sync::mpsc::unbounded_channel::<Ack>();
+        let c = cursor.clone();
+        runtime().spawn(async move {
+            while let Some(ack) = rx.recv().await {
+                let (what, result) = match ack {
+                    Ack::Cumulative(p) => ("mark-delete", c.mark_delete(p).await),
+                    Ack::Individual(ps) => ("delete", c.delete(&ps).await),
+                    Ack::Flush(completer, token) => {
+                        let result = c.flush().await;
+                        completer.complete(token, Box::new(move |py| match result {
+                            Ok(()) => Ok(py.None()),
+                            Err(e) => Err(stream_err(e)),
+                        }));
+                        continue;
+                    }
+                };
+                if let Err(e) = result {
+                    eprintln!("magnetar: cursor {}: {what} failed: {e}", c.name());
+                }
+            }
+        });
+        Self { cursor, acks }
+    }
+}
+
+fn pos(p: Position) -> (u64, i64) {
+    (p.ledger_id, p.entry_id)
+}
+
+#[pymethods]
+impl PyCursor {
+    #[getter]
+    fn name(&self) -> String {
+        self.cursor.name().to_string()
+    }
+
+    fn read_entries(&self, queue: &CompletionQueue, token: u64, max_entries: usize) {
+        let c = self.cursor.clone();
+        spawn(queue, token, async move { c.read_entries(max_entries).await }, entries_list);
+    }
+
+    /// Cumulative acknowledgement; persisted by the cursor at its rate limit.
+    fn mark_delete(&self, ledger_id: u64, entry_id: i64) {
+        let _ = self.acks.send(Ack::Cumulative(Position::new(ledger_id, entry_id)));
+    }
+
+    /// Individual acknowledgements.
+    fn delete(&self, positions: Vec<(u64, i64)>) {
+        let positions: Vec<Position> = positions.into_iter().map(|(l, e)| Position::new(l, e)).collect();
+        let _ = self.acks.send(Ack::Individual(positions));
+    }
+
+    fn rewind(&self) {
+        self.cursor.rewind();
+    }
+
+    fn seek(&self, ledger_id: u64, entry_id: i64) {
+        self.cursor.seek(Position::new(ledger_id, entry_id));
+    }
+
+    fn reset(&self, queue: &CompletionQueue, token: u64, ledger_id: u64, entry_id: i64) {
+        let c = self.cursor.clone();
+        spawn(queue, token, async move { c.reset_cursor(Position::new(ledger_id, entry_id)).await }, none);
+    }
+
+    fn mark_delete_position(&self) -> (u64, i64) {
+        pos(self.cursor.mark_delete_position())
+    }
+
+    fn read_position(&self) -> (u64, i64) {
+        pos(self.cursor.read_position())
+    }
+
+    fn individually_deleted(&self) -> Vec<((u64, i64), (u64, i64))> {
+        self.cursor.individually_deleted_ranges().into_iter().map(|(a, b)| (pos(a), pos(b))).collect()
+    }
+
+    fn backlog(&self) -> u64 {
+        self.cursor.number_of_entries_in_backlog()
+    }
+
+    fn has_more(&self) -> bool {
+        self.cursor.has_more_entries()
+    }
+
+    fn flush(&self, queue: &CompletionQueue, token: u64) {
+        let _ = self.acks.send(Ack::Flush(queue.completer(), token));
+    }
+}
