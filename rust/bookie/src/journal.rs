@@ -12,10 +12,11 @@
 //! Many adds therefore share one disk flush; this is what makes small synchronous adds cheap.
 //!
 //! Files are `journal/<seq>.log`. When the current file reaches `max_size_mb` the thread
-//! syncs it, starts `<seq+1>.log` and reports the new sequence number; the owner then
-//! checkpoints the ledger storage (flush + fsync) and deletes every file below that number
-//! with [`delete_before`]: everything in those files was applied to storage before it was
-//! queued here, so the flushed storage holds it.
+//! syncs it, starts `<seq+1>.log` and reports the new sequence number. The owner checkpoints:
+//! it takes [`Journal::position`], flushes the ledger storage, records the position with
+//! [`write_mark`] and deletes the files before it with [`delete_before`]. This is sound
+//! because every record is applied to storage before it is queued here, so whatever lies
+//! before the position is in the flushed storage.
 //!
 //! # Record format
 //!
@@ -27,7 +28,8 @@
 //!
 //! # Replay
 //!
-//! [`replay`] reads every file in sequence order and hands each good record to the caller.
+//! [`replay`] reads the files in sequence order from the last checkpoint mark (`LASTMARK`, if
+//! any) and hands each good record to the caller.
 //! A record that is short or fails its checksum at the very end of the newest file is a write
 //! torn by a crash: it was never acknowledged, so it is dropped with a warning. Any other bad
 //! record — in an older file, or followed by a record that checks out — is corruption and
@@ -202,8 +204,10 @@ pub(crate) fn good_record_after(buf: &[u8], from: usize) -> Option<usize> {
 /// What [`replay`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplayOutcome {
-    /// Sequence numbers of the journal files read, ascending.
+    /// Sequence numbers of the journal files present, ascending.
     pub files: Vec<u64>,
+    /// The checkpoint mark replay started from, if any.
+    pub mark: Option<(u64, u64)>,
     /// Records handed to the caller.
     pub records: u64,
     /// Bytes of a torn record dropped from the end of the newest file.
@@ -211,9 +215,11 @@ pub struct ReplayOutcome {
 }
 
 impl ReplayOutcome {
-    /// The sequence number a new journal file should take.
+    /// The sequence number a new journal file should take: above every file and the mark.
     pub fn next_seq(&self) -> u64 {
-        self.files.last().map_or(1, |s| s + 1)
+        let last_file = self.files.last().copied().unwrap_or(0);
+        let mark = self.mark.map_or(0, |(seq, _)| seq);
+        last_file.max(mark) + 1
     }
 }
 
@@ -275,6 +281,20 @@ impl RecordScanner {
         })
     }
 
+    /// Continue from byte `off`, which must be a record boundary inside the file.
+    pub(crate) fn skip_to(&mut self, off: u64) -> Result<(), BookieError> {
+        if off > self.file_len {
+            return Err(BookieError::corrupt(
+                &self.path,
+                self.file_len,
+                format!("file ends before the checkpoint mark at offset {off}"),
+            ));
+        }
+        self.reader.seek(SeekFrom::Start(off)).map_err(|e| BookieError::io("seek", &self.path, e))?;
+        self.off = off;
+        Ok(())
+    }
+
     pub(crate) fn next_record(&mut self) -> Result<Scanned, BookieError> {
         let off = self.off;
         let remaining = self.file_len - off;
@@ -334,13 +354,22 @@ pub fn replay(
     data_dir: &Path,
     mut apply: impl FnMut(&JournalRecord) -> Result<(), BookieError>,
 ) -> Result<ReplayOutcome, BookieError> {
-    let mut outcome = ReplayOutcome { files: list_files(data_dir)?, ..ReplayOutcome::default() };
+    let mark = read_mark(data_dir)?;
+    let mut outcome = ReplayOutcome { files: list_files(data_dir)?, mark, ..ReplayOutcome::default() };
+    let (mark_seq, mark_off) = mark.unwrap_or((0, 0));
     let count = outcome.files.len();
     for (i, &seq) in outcome.files.iter().enumerate() {
+        if seq < mark_seq {
+            // Checkpointed already; the file just has not been deleted yet.
+            continue;
+        }
         let newest = i + 1 == count;
         let path = file_path(data_dir, seq);
         let file = File::open(&path).map_err(|e| BookieError::io("open journal", &path, e))?;
         let mut scanner = RecordScanner::open(file, &path)?;
+        if seq == mark_seq && mark_off > 0 {
+            scanner.skip_to(mark_off)?;
+        }
         loop {
             match scanner.next_record()? {
                 Scanned::Record { record, .. } => {
@@ -373,6 +402,54 @@ pub fn replay(
         }
     }
     Ok(outcome)
+}
+
+/// The file holding the last checkpoint's journal position.
+pub const MARK_FILE: &str = "LASTMARK";
+const MARK_MAGIC: &[u8; 8] = b"MGBKMRK1";
+
+/// The journal position of the last checkpoint, if one was recorded: replay starts there.
+pub fn read_mark(data_dir: &Path) -> Result<Option<(u64, u64)>, BookieError> {
+    let path = data_dir.join(JOURNAL_DIR).join(MARK_FILE);
+    let raw = match fs::read(&path) {
+        Ok(raw) => raw,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(BookieError::io("read", &path, e)),
+    };
+    if raw.len() != 28 || &raw[..8] != MARK_MAGIC {
+        return Err(BookieError::corrupt(&path, 0, "not a journal mark"));
+    }
+    let mut b = &raw[8..];
+    let seq = b.get_u64();
+    let off = b.get_u64();
+    let crc = b.get_u32();
+    if crc32c::crc32c(&raw[..24]) != crc {
+        return Err(BookieError::corrupt(&path, 0, "journal mark checksum mismatch"));
+    }
+    Ok(Some((seq, off)))
+}
+
+/// Record `(seq, offset)` as the last checkpoint: storage holds every record before it.
+/// Written atomically (temp file, fsync, rename, fsync the directory).
+pub fn write_mark(data_dir: &Path, (seq, off): (u64, u64)) -> Result<(), BookieError> {
+    let dir = data_dir.join(JOURNAL_DIR);
+    fs::create_dir_all(&dir).map_err(|e| BookieError::io("create journal dir", &dir, e))?;
+    let mut raw = Vec::with_capacity(28);
+    raw.extend_from_slice(MARK_MAGIC);
+    raw.put_u64(seq);
+    raw.put_u64(off);
+    let crc = crc32c::crc32c(&raw);
+    raw.put_u32(crc);
+    let tmp = dir.join(format!("{MARK_FILE}.tmp"));
+    File::create(&tmp)
+        .and_then(|mut f| {
+            f.write_all(&raw)?;
+            f.sync_all()
+        })
+        .map_err(|e| BookieError::io("write", &tmp, e))?;
+    let path = dir.join(MARK_FILE);
+    fs::rename(&tmp, &path).map_err(|e| BookieError::io("rename mark to", &path, e))?;
+    sync_dir(&dir)
 }
 
 /// Delete every journal file under `data_dir` whose sequence number is below `seq`.
@@ -430,7 +507,7 @@ struct Counters {
 pub struct Journal {
     tx: Sender<Msg>,
     thread: Mutex<Option<JoinHandle<()>>>,
-    current_seq: Arc<AtomicU64>,
+    position: Arc<Mutex<(u64, u64)>>,
     counters: Arc<Counters>,
 }
 
@@ -441,7 +518,7 @@ impl Journal {
         let dir = data_dir.join(JOURNAL_DIR);
         fs::create_dir_all(&dir).map_err(|e| BookieError::io("create journal dir", &dir, e))?;
         let file = create_file(data_dir, first_seq)?;
-        let current_seq = Arc::new(AtomicU64::new(first_seq));
+        let position = Arc::new(Mutex::new((first_seq, 0)));
         let (tx, rx) = crossbeam_channel::unbounded();
         let counters = Arc::new(Counters::default());
         let writer = Writer {
@@ -452,14 +529,14 @@ impl Journal {
             seq: first_seq,
             file_len: 0,
             failed: None,
-            current_seq: current_seq.clone(),
+            position: position.clone(),
             on_rotate,
         };
         let thread = std::thread::Builder::new()
             .name("bookie-journal".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| BookieError::io("spawn journal thread for", &dir, e))?;
-        Ok(Journal { tx, thread: Mutex::new(Some(thread)), current_seq, counters })
+        Ok(Journal { tx, thread: Mutex::new(Some(thread)), position, counters })
     }
 
     /// Queue `record`; `done` runs on the journal thread once it is durable (or failed).
@@ -481,7 +558,13 @@ impl Journal {
 
     /// The sequence number of the file being written now.
     pub fn current_seq(&self) -> u64 {
-        self.current_seq.load(Ordering::SeqCst)
+        self.position.lock().0
+    }
+
+    /// Where the journal has written up to: (file sequence number, byte offset). Every record
+    /// before this point was queued, and so applied to storage, before this call returns.
+    pub fn position(&self) -> (u64, u64) {
+        *self.position.lock()
     }
 
     /// Write and sync everything queued, close the file and stop the thread.
@@ -540,7 +623,7 @@ struct Writer {
     seq: u64,
     file_len: u64,
     failed: Option<String>,
-    current_seq: Arc<AtomicU64>,
+    position: Arc<Mutex<(u64, u64)>>,
     on_rotate: RotateHook,
 }
 
@@ -644,6 +727,7 @@ impl Writer {
         match res {
             Ok(()) => {
                 self.file_len += buf.len() as u64;
+                *self.position.lock() = (self.seq, self.file_len);
                 Ok(())
             }
             Err(e) => {
@@ -671,7 +755,7 @@ impl Writer {
                 self.file = file;
                 self.seq = next;
                 self.file_len = 0;
-                self.current_seq.store(next, Ordering::SeqCst);
+                *self.position.lock() = (next, 0);
                 (self.on_rotate)(next);
             }
             Err(e) => log::error!("journal rotation failed, continuing in the current file: {e}"),

@@ -18,8 +18,10 @@
 //! before it is durable too, and no normal add can pass the check after it. Only then is the
 //! fencing READ / READ_LAC answered.
 //!
-//! Checkpoints run on their own thread whenever the journal rotates: flush storage, then delete
-//! the journal files below the new one. [`BookieServer::shutdown`] stops accepting, lets every
+//! Checkpoints run on their own thread whenever the journal rotates and every
+//! [`CHECKPOINT_INTERVAL`] while it moves: take the journal position, flush storage, record the
+//! position (`journal/LASTMARK`) and delete the journal files before it. A restart replays only
+//! what follows the mark. [`BookieServer::shutdown`] stops accepting, lets every
 //! connection finish its in-flight adds, syncs and closes the journal, checkpoints, and returns.
 //! Dropping a server without shutdown stops it as a crash would (nothing more is written).
 
@@ -46,6 +48,9 @@ use crate::storage::LedgerStorage;
 /// Bytes of unanswered adds and unwritten responses one connection may have before it stops
 /// being read.
 pub const MAX_IN_FLIGHT_BYTES: usize = 64 * 1024 * 1024;
+/// How often storage is checkpointed (when the journal has moved), besides at every journal
+/// rotation: this bounds how much journal a restart replays.
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
 /// How long shutdown waits for connections to finish their in-flight requests.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// The writer stops coalescing queued responses into one write past this many bytes.
@@ -99,20 +104,16 @@ struct Core {
 }
 
 impl Core {
-    /// Flush storage, then delete journal files below the file being written now.
-    fn checkpoint(&self) -> Result<(), BookieError> {
+    /// Take the journal position, flush storage (which then holds every record before that
+    /// position), record the position as the replay start, and delete the files before it.
+    /// Returns the position checkpointed.
+    fn checkpoint(&self) -> Result<(u64, u64), BookieError> {
         let _one = self.checkpoint_lock.lock();
-        let mark = self.journal.current_seq();
+        let mark = self.journal.position();
         self.storage.flush()?;
-        journal::delete_before(&self.data_dir, mark)?;
-        Ok(())
-    }
-
-    fn checkpoint_before(&self, mark: u64) -> Result<(), BookieError> {
-        let _one = self.checkpoint_lock.lock();
-        self.storage.flush()?;
-        journal::delete_before(&self.data_dir, mark)?;
-        Ok(())
+        journal::write_mark(&self.data_dir, mark)?;
+        journal::delete_before(&self.data_dir, mark.0)?;
+        Ok(mark)
     }
 
     /// Apply an add to storage and queue it on the journal; `done` gets the final status.
@@ -253,6 +254,7 @@ impl BookieServer {
                 }
                 storage.flush()?;
                 let next = outcome.next_seq();
+                journal::write_mark(&data_dir, (next, 0))?;
                 journal::delete_before(&data_dir, next)?;
                 Journal::open(&data_dir, jconfig, next, Box::new(move |seq| {
                     let _ = rotate_tx.send(Some(seq));
@@ -279,12 +281,20 @@ impl BookieServer {
         let ckpt_thread = std::thread::Builder::new()
             .name("bookie-checkpoint".into())
             .spawn(move || {
-                while let Ok(Some(mark)) = ckpt_rx.recv() {
+                let mut last = ckpt_core.journal.position();
+                loop {
+                    match ckpt_rx.recv_timeout(CHECKPOINT_INTERVAL) {
+                        Ok(Some(_rotated)) => {}
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) if ckpt_core.journal.position() != last => {}
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                        Ok(None) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                    }
                     if ckpt_core.halted.load(Ordering::SeqCst) {
                         break;
                     }
-                    if let Err(e) = ckpt_core.checkpoint_before(mark) {
-                        log::error!("checkpoint failed: {e}");
+                    match ckpt_core.checkpoint() {
+                        Ok(mark) => last = mark,
+                        Err(e) => log::error!("checkpoint failed: {e}"),
                     }
                 }
             })
@@ -308,7 +318,7 @@ impl BookieServer {
     /// Flush storage and delete the journal files it now covers.
     pub async fn checkpoint(&self) -> Result<(), BookieError> {
         let core = self.core.clone();
-        tokio::task::spawn_blocking(move || core.checkpoint())
+        tokio::task::spawn_blocking(move || core.checkpoint().map(drop))
             .await
             .map_err(|e| BookieError::Config(format!("checkpoint task: {e}")))?
     }
@@ -328,8 +338,10 @@ impl BookieServer {
             let synced = core.journal.shutdown();
             core.halt();
             synced?;
+            let mark = core.journal.position();
             core.storage.flush()?;
-            journal::delete_before(&core.data_dir, core.journal.current_seq())?;
+            journal::write_mark(&core.data_dir, mark)?;
+            journal::delete_before(&core.data_dir, mark.0)?;
             Ok(())
         })
         .await

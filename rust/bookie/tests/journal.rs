@@ -244,3 +244,32 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn replay_starts_at_the_checkpoint_mark() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recs = records(5);
+    journal_with(dir.path(), &recs);
+    let skip: u64 = recs[..2].iter().map(|r| r.encoded_len() as u64).sum();
+    journal::write_mark(dir.path(), (1, skip)).expect("mark");
+    assert_eq!(journal::read_mark(dir.path()).expect("read mark"), Some((1, skip)));
+    let (got, outcome) = replay_all(dir.path()).expect("replay");
+    assert_eq!(got, recs[2..]);
+    assert_eq!(outcome.mark, Some((1, skip)));
+    assert_eq!(outcome.next_seq(), 2);
+
+    // A mark in a later file skips the earlier files entirely, and new files go above it.
+    journal::write_mark(dir.path(), (4, 0)).expect("mark");
+    let (got, outcome) = replay_all(dir.path()).expect("replay");
+    assert!(got.is_empty());
+    assert_eq!(outcome.next_seq(), 5);
+
+    // A mark past the end of its file means the file lost checkpointed bytes.
+    let len = fs::metadata(journal::file_path(dir.path(), 1)).expect("meta").len();
+    journal::write_mark(dir.path(), (1, len + 1)).expect("mark");
+    assert!(matches!(replay_all(dir.path()), Err(BookieError::Corrupt { .. })));
+
+    // A damaged mark is reported, not ignored.
+    fs::write(dir.path().join("journal").join(journal::MARK_FILE), b"garbage").expect("write");
+    assert!(matches!(journal::read_mark(dir.path()), Err(BookieError::Corrupt { .. })));
+}

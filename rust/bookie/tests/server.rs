@@ -460,3 +460,40 @@ async fn a_peer_that_reads_slowly_gets_every_response() {
     drop(sender.await.expect("sender"));
     server.shutdown().await.expect("shutdown");
 }
+
+fn log_len(dir: &Path, ledger: u64) -> u64 {
+    std::fs::metadata(dir.join("ledgers").join(format!("{ledger}.log"))).expect("ledger log").len()
+}
+
+/// Bytes a journal / ledger-log record of this entry takes.
+fn record_len(ledger: u64, entry: u64) -> u64 {
+    (8 + 25 + payload(ledger, entry).len()) as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_replays_only_what_follows_the_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    for e in 0..100u64 {
+        client.add(1, e, e as i64 - 1, payload(1, e), false).await.expect("add");
+    }
+    server.checkpoint().await.expect("checkpoint");
+    for e in 100..110u64 {
+        client.add(1, e, e as i64 - 1, payload(1, e), false).await.expect("add");
+    }
+    drop(client);
+    drop(server);
+    let before = log_len(dir.path(), 1);
+    let (server, client) = start(dir.path()).await;
+    let replayed: u64 = (100..110).map(|e| record_len(1, e)).sum();
+    assert_eq!(log_len(dir.path(), 1), before + replayed, "only the 10 adds after the checkpoint are replayed");
+    assert_entries(&client, 1, 110).await;
+    server.shutdown().await.expect("shutdown");
+
+    // After a clean shutdown there is nothing to replay.
+    let before = log_len(dir.path(), 1);
+    let (server, client) = start(dir.path()).await;
+    assert_eq!(log_len(dir.path(), 1), before);
+    assert_entries(&client, 1, 110).await;
+    server.shutdown().await.expect("shutdown");
+}
