@@ -9,7 +9,10 @@ use bytes::Bytes;
 use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, JournalConfig};
 
 fn arg(n: usize, default: u64) -> u64 {
-    std::env::args().nth(n).and_then(|a| a.parse().ok()).unwrap_or(default)
+    std::env::args()
+        .nth(n)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(default)
 }
 
 #[tokio::main]

@@ -128,7 +128,10 @@ pub struct BookieClient {
 
 impl std::fmt::Debug for BookieClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BookieClient").field("addr", &self.inner.addr).field("closed", &self.is_closed()).finish()
+        f.debug_struct("BookieClient")
+            .field("addr", &self.inner.addr)
+            .field("closed", &self.is_closed())
+            .finish()
     }
 }
 
@@ -146,15 +149,23 @@ impl Drop for PendingGuard<'_> {
 
 impl BookieClient {
     /// Connect to the bookie at `addr` (`host:port`). Connecting is bounded by `request_timeout` too.
-    pub async fn connect(addr: &str, request_timeout: Duration) -> Result<BookieClient, ClientError> {
+    pub async fn connect(
+        addr: &str,
+        request_timeout: Duration,
+    ) -> Result<BookieClient, ClientError> {
         let stream = match tokio::time::timeout(request_timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(ClientError::Io(format!("connect {addr}: {e}"))),
             Err(_) => return Err(ClientError::Timeout),
         };
-        stream.set_nodelay(true).map_err(|e| ClientError::Io(format!("set_nodelay {addr}: {e}")))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| ClientError::Io(format!("set_nodelay {addr}: {e}")))?;
         let (rd, wr) = stream.into_split();
-        let shared = Arc::new(Shared { pending: Mutex::new(HashMap::new()), closed: AtomicBool::new(false) });
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+        });
         let (frames, queue) = mpsc::channel(WRITE_QUEUE_FRAMES);
         tokio::spawn(write_loop(wr, queue, shared.clone()));
         let reader = tokio::spawn(read_loop(rd, shared.clone())).abort_handle();
@@ -173,8 +184,24 @@ impl BookieClient {
     /// Store `data` as entry `entry` of `ledger` with the writer's `lac`. Resolves when the
     /// bookie has the entry durable (journal fsynced when journalSyncData). With `recovery`,
     /// the add is accepted even on a fenced ledger.
-    pub async fn add(&self, ledger: u64, entry: u64, lac: i64, data: Bytes, recovery: bool) -> Result<(), ClientError> {
-        let resp = self.call(|request_id| Request::Add { request_id, ledger, entry, lac, recovery, data }).await?;
+    pub async fn add(
+        &self,
+        ledger: u64,
+        entry: u64,
+        lac: i64,
+        data: Bytes,
+        recovery: bool,
+    ) -> Result<(), ClientError> {
+        let resp = self
+            .call(|request_id| Request::Add {
+                request_id,
+                ledger,
+                entry,
+                lac,
+                recovery,
+                data,
+            })
+            .await?;
         match resp.body {
             ResponseBody::Empty => Ok(()),
             other => Err(unexpected(OpCode::Add, &other)),
@@ -182,8 +209,20 @@ impl BookieClient {
     }
 
     /// Read entry `entry` of `ledger`. With `fence`, the bookie first fences the ledger durably.
-    pub async fn read(&self, ledger: u64, entry: u64, fence: bool) -> Result<ReadResult, ClientError> {
-        let resp = self.call(|request_id| Request::Read { request_id, ledger, entry, fence }).await?;
+    pub async fn read(
+        &self,
+        ledger: u64,
+        entry: u64,
+        fence: bool,
+    ) -> Result<ReadResult, ClientError> {
+        let resp = self
+            .call(|request_id| Request::Read {
+                request_id,
+                ledger,
+                entry,
+                fence,
+            })
+            .await?;
         match resp.body {
             ResponseBody::Read { lac, data } => Ok(ReadResult { lac, data }),
             other => Err(unexpected(OpCode::Read, &other)),
@@ -193,7 +232,13 @@ impl BookieClient {
     /// The highest lac the bookie has seen for `ledger` (-1 when it has nothing for it). With
     /// `fence`, the bookie first fences the ledger durably.
     pub async fn read_lac(&self, ledger: u64, fence: bool) -> Result<i64, ClientError> {
-        let resp = self.call(|request_id| Request::ReadLac { request_id, ledger, fence }).await?;
+        let resp = self
+            .call(|request_id| Request::ReadLac {
+                request_id,
+                ledger,
+                fence,
+            })
+            .await?;
         match resp.body {
             ResponseBody::Lac(lac) => Ok(lac),
             other => Err(unexpected(OpCode::ReadLac, &other)),
@@ -202,7 +247,9 @@ impl BookieClient {
 
     /// Delete `ledger` from the bookie. Deleting a ledger the bookie does not have succeeds.
     pub async fn delete_ledger(&self, ledger: u64) -> Result<(), ClientError> {
-        let resp = self.call(|request_id| Request::DeleteLedger { request_id, ledger }).await?;
+        let resp = self
+            .call(|request_id| Request::DeleteLedger { request_id, ledger })
+            .await?;
         match resp.body {
             ResponseBody::Empty => Ok(()),
             other => Err(unexpected(OpCode::DeleteLedger, &other)),
@@ -229,15 +276,24 @@ impl BookieClient {
         let request = make(id);
         let op = request.op();
         let mut frame = BytesMut::new();
-        request.encode(&mut frame).map_err(|e| ClientError::BadRequest(e.to_string()))?;
+        request
+            .encode(&mut frame)
+            .map_err(|e| ClientError::BadRequest(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
         inner.shared.pending.lock().insert(id, tx);
-        let _guard = PendingGuard { shared: &inner.shared, id };
+        let _guard = PendingGuard {
+            shared: &inner.shared,
+            id,
+        };
         if self.is_closed() {
             return Err(ClientError::Closed);
         }
         let exchange = async {
-            inner.frames.send(frame.freeze()).await.map_err(|_| ClientError::Closed)?;
+            inner
+                .frames
+                .send(frame.freeze())
+                .await
+                .map_err(|_| ClientError::Closed)?;
             rx.await.map_err(|_| ClientError::Closed)?
         };
         let resp = match tokio::time::timeout(inner.request_timeout, exchange).await {
@@ -245,7 +301,8 @@ impl BookieClient {
             Err(_) => return Err(ClientError::Timeout),
         };
         if resp.op != op {
-            let err = ClientError::Server(format!("response op {:?} to a {:?} request", resp.op, op));
+            let err =
+                ClientError::Server(format!("response op {:?} to a {:?} request", resp.op, op));
             inner.shared.fail_all(err.clone());
             return Err(err);
         }

@@ -23,7 +23,8 @@
 //! never covered by a checkpoint, so they are still in the journal: a bad record there (a write
 //! torn by a crash) is cut off, with a warning, together with everything after it, and journal
 //! replay writes those entries again. A bad record inside the checkpointed part is corruption:
-//! opening fails and names the file and offset.
+//! opening fails and names the file and offset. Deleting a ledger first drops it from
+//! `CHECKPOINT`, so a later log under the same id is never judged by the old one's length.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -50,7 +51,9 @@ use bytes::{Buf, BufMut, Bytes};
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::BookieError;
-use crate::journal::{parse_record, RecordScanner, Scanned, sync_dir, RecordError, JournalRecord, RecordKind};
+use crate::journal::{
+    parse_record, sync_dir, JournalRecord, RecordError, RecordKind, RecordScanner, Scanned,
+};
 use crate::storage::LedgerStorage;
 
 /// The subdirectory of the data dir that holds ledger logs.
@@ -80,7 +83,8 @@ impl LedgerLog {
         let mut buf = Vec::with_capacity(record.encoded_len());
         record.encode(&mut buf);
         let off = self.len;
-        file.write_all_at(&buf, off).map_err(|e| BookieError::io("append to", &self.path, e))?;
+        file.write_all_at(&buf, off)
+            .map_err(|e| BookieError::io("append to", &self.path, e))?;
         self.len += buf.len() as u64;
         self.dirty = true;
         Ok((off, buf.len()))
@@ -110,7 +114,10 @@ impl EntryLogStorage {
 
     /// Like [`open`](Self::open), keeping at most about `max_open_logs` log files open: past
     /// that, the least recently used are closed and reopened when next needed.
-    pub fn open_with_limit(data_dir: &Path, max_open_logs: usize) -> Result<EntryLogStorage, BookieError> {
+    pub fn open_with_limit(
+        data_dir: &Path,
+        max_open_logs: usize,
+    ) -> Result<EntryLogStorage, BookieError> {
         let dir = data_dir.join(LEDGERS_DIR);
         fs::create_dir_all(&dir).map_err(|e| BookieError::io("create ledgers dir", &dir, e))?;
         let synced = read_checkpoint(&dir)?;
@@ -119,7 +126,11 @@ impl EntryLogStorage {
         for item in rd {
             let item = item.map_err(|e| BookieError::io("list ledgers dir", &dir, e))?;
             let name = item.file_name();
-            let Some(ledger) = name.to_str().and_then(|n| n.strip_suffix(".log")).and_then(|s| s.parse::<u64>().ok()) else {
+            let Some(ledger) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".log"))
+                .and_then(|s| s.parse::<u64>().ok())
+            else {
                 continue;
             };
             let log = load_log(&dir, ledger, synced.get(&ledger).copied().unwrap_or(0))?;
@@ -167,7 +178,10 @@ impl EntryLogStorage {
         let mut open: Vec<(u64, Arc<Mutex<LedgerLog>>)> = logs
             .into_iter()
             .filter_map(|l| {
-                let used = l.try_lock().filter(|g| g.file.is_some()).map(|g| g.last_used)?;
+                let used = l
+                    .try_lock()
+                    .filter(|g| g.file.is_some())
+                    .map(|g| g.last_used)?;
                 Some((used, l))
             })
             .collect();
@@ -192,7 +206,11 @@ impl EntryLogStorage {
     }
 
     /// Run `f` on the ledger's log, creating the log if needed.
-    fn with_log<T>(&self, ledger: u64, mut f: impl FnMut(&mut LedgerLog) -> Result<T, BookieError>) -> Result<T, BookieError> {
+    fn with_log<T>(
+        &self,
+        ledger: u64,
+        mut f: impl FnMut(&mut LedgerLog) -> Result<T, BookieError>,
+    ) -> Result<T, BookieError> {
         loop {
             let log = match self.get(ledger) {
                 Some(l) => l,
@@ -248,7 +266,9 @@ impl LedgerStorage for EntryLogStorage {
     }
 
     fn get_entry(&self, ledger: u64, entry: u64) -> Result<Option<(i64, Bytes)>, BookieError> {
-        let Some(log) = self.get(ledger) else { return Ok(None) };
+        let Some(log) = self.get(ledger) else {
+            return Ok(None);
+        };
         let (file, path, off, len) = {
             let mut g = log.lock();
             match g.index.get(&entry) {
@@ -257,15 +277,24 @@ impl LedgerStorage for EntryLogStorage {
             }
         };
         let mut buf = vec![0u8; len];
-        file.read_exact_at(&mut buf, off).map_err(|e| BookieError::io("read ledger log", &path, e))?;
+        file.read_exact_at(&mut buf, off)
+            .map_err(|e| BookieError::io("read ledger log", &path, e))?;
         match parse_record(&buf) {
-            Ok((r, used)) if used == len && r.kind == RecordKind::Entry && r.ledger == ledger && r.entry == entry => {
+            Ok((r, used))
+                if used == len
+                    && r.kind == RecordKind::Entry
+                    && r.ledger == ledger
+                    && r.entry == entry =>
+            {
                 Ok(Some((r.lac, r.data)))
             }
             Ok((r, _)) => Err(BookieError::corrupt(
                 &path,
                 off,
-                format!("index points at {:?} {}:{} instead of entry {ledger}:{entry}", r.kind, r.ledger, r.entry),
+                format!(
+                    "index points at {:?} {}:{} instead of entry {ledger}:{entry}",
+                    r.kind, r.ledger, r.entry
+                ),
             )),
             Err(RecordError::Short) => Err(BookieError::corrupt(&path, off, "record cut short")),
             Err(RecordError::Invalid(why)) => Err(BookieError::corrupt(&path, off, why)),
@@ -273,7 +302,9 @@ impl LedgerStorage for EntryLogStorage {
     }
 
     fn last_entry(&self, ledger: u64) -> Result<Option<u64>, BookieError> {
-        Ok(self.get(ledger).and_then(|l| l.lock().index.keys().next_back().copied()))
+        Ok(self
+            .get(ledger)
+            .and_then(|l| l.lock().index.keys().next_back().copied()))
     }
 
     fn lac(&self, ledger: u64) -> Result<Option<i64>, BookieError> {
@@ -301,7 +332,9 @@ impl LedgerStorage for EntryLogStorage {
     }
 
     fn delete_ledger(&self, ledger: u64) -> Result<bool, BookieError> {
-        let Some(log) = self.ledgers.write().remove(&ledger) else { return Ok(false) };
+        let Some(log) = self.ledgers.write().remove(&ledger) else {
+            return Ok(false);
+        };
         // Forget the checkpointed length first: a later log of the same id starts from zero.
         // (Lock order, as in flush: CHECKPOINT before any ledger.)
         {
@@ -326,7 +359,12 @@ impl LedgerStorage for EntryLogStorage {
 
     fn flush(&self) -> Result<(), BookieError> {
         let mut ck = self.checkpointed.lock();
-        let logs: Vec<(u64, Arc<Mutex<LedgerLog>>)> = self.ledgers.read().iter().map(|(k, v)| (*k, v.clone())).collect();
+        let logs: Vec<(u64, Arc<Mutex<LedgerLog>>)> = self
+            .ledgers
+            .read()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
         let mut lengths = HashMap::with_capacity(logs.len());
         for (ledger, log) in logs {
             let (file, path, len, dirty) = {
@@ -334,7 +372,12 @@ impl LedgerStorage for EntryLogStorage {
                 if g.deleted {
                     continue;
                 }
-                (g.file.clone(), g.path.clone(), g.len, std::mem::replace(&mut g.dirty, false))
+                (
+                    g.file.clone(),
+                    g.path.clone(),
+                    g.len,
+                    std::mem::replace(&mut g.dirty, false),
+                )
             };
             if dirty {
                 // A log closed while idle is synced through a fresh handle: fsync covers the
@@ -370,9 +413,14 @@ fn load_log(dir: &Path, ledger: u64, synced_len: u64) -> Result<LedgerLog, Booki
         .write(true)
         .open(&path)
         .map_err(|e| BookieError::io("open ledger log", &path, e))?;
-    let scan_handle = file.try_clone().map_err(|e| BookieError::io("open ledger log", &path, e))?;
+    let scan_handle = file
+        .try_clone()
+        .map_err(|e| BookieError::io("open ledger log", &path, e))?;
     let mut scanner = RecordScanner::open(scan_handle, &path)?;
-    let file_len = file.metadata().map_err(|e| BookieError::io("stat", &path, e))?.len();
+    let file_len = file
+        .metadata()
+        .map_err(|e| BookieError::io("stat", &path, e))?
+        .len();
     if file_len < synced_len {
         return Err(BookieError::corrupt(
             &path,
@@ -385,9 +433,17 @@ fn load_log(dir: &Path, ledger: u64, synced_len: u64) -> Result<LedgerLog, Booki
     let mut fenced = false;
     let len = loop {
         match scanner.next_record()? {
-            Scanned::Record { record: r, off, used } => {
+            Scanned::Record {
+                record: r,
+                off,
+                used,
+            } => {
                 if r.ledger != ledger {
-                    return Err(BookieError::corrupt(&path, off, format!("record of ledger {} in this log", r.ledger)));
+                    return Err(BookieError::corrupt(
+                        &path,
+                        off,
+                        format!("record of ledger {} in this log", r.ledger),
+                    ));
                 }
                 match r.kind {
                     RecordKind::Entry => {
@@ -396,7 +452,11 @@ fn load_log(dir: &Path, ledger: u64, synced_len: u64) -> Result<LedgerLog, Booki
                     }
                     RecordKind::Fence => fenced = true,
                     RecordKind::DeleteLedger => {
-                        return Err(BookieError::corrupt(&path, off, "delete record in a ledger log"));
+                        return Err(BookieError::corrupt(
+                            &path,
+                            off,
+                            "delete record in a ledger log",
+                        ));
                     }
                 }
             }
@@ -414,8 +474,10 @@ fn load_log(dir: &Path, ledger: u64, synced_len: u64) -> Result<LedgerLog, Booki
                     path.display(),
                     file_len - off
                 );
-                file.set_len(off).map_err(|e| BookieError::io("truncate ledger log", &path, e))?;
-                file.sync_all().map_err(|e| BookieError::io("sync ledger log", &path, e))?;
+                file.set_len(off)
+                    .map_err(|e| BookieError::io("truncate ledger log", &path, e))?;
+                file.sync_all()
+                    .map_err(|e| BookieError::io("sync ledger log", &path, e))?;
                 break off;
             }
         }
@@ -451,7 +513,11 @@ fn read_checkpoint(dir: &Path) -> Result<HashMap<u64, u64>, BookieError> {
         return Err(bad("checkpoint checksum mismatch"));
     }
     let count = usize::try_from(count).map_err(|_| bad("checkpoint count out of range"))?;
-    if b.len() != count.checked_mul(16).ok_or_else(|| bad("checkpoint count out of range"))? {
+    if b.len()
+        != count
+            .checked_mul(16)
+            .ok_or_else(|| bad("checkpoint count out of range"))?
+    {
         return Err(bad("checkpoint length does not match its count"));
     }
     let mut out = HashMap::with_capacity(count);
@@ -473,7 +539,10 @@ fn write_checkpoint(dir: &Path, lengths: &HashMap<u64, u64>) -> Result<(), Booki
     let mut out = Vec::with_capacity(16 + body.len());
     out.extend_from_slice(CHECKPOINT_MAGIC);
     out.put_u32(crc32c::crc32c(&body));
-    out.put_u32(u32::try_from(lengths.len()).map_err(|_| BookieError::Config("too many ledgers for a checkpoint".into()))?);
+    out.put_u32(
+        u32::try_from(lengths.len())
+            .map_err(|_| BookieError::Config("too many ledgers for a checkpoint".into()))?,
+    );
     out.extend_from_slice(&body);
     let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
     let path = dir.join(CHECKPOINT_FILE);

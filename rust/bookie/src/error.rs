@@ -15,7 +15,11 @@ pub enum BookieError {
     /// A file holds a record that fails its checksum or does not parse, and it is not a torn
     /// tail that may safely be dropped.
     #[error("corrupt record in {} at offset {offset}: {reason}", file.display())]
-    Corrupt { file: PathBuf, offset: u64, reason: String },
+    Corrupt {
+        file: PathBuf,
+        offset: u64,
+        reason: String,
+    },
     /// The journal stopped after an I/O failure; nothing more can be made durable.
     #[error("journal failed: {0}")]
     JournalFailed(String),
@@ -30,11 +34,18 @@ pub enum BookieError {
 impl BookieError {
     /// An I/O error with what we were doing and on which path.
     pub(crate) fn io(what: &str, path: &Path, source: std::io::Error) -> BookieError {
-        BookieError::Io { context: format!("{what} {}", path.display()), source }
+        BookieError::Io {
+            context: format!("{what} {}", path.display()),
+            source,
+        }
     }
 
     /// A corruption report for `file` at `offset`.
     pub(crate) fn corrupt(file: &Path, offset: u64, reason: impl Into<String>) -> BookieError {
-        BookieError::Corrupt { file: file.to_path_buf(), offset, reason: reason.into() }
+        BookieError::Corrupt {
+            file: file.to_path_buf(),
+            offset,
+            reason: reason.into(),
+        }
     }
 }

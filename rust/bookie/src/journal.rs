@@ -119,17 +119,35 @@ pub struct JournalRecord {
 impl JournalRecord {
     /// An entry add.
     pub fn entry(ledger: u64, entry: u64, lac: i64, data: Bytes) -> JournalRecord {
-        JournalRecord { kind: RecordKind::Entry, ledger, entry, lac, data }
+        JournalRecord {
+            kind: RecordKind::Entry,
+            ledger,
+            entry,
+            lac,
+            data,
+        }
     }
 
     /// A fence of `ledger`.
     pub fn fence(ledger: u64) -> JournalRecord {
-        JournalRecord { kind: RecordKind::Fence, ledger, entry: 0, lac: -1, data: Bytes::new() }
+        JournalRecord {
+            kind: RecordKind::Fence,
+            ledger,
+            entry: 0,
+            lac: -1,
+            data: Bytes::new(),
+        }
     }
 
     /// A delete of `ledger`.
     pub fn delete_ledger(ledger: u64) -> JournalRecord {
-        JournalRecord { kind: RecordKind::DeleteLedger, ledger, entry: 0, lac: -1, data: Bytes::new() }
+        JournalRecord {
+            kind: RecordKind::DeleteLedger,
+            ledger,
+            entry: 0,
+            lac: -1,
+            data: Bytes::new(),
+        }
     }
 
     /// Bytes this record takes in a journal file.
@@ -174,30 +192,49 @@ pub fn parse_record(buf: &[u8]) -> Result<(JournalRecord, usize), RecordError> {
     let crc = h.get_u32();
     let len = match usize::try_from(len32) {
         Ok(l) if (RECORD_FIXED_LEN..=MAX_RECORD_BODY).contains(&l) => l,
-        _ => return Err(RecordError::Invalid(format!("record length {len32} out of range"))),
+        _ => {
+            return Err(RecordError::Invalid(format!(
+                "record length {len32} out of range"
+            )))
+        }
     };
     let Some(body) = buf.get(RECORD_HEADER_LEN..RECORD_HEADER_LEN + len) else {
         return Err(RecordError::Short);
     };
     let actual = crc32c::crc32c(body);
     if actual != crc {
-        return Err(RecordError::Invalid(format!("checksum mismatch (stored {crc:#010x}, computed {actual:#010x})")));
+        return Err(RecordError::Invalid(format!(
+            "checksum mismatch (stored {crc:#010x}, computed {actual:#010x})"
+        )));
     }
     let mut b = body;
     let kind_byte = b.get_u8();
     let Some(kind) = RecordKind::from_u8(kind_byte) else {
-        return Err(RecordError::Invalid(format!("unknown record kind {kind_byte}")));
+        return Err(RecordError::Invalid(format!(
+            "unknown record kind {kind_byte}"
+        )));
     };
     let ledger = b.get_u64();
     let entry = b.get_u64();
     let lac = b.get_i64();
     let data = Bytes::copy_from_slice(b);
-    Ok((JournalRecord { kind, ledger, entry, lac, data }, RECORD_HEADER_LEN + len))
+    Ok((
+        JournalRecord {
+            kind,
+            ledger,
+            entry,
+            lac,
+            data,
+        },
+        RECORD_HEADER_LEN + len,
+    ))
 }
 
 /// Whether any byte offset after `from` in `buf` starts a record that checks out.
 pub(crate) fn good_record_after(buf: &[u8], from: usize) -> Option<usize> {
-    let last = buf.len().checked_sub(RECORD_HEADER_LEN + RECORD_FIXED_LEN)?;
+    let last = buf
+        .len()
+        .checked_sub(RECORD_HEADER_LEN + RECORD_FIXED_LEN)?;
     (from + 1..=last).find(|&off| parse_record(&buf[off..]).is_ok())
 }
 
@@ -241,7 +278,10 @@ pub fn list_files(data_dir: &Path) -> Result<Vec<u64>, BookieError> {
         let item = item.map_err(|e| BookieError::io("list journal dir", &dir, e))?;
         let name = item.file_name();
         let Some(name) = name.to_str() else { continue };
-        if let Some(seq) = name.strip_suffix(".log").and_then(|s| s.parse::<u64>().ok()) {
+        if let Some(seq) = name
+            .strip_suffix(".log")
+            .and_then(|s| s.parse::<u64>().ok())
+        {
             seqs.push(seq);
         }
     }
@@ -262,7 +302,11 @@ pub(crate) struct RecordScanner {
 /// One step of a [`RecordScanner`].
 pub(crate) enum Scanned {
     /// A good record at `off`, taking `used` bytes.
-    Record { record: JournalRecord, off: u64, used: usize },
+    Record {
+        record: JournalRecord,
+        off: u64,
+        used: usize,
+    },
     /// A bad record at `off`; scanning stops here.
     Bad { off: u64, error: RecordError },
     /// The end of the file.
@@ -271,7 +315,10 @@ pub(crate) enum Scanned {
 
 impl RecordScanner {
     pub(crate) fn open(file: File, path: &Path) -> Result<RecordScanner, BookieError> {
-        let file_len = file.metadata().map_err(|e| BookieError::io("stat", path, e))?.len();
+        let file_len = file
+            .metadata()
+            .map_err(|e| BookieError::io("stat", path, e))?
+            .len();
         Ok(RecordScanner {
             reader: BufReader::with_capacity(1024 * 1024, file),
             path: path.to_path_buf(),
@@ -290,7 +337,9 @@ impl RecordScanner {
                 format!("file ends before the checkpoint mark at offset {off}"),
             ));
         }
-        self.reader.seek(SeekFrom::Start(off)).map_err(|e| BookieError::io("seek", &self.path, e))?;
+        self.reader
+            .seek(SeekFrom::Start(off))
+            .map_err(|e| BookieError::io("seek", &self.path, e))?;
         self.off = off;
         Ok(())
     }
@@ -307,12 +356,18 @@ impl RecordScanner {
         }
         self.record.clear();
         self.record.resize(RECORD_HEADER_LEN, 0);
-        self.reader.read_exact(&mut self.record).map_err(|e| BookieError::io("read", &self.path, e))?;
+        self.reader
+            .read_exact(&mut self.record)
+            .map_err(|e| BookieError::io("read", &self.path, e))?;
         let mut h = &self.record[..4];
         let len32 = h.get_u32();
         let len = match usize::try_from(len32) {
             Ok(l) if (RECORD_FIXED_LEN..=MAX_RECORD_BODY).contains(&l) => l,
-            _ => return bad(RecordError::Invalid(format!("record length {len32} out of range"))),
+            _ => {
+                return bad(RecordError::Invalid(format!(
+                    "record length {len32} out of range"
+                )))
+            }
         };
         if remaining < (RECORD_HEADER_LEN + len) as u64 {
             return bad(RecordError::Short);
@@ -355,7 +410,11 @@ pub fn replay(
     mut apply: impl FnMut(&JournalRecord) -> Result<(), BookieError>,
 ) -> Result<ReplayOutcome, BookieError> {
     let mark = read_mark(data_dir)?;
-    let mut outcome = ReplayOutcome { files: list_files(data_dir)?, mark, ..ReplayOutcome::default() };
+    let mut outcome = ReplayOutcome {
+        files: list_files(data_dir)?,
+        mark,
+        ..ReplayOutcome::default()
+    };
     let (mark_seq, mark_off) = mark.unwrap_or((0, 0));
     let count = outcome.files.len();
     for (i, &seq) in outcome.files.iter().enumerate() {
@@ -387,7 +446,10 @@ pub fn replay(
                         return Err(BookieError::corrupt(
                             &path,
                             off,
-                            format!("{reason}; a valid record follows at offset {}", off + good as u64),
+                            format!(
+                                "{reason}; a valid record follows at offset {}",
+                                off + good as u64
+                            ),
                         ));
                     }
                     log::warn!(
@@ -424,7 +486,11 @@ pub fn read_mark(data_dir: &Path) -> Result<Option<(u64, u64)>, BookieError> {
     let off = b.get_u64();
     let crc = b.get_u32();
     if crc32c::crc32c(&raw[..24]) != crc {
-        return Err(BookieError::corrupt(&path, 0, "journal mark checksum mismatch"));
+        return Err(BookieError::corrupt(
+            &path,
+            0,
+            "journal mark checksum mismatch",
+        ));
     }
     Ok(Some((seq, off)))
 }
@@ -469,7 +535,9 @@ pub fn delete_before(data_dir: &Path, seq: u64) -> Result<usize, BookieError> {
 
 /// Fsync a directory so that file creations and deletions in it are durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), BookieError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| BookieError::io("sync dir", dir, e))
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| BookieError::io("sync dir", dir, e))
 }
 
 /// Called once the journal's records are durable (or with the reason they cannot be).
@@ -480,8 +548,14 @@ pub type Completion = Box<dyn FnOnce(Result<(), BookieError>) + Send + 'static>;
 pub type RotateHook = Box<dyn FnMut(u64) + Send + 'static>;
 
 enum Msg {
-    Append { record: JournalRecord, done: Completion, queued: Instant },
-    Shutdown { ack: Sender<Result<(), String>> },
+    Append {
+        record: JournalRecord,
+        done: Completion,
+        queued: Instant,
+    },
+    Shutdown {
+        ack: Sender<Result<(), String>>,
+    },
     Halt,
 }
 
@@ -514,7 +588,12 @@ pub struct Journal {
 impl Journal {
     /// Start a journal writing `journal/<first_seq>.log` under `data_dir` (created if needed).
     /// `on_rotate` runs on the journal thread after each rotation.
-    pub fn open(data_dir: &Path, config: JournalConfig, first_seq: u64, on_rotate: RotateHook) -> Result<Journal, BookieError> {
+    pub fn open(
+        data_dir: &Path,
+        config: JournalConfig,
+        first_seq: u64,
+        on_rotate: RotateHook,
+    ) -> Result<Journal, BookieError> {
         let dir = data_dir.join(JOURNAL_DIR);
         fs::create_dir_all(&dir).map_err(|e| BookieError::io("create journal dir", &dir, e))?;
         let file = create_file(data_dir, first_seq)?;
@@ -536,12 +615,21 @@ impl Journal {
             .name("bookie-journal".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| BookieError::io("spawn journal thread for", &dir, e))?;
-        Ok(Journal { tx, thread: Mutex::new(Some(thread)), position, counters })
+        Ok(Journal {
+            tx,
+            thread: Mutex::new(Some(thread)),
+            position,
+            counters,
+        })
     }
 
     /// Queue `record`; `done` runs on the journal thread once it is durable (or failed).
     pub fn submit(&self, record: JournalRecord, done: Completion) {
-        let msg = Msg::Append { record, done, queued: Instant::now() };
+        let msg = Msg::Append {
+            record,
+            done,
+            queued: Instant::now(),
+        };
         if let Err(crossbeam_channel::SendError(Msg::Append { done, .. })) = self.tx.send(msg) {
             done(Err(BookieError::ShuttingDown));
         }
@@ -653,7 +741,11 @@ impl Writer {
         loop {
             let mut stop = None;
             let deadline = match rx.recv() {
-                Ok(Msg::Append { record, done, queued }) => {
+                Ok(Msg::Append {
+                    record,
+                    done,
+                    queued,
+                }) => {
                     record.encode(&mut buf);
                     dones.push(done);
                     queued + self.config.max_group_wait
@@ -670,7 +762,9 @@ impl Writer {
                     Err(TryRecvError::Disconnected) => break,
                     Err(TryRecvError::Empty) => match rx.recv_deadline(deadline) {
                         Ok(m) => m,
-                        Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => break,
+                        Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+                            break
+                        }
                     },
                 };
                 match msg {
@@ -697,8 +791,12 @@ impl Writer {
             let result = self.write_batch(&buf);
             if result.is_ok() {
                 self.counters.batches.fetch_add(1, Ordering::Relaxed);
-                self.counters.records.fetch_add(dones.len() as u64, Ordering::Relaxed);
-                self.counters.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+                self.counters
+                    .records
+                    .fetch_add(dones.len() as u64, Ordering::Relaxed);
+                self.counters
+                    .bytes
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
             }
             buf.clear();
             for d in dones.drain(..) {
@@ -765,10 +863,12 @@ impl Writer {
     fn finish(&mut self, ack: Sender<Result<(), String>>) {
         let res = match &self.failed {
             Some(f) => Err(f.clone()),
-            None => self
-                .file
-                .sync_all()
-                .map_err(|e| format!("syncing journal {}: {e}", file_path(&self.data_dir, self.seq).display())),
+            None => self.file.sync_all().map_err(|e| {
+                format!(
+                    "syncing journal {}: {e}",
+                    file_path(&self.data_dir, self.seq).display()
+                )
+            }),
         };
         let _ = ack.send(res);
     }

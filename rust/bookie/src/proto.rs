@@ -139,11 +139,27 @@ impl Status {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// Store `data` as entry `entry` of `ledger`; `lac` is the writer's last-add-confirmed.
-    Add { request_id: u64, ledger: u64, entry: u64, lac: i64, recovery: bool, data: Bytes },
+    Add {
+        request_id: u64,
+        ledger: u64,
+        entry: u64,
+        lac: i64,
+        recovery: bool,
+        data: Bytes,
+    },
     /// Read one entry; with `fence`, fence the ledger durably first.
-    Read { request_id: u64, ledger: u64, entry: u64, fence: bool },
+    Read {
+        request_id: u64,
+        ledger: u64,
+        entry: u64,
+        fence: bool,
+    },
     /// Read the highest lac the bookie has seen for the ledger; with `fence`, fence first.
-    ReadLac { request_id: u64, ledger: u64, fence: bool },
+    ReadLac {
+        request_id: u64,
+        ledger: u64,
+        fence: bool,
+    },
     /// Remove the ledger and free its space.
     DeleteLedger { request_id: u64, ledger: u64 },
 }
@@ -181,14 +197,26 @@ impl Request {
         body.put_u8(self.op() as u8);
         body.put_u64(self.request_id());
         match self {
-            Request::Add { ledger, entry, lac, recovery, data, .. } => {
+            Request::Add {
+                ledger,
+                entry,
+                lac,
+                recovery,
+                data,
+                ..
+            } => {
                 body.put_u64(*ledger);
                 body.put_u64(*entry);
                 body.put_i64(*lac);
                 body.put_u8(if *recovery { FLAG_RECOVERY } else { 0 });
                 body.put_slice(data);
             }
-            Request::Read { ledger, entry, fence, .. } => {
+            Request::Read {
+                ledger,
+                entry,
+                fence,
+                ..
+            } => {
                 body.put_u64(*ledger);
                 body.put_u64(*entry);
                 body.put_u8(if *fence { FLAG_FENCE } else { 0 });
@@ -225,7 +253,14 @@ impl Request {
                 let lac = body.get_i64();
                 let flags = body.get_u8();
                 check_flags(flags, FLAG_RECOVERY, "ADD request")?;
-                Request::Add { request_id, ledger, entry, lac, recovery: flags & FLAG_RECOVERY != 0, data: body }
+                Request::Add {
+                    request_id,
+                    ledger,
+                    entry,
+                    lac,
+                    recovery: flags & FLAG_RECOVERY != 0,
+                    data: body,
+                }
             }
             OpCode::Read => {
                 exact(&body, 8 + 8 + 1, "READ request", total)?;
@@ -233,18 +268,30 @@ impl Request {
                 let entry = body.get_u64();
                 let flags = body.get_u8();
                 check_flags(flags, FLAG_FENCE, "READ request")?;
-                Request::Read { request_id, ledger, entry, fence: flags & FLAG_FENCE != 0 }
+                Request::Read {
+                    request_id,
+                    ledger,
+                    entry,
+                    fence: flags & FLAG_FENCE != 0,
+                }
             }
             OpCode::ReadLac => {
                 exact(&body, 8 + 1, "READ_LAC request", total)?;
                 let ledger = body.get_u64();
                 let flags = body.get_u8();
                 check_flags(flags, FLAG_FENCE, "READ_LAC request")?;
-                Request::ReadLac { request_id, ledger, fence: flags & FLAG_FENCE != 0 }
+                Request::ReadLac {
+                    request_id,
+                    ledger,
+                    fence: flags & FLAG_FENCE != 0,
+                }
             }
             OpCode::DeleteLedger => {
                 exact(&body, 8, "DELETE_LEDGER request", total)?;
-                Request::DeleteLedger { request_id, ledger: body.get_u64() }
+                Request::DeleteLedger {
+                    request_id,
+                    ledger: body.get_u64(),
+                }
             }
         };
         Ok(req)
@@ -276,12 +323,27 @@ pub struct Response {
 impl Response {
     /// An OK response with the given body.
     pub fn ok(op: OpCode, request_id: u64, body: ResponseBody) -> Response {
-        Response { op, request_id, status: Status::Ok, body }
+        Response {
+            op,
+            request_id,
+            status: Status::Ok,
+            body,
+        }
     }
 
     /// A failed response with a reason.
-    pub fn error(op: OpCode, request_id: u64, status: Status, message: impl Into<String>) -> Response {
-        Response { op, request_id, status, body: ResponseBody::Message(message.into()) }
+    pub fn error(
+        op: OpCode,
+        request_id: u64,
+        status: Status,
+        message: impl Into<String>,
+    ) -> Response {
+        Response {
+            op,
+            request_id,
+            status,
+            body: ResponseBody::Message(message.into()),
+        }
     }
 
     /// Append this response as one whole frame (header included) to `dst`.
@@ -353,7 +415,12 @@ impl Response {
             }
             _ => ResponseBody::Message(String::from_utf8_lossy(&body).into_owned()),
         };
-        Ok(Response { op, request_id, status, body: rbody })
+        Ok(Response {
+            op,
+            request_id,
+            status,
+            body: rbody,
+        })
     }
 }
 
@@ -361,7 +428,10 @@ impl Response {
 /// answer BAD_REQUEST to a well-framed request whose fields do not parse.
 pub fn peek_header(body: &[u8]) -> Result<(OpCode, u64), ProtoError> {
     if body.len() < 9 {
-        return Err(ProtoError::Truncated { what: "message header", len: body.len() });
+        return Err(ProtoError::Truncated {
+            what: "message header",
+            len: body.len(),
+        });
     }
     let op = OpCode::from_u8(body[0])?;
     let mut id = [0u8; 8];
@@ -430,7 +500,10 @@ fn need(rest: &Bytes, n: usize, what: &'static str, total: usize) -> Result<(), 
 fn exact(rest: &Bytes, n: usize, what: &'static str, total: usize) -> Result<(), ProtoError> {
     need(rest, n, what, total)?;
     if rest.len() > n {
-        return Err(ProtoError::TrailingBytes { what, extra: rest.len() - n });
+        return Err(ProtoError::TrailingBytes {
+            what,
+            extra: rest.len() - n,
+        });
     }
     Ok(())
 }

@@ -2,9 +2,9 @@
 //!
 //! # Theory of operation
 //!
-//! [`BookieServer::start`] opens the ledger storage, replays the journal into it, flushes it
-//! (a checkpoint: the replayed journal files are then deleted), starts a fresh journal file and
-//! binds the listener. Each connection is served by one reader task and one writer task joined
+//! [`BookieServer::start`] opens the ledger storage, replays the journal into it from the last
+//! checkpoint mark, flushes it (a checkpoint: the replayed journal files are then deleted),
+//! starts a fresh journal file and binds the listener. Each connection is served by one reader task and one writer task joined
 //! by a channel of encoded responses; the writer sends whatever is queued with one write.
 //!
 //! Every mutation is applied to storage, then queued on the journal, and answered only when the
@@ -117,7 +117,15 @@ impl Core {
     }
 
     /// Apply an add to storage and queue it on the journal; `done` gets the final status.
-    fn add(&self, ledger: u64, entry: u64, lac: i64, data: Bytes, recovery: bool, done: impl FnOnce(Status, String) + Send + 'static) {
+    fn add(
+        &self,
+        ledger: u64,
+        entry: u64,
+        lac: i64,
+        data: Bytes,
+        recovery: bool,
+        done: impl FnOnce(Status, String) + Send + 'static,
+    ) {
         let guard = self.order.read();
         if self.halted.load(Ordering::SeqCst) {
             drop(guard);
@@ -159,7 +167,10 @@ impl Core {
                 return Err(BookieError::ShuttingDown);
             }
             self.storage.set_fenced(ledger)?;
-            self.journal.submit(JournalRecord::fence(ledger), Box::new(move |r| drop(tx.send(r))));
+            self.journal.submit(
+                JournalRecord::fence(ledger),
+                Box::new(move |r| drop(tx.send(r))),
+            );
         }
         rx.await.map_err(|_| BookieError::ShuttingDown)?
     }
@@ -173,7 +184,10 @@ impl Core {
                 return Err(BookieError::ShuttingDown);
             }
             self.storage.delete_ledger(ledger)?;
-            self.journal.submit(JournalRecord::delete_ledger(ledger), Box::new(move |r| drop(tx.send(r))));
+            self.journal.submit(
+                JournalRecord::delete_ledger(ledger),
+                Box::new(move |r| drop(tx.send(r))),
+            );
         }
         rx.await.map_err(|_| BookieError::ShuttingDown)?
     }
@@ -184,9 +198,21 @@ impl Core {
             None => self.storage.has_ledger(ledger).map(Err),
         });
         match found {
-            Ok(Ok((lac, data))) => Response::ok(OpCode::Read, request_id, ResponseBody::Read { lac, data }),
-            Ok(Err(true)) => Response::error(OpCode::Read, request_id, Status::NoEntry, format!("no entry {ledger}:{entry}")),
-            Ok(Err(false)) => Response::error(OpCode::Read, request_id, Status::NoLedger, format!("no ledger {ledger}")),
+            Ok(Ok((lac, data))) => {
+                Response::ok(OpCode::Read, request_id, ResponseBody::Read { lac, data })
+            }
+            Ok(Err(true)) => Response::error(
+                OpCode::Read,
+                request_id,
+                Status::NoEntry,
+                format!("no entry {ledger}:{entry}"),
+            ),
+            Ok(Err(false)) => Response::error(
+                OpCode::Read,
+                request_id,
+                Status::NoLedger,
+                format!("no ledger {ledger}"),
+            ),
             Err(e) => {
                 log::error!("reading {ledger}:{entry}: {e}");
                 Response::error(OpCode::Read, request_id, Status::IoError, e.to_string())
@@ -196,7 +222,11 @@ impl Core {
 
     fn read_lac(&self, request_id: u64, ledger: u64) -> Response {
         match self.storage.lac(ledger) {
-            Ok(lac) => Response::ok(OpCode::ReadLac, request_id, ResponseBody::Lac(lac.unwrap_or(-1))),
+            Ok(lac) => Response::ok(
+                OpCode::ReadLac,
+                request_id,
+                ResponseBody::Lac(lac.unwrap_or(-1)),
+            ),
             Err(e) => Response::error(OpCode::ReadLac, request_id, Status::IoError, e.to_string()),
         }
     }
@@ -223,7 +253,10 @@ pub struct BookieServer {
     core: Arc<Core>,
     stop: watch::Sender<bool>,
     serve: Option<tokio::task::JoinHandle<()>>,
-    checkpointer: Option<(crossbeam_channel::Sender<Option<u64>>, std::thread::JoinHandle<()>)>,
+    checkpointer: Option<(
+        crossbeam_channel::Sender<Option<u64>>,
+        std::thread::JoinHandle<()>,
+    )>,
 }
 
 impl BookieServer {
@@ -239,8 +272,13 @@ impl BookieServer {
 
     /// Like [`start`](Self::start), with a ledger storage of the caller's choosing. The journal
     /// still lives under `config.data_dir`; it is replayed into `storage`, which is flushed
-    /// before the replayed files are deleted.
-    pub async fn start_with_storage(config: BookieConfig, storage: Arc<dyn LedgerStorage>) -> Result<BookieServer, BookieError> {
+    /// before the replayed files are deleted. A volatile storage such as
+    /// [`MemStorage`](crate::storage::MemStorage) therefore keeps nothing across a restart:
+    /// use it for bookies whose data may go with the process.
+    pub async fn start_with_storage(
+        config: BookieConfig,
+        storage: Arc<dyn LedgerStorage>,
+    ) -> Result<BookieServer, BookieError> {
         let data_dir = config.data_dir.clone();
         let jconfig = config.journal.clone();
         let (ckpt_tx, ckpt_rx) = crossbeam_channel::unbounded::<Option<u64>>();
@@ -250,15 +288,24 @@ impl BookieServer {
             tokio::task::spawn_blocking(move || -> Result<Journal, BookieError> {
                 let outcome = journal::replay(&data_dir, |r| apply_record(&*storage, r))?;
                 if outcome.records > 0 {
-                    log::info!("replayed {} journal records from {} files", outcome.records, outcome.files.len());
+                    log::info!(
+                        "replayed {} journal records from {} files",
+                        outcome.records,
+                        outcome.files.len()
+                    );
                 }
                 storage.flush()?;
                 let next = outcome.next_seq();
                 journal::write_mark(&data_dir, (next, 0))?;
                 journal::delete_before(&data_dir, next)?;
-                Journal::open(&data_dir, jconfig, next, Box::new(move |seq| {
-                    let _ = rotate_tx.send(Some(seq));
-                }))
+                Journal::open(
+                    &data_dir,
+                    jconfig,
+                    next,
+                    Box::new(move |seq| {
+                        let _ = rotate_tx.send(Some(seq));
+                    }),
+                )
             })
             .await
             .map_err(|e| BookieError::Config(format!("replaying journal: {e}")))??
@@ -273,10 +320,14 @@ impl BookieServer {
         });
         let listener = TcpListener::bind(config.bind)
             .await
-            .map_err(|e| BookieError::Io { context: format!("bind {}", config.bind), source: e })?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|e| BookieError::Io { context: "local_addr".into(), source: e })?;
+            .map_err(|e| BookieError::Io {
+                context: format!("bind {}", config.bind),
+                source: e,
+            })?;
+        let local_addr = listener.local_addr().map_err(|e| BookieError::Io {
+            context: "local_addr".into(),
+            source: e,
+        })?;
         let ckpt_core = core.clone();
         let ckpt_thread = std::thread::Builder::new()
             .name("bookie-checkpoint".into())
@@ -285,7 +336,8 @@ impl BookieServer {
                 loop {
                     match ckpt_rx.recv_timeout(CHECKPOINT_INTERVAL) {
                         Ok(Some(_rotated)) => {}
-                        Err(crossbeam_channel::RecvTimeoutError::Timeout) if ckpt_core.journal.position() != last => {}
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout)
+                            if ckpt_core.journal.position() != last => {}
                         Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
                         Ok(None) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
                     }
@@ -298,11 +350,20 @@ impl BookieServer {
                     }
                 }
             })
-            .map_err(|e| BookieError::Io { context: "spawn checkpoint thread".into(), source: e })?;
+            .map_err(|e| BookieError::Io {
+                context: "spawn checkpoint thread".into(),
+                source: e,
+            })?;
         let (stop, stop_rx) = watch::channel(false);
         let serve = tokio::spawn(accept_loop(listener, core.clone(), stop_rx));
         log::info!("bookie listening on {local_addr}");
-        Ok(BookieServer { local_addr, core, stop, serve: Some(serve), checkpointer: Some((ckpt_tx, ckpt_thread)) })
+        Ok(BookieServer {
+            local_addr,
+            core,
+            stop,
+            serve: Some(serve),
+            checkpointer: Some((ckpt_tx, ckpt_thread)),
+        })
     }
 
     /// The address the server listens on (with the real port when bound to port 0).
@@ -315,7 +376,9 @@ impl BookieServer {
         self.core.journal.stats()
     }
 
-    /// Flush storage and delete the journal files it now covers.
+    /// Checkpoint now: flush storage, record the journal position a restart replays from, and
+    /// delete the journal files before it. (This also runs by itself on every journal rotation
+    /// and every [`CHECKPOINT_INTERVAL`].)
     pub async fn checkpoint(&self) -> Result<(), BookieError> {
         let core = self.core.clone();
         tokio::task::spawn_blocking(move || core.checkpoint().map(drop))
@@ -388,7 +451,10 @@ async fn accept_loop(listener: TcpListener, core: Arc<Core>, mut stop: watch::Re
     })
     .await;
     if drained.is_err() {
-        log::warn!("{} connections did not finish within {SHUTDOWN_GRACE:?}; closing them", conns.len());
+        log::warn!(
+            "{} connections did not finish within {SHUTDOWN_GRACE:?}; closing them",
+            conns.len()
+        );
         conns.shutdown().await;
     }
 }
@@ -423,7 +489,8 @@ fn encode_response(resp: &Response) -> Bytes {
         Err(e) => {
             log::error!("cannot encode response {}: {e}", resp.request_id);
             let mut buf = BytesMut::new();
-            let fallback = Response::error(resp.op, resp.request_id, Status::IoError, e.to_string());
+            let fallback =
+                Response::error(resp.op, resp.request_id, Status::IoError, e.to_string());
             match fallback.encode(&mut buf) {
                 Ok(()) => buf.freeze(),
                 Err(_) => Bytes::new(),
@@ -445,7 +512,12 @@ async fn answer(tx: &ResponseTx, budget: &Budget, resp: &Response) -> bool {
     }
 }
 
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    core: Arc<Core>,
+    mut stop: watch::Receiver<bool>,
+) {
     if let Err(e) = stream.set_nodelay(true) {
         log::debug!("{peer}: set_nodelay: {e}");
     }
@@ -493,14 +565,25 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, core: Arc<Core>, 
 }
 
 /// Handle one request frame. Returns false when the connection must be closed.
-async fn handle_frame(body: Bytes, core: &Arc<Core>, tx: &ResponseTx, budget: &Budget, peer: SocketAddr) -> bool {
+async fn handle_frame(
+    body: Bytes,
+    core: &Arc<Core>,
+    tx: &ResponseTx,
+    budget: &Budget,
+    peer: SocketAddr,
+) -> bool {
     let request = match Request::decode(body.clone()) {
         Ok(r) => r,
         Err(e) => {
             return match proto::peek_header(&body) {
                 Ok((op, request_id)) => {
                     log::warn!("{peer}: bad {op:?} request {request_id}: {e}");
-                    answer(tx, budget, &Response::error(op, request_id, Status::BadRequest, e.to_string())).await
+                    answer(
+                        tx,
+                        budget,
+                        &Response::error(op, request_id, Status::BadRequest, e.to_string()),
+                    )
+                    .await
                 }
                 Err(_) => {
                     log::warn!("{peer}: closing connection: {e}");
@@ -510,40 +593,76 @@ async fn handle_frame(body: Bytes, core: &Arc<Core>, tx: &ResponseTx, budget: &B
         }
     };
     match request {
-        Request::Add { request_id, ledger, entry, lac, recovery, data } => {
-            let Some(permit) = budget.take(data.len()).await else { return false };
+        Request::Add {
+            request_id,
+            ledger,
+            entry,
+            lac,
+            recovery,
+            data,
+        } => {
+            let Some(permit) = budget.take(data.len()).await else {
+                return false;
+            };
             let tx = tx.clone();
-            core.add(ledger, entry, lac, data, recovery, move |status, message| {
-                let resp = if status == Status::Ok {
-                    Response::ok(OpCode::Add, request_id, ResponseBody::Empty)
-                } else {
-                    Response::error(OpCode::Add, request_id, status, message)
-                };
-                send_response(&tx, &resp, permit);
-            });
+            core.add(
+                ledger,
+                entry,
+                lac,
+                data,
+                recovery,
+                move |status, message| {
+                    let resp = if status == Status::Ok {
+                        Response::ok(OpCode::Add, request_id, ResponseBody::Empty)
+                    } else {
+                        Response::error(OpCode::Add, request_id, status, message)
+                    };
+                    send_response(&tx, &resp, permit);
+                },
+            );
             true
         }
-        Request::Read { request_id, ledger, entry, fence: false } => {
-            answer(tx, budget, &core.read_entry(request_id, ledger, entry)).await
-        }
-        Request::ReadLac { request_id, ledger, fence: false } => answer(tx, budget, &core.read_lac(request_id, ledger)).await,
-        Request::Read { request_id, ledger, entry, fence: true } => {
+        Request::Read {
+            request_id,
+            ledger,
+            entry,
+            fence: false,
+        } => answer(tx, budget, &core.read_entry(request_id, ledger, entry)).await,
+        Request::ReadLac {
+            request_id,
+            ledger,
+            fence: false,
+        } => answer(tx, budget, &core.read_lac(request_id, ledger)).await,
+        Request::Read {
+            request_id,
+            ledger,
+            entry,
+            fence: true,
+        } => {
             let (core, tx, budget) = (core.clone(), tx.clone(), budget.clone());
             tokio::spawn(async move {
                 let resp = match core.fence(ledger).await {
                     Ok(()) => core.read_entry(request_id, ledger, entry),
-                    Err(e) => Response::error(OpCode::Read, request_id, Status::IoError, e.to_string()),
+                    Err(e) => {
+                        Response::error(OpCode::Read, request_id, Status::IoError, e.to_string())
+                    }
                 };
                 answer(&tx, &budget, &resp).await;
             });
             true
         }
-        Request::ReadLac { request_id, ledger, fence: true } => {
+        Request::ReadLac {
+            request_id,
+            ledger,
+            fence: true,
+        } => {
             let (core, tx, budget) = (core.clone(), tx.clone(), budget.clone());
             tokio::spawn(async move {
                 let resp = match core.fence(ledger).await {
                     Ok(()) => core.read_lac(request_id, ledger),
-                    Err(e) => Response::error(OpCode::ReadLac, request_id, Status::IoError, e.to_string()),
+                    Err(e) => {
+                        Response::error(OpCode::ReadLac, request_id, Status::IoError, e.to_string())
+                    }
                 };
                 answer(&tx, &budget, &resp).await;
             });
@@ -554,7 +673,12 @@ async fn handle_frame(body: Bytes, core: &Arc<Core>, tx: &ResponseTx, budget: &B
             tokio::spawn(async move {
                 let resp = match core.delete_ledger(ledger).await {
                     Ok(()) => Response::ok(OpCode::DeleteLedger, request_id, ResponseBody::Empty),
-                    Err(e) => Response::error(OpCode::DeleteLedger, request_id, Status::IoError, e.to_string()),
+                    Err(e) => Response::error(
+                        OpCode::DeleteLedger,
+                        request_id,
+                        Status::IoError,
+                        e.to_string(),
+                    ),
                 };
                 answer(&tx, &budget, &resp).await;
             });
@@ -563,7 +687,11 @@ async fn handle_frame(body: Bytes, core: &Arc<Core>, tx: &ResponseTx, budget: &B
     }
 }
 
-async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<(Bytes, OwnedSemaphorePermit)>, peer: SocketAddr) {
+async fn write_loop(
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<(Bytes, OwnedSemaphorePermit)>,
+    peer: SocketAddr,
+) {
     let mut batch = BytesMut::new();
     let mut permits = Vec::new();
     while let Some((first, permit)) = rx.recv().await {

@@ -76,7 +76,11 @@ struct MemLedger {
 
 impl MemLedger {
     fn new() -> MemLedger {
-        MemLedger { entries: BTreeMap::new(), lac: -1, fenced: false }
+        MemLedger {
+            entries: BTreeMap::new(),
+            lac: -1,
+            fenced: false,
+        }
     }
 }
 
@@ -103,11 +107,19 @@ impl LedgerStorage for MemStorage {
     }
 
     fn get_entry(&self, ledger: u64, entry: u64) -> Result<Option<(i64, Bytes)>, BookieError> {
-        Ok(self.ledgers.read().get(&ledger).and_then(|l| l.entries.get(&entry).cloned()))
+        Ok(self
+            .ledgers
+            .read()
+            .get(&ledger)
+            .and_then(|l| l.entries.get(&entry).cloned()))
     }
 
     fn last_entry(&self, ledger: u64) -> Result<Option<u64>, BookieError> {
-        Ok(self.ledgers.read().get(&ledger).and_then(|l| l.entries.keys().next_back().copied()))
+        Ok(self
+            .ledgers
+            .read()
+            .get(&ledger)
+            .and_then(|l| l.entries.keys().next_back().copied()))
     }
 
     fn lac(&self, ledger: u64) -> Result<Option<i64>, BookieError> {

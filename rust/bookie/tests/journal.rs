@@ -6,7 +6,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use magnetar_bookie::journal::{self, Journal, JournalRecord, RecordKind, RECORD_FIXED_LEN, RECORD_HEADER_LEN};
+use magnetar_bookie::journal::{
+    self, Journal, JournalRecord, RecordKind, RECORD_FIXED_LEN, RECORD_HEADER_LEN,
+};
 use magnetar_bookie::{BookieError, JournalConfig};
 use proptest::prelude::*;
 
@@ -26,7 +28,10 @@ fn write_all(j: &Journal, records: &[JournalRecord]) {
     let (tx, rx) = mpsc::channel();
     for r in records {
         let tx = tx.clone();
-        j.submit(r.clone(), Box::new(move |res| tx.send(res.is_ok()).expect("send")));
+        j.submit(
+            r.clone(),
+            Box::new(move |res| tx.send(res.is_ok()).expect("send")),
+        );
     }
     for _ in records {
         assert!(rx.recv_timeout(WAIT).expect("completion"));
@@ -34,7 +39,16 @@ fn write_all(j: &Journal, records: &[JournalRecord]) {
 }
 
 fn records(n: u64) -> Vec<JournalRecord> {
-    (0..n).map(|i| JournalRecord::entry(1 + i % 3, i, i as i64 - 1, Bytes::from(format!("entry {i}")))).collect()
+    (0..n)
+        .map(|i| {
+            JournalRecord::entry(
+                1 + i % 3,
+                i,
+                i as i64 - 1,
+                Bytes::from(format!("entry {i}")),
+            )
+        })
+        .collect()
 }
 
 fn replay_all(dir: &Path) -> Result<(Vec<JournalRecord>, journal::ReplayOutcome), BookieError> {
@@ -54,7 +68,11 @@ fn group_commit_shares_one_write_among_queued_records() {
     write_all(&j, &recs);
     let stats = j.stats();
     assert_eq!(stats.records, 300);
-    assert!(stats.batches <= 5, "300 records queued within the group wait took {} writes", stats.batches);
+    assert!(
+        stats.batches <= 5,
+        "300 records queued within the group wait took {} writes",
+        stats.batches
+    );
     j.shutdown().expect("shutdown");
     assert_eq!(replay_all(dir.path()).expect("replay").0, recs);
 }
@@ -77,7 +95,10 @@ fn completions_run_in_queue_order() {
     let (tx, rx) = mpsc::channel();
     for i in 0..500u64 {
         let tx = tx.clone();
-        j.submit(JournalRecord::entry(1, i, -1, Bytes::new()), Box::new(move |r| tx.send((i, r.is_ok())).expect("send")));
+        j.submit(
+            JournalRecord::entry(1, i, -1, Bytes::new()),
+            Box::new(move |r| tx.send((i, r.is_ok())).expect("send")),
+        );
     }
     for i in 0..500u64 {
         assert_eq!(rx.recv_timeout(WAIT).expect("completion"), (i, true));
@@ -91,7 +112,10 @@ fn submit_after_shutdown_fails() {
     let j = Journal::open(dir.path(), JournalConfig::default(), 1, Box::new(|_| {})).expect("open");
     j.shutdown().expect("shutdown");
     let (tx, rx) = mpsc::channel();
-    j.submit(JournalRecord::fence(1), Box::new(move |r| tx.send(r.is_err()).expect("send")));
+    j.submit(
+        JournalRecord::fence(1),
+        Box::new(move |r| tx.send(r.is_err()).expect("send")),
+    );
     assert!(rx.recv_timeout(WAIT).expect("completion"));
 }
 
@@ -99,13 +123,27 @@ fn submit_after_shutdown_fails() {
 fn rotation_reports_new_files_and_old_ones_can_go() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (rot_tx, rot_rx) = mpsc::channel();
-    let cfg = JournalConfig { max_size_mb: 1, ..config(0, 64 * 1024) };
-    let j = Journal::open(dir.path(), cfg, 7, Box::new(move |seq| rot_tx.send(seq).expect("send"))).expect("open");
+    let cfg = JournalConfig {
+        max_size_mb: 1,
+        ..config(0, 64 * 1024)
+    };
+    let j = Journal::open(
+        dir.path(),
+        cfg,
+        7,
+        Box::new(move |seq| rot_tx.send(seq).expect("send")),
+    )
+    .expect("open");
     let big = Bytes::from(vec![0xabu8; 256 * 1024]);
-    let recs: Vec<JournalRecord> = (0..10).map(|i| JournalRecord::entry(3, i, -1, big.clone())).collect();
+    let recs: Vec<JournalRecord> = (0..10)
+        .map(|i| JournalRecord::entry(3, i, -1, big.clone()))
+        .collect();
     write_all(&j, &recs);
     let rotations: Vec<u64> = rot_rx.try_iter().collect();
-    assert!(rotations.len() >= 2, "2.5 MiB in 1 MiB files rotated {rotations:?}");
+    assert!(
+        rotations.len() >= 2,
+        "2.5 MiB in 1 MiB files rotated {rotations:?}"
+    );
     assert_eq!(rotations[0], 8);
     assert_eq!(j.current_seq(), *rotations.last().expect("some"));
     let files = journal::list_files(dir.path()).expect("list");
@@ -153,7 +191,11 @@ fn corruption_in_the_middle_is_reported_by_file_and_offset() {
     raw[first_len + RECORD_HEADER_LEN + RECORD_FIXED_LEN] ^= 0x20;
     fs::write(&path, &raw).expect("write");
     match replay_all(dir.path()) {
-        Err(BookieError::Corrupt { file, offset, reason }) => {
+        Err(BookieError::Corrupt {
+            file,
+            offset,
+            reason,
+        }) => {
             assert_eq!(file, path);
             assert_eq!(offset, first_len as u64);
             assert!(reason.contains("checksum"), "{reason}");
@@ -172,7 +214,10 @@ fn a_damaged_length_cannot_hide_later_records() {
     raw[0] = 0x00;
     raw[1] = 0x10;
     fs::write(&path, &raw).expect("write");
-    assert!(matches!(replay_all(dir.path()), Err(BookieError::Corrupt { offset: 0, .. })));
+    assert!(matches!(
+        replay_all(dir.path()),
+        Err(BookieError::Corrupt { offset: 0, .. })
+    ));
 }
 
 #[test]
@@ -181,12 +226,20 @@ fn a_bad_tail_in_an_older_file_is_corruption() {
     let recs = records(2);
     let path = journal_with(dir.path(), &recs);
     let len = fs::metadata(&path).expect("meta").len();
-    OpenOptions::new().write(true).open(&path).expect("open").set_len(len - 2).expect("truncate");
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(len - 2)
+        .expect("truncate");
     // A newer file exists, so file 1 is not the newest and its tail is not a torn write.
     let j = Journal::open(dir.path(), config(0, 1), 2, Box::new(|_| {})).expect("open");
     write_all(&j, &records(1));
     j.shutdown().expect("shutdown");
-    assert!(matches!(replay_all(dir.path()), Err(BookieError::Corrupt { .. })));
+    assert!(matches!(
+        replay_all(dir.path()),
+        Err(BookieError::Corrupt { .. })
+    ));
 }
 
 #[test]
@@ -252,7 +305,10 @@ fn replay_starts_at_the_checkpoint_mark() {
     journal_with(dir.path(), &recs);
     let skip: u64 = recs[..2].iter().map(|r| r.encoded_len() as u64).sum();
     journal::write_mark(dir.path(), (1, skip)).expect("mark");
-    assert_eq!(journal::read_mark(dir.path()).expect("read mark"), Some((1, skip)));
+    assert_eq!(
+        journal::read_mark(dir.path()).expect("read mark"),
+        Some((1, skip))
+    );
     let (got, outcome) = replay_all(dir.path()).expect("replay");
     assert_eq!(got, recs[2..]);
     assert_eq!(outcome.mark, Some((1, skip)));
@@ -265,11 +321,23 @@ fn replay_starts_at_the_checkpoint_mark() {
     assert_eq!(outcome.next_seq(), 5);
 
     // A mark past the end of its file means the file lost checkpointed bytes.
-    let len = fs::metadata(journal::file_path(dir.path(), 1)).expect("meta").len();
+    let len = fs::metadata(journal::file_path(dir.path(), 1))
+        .expect("meta")
+        .len();
     journal::write_mark(dir.path(), (1, len + 1)).expect("mark");
-    assert!(matches!(replay_all(dir.path()), Err(BookieError::Corrupt { .. })));
+    assert!(matches!(
+        replay_all(dir.path()),
+        Err(BookieError::Corrupt { .. })
+    ));
 
     // A damaged mark is reported, not ignored.
-    fs::write(dir.path().join("journal").join(journal::MARK_FILE), b"garbage").expect("write");
-    assert!(matches!(journal::read_mark(dir.path()), Err(BookieError::Corrupt { .. })));
+    fs::write(
+        dir.path().join("journal").join(journal::MARK_FILE),
+        b"garbage",
+    )
+    .expect("write");
+    assert!(matches!(
+        journal::read_mark(dir.path()),
+        Err(BookieError::Corrupt { .. })
+    ));
 }

@@ -22,7 +22,14 @@ impl Drop for Bookie {
 /// Start the bookie binary on port 0 and return it with the address it printed.
 fn spawn_bookie(dir: &Path) -> (Bookie, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_magnetar-bookie"))
-        .args(["--data-dir", dir.to_str().expect("utf-8 path"), "--bind", "127.0.0.1:0", "--log-level", "warn"])
+        .args([
+            "--data-dir",
+            dir.to_str().expect("utf-8 path"),
+            "--bind",
+            "127.0.0.1:0",
+            "--log-level",
+            "warn",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -30,8 +37,13 @@ fn spawn_bookie(dir: &Path) -> (Bookie, String) {
     let stdout = child.stdout.take().expect("stdout");
     let bookie = Bookie(child);
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
-    let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
     (bookie, addr.to_string())
 }
 
@@ -43,11 +55,16 @@ fn payload(e: u64) -> Bytes {
 async fn sigkill_loses_no_acknowledged_add() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut bookie, addr) = spawn_bookie(dir.path());
-    let client = BookieClient::connect(&addr, TIMEOUT).await.expect("connect");
+    let client = BookieClient::connect(&addr, TIMEOUT)
+        .await
+        .expect("connect");
 
     // Acknowledged, then fenced, before the kill.
     for e in 0..50u64 {
-        client.add(1, e, e as i64 - 1, payload(e), false).await.expect("add");
+        client
+            .add(1, e, e as i64 - 1, payload(e), false)
+            .await
+            .expect("add");
     }
     assert_eq!(client.read_lac(2, true).await, Ok(-1));
 
@@ -79,12 +96,20 @@ async fn sigkill_loses_no_acknowledged_add() {
     })
     .await
     .expect("restart after SIGKILL");
-    let client = BookieClient::connect(&server.local_addr().to_string(), TIMEOUT).await.expect("connect");
+    let client = BookieClient::connect(&server.local_addr().to_string(), TIMEOUT)
+        .await
+        .expect("connect");
     for e in (0..50u64).chain(acked) {
-        let r = client.read(1, e, false).await.unwrap_or_else(|err| panic!("acknowledged entry {e}: {err}"));
+        let r = client
+            .read(1, e, false)
+            .await
+            .unwrap_or_else(|err| panic!("acknowledged entry {e}: {err}"));
         assert_eq!((r.lac, r.data), (e as i64 - 1, payload(e)));
     }
-    assert_eq!(client.add(2, 0, -1, Bytes::from_static(b"x"), false).await, Err(ClientError::Fenced));
+    assert_eq!(
+        client.add(2, 0, -1, Bytes::from_static(b"x"), false).await,
+        Err(ClientError::Fenced)
+    );
     server.shutdown().await.expect("shutdown");
 }
 
@@ -93,7 +118,10 @@ fn sigterm_shuts_down_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut bookie, _addr) = spawn_bookie(dir.path());
     let pid = bookie.0.id().to_string();
-    let status = Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
+    let status = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
     assert!(status.success());
     let exit = bookie.0.wait().expect("wait");
     assert!(exit.success(), "exit status {exit:?}");

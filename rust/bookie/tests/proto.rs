@@ -2,7 +2,8 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use magnetar_bookie::proto::{
-    decode_frame, OpCode, ProtoError, Request, Response, ResponseBody, Status, FRAME_HEADER_LEN, MAX_FRAME_SIZE,
+    decode_frame, OpCode, ProtoError, Request, Response, ResponseBody, Status, FRAME_HEADER_LEN,
+    MAX_FRAME_SIZE,
 };
 use proptest::prelude::*;
 
@@ -12,19 +13,51 @@ fn data() -> impl Strategy<Value = Bytes> {
 
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
-        (any::<u64>(), any::<u64>(), any::<u64>(), any::<i64>(), any::<bool>(), data()).prop_map(
-            |(request_id, ledger, entry, lac, recovery, data)| Request::Add { request_id, ledger, entry, lac, recovery, data }
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<i64>(),
+            any::<bool>(),
+            data()
+        )
+            .prop_map(
+                |(request_id, ledger, entry, lac, recovery, data)| Request::Add {
+                    request_id,
+                    ledger,
+                    entry,
+                    lac,
+                    recovery,
+                    data
+                }
+            ),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
+            |(request_id, ledger, entry, fence)| Request::Read {
+                request_id,
+                ledger,
+                entry,
+                fence
+            }
         ),
-        (any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>())
-            .prop_map(|(request_id, ledger, entry, fence)| Request::Read { request_id, ledger, entry, fence }),
-        (any::<u64>(), any::<u64>(), any::<bool>())
-            .prop_map(|(request_id, ledger, fence)| Request::ReadLac { request_id, ledger, fence }),
-        (any::<u64>(), any::<u64>()).prop_map(|(request_id, ledger)| Request::DeleteLedger { request_id, ledger }),
+        (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(request_id, ledger, fence)| {
+            Request::ReadLac {
+                request_id,
+                ledger,
+                fence,
+            }
+        }),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(request_id, ledger)| Request::DeleteLedger { request_id, ledger }),
     ]
 }
 
 fn op() -> impl Strategy<Value = OpCode> {
-    prop_oneof![Just(OpCode::Add), Just(OpCode::Read), Just(OpCode::ReadLac), Just(OpCode::DeleteLedger)]
+    prop_oneof![
+        Just(OpCode::Add),
+        Just(OpCode::Read),
+        Just(OpCode::ReadLac),
+        Just(OpCode::DeleteLedger)
+    ]
 }
 
 fn error_status() -> impl Strategy<Value = Status> {
@@ -39,12 +72,23 @@ fn error_status() -> impl Strategy<Value = Status> {
 
 fn response() -> impl Strategy<Value = Response> {
     prop_oneof![
-        (any::<u64>(), prop_oneof![Just(OpCode::Add), Just(OpCode::DeleteLedger)])
+        (
+            any::<u64>(),
+            prop_oneof![Just(OpCode::Add), Just(OpCode::DeleteLedger)]
+        )
             .prop_map(|(id, op)| Response::ok(op, id, ResponseBody::Empty)),
-        (any::<u64>(), any::<i64>(), data())
-            .prop_map(|(id, lac, data)| Response::ok(OpCode::Read, id, ResponseBody::Read { lac, data })),
-        (any::<u64>(), any::<i64>()).prop_map(|(id, lac)| Response::ok(OpCode::ReadLac, id, ResponseBody::Lac(lac))),
-        (any::<u64>(), op(), error_status(), ".{0,40}").prop_map(|(id, op, st, msg)| Response::error(op, id, st, msg)),
+        (any::<u64>(), any::<i64>(), data()).prop_map(|(id, lac, data)| Response::ok(
+            OpCode::Read,
+            id,
+            ResponseBody::Read { lac, data }
+        )),
+        (any::<u64>(), any::<i64>()).prop_map(|(id, lac)| Response::ok(
+            OpCode::ReadLac,
+            id,
+            ResponseBody::Lac(lac)
+        )),
+        (any::<u64>(), op(), error_status(), ".{0,40}")
+            .prop_map(|(id, op, st, msg)| Response::error(op, id, st, msg)),
     ]
 }
 
@@ -138,21 +182,35 @@ fn oversized_length_is_refused_before_allocating() {
     buf.put_u32(u32::try_from(MAX_FRAME_SIZE + 1).expect("fits"));
     buf.put_u32(0);
     let cap = buf.capacity();
-    assert_eq!(decode_frame(&mut buf), Err(ProtoError::FrameTooLarge(MAX_FRAME_SIZE as u64 + 1)));
+    assert_eq!(
+        decode_frame(&mut buf),
+        Err(ProtoError::FrameTooLarge(MAX_FRAME_SIZE as u64 + 1))
+    );
     assert_eq!(buf.capacity(), cap);
     let mut buf = BytesMut::new();
     buf.put_u32(u32::MAX);
     buf.put_u32(0);
-    assert!(matches!(decode_frame(&mut buf), Err(ProtoError::FrameTooLarge(_))));
+    assert!(matches!(
+        decode_frame(&mut buf),
+        Err(ProtoError::FrameTooLarge(_))
+    ));
 }
 
 #[test]
 fn checksum_mismatch_is_an_error() {
     let mut wire = BytesMut::new();
-    Request::DeleteLedger { request_id: 1, ledger: 2 }.encode(&mut wire).expect("encode");
+    Request::DeleteLedger {
+        request_id: 1,
+        ledger: 2,
+    }
+    .encode(&mut wire)
+    .expect("encode");
     let last = wire.len() - 1;
     wire[last] ^= 0xff;
-    assert!(matches!(decode_frame(&mut wire), Err(ProtoError::BadChecksum { .. })));
+    assert!(matches!(
+        decode_frame(&mut wire),
+        Err(ProtoError::BadChecksum { .. })
+    ));
 }
 
 #[test]
@@ -164,24 +222,53 @@ fn malformed_bodies_are_typed_errors() {
         b.put_slice(body);
         decode_frame(&mut b).expect("frame").expect("whole")
     };
-    assert_eq!(Request::decode(frame(&[9, 0, 0, 0, 0, 0, 0, 0, 1])), Err(ProtoError::UnknownOp(9)));
-    assert!(matches!(Request::decode(frame(&[1, 0, 0])), Err(ProtoError::Truncated { .. })));
+    assert_eq!(
+        Request::decode(frame(&[9, 0, 0, 0, 0, 0, 0, 0, 1])),
+        Err(ProtoError::UnknownOp(9))
+    );
+    assert!(matches!(
+        Request::decode(frame(&[1, 0, 0])),
+        Err(ProtoError::Truncated { .. })
+    ));
     let mut read = vec![2u8];
     read.extend_from_slice(&[0; 8 + 8 + 8]);
     read.push(0x80);
-    assert!(matches!(Request::decode(frame(&read)), Err(ProtoError::BadFlags { .. })));
+    assert!(matches!(
+        Request::decode(frame(&read)),
+        Err(ProtoError::BadFlags { .. })
+    ));
     let mut del = vec![4u8];
     del.extend_from_slice(&[0; 8 + 8 + 1]);
-    assert!(matches!(Request::decode(frame(&del)), Err(ProtoError::TrailingBytes { .. })));
+    assert!(matches!(
+        Request::decode(frame(&del)),
+        Err(ProtoError::TrailingBytes { .. })
+    ));
 }
 
 #[test]
 fn entry_over_the_limit_is_refused_by_the_encoder() {
     let big = Bytes::from(vec![0u8; magnetar_bookie::proto::MAX_ENTRY_SIZE + 1]);
-    let req = Request::Add { request_id: 1, ledger: 1, entry: 0, lac: -1, recovery: false, data: big };
-    assert!(matches!(req.encode(&mut BytesMut::new()), Err(ProtoError::EntryTooLarge(_))));
+    let req = Request::Add {
+        request_id: 1,
+        ledger: 1,
+        entry: 0,
+        lac: -1,
+        recovery: false,
+        data: big,
+    };
+    assert!(matches!(
+        req.encode(&mut BytesMut::new()),
+        Err(ProtoError::EntryTooLarge(_))
+    ));
     let max = Bytes::from(vec![7u8; magnetar_bookie::proto::MAX_ENTRY_SIZE]);
-    let req = Request::Add { request_id: 1, ledger: 1, entry: 0, lac: -1, recovery: false, data: max };
+    let req = Request::Add {
+        request_id: 1,
+        ledger: 1,
+        entry: 0,
+        lac: -1,
+        recovery: false,
+        data: max,
+    };
     let mut wire = BytesMut::new();
     req.encode(&mut wire).expect("a maximal entry fits");
     let body = decode_frame(&mut wire).expect("frame").expect("whole");

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use magnetar_bookie::proto::{self, OpCode, Request, Response, Status};
-use magnetar_bookie::{journal, BookieClient, BookieConfig, BookieError, BookieServer, ClientError, JournalConfig};
+use magnetar_bookie::{
+    journal, BookieClient, BookieConfig, BookieError, BookieServer, ClientError, JournalConfig,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -21,7 +23,9 @@ fn config(dir: &Path) -> BookieConfig {
 }
 
 async fn connect(server: &BookieServer) -> BookieClient {
-    BookieClient::connect(&server.local_addr().to_string(), TIMEOUT).await.expect("connect")
+    BookieClient::connect(&server.local_addr().to_string(), TIMEOUT)
+        .await
+        .expect("connect")
 }
 
 async fn start(dir: &Path) -> (BookieServer, BookieClient) {
@@ -39,7 +43,10 @@ async fn add_many(client: &BookieClient, ledger: u64, n: u64) {
     let mut tasks = tokio::task::JoinSet::new();
     for e in 0..n {
         let c = client.clone();
-        tasks.spawn(async move { c.add(ledger, e, e as i64 - 1, payload(ledger, e), false).await });
+        tasks.spawn(async move {
+            c.add(ledger, e, e as i64 - 1, payload(ledger, e), false)
+                .await
+        });
     }
     while let Some(r) = tasks.join_next().await {
         r.expect("task").expect("add");
@@ -48,7 +55,10 @@ async fn add_many(client: &BookieClient, ledger: u64, n: u64) {
 
 async fn assert_entries(client: &BookieClient, ledger: u64, n: u64) {
     for e in 0..n {
-        let r = client.read(ledger, e, false).await.unwrap_or_else(|err| panic!("read {ledger}:{e}: {err}"));
+        let r = client
+            .read(ledger, e, false)
+            .await
+            .unwrap_or_else(|err| panic!("read {ledger}:{e}: {err}"));
         assert_eq!((r.lac, r.data), (e as i64 - 1, payload(ledger, e)));
     }
 }
@@ -59,8 +69,14 @@ async fn add_read_and_lac() {
     let (server, client) = start(dir.path()).await;
     assert_eq!(client.read(1, 0, false).await, Err(ClientError::NoLedger));
     assert_eq!(client.read_lac(1, false).await, Ok(-1));
-    client.add(1, 0, -1, Bytes::from_static(b"zero"), false).await.expect("add 0");
-    client.add(1, 1, 0, Bytes::from_static(b"one"), false).await.expect("add 1");
+    client
+        .add(1, 0, -1, Bytes::from_static(b"zero"), false)
+        .await
+        .expect("add 0");
+    client
+        .add(1, 1, 0, Bytes::from_static(b"one"), false)
+        .await
+        .expect("add 1");
     let r = client.read(1, 1, false).await.expect("read 1");
     assert_eq!((r.lac, r.data), (0, Bytes::from_static(b"one")));
     let r = client.read(1, 0, false).await.expect("read 0");
@@ -76,22 +92,46 @@ async fn add_read_and_lac() {
 async fn fencing_refuses_normal_adds_but_not_recovery_adds() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (server, client) = start(dir.path()).await;
-    client.add(1, 0, -1, Bytes::from_static(b"a"), false).await.expect("add");
-    client.add(1, 1, 0, Bytes::from_static(b"b"), false).await.expect("add");
+    client
+        .add(1, 0, -1, Bytes::from_static(b"a"), false)
+        .await
+        .expect("add");
+    client
+        .add(1, 1, 0, Bytes::from_static(b"b"), false)
+        .await
+        .expect("add");
     let r = client.read(1, 1, true).await.expect("fencing read");
     assert_eq!(r.data, Bytes::from_static(b"b"));
-    assert_eq!(client.add(1, 2, 1, Bytes::from_static(b"c"), false).await, Err(ClientError::Fenced));
-    client.add(1, 2, 1, Bytes::from_static(b"c"), true).await.expect("recovery add");
-    assert_eq!(client.read(1, 2, false).await.expect("read").data, Bytes::from_static(b"c"));
+    assert_eq!(
+        client.add(1, 2, 1, Bytes::from_static(b"c"), false).await,
+        Err(ClientError::Fenced)
+    );
+    client
+        .add(1, 2, 1, Bytes::from_static(b"c"), true)
+        .await
+        .expect("recovery add");
+    assert_eq!(
+        client.read(1, 2, false).await.expect("read").data,
+        Bytes::from_static(b"c")
+    );
     assert_eq!(client.read_lac(1, false).await, Ok(1));
     // Other ledgers are untouched.
-    client.add(2, 0, -1, Bytes::from_static(b"x"), false).await.expect("other ledger");
+    client
+        .add(2, 0, -1, Bytes::from_static(b"x"), false)
+        .await
+        .expect("other ledger");
     // A fencing READ_LAC of a ledger the bookie never saw answers -1 and fences it.
     assert_eq!(client.read_lac(3, true).await, Ok(-1));
-    assert_eq!(client.add(3, 0, -1, Bytes::from_static(b"x"), false).await, Err(ClientError::Fenced));
+    assert_eq!(
+        client.add(3, 0, -1, Bytes::from_static(b"x"), false).await,
+        Err(ClientError::Fenced)
+    );
     // A fencing read of a missing entry still fences.
     assert_eq!(client.read(4, 0, true).await, Err(ClientError::NoEntry));
-    assert_eq!(client.add(4, 0, -1, Bytes::from_static(b"x"), false).await, Err(ClientError::Fenced));
+    assert_eq!(
+        client.add(4, 0, -1, Bytes::from_static(b"x"), false).await,
+        Err(ClientError::Fenced)
+    );
     server.shutdown().await.expect("shutdown");
 }
 
@@ -99,20 +139,29 @@ async fn fencing_refuses_normal_adds_but_not_recovery_adds() {
 async fn fence_survives_restart_and_crash() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (server, client) = start(dir.path()).await;
-    client.add(1, 0, -1, Bytes::from_static(b"a"), false).await.expect("add");
+    client
+        .add(1, 0, -1, Bytes::from_static(b"a"), false)
+        .await
+        .expect("add");
     assert_eq!(client.read_lac(1, true).await, Ok(-1));
     server.shutdown().await.expect("shutdown");
 
     let (server, client) = start(dir.path()).await;
-    assert_eq!(client.add(1, 1, 0, Bytes::from_static(b"b"), false).await, Err(ClientError::Fenced));
+    assert_eq!(
+        client.add(1, 1, 0, Bytes::from_static(b"b"), false).await,
+        Err(ClientError::Fenced)
+    );
     assert_eq!(client.read_lac(2, true).await, Ok(-1));
     drop(client);
     drop(server); // a crash: no shutdown, no checkpoint
-    // Lose whatever the ledger storage had not synced: the journal must bring the fence back.
+                  // Lose whatever the ledger storage had not synced: the journal must bring the fence back.
     std::fs::remove_dir_all(dir.path().join("ledgers")).expect("rm ledgers");
 
     let (server, client) = start(dir.path()).await;
-    assert_eq!(client.add(2, 0, -1, Bytes::from_static(b"x"), false).await, Err(ClientError::Fenced));
+    assert_eq!(
+        client.add(2, 0, -1, Bytes::from_static(b"x"), false).await,
+        Err(ClientError::Fenced)
+    );
     server.shutdown().await.expect("shutdown");
 }
 
@@ -123,8 +172,14 @@ async fn delete_ledger_removes_it_for_good() {
     add_many(&client, 5, 10).await;
     add_many(&client, 6, 3).await;
     client.delete_ledger(5).await.expect("delete");
-    client.delete_ledger(5).await.expect("deleting again is fine");
-    client.delete_ledger(77).await.expect("deleting an unknown ledger is fine");
+    client
+        .delete_ledger(5)
+        .await
+        .expect("deleting again is fine");
+    client
+        .delete_ledger(77)
+        .await
+        .expect("deleting an unknown ledger is fine");
     assert_eq!(client.read(5, 0, false).await, Err(ClientError::NoLedger));
     assert_eq!(client.read_lac(5, false).await, Ok(-1));
     assert!(!dir.path().join("ledgers").join("5.log").exists());
@@ -176,15 +231,26 @@ async fn torn_last_journal_record_is_dropped_and_the_rest_kept() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (server, client) = start(dir.path()).await;
     for e in 0..6u64 {
-        client.add(1, e, e as i64 - 1, payload(1, e), false).await.expect("add");
+        client
+            .add(1, e, e as i64 - 1, payload(1, e), false)
+            .await
+            .expect("add");
     }
     drop(client);
     drop(server);
     std::fs::remove_dir_all(dir.path().join("ledgers")).expect("rm ledgers");
-    let newest = *journal::list_files(dir.path()).expect("list").last().expect("a journal file");
+    let newest = *journal::list_files(dir.path())
+        .expect("list")
+        .last()
+        .expect("a journal file");
     let path = journal::file_path(dir.path(), newest);
     let len = std::fs::metadata(&path).expect("meta").len();
-    std::fs::OpenOptions::new().write(true).open(&path).expect("open").set_len(len - 5).expect("truncate");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(len - 5)
+        .expect("truncate");
 
     let (server, client) = start(dir.path()).await;
     assert_entries(&client, 1, 5).await;
@@ -197,11 +263,17 @@ async fn corrupt_journal_middle_refuses_to_start() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (server, client) = start(dir.path()).await;
     for e in 0..4u64 {
-        client.add(1, e, -1, payload(1, e), false).await.expect("add");
+        client
+            .add(1, e, -1, payload(1, e), false)
+            .await
+            .expect("add");
     }
     drop(client);
     drop(server);
-    let newest = *journal::list_files(dir.path()).expect("list").last().expect("a journal file");
+    let newest = *journal::list_files(dir.path())
+        .expect("list")
+        .last()
+        .expect("a journal file");
     let path = journal::file_path(dir.path(), newest);
     let mut raw = std::fs::read(&path).expect("read");
     let mid = raw.len() / 2;
@@ -221,7 +293,11 @@ async fn many_pipelined_adds_share_group_commits() {
     add_many(&client, 9, 2000).await;
     let stats = server.journal_stats();
     assert_eq!(stats.records, 2000);
-    assert!(stats.batches < 2000, "2000 pipelined adds took {} journal writes", stats.batches);
+    assert!(
+        stats.batches < 2000,
+        "2000 pipelined adds took {} journal writes",
+        stats.batches
+    );
     assert_entries(&client, 9, 2000).await;
     server.shutdown().await.expect("shutdown");
 }
@@ -230,14 +306,30 @@ async fn many_pipelined_adds_share_group_commits() {
 async fn large_entries_round_trip() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (server, client) = start(dir.path()).await;
-    let big = Bytes::from((0..4 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+    let big = Bytes::from(
+        (0..4 * 1024 * 1024u32)
+            .map(|i| (i % 251) as u8)
+            .collect::<Vec<u8>>(),
+    );
     let max = Bytes::from(vec![3u8; proto::MAX_ENTRY_SIZE]);
-    client.add(1, 0, -1, big.clone(), false).await.expect("4 MiB add");
-    client.add(1, 1, 0, max.clone(), false).await.expect("maximal add");
+    client
+        .add(1, 0, -1, big.clone(), false)
+        .await
+        .expect("4 MiB add");
+    client
+        .add(1, 1, 0, max.clone(), false)
+        .await
+        .expect("maximal add");
     assert_eq!(client.read(1, 0, false).await.expect("read").data, big);
-    assert_eq!(client.read(1, 1, false).await.expect("read").data.len(), max.len());
+    assert_eq!(
+        client.read(1, 1, false).await.expect("read").data.len(),
+        max.len()
+    );
     let too_big = Bytes::from(vec![0u8; proto::MAX_ENTRY_SIZE + 1]);
-    assert!(matches!(client.add(1, 2, 1, too_big, false).await, Err(ClientError::BadRequest(_))));
+    assert!(matches!(
+        client.add(1, 2, 1, too_big, false).await,
+        Err(ClientError::BadRequest(_))
+    ));
     assert!(!client.is_closed());
     server.shutdown().await.expect("shutdown");
 }
@@ -251,7 +343,10 @@ async fn journal_rotation_checkpoints_and_deletes_old_files() {
     let client = connect(&server).await;
     let chunk = Bytes::from(vec![7u8; 200 * 1024]);
     for e in 0..30u64 {
-        client.add(1, e, e as i64 - 1, chunk.clone(), false).await.expect("add");
+        client
+            .add(1, e, e as i64 - 1, chunk.clone(), false)
+            .await
+            .expect("add");
     }
     // About 6 MiB went through 1 MiB journal files; the checkpointer deletes the old ones.
     let deadline = Instant::now() + TIMEOUT;
@@ -260,7 +355,10 @@ async fn journal_rotation_checkpoints_and_deletes_old_files() {
         if files.len() <= 2 {
             break;
         }
-        assert!(Instant::now() < deadline, "old journal files were never deleted: {files:?}");
+        assert!(
+            Instant::now() < deadline,
+            "old journal files were never deleted: {files:?}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     drop(client);
@@ -298,7 +396,10 @@ async fn shutdown_answers_in_flight_adds_and_keeps_them() {
         let c = client.clone();
         tasks.spawn(async move { (e, c.add(1, e, -1, payload(1, e), false).await) });
     }
-    client.add(2, 0, -1, Bytes::from_static(b"first"), false).await.expect("add");
+    client
+        .add(2, 0, -1, Bytes::from_static(b"first"), false)
+        .await
+        .expect("add");
     server.shutdown().await.expect("shutdown");
     let mut acked = Vec::new();
     while let Some(r) = tasks.join_next().await {
@@ -311,7 +412,10 @@ async fn shutdown_answers_in_flight_adds_and_keeps_them() {
     }
     let (server, client) = start(dir.path()).await;
     for e in acked {
-        assert_eq!(client.read(1, e, false).await.expect("acked entry").data, payload(1, e));
+        assert_eq!(
+            client.read(1, e, false).await.expect("acked entry").data,
+            payload(1, e)
+        );
     }
     server.shutdown().await.expect("shutdown");
 }
@@ -330,7 +434,10 @@ async fn read_response(stream: &mut TcpStream) -> Option<Response> {
         if let Some(body) = proto::decode_frame(&mut buf).expect("frame") {
             return Some(Response::decode(body).expect("response"));
         }
-        let n = tokio::time::timeout(TIMEOUT, stream.read_buf(&mut buf)).await.expect("bounded").expect("read");
+        let n = tokio::time::timeout(TIMEOUT, stream.read_buf(&mut buf))
+            .await
+            .expect("bounded")
+            .expect("read");
         if n == 0 {
             return None;
         }
@@ -341,33 +448,58 @@ async fn read_response(stream: &mut TcpStream) -> Option<Response> {
 async fn bad_frames_close_only_their_connection() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (server, client) = start(dir.path()).await;
-    client.add(1, 0, -1, Bytes::from_static(b"a"), false).await.expect("add");
+    client
+        .add(1, 0, -1, Bytes::from_static(b"a"), false)
+        .await
+        .expect("add");
 
     // Oversized length.
-    let mut s = TcpStream::connect(server.local_addr()).await.expect("connect");
-    s.write_all(&[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]).await.expect("write");
+    let mut s = TcpStream::connect(server.local_addr())
+        .await
+        .expect("connect");
+    s.write_all(&[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0])
+        .await
+        .expect("write");
     assert_eq!(read_response(&mut s).await, None, "connection closed");
 
     // Checksum mismatch.
-    let mut s = TcpStream::connect(server.local_addr()).await.expect("connect");
+    let mut s = TcpStream::connect(server.local_addr())
+        .await
+        .expect("connect");
     let mut frame = raw_frame(&[3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0]);
     frame[4] ^= 1;
     s.write_all(&frame).await.expect("write");
     assert_eq!(read_response(&mut s).await, None, "connection closed");
 
     // A well-framed request with a bad body is answered BAD_REQUEST; the connection stays.
-    let mut s = TcpStream::connect(server.local_addr()).await.expect("connect");
-    s.write_all(&raw_frame(&[2, 0, 0, 0, 0, 0, 0, 0, 42, 1, 2])).await.expect("write");
+    let mut s = TcpStream::connect(server.local_addr())
+        .await
+        .expect("connect");
+    s.write_all(&raw_frame(&[2, 0, 0, 0, 0, 0, 0, 0, 42, 1, 2]))
+        .await
+        .expect("write");
     let resp = read_response(&mut s).await.expect("a response");
-    assert_eq!((resp.op, resp.request_id, resp.status), (OpCode::Read, 42, Status::BadRequest));
+    assert_eq!(
+        (resp.op, resp.request_id, resp.status),
+        (OpCode::Read, 42, Status::BadRequest)
+    );
     let mut ok = BytesMut::new();
-    Request::ReadLac { request_id: 43, ledger: 1, fence: false }.encode(&mut ok).expect("encode");
+    Request::ReadLac {
+        request_id: 43,
+        ledger: 1,
+        fence: false,
+    }
+    .encode(&mut ok)
+    .expect("encode");
     s.write_all(&ok).await.expect("write");
     let resp = read_response(&mut s).await.expect("a response");
     assert_eq!((resp.request_id, resp.status), (43, Status::Ok));
 
     // The well-behaved client never noticed.
-    assert_eq!(client.read(1, 0, false).await.expect("read").data, Bytes::from_static(b"a"));
+    assert_eq!(
+        client.read(1, 0, false).await.expect("read").data,
+        Bytes::from_static(b"a")
+    );
     assert!(!client.is_closed());
     server.shutdown().await.expect("shutdown");
 }
@@ -383,11 +515,16 @@ async fn unanswered_request_times_out() {
         let _ = held_rx.await;
         drop(sock);
     });
-    let client = BookieClient::connect(&addr, Duration::from_millis(200)).await.expect("connect");
+    let client = BookieClient::connect(&addr, Duration::from_millis(200))
+        .await
+        .expect("connect");
     let started = Instant::now();
     assert_eq!(client.read(1, 0, false).await, Err(ClientError::Timeout));
     assert!(started.elapsed() >= Duration::from_millis(200));
-    assert!(!client.is_closed(), "a timeout alone does not close the connection");
+    assert!(
+        !client.is_closed(),
+        "a timeout alone does not close the connection"
+    );
     let _ = held_tx.send(());
 }
 
@@ -406,9 +543,14 @@ async fn dead_connection_fails_pending_requests_and_closes_the_client() {
         }
         drop(sock);
     });
-    let client = BookieClient::connect(&addr, TIMEOUT).await.expect("connect");
+    let client = BookieClient::connect(&addr, TIMEOUT)
+        .await
+        .expect("connect");
     let res = client.add(1, 0, -1, Bytes::from_static(b"a"), false).await;
-    assert!(matches!(res, Err(ClientError::Closed) | Err(ClientError::Io(_))), "{res:?}");
+    assert!(
+        matches!(res, Err(ClientError::Closed) | Err(ClientError::Io(_))),
+        "{res:?}"
+    );
     assert!(client.is_closed());
     assert_eq!(client.read_lac(1, false).await, Err(ClientError::Closed));
 }
@@ -418,7 +560,10 @@ async fn connect_to_nothing_is_an_io_error() {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
     drop(listener);
-    assert!(matches!(BookieClient::connect(&addr, TIMEOUT).await, Err(ClientError::Io(_))));
+    assert!(matches!(
+        BookieClient::connect(&addr, TIMEOUT).await,
+        Err(ClientError::Io(_))
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -426,14 +571,26 @@ async fn a_peer_that_reads_slowly_gets_every_response() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (server, client) = start(dir.path()).await;
     let entry = Bytes::from(vec![9u8; 1024 * 1024]);
-    client.add(1, 0, -1, entry.clone(), false).await.expect("add");
+    client
+        .add(1, 0, -1, entry.clone(), false)
+        .await
+        .expect("add");
     // 200 reads of 1 MiB (more than the connection budget) sent before any response is read.
-    let s = TcpStream::connect(server.local_addr()).await.expect("connect");
+    let s = TcpStream::connect(server.local_addr())
+        .await
+        .expect("connect");
     let (mut rd, mut wr) = s.into_split();
     let sender = tokio::spawn(async move {
         let mut wire = BytesMut::new();
         for id in 0..200u64 {
-            Request::Read { request_id: id, ledger: 1, entry: 0, fence: false }.encode(&mut wire).expect("encode");
+            Request::Read {
+                request_id: id,
+                ledger: 1,
+                entry: 0,
+                fence: false,
+            }
+            .encode(&mut wire)
+            .expect("encode");
         }
         wr.write_all(&wire).await.expect("write");
         wr
@@ -445,7 +602,13 @@ async fn a_peer_that_reads_slowly_gets_every_response() {
         while let Some(body) = proto::decode_frame(&mut buf).expect("frame") {
             let resp = Response::decode(body).expect("response");
             assert_eq!(resp.status, Status::Ok);
-            assert_eq!(resp.body, proto::ResponseBody::Read { lac: -1, data: entry.clone() });
+            assert_eq!(
+                resp.body,
+                proto::ResponseBody::Read {
+                    lac: -1,
+                    data: entry.clone()
+                }
+            );
             let id = usize::try_from(resp.request_id).expect("id");
             assert!(!seen[id], "response {id} twice");
             seen[id] = true;
@@ -454,7 +617,10 @@ async fn a_peer_that_reads_slowly_gets_every_response() {
         if got == 200 {
             break;
         }
-        let n = tokio::time::timeout(TIMEOUT, rd.read_buf(&mut buf)).await.expect("bounded").expect("read");
+        let n = tokio::time::timeout(TIMEOUT, rd.read_buf(&mut buf))
+            .await
+            .expect("bounded")
+            .expect("read");
         assert!(n > 0, "connection closed after {got} responses");
     }
     drop(sender.await.expect("sender"));
@@ -462,7 +628,9 @@ async fn a_peer_that_reads_slowly_gets_every_response() {
 }
 
 fn log_len(dir: &Path, ledger: u64) -> u64 {
-    std::fs::metadata(dir.join("ledgers").join(format!("{ledger}.log"))).expect("ledger log").len()
+    std::fs::metadata(dir.join("ledgers").join(format!("{ledger}.log")))
+        .expect("ledger log")
+        .len()
 }
 
 /// Bytes a journal / ledger-log record of this entry takes.
@@ -475,18 +643,28 @@ async fn restart_replays_only_what_follows_the_checkpoint() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (server, client) = start(dir.path()).await;
     for e in 0..100u64 {
-        client.add(1, e, e as i64 - 1, payload(1, e), false).await.expect("add");
+        client
+            .add(1, e, e as i64 - 1, payload(1, e), false)
+            .await
+            .expect("add");
     }
     server.checkpoint().await.expect("checkpoint");
     for e in 100..110u64 {
-        client.add(1, e, e as i64 - 1, payload(1, e), false).await.expect("add");
+        client
+            .add(1, e, e as i64 - 1, payload(1, e), false)
+            .await
+            .expect("add");
     }
     drop(client);
     drop(server);
     let before = log_len(dir.path(), 1);
     let (server, client) = start(dir.path()).await;
     let replayed: u64 = (100..110).map(|e| record_len(1, e)).sum();
-    assert_eq!(log_len(dir.path(), 1), before + replayed, "only the 10 adds after the checkpoint are replayed");
+    assert_eq!(
+        log_len(dir.path(), 1),
+        before + replayed,
+        "only the 10 adds after the checkpoint are replayed"
+    );
     assert_entries(&client, 1, 110).await;
     server.shutdown().await.expect("shutdown");
 

@@ -51,7 +51,8 @@ fn suite(s: &dyn LedgerStorage) {
     assert_eq!(s.lac(2).expect("lac"), Some(-1));
     assert_eq!(s.last_entry(2).expect("last"), None);
     assert!(!s.is_fenced(1).expect("other ledger"));
-    s.add_entry(2, 0, -1, b("recovered")).expect("storage itself does not refuse adds");
+    s.add_entry(2, 0, -1, b("recovered"))
+        .expect("storage itself does not refuse adds");
 
     // Deleting removes everything of that ledger only.
     assert!(s.delete_ledger(1).expect("delete"));
@@ -77,7 +78,13 @@ fn concurrent_suite(s: &dyn LedgerStorage) {
         for t in 0..4u64 {
             scope.spawn(move || {
                 for e in 0..200u64 {
-                    s.add_entry(100 + t % 2, t * 1000 + e, e as i64, Bytes::from(format!("{t}-{e}"))).expect("add");
+                    s.add_entry(
+                        100 + t % 2,
+                        t * 1000 + e,
+                        e as i64,
+                        Bytes::from(format!("{t}-{e}")),
+                    )
+                    .expect("add");
                 }
             });
         }
@@ -119,7 +126,13 @@ fn many_ledgers_stay_under_the_open_file_limit() {
     let s = EntryLogStorage::open_with_limit(dir.path(), 8).expect("open");
     for round in 0..3u64 {
         for ledger in 0..100u64 {
-            s.add_entry(ledger, round, round as i64 - 1, Bytes::from(format!("{ledger}/{round}"))).expect("add");
+            s.add_entry(
+                ledger,
+                round,
+                round as i64 - 1,
+                Bytes::from(format!("{ledger}/{round}")),
+            )
+            .expect("add");
             assert!(s.open_files() <= 8, "{} open files", s.open_files());
         }
     }
@@ -128,7 +141,10 @@ fn many_ledgers_stay_under_the_open_file_limit() {
     for ledger in 0..100u64 {
         for round in 0..3u64 {
             let got = s.get_entry(ledger, round).expect("get");
-            assert_eq!(got, Some((round as i64 - 1, Bytes::from(format!("{ledger}/{round}")))));
+            assert_eq!(
+                got,
+                Some((round as i64 - 1, Bytes::from(format!("{ledger}/{round}"))))
+            );
         }
     }
     assert!(s.open_files() <= 8);
@@ -136,7 +152,10 @@ fn many_ledgers_stay_under_the_open_file_limit() {
     let s = EntryLogStorage::open_with_limit(dir.path(), 8).expect("reopen");
     assert_eq!(s.open_files(), 0);
     assert!(s.is_fenced(42).expect("fenced"));
-    assert_eq!(s.get_entry(99, 2).expect("get"), Some((1, Bytes::from("99/2"))));
+    assert_eq!(
+        s.get_entry(99, 2).expect("get"),
+        Some((1, Bytes::from("99/2")))
+    );
 }
 
 #[test]
@@ -164,7 +183,8 @@ fn log_path(dir: &Path, ledger: u64) -> std::path::PathBuf {
 fn deleting_a_ledger_frees_its_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let s = EntryLogStorage::open(dir.path()).expect("open");
-    s.add_entry(9, 0, -1, Bytes::from(vec![1u8; 100_000])).expect("add");
+    s.add_entry(9, 0, -1, Bytes::from(vec![1u8; 100_000]))
+        .expect("add");
     s.flush().expect("flush");
     assert!(log_path(dir.path(), 9).exists());
     assert!(s.delete_ledger(9).expect("delete"));
@@ -185,7 +205,12 @@ fn unsynced_torn_tail_is_cut_on_open() {
     drop(s);
     let path = log_path(dir.path(), 4);
     let len = fs::metadata(&path).expect("meta").len();
-    OpenOptions::new().write(true).open(&path).expect("open").set_len(len - 3).expect("truncate");
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(len - 3)
+        .expect("truncate");
     let s = EntryLogStorage::open(dir.path()).expect("reopen cuts the torn tail");
     assert_eq!(s.get_entry(4, 0).expect("get"), Some((-1, b("synced"))));
     assert_eq!(s.get_entry(4, 1).expect("get"), None);
@@ -234,7 +259,10 @@ fn corruption_after_open_is_an_error_not_wrong_data() {
         .open(&path)
         .and_then(|f| std::os::unix::fs::FileExt::write_all_at(&f, &raw, 0))
         .expect("rewrite");
-    assert!(matches!(s.get_entry(6, 0), Err(BookieError::Corrupt { .. })));
+    assert!(matches!(
+        s.get_entry(6, 0),
+        Err(BookieError::Corrupt { .. })
+    ));
 }
 
 #[test]
@@ -247,8 +275,16 @@ fn truncated_checkpointed_log_fails_open() {
     drop(s);
     let path = log_path(dir.path(), 7);
     let len = fs::metadata(&path).expect("meta").len();
-    OpenOptions::new().write(true).open(&path).expect("open").set_len(len - 1).expect("truncate");
-    assert!(matches!(EntryLogStorage::open(dir.path()), Err(BookieError::Corrupt { .. })));
+    OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(len - 1)
+        .expect("truncate");
+    assert!(matches!(
+        EntryLogStorage::open(dir.path()),
+        Err(BookieError::Corrupt { .. })
+    ));
 }
 
 #[derive(Debug, Clone)]

@@ -31,7 +31,13 @@ impl log::Log for StderrLogger {
 
     fn log(&self, record: &log::Record<'_>) {
         if self.enabled(record.metadata()) {
-            let _ = writeln!(std::io::stderr(), "{} {}: {}", record.level(), record.target(), record.args());
+            let _ = writeln!(
+                std::io::stderr(),
+                "{} {}: {}",
+                record.level(),
+                record.target(),
+                record.args()
+            );
         }
     }
 
@@ -50,12 +56,16 @@ fn parse_args() -> Result<(BookieConfig, log::LevelFilter), String> {
         if flag == "--help" || flag == "-h" {
             return Err(USAGE.to_string());
         }
-        let value = args.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+        let value = args
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
         let bad = |what: &str| format!("{flag}: {what}: {value:?}");
         match flag.as_str() {
             "--data-dir" => data_dir = Some(PathBuf::from(&value)),
             "--bind" => bind = value.clone(),
-            "--journal-sync-data" => journal.sync_data = value.parse().map_err(|_| bad("expected true or false"))?,
+            "--journal-sync-data" => {
+                journal.sync_data = value.parse().map_err(|_| bad("expected true or false"))?
+            }
             "--journal-max-group-wait-ms" => {
                 let ms: f64 = value.parse().map_err(|_| bad("expected milliseconds"))?;
                 if !(0.0..=60_000.0).contains(&ms) {
@@ -64,16 +74,32 @@ fn parse_args() -> Result<(BookieConfig, log::LevelFilter), String> {
                 journal.max_group_wait = Duration::from_secs_f64(ms / 1000.0);
             }
             "--journal-buffered-writes-threshold" => {
-                journal.buffered_writes_threshold = value.parse().map_err(|_| bad("expected bytes"))?;
+                journal.buffered_writes_threshold =
+                    value.parse().map_err(|_| bad("expected bytes"))?;
             }
-            "--journal-max-size-mb" => journal.max_size_mb = value.parse().map_err(|_| bad("expected megabytes"))?,
-            "--log-level" => level = value.parse().map_err(|_| bad("expected error, warn, info, debug or trace"))?,
+            "--journal-max-size-mb" => {
+                journal.max_size_mb = value.parse().map_err(|_| bad("expected megabytes"))?
+            }
+            "--log-level" => {
+                level = value
+                    .parse()
+                    .map_err(|_| bad("expected error, warn, info, debug or trace"))?
+            }
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
         }
     }
     let data_dir = data_dir.ok_or_else(|| format!("--data-dir is required\n{USAGE}"))?;
-    let bind = bind.parse().map_err(|_| format!("--bind: not an address: {bind:?}"))?;
-    Ok((BookieConfig { data_dir, bind, journal }, level))
+    let bind = bind
+        .parse()
+        .map_err(|_| format!("--bind: not an address: {bind:?}"))?;
+    Ok((
+        BookieConfig {
+            data_dir,
+            bind,
+            journal,
+        },
+        level,
+    ))
 }
 
 fn main() -> ExitCode {
@@ -87,7 +113,10 @@ fn main() -> ExitCode {
     if log::set_logger(&LOGGER).is_ok() {
         log::set_max_level(level);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("magnetar-bookie: cannot start the runtime: {e}");
@@ -98,7 +127,10 @@ fn main() -> ExitCode {
         // Watch the signals before announcing the address, so a stop sent right after the
         // announcement is never missed.
         let watch = |kind| {
-            signal(kind).map_err(|e| BookieError::Io { context: "watching signals".into(), source: e })
+            signal(kind).map_err(|e| BookieError::Io {
+                context: "watching signals".into(),
+                source: e,
+            })
         };
         let mut term = watch(SignalKind::terminate())?;
         let mut int = watch(SignalKind::interrupt())?;
