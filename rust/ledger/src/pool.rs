@@ -26,10 +26,23 @@ impl From<ClientError> for BookieError {
 }
 
 /// One connection slot per bookie; the async lock makes concurrent first uses share one
-/// connect instead of racing several.
-type Slot = Arc<tokio::sync::Mutex<Option<BookieClient>>>;
+/// connect instead of racing several. The number counts connections made, so that a
+/// failure reported on an old connection does not drop a newer one.
+type Slot = Arc<tokio::sync::Mutex<(u64, Option<BookieClient>)>>;
+
+/// A connection handed out by the pool.
+struct Conn {
+    client: BookieClient,
+    generation: u64,
+    /// Made for this request (as opposed to reused from earlier ones).
+    fresh: bool,
+}
 
 /// Keeps one client connection per bookie and reconnects when it breaks.
+///
+/// A request that fails with a broken connection that had been idle in the pool is tried
+/// once more on a new connection: the bookie may have restarted since. All four requests
+/// are idempotent (adds rewrite the same entry), so the retry is safe.
 pub struct BookiePool {
     request_timeout: Duration,
     slots: Mutex<HashMap<String, Slot>>,
@@ -41,46 +54,58 @@ impl BookiePool {
         BookiePool { request_timeout, slots: Mutex::new(HashMap::new()) }
     }
 
-    async fn client(&self, addr: &str) -> Result<BookieClient, BookieError> {
-        let slot = Arc::clone(self.slots.lock().entry(addr.to_string()).or_default());
+    fn slot(&self, addr: &str) -> Slot {
+        Arc::clone(self.slots.lock().entry(addr.to_string()).or_default())
+    }
+
+    async fn conn(&self, addr: &str) -> Result<Conn, BookieError> {
+        let slot = self.slot(addr);
         let mut guard = slot.lock().await;
-        if let Some(c) = guard.as_ref() {
+        if let Some(c) = guard.1.as_ref() {
             if !c.is_closed() {
-                return Ok(c.clone());
+                return Ok(Conn { client: c.clone(), generation: guard.0, fresh: false });
             }
         }
-        *guard = None;
+        guard.1 = None;
         let connect = BookieClient::connect(addr, self.request_timeout);
         let client = match tokio::time::timeout(self.request_timeout, connect).await {
             Ok(r) => r?,
             Err(_) => return Err(BookieError::Timeout),
         };
-        *guard = Some(client.clone());
-        Ok(client)
+        guard.0 += 1;
+        guard.1 = Some(client.clone());
+        Ok(Conn { client, generation: guard.0, fresh: true })
     }
 
-    /// Forget the connection to `addr` after it failed, so the next request reconnects.
-    async fn drop_client(&self, addr: &str, err: &BookieError) {
-        if !matches!(err, BookieError::Io(_) | BookieError::Closed) {
-            return;
-        }
-        let slot = self.slots.lock().get(addr).cloned();
-        if let Some(slot) = slot {
-            *slot.lock().await = None;
+    /// Forget connection `generation` to `addr` after it broke.
+    async fn forget(&self, addr: &str, generation: u64) {
+        let slot = self.slot(addr);
+        let mut guard = slot.lock().await;
+        if guard.0 == generation {
+            guard.1 = None;
         }
     }
 
     async fn call<T, F, Fut>(&self, addr: &str, f: F) -> Result<T, BookieError>
     where
-        F: FnOnce(BookieClient) -> Fut,
+        F: Fn(BookieClient) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
     {
-        let client = self.client(addr).await?;
-        let result = f(client).await.map_err(BookieError::from);
-        if let Err(e) = &result {
-            self.drop_client(addr, e).await;
+        let mut retried = false;
+        loop {
+            let conn = self.conn(addr).await?;
+            let result = f(conn.client).await.map_err(BookieError::from);
+            match result {
+                Err(e @ (BookieError::Io(_) | BookieError::Closed)) => {
+                    self.forget(addr, conn.generation).await;
+                    if conn.fresh || retried {
+                        return Err(e);
+                    }
+                    retried = true;
+                }
+                other => return other,
+            }
         }
-        result
     }
 }
 
@@ -95,9 +120,13 @@ impl BookieTransport for BookiePool {
         recovery: bool,
     ) -> BoxFuture<'_, Result<(), BookieError>> {
         let addr = addr.to_string();
-        Box::pin(
-            async move { self.call(&addr, |c| async move { c.add(ledger, entry, lac, data, recovery).await }).await },
-        )
+        Box::pin(async move {
+            self.call(&addr, |c| {
+                let data = data.clone();
+                async move { c.add(ledger, entry, lac, data, recovery).await }
+            })
+            .await
+        })
     }
 
     fn read(&self, addr: &str, ledger: u64, entry: u64, fence: bool) -> BoxFuture<'_, Result<ReadEntry, BookieError>> {

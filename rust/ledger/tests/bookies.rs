@@ -76,6 +76,19 @@ impl Cluster {
         }
     }
 
+    /// Stop the bookie at `addr` cleanly and start it again on the same address and data.
+    async fn restart(&mut self, addr: &str) {
+        let i = self.addrs.iter().position(|a| a == addr).unwrap();
+        let server = self.servers[i].take().unwrap();
+        bounded("bookie shutdown", server.shutdown()).await.unwrap();
+        let config = BookieConfig {
+            data_dir: self._dirs[i].path().to_path_buf(),
+            bind: addr.parse().unwrap(),
+            journal: JournalConfig::default(),
+        };
+        self.servers[i] = Some(bounded("bookie restart", BookieServer::start(config)).await.unwrap());
+    }
+
     async fn shutdown(mut self) {
         for server in self.servers.iter_mut().filter_map(Option::take) {
             bounded("bookie shutdown", server.shutdown()).await.unwrap();
@@ -297,5 +310,21 @@ async fn delete_removes_ledger_everywhere() {
     }
     assert!(cluster.store.get(&ledger_path(lh.id())).unwrap().is_none());
     assert_eq!(bk.open_ledger(lh.id(), true).await.err(), Some(LedgerError::NoSuchLedger(lh.id())));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_reconnects_after_bookie_restart() {
+    let mut cluster = Cluster::start(1).await;
+    let bk = cluster.client();
+    let lh = bk.create_ledger(1, 1, 1, BTreeMap::new()).await.unwrap();
+    lh.add_entries((0..10).map(payload).collect()).await.unwrap();
+    let addr = cluster.addrs[0].clone();
+    // The bookie comes back on the address it was given at first start (port 0).
+    cluster.restart(&addr).await;
+    let ids = bounded("adds after restart", lh.add_entries((10..20).map(payload).collect())).await.unwrap();
+    assert_eq!(ids, (10..20).collect::<Vec<_>>());
+    assert_eq!(lh.read_entries(0, 19).await.unwrap(), expected(0..20));
+    assert_eq!(cluster.metadata(lh.id()).ensembles.len(), 1, "no ensemble change was needed");
     cluster.shutdown().await;
 }
