@@ -15,13 +15,13 @@ import trio
 
 from core._bridge import NativeBridge
 from core.naming import NamespaceName, TopicName
-from core.policies import NotFoundError, PolicyStore
+from core.policies import PolicyStore, PreconditionError
 from core.schema import SchemaRegistry
 from core.stats import BrokerStats
 from core.storage import Storage
 from core.topic import PersistentTopic
 
-__all__ = ["BrokerService", "TopicNotFoundError", "NamespaceNotFoundError"]
+__all__ = ["BrokerService", "TopicNotFoundError", "NamespaceNotFoundError", "TopicExistsError"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,15 @@ class TopicNotFoundError(LookupError):
 
 class NamespaceNotFoundError(LookupError):
     pass
+
+
+class TopicExistsError(Exception):
+    pass
+
+
+#: Default period of the message-TTL and backlog-quota checks (Pulsar's defaults).
+MESSAGE_EXPIRY_CHECK_MINUTES = 5.0
+BACKLOG_QUOTA_CHECK_SECONDS = 60.0
 
 
 class BrokerService:
@@ -63,6 +72,7 @@ class BrokerService:
                     f"pulsar://{host}:{self.config.get('brokerServicePort')}",
                     f"http://{host}:{self.config.get('webServicePort')}",
                 )
+                nursery.start_soon(self._housekeeping)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -159,6 +169,7 @@ class BrokerService:
         event = self._opening[key] = trio.Event()
         try:
             assert self.storage is not None and self._nursery is not None
+            pol = self.policies.effective(name, pol)
             ml = await self.storage.open(name.storage_name, self.ml_config(pol))
             topic = PersistentTopic(self, name, ml, pol)
             await topic.start(self._nursery)
@@ -176,13 +187,83 @@ class BrokerService:
         found.update(k for k in self.topics if k.startswith(f"{domain}://{ns}/"))
         return sorted(found)
 
-    async def delete_topic(self, name: TopicName) -> None:
-        topic = self.topics.pop(str(name), None)
+    async def delete_topic(self, name: TopicName, *, force: bool = False) -> None:
+        """Delete the topic's data; refused while clients are connected unless `force`,
+        which disconnects them first."""
+        topic = self.topics.get(str(name))
         if topic is not None:
             if topic.producers or any(s.consumers for s in topic.subscriptions.values()):
-                self.topics[str(name)] = topic
-                raise NotFoundError("Topic has active producers/subscriptions")
+                if not force:
+                    raise PreconditionError("Topic has active producers/subscriptions")
+                topic.disconnect_all()
+            self.topics.pop(str(name), None)
             await topic.close()
+        elif not self._ml_exists(name):
+            raise TopicNotFoundError(f"Topic {name} not found")
         assert self.storage is not None
         ml = await self.storage.open(name.storage_name, self.ml_config(self.namespace_policies(name.namespace_name)))
         await ml.delete()
+        if self.metadata.exists(f"/terminated/{name.storage_name}"):
+            self.metadata.delete(f"/terminated/{name.storage_name}")
+
+    # -- administration ------------------------------------------------------------------------------
+
+    def topic_exists(self, name: TopicName) -> bool:
+        return str(name) in self.topics or self._ml_exists(name)
+
+    async def create_topic(self, name: TopicName) -> PersistentTopic:
+        """Create a non-partitioned topic explicitly (whatever auto-creation says)."""
+        self.namespace_policies(name.namespace_name)
+        if self.topic_exists(name) or (name.partition_index < 0 and self.policies.partitions(name)):
+            raise TopicExistsError("This topic already exists")
+        assert self.storage is not None
+        pol = self.policies.effective(name, self.namespace_policies(name.namespace_name))
+        ml = await self.storage.open(name.storage_name, self.ml_config(pol))
+        await ml.close()
+        return await self.get_topic(name)
+
+    def refresh_policies(self, ns: NamespaceName | None = None) -> None:
+        """Give open topics (of `ns`, or all) their current effective policies."""
+        for topic in list(self.topics.values()):
+            if ns is not None and topic.name.namespace_name != ns:
+                continue
+            pol = self.policies.get_namespace(topic.name.namespace_name)
+            if pol is not None:
+                topic.policies = self.policies.effective(topic.name, pol)
+                for sub in topic.subscriptions.values():
+                    sub.wake()
+
+    async def unload_topic(self, name: TopicName) -> bool:
+        """Close the topic here (its clients are asked to reconnect, which reopens it with
+        the current policies); returns whether it was loaded."""
+        topic = self.topics.pop(str(name), None)
+        if topic is None:
+            return False
+        topic.disconnect_all()
+        await topic.close()
+        return True
+
+    async def _housekeeping(self) -> None:
+        """Message TTL expiry and backlog quota enforcement, each on its own period
+        (``messageExpiryCheckIntervalInMinutes``, ``backlogQuotaCheckIntervalInSeconds``)."""
+        expiry = float(self.config.get("messageExpiryCheckIntervalInMinutes",
+                                       MESSAGE_EXPIRY_CHECK_MINUTES)) * 60.0
+        quota = float(self.config.get("backlogQuotaCheckIntervalInSeconds", BACKLOG_QUOTA_CHECK_SECONDS))
+        quota_enabled = str(self.config.get("backlogQuotaCheckEnabled", "true")).lower() != "false"
+        next_expiry = trio.current_time() + expiry
+        next_quota = trio.current_time() + quota
+        while True:
+            await trio.sleep_until(min(next_expiry, next_quota if quota_enabled else next_expiry))
+            now = trio.current_time()
+            for topic in list(self.topics.values()):
+                try:
+                    if now >= next_expiry:
+                        await topic.expire_messages()
+                    if quota_enabled and now >= next_quota:
+                        await topic.enforce_backlog_quota()
+                except Exception:
+                    log.exception("policy check of %s", topic.name)
+            if now >= next_expiry:
+                next_expiry = now + expiry
+            if now >= next_quota:
+                next_quota = now + quota

@@ -12,7 +12,14 @@ from typing import Any
 
 from core.naming import NamespaceName, TopicName
 
-__all__ = ["PolicyStore", "NotFoundError", "ConflictError", "default_policies"]
+__all__ = [
+    "PolicyStore",
+    "NotFoundError",
+    "ConflictError",
+    "PreconditionError",
+    "default_policies",
+    "TOPIC_POLICY_KEYS",
+]
 
 
 class NotFoundError(LookupError):
@@ -21,6 +28,24 @@ class NotFoundError(LookupError):
 
 class ConflictError(Exception):
     pass
+
+
+class PreconditionError(Exception):
+    """A request that the current state does not allow (Pulsar answers 412)."""
+
+
+#: Policies that a topic may override; the keys are the namespace Policies' own.
+TOPIC_POLICY_KEYS = (
+    "message_ttl_in_seconds",
+    "retention_policies",
+    "backlog_quota_map",
+    "deduplicationEnabled",
+    "max_producers_per_topic",
+    "max_consumers_per_topic",
+    "publishMaxMessageRate",
+    "topicDispatchRate",
+    "replication_clusters",
+)
 
 
 def default_policies(clusters: list[str]) -> dict[str, Any]:
@@ -35,6 +60,9 @@ def default_policies(clusters: list[str]) -> dict[str, Any]:
         "autoTopicCreationOverride": None,
         "max_producers_per_topic": None,
         "max_consumers_per_topic": None,
+        "auth_policies": {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}},
+        "topicDispatchRate": {},
+        "publishMaxMessageRate": {},
         "deleted": False,
     }
 
@@ -56,6 +84,22 @@ class PolicyStore:
         if self.get_namespace(NamespaceName("public", "default")) is None:
             self.create_namespace(NamespaceName("public", "default"))
 
+    def _update_json(self, path: str, change: Any) -> Any:
+        """Apply ``change(value) -> value`` to the JSON at ``path`` with a version check,
+        retrying on a concurrent update; raises NotFoundError when nothing is there."""
+        from core.metadata import BadVersionError
+
+        while True:
+            got = self._get_json(path)
+            if got is None:
+                raise NotFoundError(f"{path} does not exist")
+            value = change(got[0])
+            try:
+                self._put_json(path, value, got[1])
+            except BadVersionError:
+                continue
+            return value
+
     def _put_json(self, path: str, value: Any, expected: int | None = None) -> int:
         return int(self.metadata.put(path, json.dumps(value).encode(), expected))
 
@@ -64,6 +108,32 @@ class PolicyStore:
         if got is None:
             return None
         return json.loads(got[0]), got[1]
+
+    # -- clusters -----------------------------------------------------------------------------
+
+    def clusters(self) -> list[str]:
+        return list(self.metadata.children("/admin/clusters"))
+
+    def get_cluster(self, name: str) -> dict[str, Any] | None:
+        got = self._get_json(f"/admin/clusters/{name}")
+        return got[0] if got else None
+
+    def create_cluster(self, name: str, data: dict[str, Any]) -> None:
+        if self.get_cluster(name) is not None:
+            raise ConflictError("Cluster already exists")
+        self._put_json(f"/admin/clusters/{name}", data, -1)
+
+    def update_cluster(self, name: str, data: dict[str, Any]) -> None:
+        self._update_json(f"/admin/clusters/{name}", lambda _: data)
+
+    def delete_cluster(self, name: str) -> None:
+        if self.get_cluster(name) is None:
+            raise NotFoundError("Cluster does not exist")
+        for tenant in self.tenants():
+            info = self.get_tenant(tenant) or {}
+            if name in info.get("allowedClusters", []):
+                raise PreconditionError(f"Cluster {name} is still used by tenant {tenant}")
+        self.metadata.delete(f"/admin/clusters/{name}")
 
     # -- tenants -----------------------------------------------------------------------------
 
@@ -78,6 +148,16 @@ class PolicyStore:
         if self.get_tenant(tenant) is not None:
             raise ConflictError("Tenant already exists")
         self._put_json(f"/admin/policies/{tenant}", info, -1)
+
+    def update_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        self._update_json(f"/admin/policies/{tenant}", lambda _: info)
+
+    def delete_tenant(self, tenant: str) -> None:
+        if self.get_tenant(tenant) is None:
+            raise NotFoundError("Tenant does not exist")
+        if self.metadata.children(f"/admin/policies/{tenant}"):
+            raise ConflictError("The tenant still has active namespaces")
+        self.metadata.delete(f"/admin/policies/{tenant}")
 
     # -- namespaces ------------------------------------------------------------------------------
 
@@ -97,6 +177,66 @@ class PolicyStore:
         body.update(policies or {})
         self._put_json(f"/admin/policies/{ns}", body, -1)
 
+    def update_namespace(self, ns: NamespaceName, change: Any) -> dict[str, Any]:
+        """Apply ``change(policies) -> None`` (mutating) to the namespace's Policies."""
+
+        def apply(pol: dict[str, Any]) -> dict[str, Any]:
+            change(pol)
+            return pol
+
+        try:
+            return dict(self._update_json(f"/admin/policies/{ns}", apply))
+        except NotFoundError:
+            raise NotFoundError("Namespace does not exist") from None
+
+    def delete_namespace(self, ns: NamespaceName) -> None:
+        if self.get_namespace(ns) is None:
+            raise NotFoundError("Namespace does not exist")
+        for domain in ("persistent", "non-persistent"):
+            base = f"/admin/partitioned-topics/{ns}/{domain}"
+            if self.metadata.children(base):
+                raise ConflictError("Cannot delete non empty namespace")
+        self.metadata.delete(f"/admin/policies/{ns}")
+
+    # -- topic policies ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _topic_policies_path(topic: TopicName) -> str:
+        return f"/admin/topic-policies/{topic.partitioned_topic.storage_name}"
+
+    def topic_policies(self, topic: TopicName) -> dict[str, Any]:
+        """The policies set on the topic itself (a partition shares its topic's)."""
+        got = self._get_json(self._topic_policies_path(topic))
+        return dict(got[0]) if got else {}
+
+    def update_topic_policies(self, topic: TopicName, change: Any) -> dict[str, Any]:
+        """Apply ``change(policies) -> None`` (mutating) to the topic-level policies."""
+        from core.metadata import BadVersionError
+
+        path = self._topic_policies_path(topic)
+        while True:
+            got = self._get_json(path)
+            value, version = (dict(got[0]), got[1]) if got else ({}, -1)
+            change(value)
+            try:
+                self._put_json(path, value, version)
+            except BadVersionError:
+                continue
+            return value
+
+    def delete_topic_policies(self, topic: TopicName) -> None:
+        path = self._topic_policies_path(topic)
+        if self.metadata.exists(path):
+            self.metadata.delete(path)
+
+    def effective(self, topic: TopicName, namespace_policies: dict[str, Any]) -> dict[str, Any]:
+        """The namespace's policies with the topic's own overrides applied."""
+        merged = dict(namespace_policies)
+        for key, value in self.topic_policies(topic).items():
+            if key in TOPIC_POLICY_KEYS and value is not None:
+                merged[key] = value
+        return merged
+
     # -- partitioned topics -------------------------------------------------------------------------
 
     @staticmethod
@@ -114,6 +254,22 @@ class PolicyStore:
         if self.partitions(topic):
             raise ConflictError("Partitioned topic already exists")
         self._put_json(self._partitioned_path(topic), {"partitions": partitions}, -1)
+
+    def update_partitions(self, topic: TopicName, partitions: int) -> int:
+        """Raise the partition count; returns the old one."""
+        old = self.partitions(topic)
+        if not old:
+            raise NotFoundError("Partitioned topic does not exist")
+        if partitions <= old:
+            raise ConflictError(
+                f"Number of new partitions {partitions} must be greater than existing number of partitions {old}")
+        self._put_json(self._partitioned_path(topic), {"partitions": partitions})
+        return old
+
+    def delete_partitioned(self, topic: TopicName) -> None:
+        if not self.partitions(topic):
+            raise NotFoundError("Partitioned topic does not exist")
+        self.metadata.delete(self._partitioned_path(topic))
 
     def partitioned_topics(self, ns: NamespaceName, domain: str = "persistent") -> list[str]:
         names = self.metadata.children(f"/admin/partitioned-topics/{ns}/{domain}")

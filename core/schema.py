@@ -150,9 +150,27 @@ class SchemaRegistry:
 
     async def add_or_check(self, topic: PersistentTopic, schema: pb.Schema) -> bytes:
         """The version of `schema` on the topic, registering it if compatible."""
+        return await self.register(topic.name, schema)
+
+    def delete_all(self, name: TopicName) -> int:
+        """Mark every version deleted (producers may then bring any schema); returns the
+        latest version number, -1 when there was none."""
+        while True:
+            recs, version = self.versions(name)
+            if not recs:
+                return -1
+            for r in recs:
+                r["deleted"] = True
+            try:
+                self.broker.metadata.put(self.path(name), json.dumps(recs).encode(), version)
+            except BadVersionError:
+                continue
+            return len(recs) - 1
+
+    async def register(self, name: TopicName, schema: pb.Schema) -> bytes:
+        """The version of `schema` on the topic `name`, registering it if compatible."""
         if schema.type == _SCHEMA_NONE:
             return b""
-        name = topic.name
         while True:
             recs, version = self.versions(name)
             for i, r in enumerate(recs):

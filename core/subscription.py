@@ -158,6 +158,7 @@ class Subscription:
         self.msg_out = 0
         self.bytes_out = 0
         self.expired = 0
+        self.last_expire_timestamp = 0
 
     # -- consumers ---------------------------------------------------------------------
 
@@ -285,6 +286,87 @@ class Subscription:
         self._hash_owner.clear()
         self.wake()
 
+    # -- administration ------------------------------------------------------------------------------
+    #
+    # What the admin API does to a subscription: each works on the cursor (so it persists)
+    # and drops the in-flight state of what it acknowledged.
+
+    def _is_acked(self, pos: Position, md: Position, ranges: list[tuple[Position, Position]]) -> bool:
+        return pos <= md or any(a <= pos <= b for a, b in ranges)
+
+    async def unacked_entries(self, limit: int) -> list[Entry]:
+        """Up to `limit` entries from the oldest unacknowledged one on, skipping acknowledged
+        entries, in position order."""
+        md = self.cursor.mark_delete_position()
+        ranges = self.cursor.individually_deleted()
+        pos = Position(md.ledger_id, md.entry_id + 1)
+        out: list[Entry] = []
+        while len(out) < limit:
+            got = await self.topic.ml.read_entries(pos, min(MAX_READ_BATCH, limit - len(out) + len(ranges)))
+            if not got:
+                break
+            out.extend(e for e in got if not self._is_acked(e.position, md, ranges))
+            last = got[-1].position
+            pos = Position(last.ledger_id, last.entry_id + 1)
+        return out[:limit]
+
+    async def skip(self, messages: int) -> int:
+        """Acknowledge the oldest unacknowledged entries holding `messages` messages (whole
+        entries: a batch is skipped entirely); returns the messages skipped."""
+        skipped = 0
+        positions: list[Position] = []
+        while skipped < messages:
+            taken = set(positions)
+            got = [e for e in await self.unacked_entries(MAX_READ_BATCH) if e.position not in taken]
+            if not got:
+                break
+            for e in got:
+                if skipped >= messages:
+                    break
+                positions.append(e.position)
+                skipped += e.num_messages
+            self.ack_individual(None, [(p, None) for p in positions])
+        return skipped
+
+    def clear_backlog(self) -> int:
+        """Acknowledge everything published so far; returns the entries that were in backlog."""
+        before = self.backlog()
+        last = self.topic.ml.last_confirmed()
+        if last is not None:
+            self.ack_cumulative(None, last)
+        return before
+
+    async def expire(self, seconds: float) -> int:
+        """Acknowledge every entry published more than `seconds` ago (message TTL); returns
+        the entries expired."""
+        cutoff = int(time.time() * 1000 - seconds * 1000)
+        ml = self.topic.ml
+        last = ml.last_confirmed()
+        if last is None:
+            return 0
+        first_kept = await ml.find_by_publish_time(cutoff)
+        if first_kept is None:
+            upto: Position | None = last
+        else:
+            upto = self.topic.previous_position(first_kept)
+        if upto is None or upto <= self.cursor.mark_delete_position():
+            return 0
+        before = self.backlog()
+        self.ack_cumulative(None, upto)
+        gone = max(0, before - self.backlog())
+        self.expired += gone
+        self.last_expire_timestamp = int(time.time() * 1000)
+        return gone
+
+    def disconnect_consumers(self) -> None:
+        """Ask each consumer's session to close it (the clients reconnect)."""
+        for c in list(self.consumers):
+            close = getattr(c.sink, "broker_closed_consumer", None)
+            if close is not None:
+                close(c)
+            else:
+                self.remove_consumer(c)
+
     # -- dispatch ----------------------------------------------------------------------------------
 
     def wake(self) -> None:
@@ -404,6 +486,7 @@ class Subscription:
             target.bytes_out += n
             self.msg_out += entry.num_messages
             self.bytes_out += n
+            self.topic.broker.stats.record_dispatch(entry.num_messages, n)
             sent += 1
         for consumer, deliveries in batches.values():
             consumer.sink.send_messages(consumer, deliveries)

@@ -44,6 +44,9 @@ __all__ = [
     "ProducerBusyError",
     "ProducerFencedError",
     "TopicClosedError",
+    "TopicTerminatedError",
+    "BacklogQuotaExceededError",
+    "BacklogQuota",
 ]
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,29 @@ class ProducerFencedError(Exception):
 
 class TopicClosedError(Exception):
     pass
+
+
+class TopicTerminatedError(Exception):
+    """The topic was terminated: it takes no more messages."""
+
+
+class BacklogQuotaExceededError(Exception):
+    """A producer refused because the topic's backlog is over its quota; ``policy`` is
+    ``producer_request_hold`` (the client may retry) or ``producer_exception``."""
+
+    def __init__(self, message: str, policy: str):
+        super().__init__(message)
+        self.policy = policy
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogQuota:
+    """The backlog quota in force on a topic: a size in bytes and an age in seconds
+    (-1 for no limit) and what to do when either is exceeded."""
+
+    limit_size: int
+    limit_time: int
+    policy: str
 
 
 @dataclass(slots=True)
@@ -119,6 +145,9 @@ class PersistentTopic:
         self.bytes_in = 0
         self.last_publish_time = 0
         self._entry_listeners: set[Callable[[], None]] = set()
+        self.terminated_at: Position | None = None
+        self._flushing = False
+        self._batch_done = trio.Event()
         self._nursery: trio.Nursery | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -134,8 +163,15 @@ class PersistentTopic:
             return bool(self.broker.config.get("brokerDeduplicationEnabled"))
         return bool(pol)
 
+    @property
+    def terminated_path(self) -> str:
+        return f"/terminated/{self.name.storage_name}"
+
     async def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
+        got = self.broker.metadata.get(self.terminated_path)
+        if got is not None:
+            self.terminated_at = Position(*json.loads(got[0]))
         await self._recover_dedup()
         for name in self.ml.cursor_names():
             await self._attach_subscription(name, SubType.Exclusive, earliest=True)
@@ -202,6 +238,13 @@ class PersistentTopic:
     async def add_producer(self, producer: Producer) -> None:
         if self._closed:
             raise TopicClosedError(f"Topic {self.name} is closing")
+        if self.terminated_at is not None:
+            raise TopicTerminatedError(f"Topic {self.name} was already terminated")
+        exceeded = self.backlog_quota_exceeded()
+        if exceeded is not None and exceeded.policy != "consumer_backlog_eviction":
+            raise BacklogQuotaExceededError(
+                f"Cannot create producer on topic with backlog quota exceeded ({exceeded.policy})",
+                exceeded.policy)
         mode = producer.access_mode
         limit = self.policies.get("max_producers_per_topic") or 0
         if limit and len(self.producers) >= limit:
@@ -242,6 +285,9 @@ class PersistentTopic:
         if self._closed:
             callback(PublishResult(None, error=TopicClosedError(f"Topic {self.name} is closed")))
             return
+        if self.terminated_at is not None:
+            callback(PublishResult(None, error=TopicTerminatedError(f"Topic {self.name} was already terminated")))
+            return
         if producer_name is not None and self.dedup_enabled:
             if sequence_id <= self.dedup_pushed.get(producer_name, -1):
                 callback(PublishResult(None))
@@ -258,15 +304,21 @@ class PersistentTopic:
                 continue
             batch = self._pending[:MAX_PUBLISH_BATCH]
             del self._pending[:MAX_PUBLISH_BATCH]
+            started = time.monotonic()
+            self._flushing = True
             try:
                 results = await self.ml.add_entries([b[0] for b in batch], [b[1] for b in batch])
             except Exception as exc:
+                self._flushing = False
+                self._batch_done.set()
                 log.warning("publish to %s failed: %s", self.name, exc)
                 for _, _, pname, seq, cb in batch:
                     if pname is not None and self.dedup_pushed.get(pname) == seq:
                         self.dedup_pushed[pname] = self.dedup_persisted.get(pname, -1)
                     cb(PublishResult(None, error=exc))
                 continue
+            self._flushing = False
+            self._batch_done.set()
             now = int(time.time() * 1000)
             self.last_publish_time = now
             for (entry, nmsg, pname, seq, cb), (pos, index, ts) in zip(batch, results, strict=True):
@@ -277,6 +329,7 @@ class PersistentTopic:
                 cb(PublishResult(pos, index, ts))
             self.broker.stats.record_publish(len(batch), sum(b[1] for b in batch),
                                              sum(len(b[0]) for b in batch))
+            self.broker.stats.record_publish_latency((time.monotonic() - started) * 1000.0)
             if self.dedup_enabled:
                 self._entries_since_snapshot += len(batch)
                 if self._entries_since_snapshot >= DEDUP_SNAPSHOT_INTERVAL:
@@ -373,6 +426,146 @@ class PersistentTopic:
             if not sub.durable:
                 return
         await self.ml.delete_cursor(name)
+
+    # -- administration ---------------------------------------------------------------------------------
+
+    async def create_subscription(self, name: str, start: Position | None, *, earliest: bool = False) -> Subscription:
+        """A durable subscription with no consumer, its cursor at `start` (the next entry
+        to deliver) or at the end (or the beginning when `earliest`)."""
+        if self._closed:
+            raise TopicClosedError(f"Topic {self.name} is closing")
+        if name in self.subscriptions:
+            from core.policies import ConflictError
+
+            raise ConflictError("Subscription already exists for topic")
+        sub = await self._attach_subscription(name, SubType.Exclusive, earliest=earliest)
+        if start is not None:
+            await sub.reset_to(start)
+        return sub
+
+    async def terminate(self) -> Position | None:
+        """Take no more messages, persistently; returns the last message's position."""
+        self.terminated_at = Position(-1, -1)  # refuse new sends while the queue drains
+        with trio.fail_after(float(self.broker.config.get("bookkeeperClientTimeoutInSeconds", 30))):
+            while self._pending or self._flushing:
+                self._batch_done = trio.Event()
+                await self._batch_done.wait()
+        last = self.ml.last_confirmed()
+        self.terminated_at = last if last is not None else Position(-1, -1)
+        self.broker.metadata.put(self.terminated_path,
+                                 json.dumps([self.terminated_at.ledger_id, self.terminated_at.entry_id]).encode())
+        for p in list(self.producers):
+            self.remove_producer(p)
+            if p.on_fenced is not None:
+                p.on_fenced()
+        return last
+
+    def disconnect_all(self) -> None:
+        """Ask every producer's and consumer's session to close it (clients reconnect)."""
+        for p in list(self.producers):
+            self.remove_producer(p)
+            if p.on_fenced is not None:
+                p.on_fenced()
+        for sub in list(self.subscriptions.values()):
+            sub.disconnect_consumers()
+
+    def previous_position(self, pos: Position) -> Position | None:
+        """The position of the entry just before `pos` (None if `pos` is the first)."""
+        if pos.entry_id > 0:
+            return Position(pos.ledger_id, pos.entry_id - 1)
+        before = [int(info["ledgerId"]) for info in self.ml.ledgers()
+                  if int(info["ledgerId"]) < pos.ledger_id and int(info["entries"]) > 0]
+        if not before:
+            return None
+        lid = max(before)
+        entries = next(int(i["entries"]) for i in self.ml.ledgers() if int(i["ledgerId"]) == lid)
+        return Position(lid, entries - 1)
+
+    def backlog_quota(self) -> BacklogQuota:
+        """The destination_storage quota: the namespace/topic policy, else the broker default."""
+        quota = (self.policies.get("backlog_quota_map") or {}).get("destination_storage")
+        age = (self.policies.get("backlog_quota_map") or {}).get("message_age") or {}
+        if quota:
+            size = int(quota.get("limitSize", quota.get("limit", -1)))
+            policy = str(quota.get("policy") or "producer_request_hold")
+        else:
+            gb = float(self.broker.config.get("backlogQuotaDefaultLimitGB", -1.0))
+            size = -1 if gb < 0 else int(gb * 1024 ** 3)
+            policy = str(self.broker.config.get("backlogQuotaDefaultRetentionPolicy", "producer_request_hold"))
+        limit_time = int(age.get("limitTime", -1)) if age else int((quota or {}).get("limitTime", -1))
+        if age and not quota:
+            policy = str(age.get("policy") or policy)
+        return BacklogQuota(size, limit_time, policy)
+
+    def backlog_bytes(self, sub: Subscription | None = None) -> int:
+        """Estimated bytes held back by `sub` (default: the slowest durable subscription)."""
+        subs = [sub] if sub is not None else [s for s in self.subscriptions.values() if s.durable]
+        entries = max((s.backlog() for s in subs), default=0)
+        if not entries:
+            return 0
+        st = self.ml.stats()
+        n = int(st.get("number_of_entries") or 0)
+        size = int(st.get("total_size") or 0)
+        return entries * size // n if n else 0
+
+    def backlog_quota_exceeded(self) -> BacklogQuota | None:
+        """The quota, when the slowest subscription's backlog is over its size limit."""
+        quota = self.backlog_quota()
+        if quota.limit_size >= 0 and self.subscriptions and self.backlog_bytes() > quota.limit_size:
+            return quota
+        return None
+
+    async def oldest_backlog_publish_time(self, sub: Subscription | None = None) -> int:
+        """Publish time (ms) of the oldest unacknowledged entry, 0 when there is none."""
+        subs = [sub] if sub is not None else [s for s in self.subscriptions.values() if s.durable]
+        oldest = 0
+        for s in subs:
+            got = await s.unacked_entries(1)
+            if got and (oldest == 0 or got[0].publish_time < oldest):
+                oldest = got[0].publish_time
+        return oldest
+
+    async def enforce_backlog_quota(self) -> None:
+        """What the periodic check does when the quota is exceeded: evict the oldest
+        backlog (consumer_backlog_eviction) or disconnect producers, whose sessions then
+        find producer creation refused until the backlog shrinks."""
+        quota = self.backlog_quota()
+        over = self.backlog_quota_exceeded() is not None
+        if quota.limit_time > 0 and not over:
+            oldest = await self.oldest_backlog_publish_time()
+            over = oldest > 0 and time.time() * 1000 - oldest > quota.limit_time * 1000
+        if not over:
+            return
+        if quota.policy == "consumer_backlog_eviction":
+            for sub in list(self.subscriptions.values()):
+                if not sub.durable:
+                    continue
+                if quota.limit_time > 0:
+                    await sub.expire(quota.limit_time)
+                if quota.limit_size >= 0:
+                    st = self.ml.stats()
+                    n = int(st.get("number_of_entries") or 0)
+                    avg = max(1, int(st.get("total_size") or 0) // n) if n else 1
+                    allowed = quota.limit_size // avg
+                    extra = sub.backlog() - allowed
+                    if extra > 0:
+                        entries = await sub.unacked_entries(extra)
+                        sub.ack_individual(None, [(e.position, None) for e in entries])
+            return
+        for p in list(self.producers):
+            self.remove_producer(p)
+            if p.on_fenced is not None:
+                p.on_fenced()
+
+    async def expire_messages(self) -> None:
+        """Message TTL: expire, in every subscription, what is older than the TTL."""
+        ttl = self.policies.get("message_ttl_in_seconds")
+        if ttl is None:
+            ttl = int(self.broker.config.get("ttlDurationDefaultInSeconds", 0))
+        if not ttl or int(ttl) <= 0:
+            return
+        for sub in list(self.subscriptions.values()):
+            await sub.expire(int(ttl))
 
     # -- stats --------------------------------------------------------------------------------------------
 

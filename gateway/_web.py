@@ -1,5 +1,10 @@
 """The web service on ``webServicePort``: the admin REST API under ``/admin/v2`` and
-Prometheus metrics under ``/metrics``, served by hypercorn's trio worker."""
+Prometheus metrics under ``/metrics``, served by hypercorn's trio worker.
+
+The handlers run on the broker's own trio loop, so they read and change live topics and
+subscriptions directly. Unknown paths and methods answer with Pulsar's error shape
+(``{"reason": ...}``).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,9 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 __all__ = ["WebService", "build_app"]
@@ -20,11 +26,50 @@ __all__ = ["WebService", "build_app"]
 log = logging.getLogger(__name__)
 
 
-def build_app(config: Any, broker: Any) -> Starlette:
-    async def health(request: Request) -> Response:
-        return PlainTextResponse("ok")
+def build_app(config: Any, broker: Any) -> Any:
+    """The ASGI app: admin routes, ``/metrics``, Pulsar-shaped errors."""
+    from gateway._metrics import CONTENT_TYPE_LATEST, metrics_registry, render_metrics
+    from gateway.admin import Rates, admin_routes, error_response
 
-    return Starlette(routes=[Route("/admin/v2/brokers/health", health)])
+    rates = Rates()
+    registry = metrics_registry(broker, rates)
+
+    async def metrics(request: Request) -> Response:
+        return Response(render_metrics(registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        reason = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, reason)
+
+    app = Starlette(
+        routes=[
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/metrics/", metrics, methods=["GET"]),
+            *admin_routes(broker, rates),
+        ],
+        exception_handlers={HTTPException: http_error},
+    )
+    return _keep_encoded_slashes(app)
+
+
+def _keep_encoded_slashes(app: Any) -> Any:
+    """Route on the raw path where it holds ``%2F``: a topic's local name may contain
+    ``/`` (MQTT topic names do), sent percent-encoded as one path segment. Path parameters
+    are decoded by the handlers."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("raw_path") or b""
+            if b"%2f" in raw.lower():
+                from urllib.parse import unquote
+
+                text = raw.decode("latin-1").split("?", 1)[0]
+                parts = [unquote(p).replace("/", "%2F") for p in text.split("/")]
+                scope = dict(scope, path="/".join(parts))
+        await app(scope, receive, send)
+
+    return wrapped
 
 
 def _without_lifespan(app: Any) -> Any:

@@ -1,0 +1,905 @@
+"""``magnetar admin <noun> <verb>``: pulsar-admin's nouns, verbs and flags over the
+admin REST API (``--admin-url``, default ``http://127.0.0.1:8080``).
+
+Output follows pulsar-admin: lists print one item per line, objects as indented JSON,
+plain values as they are. A failed call prints the broker's ``reason`` on stderr and
+exits with 1; usage errors exit with 2.
+
+Each verb is one small function registered with :func:`verb`; its flags are declared
+next to it, so ``magnetar admin <noun> <verb> --help`` documents exactly what it takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from ._cli import Command, register_command
+
+__all__ = ["AdminClient", "AdminError", "parse_size", "parse_relative_time", "NOUNS", "main"]
+
+DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
+REQUEST_TIMEOUT = 60.0
+
+
+# --------------------------------------------------------------------------------------
+# HTTP
+
+
+class AdminError(Exception):
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body.strip() else None
+
+
+class AdminClient:
+    """A minimal client of the admin REST API (the standard library's urllib only)."""
+
+    def __init__(self, url: str, timeout: float = REQUEST_TIMEOUT):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Reply:
+        url = self.url + path
+        if query:
+            url += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v
+                                    for k, v in query.items() if v is not None})
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return Reply(resp.status, resp.read(), dict(resp.headers.items()))
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            reason = raw.decode(errors="replace")
+            try:
+                reason = str(json.loads(raw).get("reason", reason))
+            except (ValueError, AttributeError):
+                pass
+            raise AdminError(exc.code, reason or exc.reason) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise AdminError(0, f"cannot reach {self.url}: {getattr(exc, 'reason', exc)}") from None
+
+    def get(self, path: str, **query: Any) -> Any:
+        return self.request("GET", path, query=query).json()
+
+    def put(self, path: str, body: Any = None, **query: Any) -> Any:
+        return self.request("PUT", path, body, query).json()
+
+    def post(self, path: str, body: Any = None, **query: Any) -> Any:
+        return self.request("POST", path, body, query).json()
+
+    def delete(self, path: str, **query: Any) -> Any:
+        return self.request("DELETE", path, query=query).json()
+
+
+# --------------------------------------------------------------------------------------
+# Values as pulsar-admin spells them
+
+_SIZE = re.compile(r"^(-?\d+)([kKmMgGtT]?)$")
+_TIME = re.compile(r"^(-?\d+)([smhdwy]?)$")
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3, "t": 1024 ** 4}
+_TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+
+
+def parse_size(text: str) -> int:
+    """``10G`` -> bytes (k, m, g, t: powers of 1024); ``-1`` stays -1."""
+    m = _SIZE.match(text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: e.g. 512M, 10G, -1")
+    n = int(m.group(1))
+    return -1 if n < 0 else n * _SIZE_UNITS[m.group(2).lower()]
+
+
+def parse_relative_time(text: str) -> int:
+    """``3d`` -> seconds (s, m, h, d, w, y; a bare number is seconds); ``-1`` stays -1."""
+    m = _TIME.match(text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"invalid time {text!r}: e.g. 30s, 10m, 3h, 3d, 1w, -1")
+    n = int(m.group(1))
+    return -1 if n < 0 else n * _TIME_UNITS[m.group(2)]
+
+
+def _message_id(text: str) -> dict[str, int]:
+    if text == "latest":
+        return {"ledgerId": 0x7FFFFFFFFFFFFFFF, "entryId": 0x7FFFFFFFFFFFFFFF}
+    if text == "earliest":
+        return {"ledgerId": -1, "entryId": -1}
+    parts = text.split(":")
+    try:
+        if len(parts) in (2, 3):
+            out = {"ledgerId": int(parts[0]), "entryId": int(parts[1])}
+            if len(parts) == 3:
+                out["partitionIndex"] = int(parts[2])
+            return out
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"invalid message id {text!r}: ledgerId:entryId, latest or earliest")
+
+
+def _topic_path(topic: str) -> str:
+    from core.naming import InvalidNameError, TopicName
+
+    try:
+        t = TopicName.parse(topic)
+    except InvalidNameError as exc:
+        raise AdminError(0, str(exc)) from None
+    return f"/admin/v2/{t.domain}/{t.tenant}/{t.namespace}/{quote(t.local_name, safe='')}"
+
+
+def _ns_path(ns: str) -> str:
+    if ns.count("/") != 1 or not all(ns.split("/")):
+        raise AdminError(0, f"Invalid namespace name {ns!r}: expected tenant/namespace")
+    return f"/admin/v2/namespaces/{ns}"
+
+
+def _schema_path(topic: str) -> str:
+    from core.naming import TopicName
+
+    t = TopicName.parse(topic)
+    return f"/admin/v2/schemas/{t.tenant}/{t.namespace}/{quote(t.local_name, safe='')}"
+
+
+def _csv(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+# --------------------------------------------------------------------------------------
+# The verb table
+
+
+@dataclass
+class Verb:
+    name: str
+    help: str
+    run: Callable[[AdminClient, argparse.Namespace], Any]
+    args: list[tuple[tuple[str, ...], dict[str, Any]]] = field(default_factory=list)
+
+
+#: noun -> verb name -> Verb, in registration order.
+NOUNS: dict[str, dict[str, Verb]] = {}
+NOUN_HELP = {
+    "clusters": "clusters of this instance",
+    "brokers": "active brokers, health",
+    "bookies": "bookies (storage servers)",
+    "tenants": "tenants: admin roles and allowed clusters",
+    "namespaces": "namespaces and their policies",
+    "topics": "topics, their stats, subscriptions and policies",
+    "subscriptions": "a topic's subscriptions (also under topics)",
+    "schemas": "topic schemas",
+}
+
+
+def A(*flags: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+    return flags, kw
+
+
+def verb(noun: str, name: str, help: str, *args: tuple[tuple[str, ...], dict[str, Any]],
+         aliases: tuple[tuple[str, str], ...] = ()) -> Callable[[Any], Any]:
+    def register(fn: Callable[[AdminClient, argparse.Namespace], Any]) -> Any:
+        v = Verb(name, help, fn, list(args))
+        NOUNS.setdefault(noun, {})[name] = v
+        for alias_noun, alias_name in aliases:
+            NOUNS.setdefault(alias_noun, {})[alias_name] = v
+        return fn
+
+    return register
+
+
+TOPIC = A("topic", help="topic name: persistent://tenant/namespace/topic (or a short name)")
+NS = A("namespace", help="tenant/namespace")
+SUB = A("-s", "--subscription", required=True, help="subscription name")
+FORCE = A("-f", "--force", action="store_true", help="also when clients are connected")
+
+# -- clusters ---------------------------------------------------------------------------------
+
+
+@verb("clusters", "list", "list clusters")
+def _clusters_list(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get("/admin/v2/clusters")
+
+
+@verb("clusters", "get", "get a cluster's data", A("cluster"))
+def _clusters_get(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(f"/admin/v2/clusters/{a.cluster}")
+
+
+def _cluster_data(a: argparse.Namespace) -> dict[str, Any]:
+    data = {"serviceUrl": a.url, "brokerServiceUrl": a.broker_url,
+            "serviceUrlTls": a.url_secure, "brokerServiceUrlTls": a.broker_url_secure}
+    return {k: v for k, v in data.items() if v}
+
+
+_CLUSTER_ARGS = (A("cluster"), A("--url", help="web service URL"), A("--broker-url", help="broker service URL"),
+                 A("--url-secure", help="TLS web service URL"), A("--broker-url-secure", help="TLS broker URL"))
+
+
+@verb("clusters", "create", "create a cluster", *_CLUSTER_ARGS)
+def _clusters_create(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.put(f"/admin/v2/clusters/{a.cluster}", _cluster_data(a))
+
+
+@verb("clusters", "update", "update a cluster", *_CLUSTER_ARGS)
+def _clusters_update(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(f"/admin/v2/clusters/{a.cluster}", _cluster_data(a))
+
+
+@verb("clusters", "delete", "delete a cluster", A("cluster"))
+def _clusters_delete(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.delete(f"/admin/v2/clusters/{a.cluster}")
+
+
+# -- brokers ----------------------------------------------------------------------------------
+
+
+@verb("brokers", "list", "list the active brokers of a cluster", A("cluster", nargs="?"))
+def _brokers_list(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(f"/admin/v2/brokers/{a.cluster}" if a.cluster else "/admin/v2/brokers")
+
+
+@verb("brokers", "healthcheck", "run the broker health check", A("--topic-version", help="ignored (V1/V2)"))
+def _brokers_health(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.request("GET", "/admin/v2/brokers/health").body.decode()
+
+
+@verb("brokers", "version", "the broker's version")
+def _brokers_version(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.request("GET", "/admin/v2/brokers/version").body.decode()
+
+
+@verb("brokers", "leader-broker", "the leader broker")
+def _brokers_leader(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get("/admin/v2/brokers/leaderBroker")
+
+
+@verb("brokers", "namespaces", "namespaces owned by a broker", A("cluster"), A("--url", required=True))
+def _brokers_namespaces(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(f"/admin/v2/brokers/{a.cluster}/{a.url}/ownedNamespaces")
+
+
+# -- bookies ----------------------------------------------------------------------------------
+
+
+@verb("bookies", "list-bookies", "list bookies (read-write and read-only)",
+      A("-rw", "--rw", action="store_true", help="read-write bookies only"),
+      A("-ro", "--ro", action="store_true", help="read-only bookies only"),
+      aliases=(("bookies", "list"),))
+def _bookies_list(c: AdminClient, a: argparse.Namespace) -> Any:
+    if a.rw or a.ro:
+        state = c.get("/admin/v2/bookies/state")
+        return (state["readWrite"] if a.rw else []) + (state["readOnly"] if a.ro else [])
+    return c.get("/admin/v2/bookies/all")
+
+
+@verb("bookies", "racks-placement", "bookie rack placement")
+def _bookies_racks(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get("/admin/v2/bookies/racks-info")
+
+
+# -- tenants ----------------------------------------------------------------------------------
+
+_TENANT_ARGS = (A("tenant"),
+                A("-r", "--admin-roles", type=_csv, default=[], help="comma-separated admin roles"),
+                A("-c", "--allowed-clusters", type=_csv, default=[], help="comma-separated cluster names"))
+
+
+@verb("tenants", "list", "list tenants")
+def _tenants_list(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get("/admin/v2/tenants")
+
+
+@verb("tenants", "get", "get a tenant's admin roles and allowed clusters", A("tenant"))
+def _tenants_get(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(f"/admin/v2/tenants/{a.tenant}")
+
+
+@verb("tenants", "create", "create a tenant", *_TENANT_ARGS)
+def _tenants_create(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.put(f"/admin/v2/tenants/{a.tenant}",
+                 {"adminRoles": a.admin_roles, "allowedClusters": a.allowed_clusters})
+
+
+@verb("tenants", "update", "update a tenant", *_TENANT_ARGS)
+def _tenants_update(c: AdminClient, a: argparse.Namespace) -> Any:
+    current = c.get(f"/admin/v2/tenants/{a.tenant}") or {}
+    return c.post(f"/admin/v2/tenants/{a.tenant}", {
+        "adminRoles": a.admin_roles or current.get("adminRoles", []),
+        "allowedClusters": a.allowed_clusters or current.get("allowedClusters", [])})
+
+
+@verb("tenants", "delete", "delete a tenant", A("tenant"), FORCE)
+def _tenants_delete(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.delete(f"/admin/v2/tenants/{a.tenant}", force=a.force or None)
+
+
+# -- namespaces -------------------------------------------------------------------------------
+
+
+@verb("namespaces", "list", "list a tenant's namespaces", A("tenant"))
+def _ns_list(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(f"/admin/v2/namespaces/{a.tenant}")
+
+
+@verb("namespaces", "create", "create a namespace", NS,
+      A("-c", "--clusters", type=_csv, help="replication clusters"),
+      A("-b", "--bundles", type=int, help="number of bundles (accepted; one bundle is used)"))
+def _ns_create(c: AdminClient, a: argparse.Namespace) -> Any:
+    body = {"replication_clusters": a.clusters} if a.clusters else None
+    return c.put(_ns_path(a.namespace), body)
+
+
+@verb("namespaces", "delete", "delete a namespace", NS, FORCE)
+def _ns_delete(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.delete(_ns_path(a.namespace), force=a.force or None)
+
+
+@verb("namespaces", "policies", "a namespace's policies", NS)
+def _ns_policies(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_ns_path(a.namespace))
+
+
+@verb("namespaces", "topics", "a namespace's topics", NS)
+def _ns_topics(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_ns_path(a.namespace) + "/topics")
+
+
+@verb("namespaces", "unload", "unload a namespace's topics", NS)
+def _ns_unload(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.put(_ns_path(a.namespace) + "/unload")
+
+
+@verb("namespaces", "clear-backlog", "clear the backlog of every (or one) subscription", NS,
+      A("-s", "--sub", help="only this subscription"), A("-force", "--force", action="store_true"))
+def _ns_clear_backlog(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_ns_path(a.namespace) + "/clearBacklog" + (f"/{quote(a.sub, safe='')}" if a.sub else ""))
+
+
+@verb("namespaces", "unsubscribe", "delete a subscription on every topic", NS, A("-s", "--sub", required=True))
+def _ns_unsubscribe(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_ns_path(a.namespace) + f"/unsubscribe/{quote(a.sub, safe='')}")
+
+
+@verb("namespaces", "permissions", "roles and their actions", NS)
+def _ns_permissions(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_ns_path(a.namespace) + "/permissions")
+
+
+@verb("namespaces", "grant-permission", "grant actions to a role", NS, A("--role", required=True),
+      A("--actions", type=_csv, required=True, help="produce,consume,..."))
+def _ns_grant(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_ns_path(a.namespace) + f"/permissions/{quote(a.role, safe='')}", a.actions)
+
+
+@verb("namespaces", "revoke-permission", "revoke a role's actions", NS, A("--role", required=True))
+def _ns_revoke(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.delete(_ns_path(a.namespace) + f"/permissions/{quote(a.role, safe='')}")
+
+
+@verb("namespaces", "set-clusters", "set replication clusters", NS, A("-c", "--clusters", type=_csv, required=True))
+def _ns_set_clusters(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_ns_path(a.namespace) + "/replication", a.clusters)
+
+
+@verb("namespaces", "get-clusters", "replication clusters", NS)
+def _ns_get_clusters(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_ns_path(a.namespace) + "/replication")
+
+
+# Policies that a namespace and a topic both carry: (noun, path) is the scope.
+
+def _scope(noun: str, a: argparse.Namespace) -> str:
+    return _ns_path(a.namespace) if noun == "namespaces" else _topic_path(a.topic)
+
+
+def _policy_verbs(noun: str) -> None:
+    target = NS if noun == "namespaces" else TOPIC
+    applied = (A("--applied", action="store_true", help="the effective value (topic or namespace)"),) \
+        if noun == "topics" else ()
+
+    def getter(suffix: str) -> Callable[[AdminClient, argparse.Namespace], Any]:
+        def run(c: AdminClient, a: argparse.Namespace) -> Any:
+            q = {"applied": True} if getattr(a, "applied", False) else {}
+            return c.get(_scope(noun, a) + "/" + suffix, **q)
+        return run
+
+    def remover(suffix: str) -> Callable[[AdminClient, argparse.Namespace], Any]:
+        def run(c: AdminClient, a: argparse.Namespace) -> Any:
+            return c.delete(_scope(noun, a) + "/" + suffix)
+        return run
+
+    def simple(name: str, suffix: str, what: str) -> None:
+        verb(noun, f"get-{name}", f"get the {what}", target, *applied)(getter(suffix))
+        verb(noun, f"remove-{name}", f"remove the {what}", target)(remover(suffix))
+
+    # retention
+    @verb(noun, "set-retention", "set the retention policy", target,
+          A("-s", "--size", required=True, help="retention size, e.g. 10G; -1 unlimited"),
+          A("-t", "--time", required=True, help="retention time, e.g. 3d, 10h; -1 forever"))
+    def set_retention(c: AdminClient, a: argparse.Namespace) -> Any:
+        size = parse_size(a.size)
+        secs = parse_relative_time(a.time)
+        body = {"retentionSizeInMB": -1 if size < 0 else size // (1024 * 1024),
+                "retentionTimeInMinutes": -1 if secs < 0 else secs // 60}
+        return c.post(_scope(noun, a) + "/retention", body)
+
+    simple("retention", "retention", "retention policy")
+
+    # message TTL
+    ttl_flags = ("-ttl", "--messageTTL") if noun == "namespaces" else ("-t", "--ttl", "--messageTTL")
+
+    @verb(noun, "set-message-ttl", "set the message TTL", target,
+          A(*ttl_flags, dest="ttl", required=True, help="TTL in seconds (or 1h, 3d, ...)"))
+    def set_ttl(c: AdminClient, a: argparse.Namespace) -> Any:
+        ttl = parse_relative_time(a.ttl)
+        if noun == "namespaces":
+            return c.post(_scope(noun, a) + "/messageTTL", ttl)
+        return c.post(_scope(noun, a) + "/messageTTL", messageTTL=ttl)
+
+    simple("message-ttl", "messageTTL", "message TTL")
+
+    # backlog quota
+    @verb(noun, "set-backlog-quota", "set a backlog quota", target,
+          A("-l", "--limit", help="size limit, e.g. 5G"),
+          A("-lt", "--limitTime", dest="limit_time", help="age limit, e.g. 1h"),
+          A("-p", "--policy", required=True,
+            choices=["producer_request_hold", "producer_exception", "consumer_backlog_eviction"]),
+          A("-t", "--type", default="destination_storage", choices=["destination_storage", "message_age"]))
+    def set_quota(c: AdminClient, a: argparse.Namespace) -> Any:
+        body: dict[str, Any] = {"policy": a.policy}
+        if a.limit is not None:
+            body["limitSize"] = parse_size(a.limit)
+        if a.limit_time is not None:
+            body["limitTime"] = parse_relative_time(a.limit_time)
+        return c.post(_scope(noun, a) + "/backlogQuota", body, backlogQuotaType=a.type)
+
+    verb(noun, "get-backlog-quotas", "get the backlog quotas", target, *applied)(getter("backlogQuotaMap"))
+
+    @verb(noun, "remove-backlog-quota", "remove a backlog quota", target,
+          A("-t", "--type", default="destination_storage", choices=["destination_storage", "message_age"]))
+    def remove_quota(c: AdminClient, a: argparse.Namespace) -> Any:
+        return c.delete(_scope(noun, a) + "/backlogQuota", backlogQuotaType=a.type)
+
+    # deduplication
+    dedup_suffix = "deduplication" if noun == "namespaces" else "deduplicationEnabled"
+
+    @verb(noun, "set-deduplication", "enable or disable deduplication", target,
+          A("-e", "--enable", action="store_true"), A("-d", "--disable", action="store_true"))
+    def set_dedup(c: AdminClient, a: argparse.Namespace) -> Any:
+        if a.enable == a.disable:
+            raise AdminError(0, "Need to specify either --enable or --disable")
+        return c.post(_scope(noun, a) + "/" + dedup_suffix, bool(a.enable))
+
+    simple("deduplication", dedup_suffix, "deduplication setting")
+
+    # max producers / consumers
+    for what, flag, short in (("producers", "--max-producers", "-p"), ("consumers", "--max-consumers", "-c")):
+        ns_suffix = f"max{what.capitalize()}PerTopic"
+        suffix = ns_suffix if noun == "namespaces" else f"max{what.capitalize()}"
+        name = f"max-{what}-per-topic" if noun == "namespaces" else f"max-{what}"
+        flags = (short, f"{flag}-per-topic") if noun == "namespaces" else (short, flag)
+
+        def setter(suffix: str = suffix) -> Callable[[AdminClient, argparse.Namespace], Any]:
+            def run(c: AdminClient, a: argparse.Namespace) -> Any:
+                return c.post(_scope(noun, a) + "/" + suffix, a.value)
+            return run
+
+        verb(noun, f"set-{name}", f"set the maximum {what} per topic", target,
+             A(*flags, dest="value", type=int, required=True))(setter())
+        simple(name, suffix, f"maximum {what} per topic")
+
+    # dispatch and publish rates
+    @verb(noun, "set-dispatch-rate", "set the dispatch rate", target,
+          A("-md", "--msg-dispatch-rate", type=int, default=-1), A("-bd", "--byte-dispatch-rate", type=int, default=-1),
+          A("-dt", "--dispatch-rate-period", type=int, default=1),
+          A("-rp", "--relative-to-publish-rate", action="store_true"))
+    def set_dispatch(c: AdminClient, a: argparse.Namespace) -> Any:
+        return c.post(_scope(noun, a) + "/dispatchRate", {
+            "dispatchThrottlingRateInMsg": a.msg_dispatch_rate, "dispatchThrottlingRateInByte": a.byte_dispatch_rate,
+            "ratePeriodInSecond": a.dispatch_rate_period, "relativeToPublishRate": a.relative_to_publish_rate})
+
+    simple("dispatch-rate", "dispatchRate", "dispatch rate")
+
+    @verb(noun, "set-publish-rate", "set the publish rate", target,
+          A("-m", "--msg-publish-rate", type=int, default=-1), A("-b", "--byte-publish-rate", type=int, default=-1))
+    def set_publish(c: AdminClient, a: argparse.Namespace) -> Any:
+        return c.post(_scope(noun, a) + "/publishRate", {
+            "publishThrottlingRateInMsg": a.msg_publish_rate, "publishThrottlingRateInByte": a.byte_publish_rate})
+
+    simple("publish-rate", "publishRate", "publish rate")
+
+
+_policy_verbs("namespaces")
+
+
+@verb("namespaces", "set-schema-compatibility-strategy", "set the schema compatibility strategy", NS,
+      A("-c", "--compatibility", required=True, help="e.g. FULL, BACKWARD, FORWARD_TRANSITIVE"))
+def _ns_set_strategy(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.put(_ns_path(a.namespace) + "/schemaCompatibilityStrategy", a.compatibility.upper())
+
+
+@verb("namespaces", "get-schema-compatibility-strategy", "the schema compatibility strategy", NS)
+def _ns_get_strategy(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_ns_path(a.namespace) + "/schemaCompatibilityStrategy")
+
+
+@verb("namespaces", "set-auto-topic-creation", "override auto topic creation", NS,
+      A("-e", "--enable", action="store_true"), A("-d", "--disable", action="store_true"),
+      A("-t", "--type", default="non-partitioned", choices=["partitioned", "non-partitioned"]),
+      A("-n", "--num-partitions", type=int))
+def _ns_set_auto(c: AdminClient, a: argparse.Namespace) -> Any:
+    if a.enable == a.disable:
+        raise AdminError(0, "Need to specify either --enable or --disable")
+    body: dict[str, Any] = {"allowAutoTopicCreation": bool(a.enable), "topicType": a.type}
+    if a.num_partitions is not None:
+        body["defaultNumPartitions"] = a.num_partitions
+    return c.post(_ns_path(a.namespace) + "/autoTopicCreation", body)
+
+
+@verb("namespaces", "get-auto-topic-creation", "the auto topic creation override", NS)
+def _ns_get_auto(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_ns_path(a.namespace) + "/autoTopicCreation")
+
+
+@verb("namespaces", "remove-auto-topic-creation", "remove the auto topic creation override", NS)
+def _ns_remove_auto(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.delete(_ns_path(a.namespace) + "/autoTopicCreation")
+
+
+# -- topics ------------------------------------------------------------------------------------
+
+
+@verb("topics", "list", "list a namespace's topics", NS)
+def _topics_list(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(f"/admin/v2/persistent/{a.namespace}")
+
+
+@verb("topics", "list-partitioned-topics", "list a namespace's partitioned topics", NS)
+def _topics_list_partitioned(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(f"/admin/v2/persistent/{a.namespace}/partitioned")
+
+
+@verb("topics", "create", "create a non-partitioned topic", TOPIC)
+def _topics_create(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.put(_topic_path(a.topic))
+
+
+@verb("topics", "create-partitioned-topic", "create a partitioned topic", TOPIC,
+      A("-p", "--partitions", type=int, required=True))
+def _topics_create_partitioned(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.put(_topic_path(a.topic) + "/partitions", a.partitions)
+
+
+@verb("topics", "update-partitioned-topic", "raise a partitioned topic's partition count", TOPIC,
+      A("-p", "--partitions", type=int, required=True))
+def _topics_update_partitioned(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_topic_path(a.topic) + "/partitions", a.partitions)
+
+
+@verb("topics", "get-partitioned-topic-metadata", "a topic's partition count", TOPIC)
+def _topics_partition_md(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_topic_path(a.topic) + "/partitions")
+
+
+@verb("topics", "delete", "delete a topic", TOPIC, FORCE)
+def _topics_delete(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.delete(_topic_path(a.topic), force=a.force or None)
+
+
+@verb("topics", "delete-partitioned-topic", "delete a partitioned topic", TOPIC, FORCE)
+def _topics_delete_partitioned(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.delete(_topic_path(a.topic) + "/partitions", force=a.force or None)
+
+
+@verb("topics", "lookup", "the broker serving a topic", TOPIC)
+def _topics_lookup(c: AdminClient, a: argparse.Namespace) -> Any:
+    from core.naming import TopicName
+
+    t = TopicName.parse(a.topic)
+    data = c.get(f"/lookup/v2/topic/{t.domain}/{t.tenant}/{t.namespace}/{quote(t.local_name, safe='')}")
+    return data.get("brokerUrl") if isinstance(data, dict) else data
+
+
+@verb("topics", "partitioned-lookup", "the broker serving each partition", TOPIC)
+def _topics_partitioned_lookup(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_topic_path(a.topic) + "/lookup/partitions")
+
+
+@verb("topics", "stats", "a topic's stats", TOPIC)
+def _topics_stats(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_topic_path(a.topic) + "/stats")
+
+
+@verb("topics", "partitioned-stats", "a partitioned topic's stats", TOPIC,
+      A("--per-partition", action="store_true", help="include each partition's stats"))
+def _topics_partitioned_stats(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_topic_path(a.topic) + "/partitioned-stats", perPartition=a.per_partition)
+
+
+@verb("topics", "stats-internal", "a topic's internal (storage) stats", TOPIC)
+def _topics_stats_internal(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_topic_path(a.topic) + "/internalStats")
+
+
+@verb("topics", "last-message-id", "the last message's id", TOPIC)
+def _topics_last_id(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_topic_path(a.topic) + "/lastMessageId")
+
+
+@verb("topics", "terminate", "take no more messages on the topic", TOPIC)
+def _topics_terminate(c: AdminClient, a: argparse.Namespace) -> Any:
+    mid = c.post(_topic_path(a.topic) + "/terminate")
+    return f"Topic successfully terminated at {mid['ledgerId']}:{mid['entryId']}"
+
+
+@verb("topics", "unload", "unload a topic (clients reconnect)", TOPIC)
+def _topics_unload(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.put(_topic_path(a.topic) + "/unload")
+
+
+@verb("topics", "subscriptions", "a topic's subscriptions", TOPIC, aliases=(("subscriptions", "list"),))
+def _topics_subscriptions(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_topic_path(a.topic) + "/subscriptions")
+
+
+def _sub_path(a: argparse.Namespace) -> str:
+    return _topic_path(a.topic) + f"/subscription/{quote(a.subscription, safe='')}"
+
+
+@verb("topics", "create-subscription", "create a subscription", TOPIC, SUB,
+      A("-m", "--messageId", dest="message_id", type=_message_id, default=None,
+        help="where it starts: latest (default), earliest or ledgerId:entryId"),
+      aliases=(("subscriptions", "create"),))
+def _topics_create_sub(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.put(_sub_path(a), a.message_id)
+
+
+@verb("topics", "unsubscribe", "delete a subscription", TOPIC, SUB, FORCE,
+      aliases=(("subscriptions", "delete"),))
+def _topics_unsubscribe(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.delete(_sub_path(a), force=a.force or None)
+
+
+@verb("topics", "reset-cursor", "move a subscription to a time or message id", TOPIC, SUB,
+      A("-t", "--time", help="go back this long, e.g. 10m, 1h"),
+      A("-m", "--messageId", dest="message_id", type=_message_id, help="ledgerId:entryId"),
+      A("-e", "--exclude-message", action="store_true", help="start after the message id"),
+      aliases=(("subscriptions", "reset-cursor"),))
+def _topics_reset(c: AdminClient, a: argparse.Namespace) -> Any:
+    if (a.time is None) == (a.message_id is None):
+        raise AdminError(0, "Need to specify either --time or --messageId")
+    if a.time is not None:
+        ts = int(time.time() * 1000) - parse_relative_time(a.time) * 1000
+        return c.post(_sub_path(a) + f"/resetcursor/{ts}")
+    return c.post(_sub_path(a) + "/resetcursor", a.message_id, isExcluded=a.exclude_message or None)
+
+
+@verb("topics", "skip", "skip messages of a subscription", TOPIC, SUB, A("-n", "--count", type=int, required=True),
+      aliases=(("subscriptions", "skip"),))
+def _topics_skip(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_sub_path(a) + f"/skip/{a.count}")
+
+
+@verb("topics", "clear-backlog", "skip all messages of a subscription", TOPIC, SUB,
+      aliases=(("topics", "skip-all"), ("subscriptions", "skip-all"), ("subscriptions", "clear-backlog")))
+def _topics_clear_backlog(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_sub_path(a) + "/skip_all")
+
+
+@verb("topics", "expire-messages", "expire messages older than a time", TOPIC, SUB,
+      A("-t", "--expireTime", dest="expire_time", required=True, help="seconds (or 10m, 1h, ...)"),
+      aliases=(("subscriptions", "expire"),))
+def _topics_expire(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_sub_path(a) + f"/expireMessages/{parse_relative_time(a.expire_time)}")
+
+
+@verb("topics", "expire-messages-all-subscriptions", "expire messages on every subscription", TOPIC,
+      A("-t", "--expireTime", dest="expire_time", required=True, help="seconds (or 10m, 1h, ...)"))
+def _topics_expire_all(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_topic_path(a.topic) + f"/all_subscription/expireMessages/{parse_relative_time(a.expire_time)}")
+
+
+def _format_message(reply: Reply) -> str:
+    h = {k.lower(): v for k, v in reply.headers.items()}
+    lines = [f"Message ID: {h.get('x-pulsar-message-id', '')}"]
+    props = {k[len("x-pulsar-property-"):]: v for k, v in h.items() if k.startswith("x-pulsar-property-")}
+    if props:
+        lines.append(f"Properties: {json.dumps(props)}")
+    if "x-pulsar-partition-key" in h:
+        lines.append(f"Key: {h['x-pulsar-partition-key']}")
+    lines.append(f"Publish time: {h.get('x-pulsar-publish-time', '')}")
+    payloads = [reply.body]
+    if "x-pulsar-num-batch-message" in h:
+        payloads = _split_batch(reply.body, int(h["x-pulsar-num-batch-message"]))
+        lines.append(f"Batch messages: {len(payloads)}")
+    for payload in payloads:
+        lines.append(_hexdump(payload))
+    return "\n".join(lines)
+
+
+def _split_batch(body: bytes, n: int) -> list[bytes]:
+    from core.format import EntryFormatError, MessageMetadata, iter_batch
+
+    md = MessageMetadata(producer_name="", sequence_id=0, publish_time=0, num_messages_in_batch=n,
+                         uncompressed_size=len(body))
+    try:
+        return [bytes(m.payload) for m in iter_batch(md, body)]
+    except EntryFormatError:
+        return [body]
+
+
+def _hexdump(data: bytes) -> str:
+    rows = ["+-------------------------------------------------+",
+            "|  0  1  2  3  4  5  6  7  8  9  a  b  c  d  e  f |",
+            "+--------+-------------------------------------------------+----------------+"]
+    for off in range(0, len(data), 16):
+        chunk = data[off:off + 16]
+        hexes = " ".join(f"{b:02x}" for b in chunk).ljust(47)
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk).ljust(16)
+        rows.append(f"|{off:08x}| {hexes} |{text}|")
+    rows.append("+--------+-------------------------------------------------+----------------+")
+    return "\n".join(rows)
+
+
+@verb("topics", "peek-messages", "show messages of a subscription without consuming them", TOPIC, SUB,
+      A("-n", "--count", type=int, default=1), aliases=(("subscriptions", "peek"),))
+def _topics_peek(c: AdminClient, a: argparse.Namespace) -> Any:
+    out = []
+    for i in range(1, a.count + 1):
+        out.append(_format_message(c.request("GET", _sub_path(a) + f"/position/{i}")))
+    return "\n".join(out)
+
+
+@verb("topics", "get-message-by-id", "show a message by its id", TOPIC,
+      A("-l", "--ledgerId", dest="ledger", type=int, required=True),
+      A("-e", "--entryId", dest="entry", type=int, required=True))
+def _topics_message_by_id(c: AdminClient, a: argparse.Namespace) -> Any:
+    return _format_message(c.request("GET", _topic_path(a.topic) + f"/ledger/{a.ledger}/entry/{a.entry}"))
+
+
+@verb("topics", "examine-message", "show the message at a position from the start or end", TOPIC,
+      A("-i", "--initialPosition", dest="initial", default="latest", choices=["earliest", "latest"]),
+      A("-m", "--messagePosition", dest="position", type=int, default=1))
+def _topics_examine(c: AdminClient, a: argparse.Namespace) -> Any:
+    return _format_message(c.request("GET", _topic_path(a.topic) + "/examinemessage",
+                                     query={"initialPosition": a.initial, "messagePosition": a.position}))
+
+
+@verb("topics", "set-replication-clusters", "set the topic's replication clusters", TOPIC,
+      A("-c", "--clusters", type=_csv, required=True))
+def _topics_set_replication(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_topic_path(a.topic) + "/replication", a.clusters)
+
+
+@verb("topics", "get-replication-clusters", "the topic's replication clusters", TOPIC,
+      A("--applied", action="store_true"))
+def _topics_get_replication(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_topic_path(a.topic) + "/replication", applied=a.applied or None)
+
+
+_policy_verbs("topics")
+
+# -- schemas -----------------------------------------------------------------------------------
+
+
+@verb("schemas", "get", "a topic's schema (latest or a version)", TOPIC, A("-v", "--version", type=int))
+def _schemas_get(c: AdminClient, a: argparse.Namespace) -> Any:
+    path = _schema_path(a.topic) + "/schema"
+    return c.get(path + (f"/{a.version}" if a.version is not None else ""))
+
+
+@verb("schemas", "upload", "upload a schema", TOPIC,
+      A("-f", "--filename", required=True, help='JSON file: {"type": "AVRO", "schema": "...", "properties": {}}'))
+def _schemas_upload(c: AdminClient, a: argparse.Namespace) -> Any:
+    try:
+        with open(a.filename, encoding="utf-8") as f:
+            payload = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise AdminError(0, f"cannot read schema file {a.filename}: {exc}") from None
+    c.post(_schema_path(a.topic) + "/schema", payload)
+    return None
+
+
+@verb("schemas", "delete", "delete a topic's schema", TOPIC)
+def _schemas_delete(c: AdminClient, a: argparse.Namespace) -> Any:
+    c.delete(_schema_path(a.topic) + "/schema")
+    return None
+
+
+@verb("schemas", "compatibility", "test a schema's compatibility", TOPIC, A("-f", "--filename", required=True))
+def _schemas_compat(c: AdminClient, a: argparse.Namespace) -> Any:
+    try:
+        with open(a.filename, encoding="utf-8") as f:
+            payload = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise AdminError(0, f"cannot read schema file {a.filename}: {exc}") from None
+    return c.post(_schema_path(a.topic) + "/compatibility", payload)
+
+
+# --------------------------------------------------------------------------------------
+# The command
+
+
+def _print(result: Any) -> None:
+    if result is None:
+        return
+    if isinstance(result, str):
+        print(result)
+    elif isinstance(result, list):
+        for item in result:
+            print(item if isinstance(item, str) else json.dumps(item, indent=2))
+    else:
+        print(json.dumps(result, indent=2))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--admin-url", default=os.environ.get("MAGNETAR_ADMIN_URL", DEFAULT_ADMIN_URL),
+                   help=f"admin REST URL (default {DEFAULT_ADMIN_URL}, or $MAGNETAR_ADMIN_URL)")
+    nouns = p.add_subparsers(dest="noun", metavar="NOUN", title="nouns")
+    for noun, verbs in NOUNS.items():
+        np = nouns.add_parser(noun, help=NOUN_HELP.get(noun, noun), description=NOUN_HELP.get(noun, noun))
+        vs = np.add_subparsers(dest="verb", metavar="VERB", title="verbs")
+        for name, v in verbs.items():
+            vp = vs.add_parser(name, help=v.help, description=v.help)
+            for flags, kw in v.args:
+                vp.add_argument(*flags, **kw)
+            vp.set_defaults(_verb=v)
+        np.set_defaults(_noun_parser=np)
+    p.set_defaults(_admin_parser=p)
+
+
+def run(args: argparse.Namespace) -> int:
+    v: Verb | None = getattr(args, "_verb", None)
+    if v is None:
+        parser = getattr(args, "_noun_parser", None) or args._admin_parser
+        parser.print_help(sys.stderr)
+        return 2
+    client = AdminClient(args.admin_url)
+    try:
+        _print(v.run(client, args))
+    except AdminError as exc:
+        status = f" (HTTP {exc.status})" if exc.status else ""
+        print(f"{exc.reason}{status}", file=sys.stderr)
+        return 1
+    except argparse.ArgumentTypeError as exc:
+        print(f"magnetar admin: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ._cli import main as cli_main
+
+    return cli_main(["admin", *(sys.argv[1:] if argv is None else argv)])
+
+
+register_command(Command(
+    "admin",
+    "administer tenants, namespaces, topics, subscriptions, schemas (like pulsar-admin)",
+    add_arguments,
+    run,
+    "Talk to a broker's admin REST API the way pulsar-admin does.",
+))
+
+from . import _client_cli  # noqa: E402,F401  (registers `magnetar client`)

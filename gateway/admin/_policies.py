@@ -1,0 +1,167 @@
+"""The policies that both a namespace and a topic carry, as one table.
+
+Each row names the URL suffix Pulsar uses (``/retention``, ``/messageTTL``, ...), the key
+in Pulsar's ``Policies`` JSON, and how a request body becomes the stored value. The same
+rows serve ``/admin/v2/namespaces/{tenant}/{namespace}/<suffix>`` and
+``/admin/v2/{domain}/{tenant}/{namespace}/{topic}/<suffix>`` (topic-level overrides);
+a topic's effective policy is its own value, else its namespace's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from core.schema import STRATEGIES
+
+from ._common import RestError, body_int, body_object, json_body
+
+__all__ = ["PolicySpec", "POLICY_SPECS", "BACKLOG_QUOTA_TYPES", "BACKLOG_POLICIES"]
+
+BACKLOG_QUOTA_TYPES = ("destination_storage", "message_age")
+BACKLOG_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
+
+
+def _non_negative(value: Any, what: str) -> int:
+    n = body_int(value, what)
+    if n < 0:
+        raise RestError(412, f"Invalid value for {what}: must be >= 0")
+    return n
+
+
+def _retention(body: Any, request: Request) -> Any:
+    data = body_object(body, "RetentionPolicies")
+    t = body_int(data.get("retentionTimeInMinutes", 0), "retentionTimeInMinutes")
+    s = body_int(data.get("retentionSizeInMB", 0), "retentionSizeInMB")
+    if t < -1 or s < -1:
+        raise RestError(412, "Retention time and size must be >= -1")
+    return {"retentionTimeInMinutes": t, "retentionSizeInMB": s}
+
+
+def _ttl(body: Any, request: Request) -> Any:
+    if body is None and "messageTTL" in request.query_params:
+        try:
+            body = int(request.query_params["messageTTL"])
+        except ValueError:
+            raise RestError(400, "messageTTL must be an integer") from None
+    return _non_negative(body, "message TTL")
+
+
+def _bool(body: Any, request: Request) -> Any:
+    if body is None and "enable" in request.query_params:
+        return request.query_params["enable"].lower() == "true"
+    if not isinstance(body, bool):
+        raise RestError(400, "Body must be true or false")
+    return body
+
+
+def _strategy(body: Any, request: Request) -> Any:
+    if not isinstance(body, str) or body.upper() not in STRATEGIES:
+        raise RestError(412, f"Invalid schema compatibility strategy {body!r}: one of {', '.join(STRATEGIES)}")
+    return body.upper()
+
+
+def _auto_topic(body: Any, request: Request) -> Any:
+    data = body_object(body, "AutoTopicCreationOverride")
+    allow = data.get("allowAutoTopicCreation")
+    if not isinstance(allow, bool):
+        raise RestError(400, "allowAutoTopicCreation must be true or false")
+    kind = data.get("topicType", "non-partitioned")
+    if kind not in ("partitioned", "non-partitioned"):
+        raise RestError(412, "Invalid configuration for autoTopicCreationOverride. the detail is "
+                             f"[field: 'topicType' must be partitioned or non-partitioned, got {kind!r}]")
+    out: dict[str, Any] = {"allowAutoTopicCreation": allow, "topicType": kind}
+    if kind == "partitioned":
+        n = data.get("defaultNumPartitions")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise RestError(412, "Invalid configuration for autoTopicCreationOverride. the detail is "
+                                 "[field: 'defaultNumPartitions' must be > 0]")
+        out["defaultNumPartitions"] = n
+    return out
+
+
+def _max_count(what: str) -> Callable[[Any, Request], Any]:
+    def parse(body: Any, request: Request) -> Any:
+        return _non_negative(body, what)
+
+    return parse
+
+
+def _rates(fields: tuple[str, ...], extra: dict[str, Any]) -> Callable[[Any, Request], Any]:
+    def parse(body: Any, request: Request) -> Any:
+        data = body_object(body, "rate")
+        out = dict(extra)
+        for f in fields:
+            if f in data:
+                out[f] = body_int(data[f], f)
+        for f in extra:
+            if f in data:
+                out[f] = data[f]
+        return out
+
+    return parse
+
+
+_DISPATCH = _rates(("dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte", "ratePeriodInSecond"),
+                   {"dispatchThrottlingRateInMsg": -1, "dispatchThrottlingRateInByte": -1,
+                    "relativeToPublishRate": False, "ratePeriodInSecond": 1})
+_PUBLISH = _rates(("publishThrottlingRateInMsg", "publishThrottlingRateInByte"),
+                  {"publishThrottlingRateInMsg": -1, "publishThrottlingRateInByte": -1})
+
+
+def backlog_quota_body(body: Any, request: Request) -> tuple[str, dict[str, Any]]:
+    """``(quota type, BacklogQuota)`` from ``?backlogQuotaType=`` and the body."""
+    kind = request.query_params.get("backlogQuotaType", "destination_storage")
+    if kind not in BACKLOG_QUOTA_TYPES:
+        raise RestError(412, f"Invalid backlogQuotaType {kind!r}: one of {', '.join(BACKLOG_QUOTA_TYPES)}")
+    data = body_object(body, "BacklogQuota")
+    policy = data.get("policy", "producer_request_hold")
+    if policy not in BACKLOG_POLICIES:
+        raise RestError(412, f"Invalid backlog quota policy {policy!r}: one of {', '.join(BACKLOG_POLICIES)}")
+    size = body_int(data.get("limitSize", data.get("limit", -1)), "limitSize")
+    limit_time = body_int(data.get("limitTime", -1), "limitTime")
+    if kind == "message_age" and limit_time <= 0:
+        raise RestError(412, "A message_age backlog quota needs limitTime > 0")
+    return kind, {"limit": size, "limitSize": size, "limitTime": limit_time, "policy": policy}
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    suffix: str
+    key: str
+    parse: Callable[[Any, Request], Any]
+    set_methods: tuple[str, ...] = ("POST",)
+    #: Policies applied by the storage layer when a topic loads: changing one reloads the
+    #: namespace's (or topic's) loaded topics so it takes effect at once.
+    reload: bool = False
+    #: The value a GET of an unset policy returns.
+    unset: Any = None
+
+
+POLICY_SPECS: tuple[PolicySpec, ...] = (
+    PolicySpec("retention", "retention_policies", _retention, reload=True),
+    PolicySpec("messageTTL", "message_ttl_in_seconds", _ttl),
+    PolicySpec("deduplication", "deduplicationEnabled", _bool),
+    PolicySpec("deduplicationEnabled", "deduplicationEnabled", _bool),
+    PolicySpec("schemaCompatibilityStrategy", "schema_compatibility_strategy", _strategy,
+               ("PUT", "POST"), unset="UNDEFINED"),
+    PolicySpec("autoTopicCreation", "autoTopicCreationOverride", _auto_topic),
+    PolicySpec("maxProducersPerTopic", "max_producers_per_topic", _max_count("maxProducersPerTopic")),
+    PolicySpec("maxConsumersPerTopic", "max_consumers_per_topic", _max_count("maxConsumersPerTopic")),
+    PolicySpec("maxProducers", "max_producers_per_topic", _max_count("maxProducers")),
+    PolicySpec("maxConsumers", "max_consumers_per_topic", _max_count("maxConsumers")),
+    PolicySpec("dispatchRate", "topicDispatchRate", _DISPATCH),
+    PolicySpec("publishRate", "publishMaxMessageRate", _PUBLISH),
+)
+
+
+def json_value(value: Any) -> JSONResponse:
+    return JSONResponse(value)
+
+
+async def read_body(request: Request) -> Any:
+    return await json_body(request, required=False)

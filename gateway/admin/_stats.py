@@ -1,0 +1,265 @@
+"""Pulsar's TopicStats, PartitionedTopicStats and PersistentTopicInternalStats JSON,
+built from the broker's live objects at request time.
+
+Counters come from the topic, its producers, subscriptions and consumers (every
+protocol's clients are among them: a Kafka consumer group is a subscription). Rates are
+the change of those counters over the last ``RATE_WINDOW_SECONDS``, sampled whenever stats
+or metrics are read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from datetime import UTC, datetime
+from typing import Any
+
+from core.storage import Position
+
+__all__ = ["Rates", "topic_stats", "subscription_stats", "internal_stats", "merge_partition_stats",
+           "RATE_WINDOW_SECONDS"]
+
+RATE_WINDOW_SECONDS = 60.0
+_MAX_SAMPLES = 256
+
+
+class Rates:
+    """Per-key rates of monotonically growing counters."""
+
+    def __init__(self, window: float = RATE_WINDOW_SECONDS):
+        self.window = window
+        self._samples: dict[Any, deque[tuple[float, float]]] = {}
+
+    def rate(self, key: Any, counter: float, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        samples = self._samples.setdefault(key, deque(maxlen=_MAX_SAMPLES))
+        if samples and counter < samples[-1][1]:
+            samples.clear()  # the counter restarted (topic reloaded)
+        samples.append((now, counter))
+        while len(samples) > 2 and now - samples[1][0] >= self.window:
+            samples.popleft()
+        t0, c0 = samples[0]
+        return (counter - c0) / (now - t0) if now > t0 else 0.0
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _pos(p: Position | None) -> str:
+    return f"{p.ledger_id}:{p.entry_id}" if p is not None else "-1:-1"
+
+
+def consumer_stats(topic: Any, sub: Any, c: Any, rates: Rates) -> dict[str, Any]:
+    key = (str(topic.name), sub.name, id(c))
+    return {
+        "msgRateOut": rates.rate(key + ("msg",), c.msg_out),
+        "msgThroughputOut": rates.rate(key + ("bytes",), c.bytes_out),
+        "bytesOutCounter": c.bytes_out,
+        "msgOutCounter": c.msg_out,
+        "msgRateRedeliver": 0.0,
+        "chunkedMessageRate": 0.0,
+        "consumerName": c.name,
+        "availablePermits": c.permits,
+        "unackedMessages": c.unacked_messages,
+        "avgMessagesPerEntry": 1,
+        "blockedConsumerOnUnackedMsgs": False,
+        "priorityLevel": c.priority,
+        "keyHashRanges": [f"[{a}, {b}]" for a, b in (c.sticky_ranges or [])] or None,
+        "metadata": {},
+        "connectedSince": _iso(c.connected_since),
+        "address": str(getattr(c.sink, "peer_address", "") or ""),
+        "clientVersion": str(getattr(c.sink, "client_version", "") or ""),
+    }
+
+
+def subscription_stats(topic: Any, sub: Any, rates: Rates) -> dict[str, Any]:
+    key = (str(topic.name), sub.name)
+    backlog = sub.backlog()
+    active = getattr(sub, "_active", None)
+    delayed = len(getattr(sub, "_delayed_set", ()))
+    return {
+        "msgRateOut": rates.rate(key + ("msg",), sub.msg_out),
+        "msgThroughputOut": rates.rate(key + ("bytes",), sub.bytes_out),
+        "bytesOutCounter": sub.bytes_out,
+        "msgOutCounter": sub.msg_out,
+        "msgRateRedeliver": 0.0,
+        "messageAckRate": 0.0,
+        "chunkedMessageRate": 0,
+        "msgBacklog": backlog,
+        "backlogSize": topic.backlog_bytes(sub),
+        "earliestMsgPublishTimeInBacklog": 0,
+        "msgBacklogNoDelayed": max(0, backlog - delayed),
+        "blockedSubscriptionOnUnackedMsgs": False,
+        "msgDelayed": delayed,
+        "unackedMessages": sum(c.unacked_messages for c in sub.consumers),
+        "type": sub.sub_type.name,
+        "activeConsumerName": active.name if active is not None and active in sub.consumers else None,
+        "msgRateExpired": rates.rate(key + ("expired",), sub.expired),
+        "totalMsgExpired": sub.expired,
+        "lastExpireTimestamp": sub.last_expire_timestamp,
+        "lastConsumedFlowTimestamp": 0,
+        "lastConsumedTimestamp": 0,
+        "lastAckedTimestamp": 0,
+        "lastMarkDeleteAdvancedTimestamp": 0,
+        "consumers": [consumer_stats(topic, sub, c, rates) for c in sub.consumers],
+        "isDurable": sub.durable,
+        "isReplicated": False,
+        "allowOutOfOrderDelivery": False,
+        "consumersAfterMarkDeletePosition": {},
+        "nonContiguousDeletedMessagesRanges": len(sub.cursor.individually_deleted()),
+        "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+        "subscriptionProperties": {},
+        "durable": sub.durable,
+        "replicated": False,
+    }
+
+
+def producer_stats(topic: Any, p: Any, rates: Rates) -> dict[str, Any]:
+    key = (str(topic.name), "producer", p.producer_id, p.name)
+    msg_rate = rates.rate(key + ("msg",), p.msg_in)
+    byte_rate = rates.rate(key + ("bytes",), p.bytes_in)
+    return {
+        "accessMode": p.access_mode.name,
+        "msgRateIn": msg_rate,
+        "msgThroughputIn": byte_rate,
+        "averageMsgSize": (p.bytes_in / p.msg_in) if p.msg_in else 0.0,
+        "chunkedMessageRate": 0.0,
+        "producerId": p.producer_id,
+        "supportsPartialProducer": False,
+        "producerName": p.name,
+        "metadata": {},
+        "connectedSince": _iso(p.connected_since),
+        "address": "",
+        "clientVersion": "",
+    }
+
+
+def topic_stats(topic: Any, rates: Rates) -> dict[str, Any]:
+    """TopicStats of one (non-partitioned topic or partition) loaded topic."""
+    key = str(topic.name)
+    subs = {name: subscription_stats(topic, s, rates) for name, s in sorted(topic.subscriptions.items())}
+    msg_out = sum(s.msg_out for s in topic.subscriptions.values())
+    bytes_out = sum(s.bytes_out for s in topic.subscriptions.values())
+    st = topic.ml.stats()
+    return {
+        "msgRateIn": rates.rate((key, "msg_in"), topic.msg_in),
+        "msgThroughputIn": rates.rate((key, "bytes_in"), topic.bytes_in),
+        "msgRateOut": rates.rate((key, "msg_out"), msg_out),
+        "msgThroughputOut": rates.rate((key, "bytes_out"), bytes_out),
+        "bytesInCounter": topic.bytes_in,
+        "msgInCounter": topic.msg_in,
+        "bytesOutCounter": bytes_out,
+        "msgOutCounter": msg_out,
+        "averageMsgSize": (topic.bytes_in / topic.msg_in) if topic.msg_in else 0.0,
+        "msgChunkPublished": False,
+        "storageSize": int(st.get("total_size") or 0),
+        "backlogSize": topic.backlog_bytes(),
+        "publishRateLimitedTimes": 0,
+        "earliestMsgPublishTimeInBacklogs": 0,
+        "offloadedStorageSize": 0,
+        "lastOffloadLedgerId": 0,
+        "lastOffloadSuccessTimeStamp": 0,
+        "lastOffloadFailureTimeStamp": 0,
+        "ongoingTxnCount": 0,
+        "abortedTxnCount": 0,
+        "committedTxnCount": 0,
+        "publishers": [producer_stats(topic, p, rates) for p in topic.producers],
+        "waitingPublishers": 0,
+        "subscriptions": subs,
+        "replication": {},
+        "deduplicationStatus": "Enabled" if topic.dedup_enabled else "Disabled",
+        "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
+        "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+        "delayedMessageIndexSizeInBytes": 0,
+        "compaction": {"lastCompactionRemovedEventCount": 0, "lastCompactionSucceedTimestamp": 0,
+                       "lastCompactionFailedTimestamp": 0, "lastCompactionDurationTimeInMills": 0},
+        "ownerBroker": "",
+    }
+
+
+_SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter",
+           "msgInCounter", "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize",
+           "waitingPublishers", "nonContiguousDeletedMessagesRanges")
+_SUB_SUMMED = ("msgRateOut", "msgThroughputOut", "bytesOutCounter", "msgOutCounter", "msgBacklog",
+               "backlogSize", "msgBacklogNoDelayed", "msgDelayed", "unackedMessages", "msgRateExpired",
+               "totalMsgExpired", "nonContiguousDeletedMessagesRanges")
+
+
+def merge_partition_stats(partitions: int, per_partition: dict[str, dict[str, Any]],
+                          include_partitions: bool) -> dict[str, Any]:
+    """PartitionedTopicStats: the partitions' TopicStats summed, plus ``metadata``."""
+    out: dict[str, Any] = {k: 0 for k in _SUMMED}
+    out.update({"averageMsgSize": 0.0, "publishers": [], "subscriptions": {}, "replication": {},
+                "metadata": {"partitions": partitions, "deleted": False}, "partitions": {}})
+    for name, st in sorted(per_partition.items()):
+        for k in _SUMMED:
+            out[k] += st.get(k, 0)
+        out["publishers"].extend(st["publishers"])
+        for sub_name, sub in st["subscriptions"].items():
+            merged = out["subscriptions"].get(sub_name)
+            if merged is None:
+                merged = out["subscriptions"][sub_name] = {**sub, "consumers": list(sub["consumers"])}
+                continue
+            for k in _SUB_SUMMED:
+                merged[k] += sub.get(k, 0)
+            merged["consumers"].extend(sub["consumers"])
+        if include_partitions:
+            out["partitions"][name] = st
+    if out["msgInCounter"]:
+        out["averageMsgSize"] = out["bytesInCounter"] / out["msgInCounter"]
+    return out
+
+
+def _deleted_ranges(ranges: list[tuple[Position, Position]]) -> str:
+    # Pulsar prints open-closed ranges: (before-first..last]
+    parts = [f"({a.ledger_id}:{a.entry_id - 1}..{b.ledger_id}:{b.entry_id}]" for a, b in ranges]
+    return "[" + ", ".join(parts) + "]"
+
+
+def internal_stats(topic: Any) -> dict[str, Any]:
+    """PersistentTopicInternalStats: the managed ledger's ledgers and cursors."""
+    st = topic.ml.stats()
+    ledgers = topic.ml.ledgers()
+    last = st.get("last_confirmed")
+    cursors = {}
+    for name, sub in sorted(topic.subscriptions.items()):
+        c = sub.cursor
+        md = c.mark_delete_position()
+        cursors[name] = {
+            "markDeletePosition": _pos(md),
+            "readPosition": _pos(c.read_position()),
+            "waitingReadOp": False,
+            "pendingReadOps": 0,
+            "messagesConsumedCounter": sub.msg_out,
+            "cursorLedger": -1,
+            "cursorLedgerLastEntry": -1,
+            "individuallyDeletedMessages": _deleted_ranges(c.individually_deleted()),
+            "lastLedgerSwitchTimestamp": "",
+            "state": "Open" if not getattr(sub, "_closed", False) else "Closed",
+            "active": bool(sub.consumers),
+            "numberOfEntriesSinceFirstNotAckedMessage": sub.backlog(),
+            "totalNonContiguousDeletedMessagesRange": len(c.individually_deleted()),
+            "subscriptionHavePendingRead": False,
+            "subscriptionHavePendingReplayRead": False,
+            "properties": {},
+        }
+    return {
+        "entriesAddedCounter": int(st.get("entries_added") or 0),
+        "numberOfEntries": int(st.get("number_of_entries") or 0),
+        "totalSize": int(st.get("total_size") or 0),
+        "currentLedgerEntries": int(st.get("current_ledger_entries") or 0),
+        "currentLedgerSize": int(st.get("current_ledger_size") or 0),
+        "lastLedgerCreatedTimestamp": _iso(max((int(led.get("timestamp") or 0) for led in ledgers), default=0) / 1000),
+        "waitingCursorsCount": 0,
+        "pendingAddEntriesCount": 0,
+        "lastConfirmedEntry": f"{last[0]}:{last[1]}" if last else "-1:-1",
+        "state": {"Open": "LedgerOpened", "Closed": "Closed"}.get(str(st.get("status")), str(st.get("status"))),
+        "ledgers": [{"ledgerId": int(led["ledgerId"]), "entries": int(led["entries"]),
+                     "size": int(led["size"]), "offloaded": False, "underReplicated": False}
+                    for led in ledgers],
+        "cursors": cursors,
+        "schemaLedgers": [],
+        "compactedLedger": {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False,
+                            "underReplicated": False},
+    }

@@ -1,0 +1,280 @@
+"""``/admin/v2/namespaces``: create, delete, list, the Policies document, each policy
+(retention, backlog quota, message TTL, deduplication, schema compatibility strategy,
+auto-topic-creation, max producers/consumers per topic, dispatch and publish rate,
+permissions, replication clusters), and namespace-wide unload / clear-backlog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from core.naming import NamespaceName, TopicName
+from core.policies import default_policies
+
+from ._common import RestError, body_object, endpoint, json_body, namespace_of
+from ._policies import POLICY_SPECS, PolicySpec, backlog_quota_body, read_body
+from .tenants import delete_namespace_everything
+
+__all__ = ["routes", "namespace_topics"]
+
+_ACTIONS = ("produce", "consume", "functions", "sources", "sinks", "packages")
+
+
+def namespace_topics(broker: Any, ns: NamespaceName, domain: str = "persistent") -> list[str]:
+    """Every topic of the namespace: non-partitioned topics and the partitions of
+    partitioned ones, as ``topics list`` shows them."""
+    found = set(broker.topics_of_namespace(ns, domain))
+    for base in broker.policies.partitioned_topics(ns, domain):
+        name = TopicName.parse(base)
+        found.update(str(name.partition(i)) for i in range(broker.policies.partitions(name)))
+    return sorted(found)
+
+
+def routes(broker: Any) -> list[Route]:
+    policies = broker.policies
+
+    def existing(request: Request) -> tuple[NamespaceName, dict[str, Any]]:
+        ns = namespace_of(request)
+        if policies.get_tenant(ns.tenant) is None:
+            raise RestError(404, "Tenant does not exist")
+        pol = policies.get_namespace(ns)
+        if pol is None:
+            raise RestError(404, "Namespace does not exist")
+        return ns, pol
+
+    def check_clusters(clusters: Any) -> list[str]:
+        if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
+            raise RestError(400, "Clusters must be a list of strings")
+        known = set(policies.clusters())
+        missing = [c for c in clusters if c not in known]
+        if missing:
+            raise RestError(412, f"Invalid cluster id: {', '.join(missing)}")
+        return clusters
+
+    async def changed(ns: NamespaceName, spec: PolicySpec | None = None) -> None:
+        broker.refresh_policies(ns)
+        if spec is not None and spec.reload:
+            for key in [k for k, t in broker.topics.items() if t.name.namespace_name == ns]:
+                await broker.unload_topic(TopicName.parse(key))
+
+    @endpoint
+    async def list_namespaces(request: Request) -> Any:
+        tenant = str(request.path_params["tenant"])
+        if policies.get_tenant(tenant) is None:
+            raise RestError(404, "Tenant does not exist")
+        return policies.namespaces(tenant)
+
+    @endpoint
+    async def create_namespace(request: Request) -> Any:
+        ns = namespace_of(request)
+        if policies.get_tenant(ns.tenant) is None:
+            raise RestError(404, "Tenant does not exist")
+        body = await json_body(request, required=False)
+        initial: dict[str, Any] = {}
+        if body is not None:
+            data = body_object(body, "Policies")
+            base = default_policies([broker.cluster])
+            unknown = sorted(k for k in data if k not in base)
+            if unknown:
+                raise RestError(400, f"Unknown Policies fields: {', '.join(unknown)}")
+            if "replication_clusters" in data:
+                check_clusters(data["replication_clusters"])
+            initial = {k: v for k, v in data.items() if v is not None}
+        policies.create_namespace(ns, initial)
+        return None
+
+    @endpoint
+    async def get_policies(request: Request) -> Any:
+        _, pol = existing(request)
+        return pol
+
+    @endpoint
+    async def delete_namespace(request: Request) -> Any:
+        ns, _ = existing(request)
+        force = request.query_params.get("force", "false").lower() == "true"
+        if force:
+            await delete_namespace_everything(broker, ns)
+            return None
+        if namespace_topics(broker, ns) or namespace_topics(broker, ns, "non-persistent"):
+            raise RestError(409, "Cannot delete non empty namespace")
+        policies.delete_namespace(ns)
+        return None
+
+    @endpoint
+    async def list_topics(request: Request) -> Any:
+        ns, _ = existing(request)
+        mode = request.query_params.get("mode", "PERSISTENT").upper()
+        domains = {"PERSISTENT": ["persistent"], "NON_PERSISTENT": ["non-persistent"],
+                   "ALL": ["persistent", "non-persistent"]}.get(mode)
+        if domains is None:
+            raise RestError(400, f"Invalid mode {mode!r}: PERSISTENT, NON_PERSISTENT or ALL")
+        return sorted(t for d in domains for t in namespace_topics(broker, ns, d))
+
+    def policy_routes(spec: PolicySpec) -> list[Route]:
+        @endpoint
+        async def get(request: Request) -> Any:
+            _, pol = existing(request)
+            value = pol.get(spec.key)
+            return JSONResponse(spec.unset if value is None else value)
+
+        @endpoint
+        async def put(request: Request) -> Any:
+            ns, _ = existing(request)
+            value = spec.parse(await read_body(request), request)
+            policies.update_namespace(ns, lambda p: p.__setitem__(spec.key, value))
+            await changed(ns, spec)
+            return None
+
+        @endpoint
+        async def delete(request: Request) -> Any:
+            ns, _ = existing(request)
+            policies.update_namespace(ns, lambda p: p.__setitem__(spec.key, None))
+            await changed(ns, spec)
+            return None
+
+        path = f"/admin/v2/namespaces/{{tenant}}/{{namespace}}/{spec.suffix}"
+        return [Route(path, get, methods=["GET"]), Route(path, put, methods=list(spec.set_methods)),
+                Route(path, delete, methods=["DELETE"])]
+
+    # -- backlog quota -------------------------------------------------------------------------
+
+    @endpoint
+    async def get_backlog_quotas(request: Request) -> Any:
+        _, pol = existing(request)
+        return pol.get("backlog_quota_map") or {}
+
+    @endpoint
+    async def set_backlog_quota(request: Request) -> Any:
+        ns, pol = existing(request)
+        kind, quota = backlog_quota_body(await json_body(request), request)
+        retention = pol.get("retention_policies") or {}
+        size_mb = retention.get("retentionSizeInMB", 0)
+        if quota["limitSize"] > 0 and size_mb and size_mb > 0 and quota["limitSize"] >= size_mb * 1024 * 1024:
+            raise RestError(412, "Backlog Quota exceeds configured retention quota for namespace."
+                                 " Please increase retention quota and retry")
+
+        def apply(p: dict[str, Any]) -> None:
+            p["backlog_quota_map"] = {**(p.get("backlog_quota_map") or {}), kind: quota}
+
+        policies.update_namespace(ns, apply)
+        await changed(ns)
+        return None
+
+    @endpoint
+    async def remove_backlog_quota(request: Request) -> Any:
+        ns, _ = existing(request)
+        kind = request.query_params.get("backlogQuotaType", "destination_storage")
+
+        def apply(p: dict[str, Any]) -> None:
+            p["backlog_quota_map"] = {k: v for k, v in (p.get("backlog_quota_map") or {}).items() if k != kind}
+
+        policies.update_namespace(ns, apply)
+        await changed(ns)
+        return None
+
+    # -- permissions -------------------------------------------------------------------------------
+
+    @endpoint
+    async def get_permissions(request: Request) -> Any:
+        _, pol = existing(request)
+        return ((pol.get("auth_policies") or {}).get("namespace_auth")) or {}
+
+    @endpoint
+    async def grant(request: Request) -> Any:
+        ns, _ = existing(request)
+        role = str(request.path_params["role"])
+        actions = await json_body(request)
+        if not isinstance(actions, list) or not all(a in _ACTIONS for a in actions):
+            raise RestError(400, f"Actions must be a list of: {', '.join(_ACTIONS)}")
+
+        def apply(p: dict[str, Any]) -> None:
+            auth = p.setdefault("auth_policies", {"namespace_auth": {}, "destination_auth": {},
+                                                  "subscription_auth_roles": {}})
+            auth.setdefault("namespace_auth", {})[role] = sorted(set(actions))
+
+        policies.update_namespace(ns, apply)
+        return None
+
+    @endpoint
+    async def revoke(request: Request) -> Any:
+        ns, _ = existing(request)
+        role = str(request.path_params["role"])
+
+        def apply(p: dict[str, Any]) -> None:
+            (p.get("auth_policies") or {}).get("namespace_auth", {}).pop(role, None)
+
+        policies.update_namespace(ns, apply)
+        return None
+
+    # -- replication clusters ------------------------------------------------------------------------
+
+    @endpoint
+    async def get_replication(request: Request) -> Any:
+        _, pol = existing(request)
+        return pol.get("replication_clusters") or []
+
+    @endpoint
+    async def set_replication(request: Request) -> Any:
+        ns, _ = existing(request)
+        clusters = check_clusters(await json_body(request))
+        policies.update_namespace(ns, lambda p: p.__setitem__("replication_clusters", clusters))
+        return None
+
+    # -- namespace-wide operations -------------------------------------------------------------------
+
+    @endpoint
+    async def unload(request: Request) -> Any:
+        ns, _ = existing(request)
+        for key in [k for k, t in broker.topics.items() if t.name.namespace_name == ns]:
+            await broker.unload_topic(TopicName.parse(key))
+        return None
+
+    @endpoint
+    async def clear_backlog(request: Request) -> Any:
+        ns, _ = existing(request)
+        only = request.path_params.get("subscription")
+        for name in namespace_topics(broker, ns):
+            topic = await broker.get_topic(TopicName.parse(name), create=False)
+            for sub in list(topic.subscriptions.values()):
+                if only is None or sub.name == only:
+                    sub.clear_backlog()
+        return None
+
+    @endpoint
+    async def unsubscribe(request: Request) -> Any:
+        ns, _ = existing(request)
+        sub_name = str(request.path_params["subscription"])
+        for name in namespace_topics(broker, ns):
+            topic = await broker.get_topic(TopicName.parse(name), create=False)
+            if sub_name in topic.subscriptions:
+                await topic.unsubscribe(sub_name)
+        return None
+
+    base = "/admin/v2/namespaces/{tenant}/{namespace}"
+    out = [
+        Route("/admin/v2/namespaces/{tenant}", list_namespaces, methods=["GET"]),
+        Route(f"{base}/topics", list_topics, methods=["GET"]),
+        Route(f"{base}/backlogQuotaMap", get_backlog_quotas, methods=["GET"]),
+        Route(f"{base}/backlogQuota", set_backlog_quota, methods=["POST"]),
+        Route(f"{base}/backlogQuota", remove_backlog_quota, methods=["DELETE"]),
+        Route(f"{base}/permissions", get_permissions, methods=["GET"]),
+        Route(f"{base}/permissions/{{role}}", grant, methods=["POST"]),
+        Route(f"{base}/permissions/{{role}}", revoke, methods=["DELETE"]),
+        Route(f"{base}/replication", get_replication, methods=["GET"]),
+        Route(f"{base}/replication", set_replication, methods=["POST"]),
+        Route(f"{base}/unload", unload, methods=["PUT"]),
+        Route(f"{base}/clearBacklog", clear_backlog, methods=["POST"]),
+        Route(f"{base}/clearBacklog/{{subscription}}", clear_backlog, methods=["POST"]),
+        Route(f"{base}/unsubscribe/{{subscription}}", unsubscribe, methods=["POST"]),
+    ]
+    for spec in POLICY_SPECS:
+        out.extend(policy_routes(spec))
+    out += [
+        Route(base, get_policies, methods=["GET"]),
+        Route(base, create_namespace, methods=["PUT"]),
+        Route(base, delete_namespace, methods=["DELETE"]),
+    ]
+    return out

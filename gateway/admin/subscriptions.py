@@ -1,0 +1,221 @@
+"""A topic's subscriptions: list, create, delete, reset-cursor (by time or message id),
+skip, skip-all (clear backlog), expire (one or all subscriptions), peek, and reading a
+message by id or by position (examine-message). On a partitioned topic each operation
+applies to every partition, as Pulsar does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from core.storage import Position
+
+from ._common import RestError, body_object, endpoint, json_body, path_int, query_bool, topic_of
+from ._messages import entry_response
+from .topics import DOMAINS, existing_namespace, load_topic, partition_targets
+
+__all__ = ["routes"]
+
+_MAX_ID = 0x7FFFFFFFFFFFFFFF
+
+
+def _message_id(body: Any) -> tuple[str, Position | None]:
+    """``("latest"|"earliest"|"position", position)`` from a MessageIdImpl body."""
+    if body is None:
+        return "latest", None
+    data = body_object(body, "MessageId")
+    try:
+        ledger, entry = int(data.get("ledgerId", -1)), int(data.get("entryId", -1))
+    except (TypeError, ValueError):
+        raise RestError(400, "ledgerId and entryId must be integers") from None
+    if ledger >= _MAX_ID and entry >= _MAX_ID:
+        return "latest", None
+    if ledger < 0:
+        return "earliest", None
+    return "position", Position(ledger, entry)
+
+
+def routes(broker: Any) -> list[Route]:
+    async def topics_of(request: Request) -> list[Any]:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        return [await load_topic(broker, t) for t in partition_targets(broker, name)]
+
+    async def subs_of(request: Request) -> list[Any]:
+        sub_name = str(request.path_params["subscription"])
+        found = []
+        for topic in await topics_of(request):
+            sub = topic.subscriptions.get(sub_name)
+            if sub is None:
+                raise RestError(404, "Subscription not found")
+            found.append(sub)
+        return found
+
+    def end_of(topic: Any) -> Position:
+        last = topic.ml.last_confirmed()
+        return Position(last.ledger_id, last.entry_id + 1) if last else Position(0, 0)
+
+    @endpoint
+    async def list_subscriptions(request: Request) -> Any:
+        names: set[str] = set()
+        for topic in await topics_of(request):
+            names.update(topic.subscriptions)
+        return sorted(names)
+
+    @endpoint
+    async def create_subscription(request: Request) -> Any:
+        kind, pos = _message_id(await json_body(request, required=False))
+        sub_name = str(request.path_params["subscription"])
+        topics = await topics_of(request)
+        if any(sub_name in t.subscriptions for t in topics):
+            raise RestError(409, "Subscription already exists for topic")
+        for topic in topics:
+            await topic.create_subscription(sub_name, pos, earliest=kind == "earliest")
+        return None
+
+    @endpoint
+    async def delete_subscription(request: Request) -> Any:
+        subs = await subs_of(request)
+        force = query_bool(request, "force")
+        if not force and any(s.consumers for s in subs):
+            raise RestError(412, "Subscription has active connected consumers")
+        for sub in subs:
+            sub.disconnect_consumers()
+            await sub.topic.unsubscribe(sub.name)
+        return None
+
+    @endpoint
+    async def reset_by_time(request: Request) -> Any:
+        ts = path_int(request, "timestamp")
+        for sub in await subs_of(request):
+            pos = await sub.topic.ml.find_by_publish_time(ts)
+            await sub.reset_to(pos if pos is not None else end_of(sub.topic))
+            sub.disconnect_consumers()
+        return None
+
+    @endpoint
+    async def reset_by_id(request: Request) -> Any:
+        kind, pos = _message_id(await json_body(request))
+        excluded = query_bool(request, "isExcluded")
+        for sub in await subs_of(request):
+            topic = sub.topic
+            if kind == "latest":
+                target = end_of(topic)
+            elif kind == "earliest":
+                target = topic.ml.first_position() or Position(0, 0)
+            else:
+                assert pos is not None
+                target = Position(pos.ledger_id, pos.entry_id + 1) if excluded else pos
+            await sub.reset_to(target)
+            sub.disconnect_consumers()
+        return None
+
+    @endpoint
+    async def skip(request: Request) -> Any:
+        n = path_int(request, "count")
+        if n < 0:
+            raise RestError(412, "Number of messages to skip must be >= 0")
+        for sub in await subs_of(request):
+            await sub.skip(n)
+        return None
+
+    @endpoint
+    async def skip_all(request: Request) -> Any:
+        for sub in await subs_of(request):
+            sub.clear_backlog()
+        return None
+
+    @endpoint
+    async def expire(request: Request) -> Any:
+        seconds = path_int(request, "seconds")
+        if seconds < 0:
+            raise RestError(412, "Expire time must be >= 0")
+        for sub in await subs_of(request):
+            await sub.expire(seconds)
+        return None
+
+    @endpoint
+    async def expire_all(request: Request) -> Any:
+        seconds = path_int(request, "seconds")
+        if seconds < 0:
+            raise RestError(412, "Expire time must be >= 0")
+        for topic in await topics_of(request):
+            for sub in list(topic.subscriptions.values()):
+                await sub.expire(seconds)
+        return None
+
+    @endpoint
+    async def peek(request: Request) -> Any:
+        n = path_int(request, "position")
+        if n < 1:
+            raise RestError(412, "Message position must be >= 1")
+        subs = await subs_of(request)
+        if len(subs) != 1:
+            raise RestError(412, "Peek messages on a partitioned topic: name a partition")
+        got = await subs[0].unacked_entries(n)
+        if len(got) < n:
+            raise RestError(404, f"No message found at position {n}")
+        return entry_response(got[n - 1])
+
+    @endpoint
+    async def message_by_id(request: Request) -> Any:
+        topic = await load_topic(broker, topic_of(request))
+        pos = Position(path_int(request, "ledger"), path_int(request, "entry"))
+        got = await topic.ml.read_entries(pos, 1)
+        if not got or got[0].position != pos:
+            raise RestError(404, f"Message not found: {pos}")
+        return entry_response(got[0])
+
+    @endpoint
+    async def examine(request: Request) -> Any:
+        topic = await load_topic(broker, topic_of(request))
+        initial = request.query_params.get("initialPosition", "latest").lower()
+        if initial not in ("earliest", "latest"):
+            raise RestError(400, "initialPosition must be earliest or latest")
+        try:
+            n = int(request.query_params.get("messagePosition", "1"))
+        except ValueError:
+            raise RestError(400, "messagePosition must be an integer") from None
+        if n < 1:
+            raise RestError(412, "messagePosition must be >= 1")
+        last = topic.ml.last_confirmed()
+        first = topic.ml.first_position()
+        if last is None or first is None:
+            raise RestError(404, "Topic has no messages")
+        if initial == "earliest":
+            got = await topic.ml.read_entries(first, n)
+            if len(got) < n:
+                raise RestError(404, f"No message found at position {n}")
+            return entry_response(got[n - 1])
+        pos: Position | None = last
+        for _ in range(n - 1):
+            pos = topic.previous_position(pos) if pos is not None else None
+        if pos is None or pos < first:
+            raise RestError(404, f"No message found at position {n}")
+        got = await topic.ml.read_entries(pos, 1)
+        if not got:
+            raise RestError(404, f"No message found at position {n}")
+        return entry_response(got[0])
+
+    out: list[Route] = []
+    for domain in DOMAINS:
+        t = f"/admin/v2/{domain}/{{tenant}}/{{namespace}}/{{topic}}"
+        s = f"{t}/subscription/{{subscription}}"
+        out += [
+            Route(f"{t}/subscriptions", list_subscriptions, methods=["GET"]),
+            Route(s, create_subscription, methods=["PUT"]),
+            Route(s, delete_subscription, methods=["DELETE"]),
+            Route(f"{s}/resetcursor/{{timestamp}}", reset_by_time, methods=["POST"]),
+            Route(f"{s}/resetcursor", reset_by_id, methods=["POST"]),
+            Route(f"{s}/skip/{{count}}", skip, methods=["POST"]),
+            Route(f"{s}/skip_all", skip_all, methods=["POST"]),
+            Route(f"{s}/expireMessages/{{seconds}}", expire, methods=["POST"]),
+            Route(f"{t}/all_subscription/expireMessages/{{seconds}}", expire_all, methods=["POST"]),
+            Route(f"{s}/position/{{position}}", peek, methods=["GET"]),
+            Route(f"{t}/ledger/{{ledger}}/entry/{{entry}}", message_by_id, methods=["GET"]),
+            Route(f"{t}/examinemessage", examine, methods=["GET"]),
+        ]
+    return out
+

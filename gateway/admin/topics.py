@@ -1,0 +1,354 @@
+"""Persistent and non-persistent topics under ``/admin/v2/{persistent|non-persistent}``:
+create, create-partitioned, update partitions, list, delete, stats, partitioned-stats,
+internal stats, last message id, terminate, unload, topic-level policies, and the
+``/lookup/v2/topic/...`` lookups. Subscription operations live in
+:mod:`gateway.admin.subscriptions`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from core.naming import NamespaceName, TopicName
+
+from ._common import RestError, body_int, endpoint, json_body, namespace_of, query_bool, topic_of
+from ._policies import POLICY_SPECS, PolicySpec, backlog_quota_body, read_body
+from ._stats import Rates, internal_stats, merge_partition_stats, topic_stats
+from .namespaces import namespace_topics
+
+__all__ = ["routes", "DOMAINS", "load_topic", "partition_targets"]
+
+DOMAINS = ("persistent", "non-persistent")
+
+
+def existing_namespace(broker: Any, ns: NamespaceName) -> None:
+    if broker.policies.get_tenant(ns.tenant) is None:
+        raise RestError(404, "Tenant does not exist")
+    if broker.policies.get_namespace(ns) is None:
+        raise RestError(404, "Namespace does not exist")
+
+
+async def load_topic(broker: Any, name: TopicName) -> Any:
+    """The loaded topic; 404 when it does not exist (a partitioned topic's base name is
+    not a topic: use its partitions)."""
+    existing_namespace(broker, name.namespace_name)
+    if name.partition_index < 0 and broker.policies.partitions(name):
+        raise RestError(404, f"Topic {name} is a partitioned topic: use its partitions or partitioned-stats")
+    if not broker.topic_exists(name):
+        parent = name.partitioned_topic
+        if not (name.partition_index >= 0 and broker.policies.partitions(parent) > name.partition_index):
+            raise RestError(404, "Topic not found")
+    return await broker.get_topic(name)
+
+
+def partition_targets(broker: Any, name: TopicName) -> list[TopicName]:
+    """The partitions of a partitioned topic, else the topic itself."""
+    n = broker.policies.partitions(name) if name.partition_index < 0 else 0
+    return [name.partition(i) for i in range(n)] if n else [name]
+
+
+def routes(broker: Any, rates: Rates) -> list[Route]:
+    policies = broker.policies
+
+    # -- listing and creation ------------------------------------------------------------------
+
+    @endpoint
+    async def list_topics(request: Request) -> Any:
+        ns = namespace_of(request)
+        existing_namespace(broker, ns)
+        return namespace_topics(broker, ns, request.url.path.split("/")[3])
+
+    @endpoint
+    async def list_partitioned(request: Request) -> Any:
+        ns = namespace_of(request)
+        existing_namespace(broker, ns)
+        return sorted(policies.partitioned_topics(ns, request.url.path.split("/")[3]))
+
+    @endpoint
+    async def create_topic(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        if name.partition_index < 0 and policies.partitions(name):
+            raise RestError(409, "This topic already exists")
+        await broker.create_topic(name)
+        return None
+
+    @endpoint
+    async def delete_topic(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        if name.partition_index < 0 and policies.partitions(name):
+            raise RestError(409, "Topic is a partitioned topic: use delete-partitioned-topic")
+        await broker.delete_topic(name, force=query_bool(request, "force"))
+        policies.delete_topic_policies(name)
+        return None
+
+    @endpoint
+    async def create_partitioned(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        if name.partition_index >= 0:
+            raise RestError(412, "Partitioned topic name must not end in -partition-N")
+        n = body_int(await json_body(request), "Number of partitions")
+        if n < 1:
+            raise RestError(412, "Number of partitions should be more than 0")
+        if broker.topic_exists(name):
+            raise RestError(409, "This topic already exists")
+        policies.create_partitioned(name, n)
+        return None
+
+    @endpoint
+    async def update_partitions(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        n = body_int(await json_body(request), "Number of partitions")
+        policies.update_partitions(name, n)
+        return None
+
+    @endpoint
+    async def partition_metadata(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        n = policies.partitions(name) if name.partition_index < 0 else 0
+        if not n and not broker.topic_exists(name):
+            raise RestError(404, "Topic not found")
+        return {"partitions": n, "deleted": False}
+
+    @endpoint
+    async def delete_partitioned(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        n = policies.partitions(name)
+        if not n:
+            raise RestError(404, "Partitioned topic does not exist")
+        force = query_bool(request, "force")
+        for i in range(n):
+            part = name.partition(i)
+            if broker.topic_exists(part):
+                await broker.delete_topic(part, force=force)
+        policies.delete_partitioned(name)
+        policies.delete_topic_policies(name)
+        return None
+
+    # -- stats -------------------------------------------------------------------------------------
+
+    @endpoint
+    async def stats(request: Request) -> Any:
+        topic = await load_topic(broker, topic_of(request))
+        return topic_stats(topic, rates)
+
+    @endpoint
+    async def partitioned_stats(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        n = policies.partitions(name)
+        if not n:
+            raise RestError(404, "Partitioned Topic not found")
+        per: dict[str, dict[str, Any]] = {}
+        for i in range(n):
+            part = name.partition(i)
+            per[str(part)] = topic_stats(await broker.get_topic(part), rates)
+        return merge_partition_stats(n, per, query_bool(request, "perPartition", True))
+
+    @endpoint
+    async def stats_internal(request: Request) -> Any:
+        topic = await load_topic(broker, topic_of(request))
+        return internal_stats(topic)
+
+    @endpoint
+    async def last_message_id(request: Request) -> Any:
+        topic = await load_topic(broker, topic_of(request))
+        last = topic.ml.last_confirmed()
+        return {"ledgerId": last.ledger_id if last else -1, "entryId": last.entry_id if last else -1,
+                "partitionIndex": topic.name.partition_index}
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    @endpoint
+    async def terminate(request: Request) -> Any:
+        topic = await load_topic(broker, topic_of(request))
+        last = await topic.terminate()
+        return {"ledgerId": last.ledger_id if last else -1, "entryId": last.entry_id if last else -1,
+                "partitionIndex": topic.name.partition_index}
+
+    @endpoint
+    async def terminate_partitioned(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        if not policies.partitions(name):
+            raise RestError(404, "Partitioned topic does not exist")
+        out = {}
+        for part in partition_targets(broker, name):
+            last = await (await broker.get_topic(part)).terminate()
+            out[part.partition_index] = {"ledgerId": last.ledger_id if last else -1,
+                                         "entryId": last.entry_id if last else -1,
+                                         "partitionIndex": part.partition_index}
+        return out
+
+    @endpoint
+    async def unload(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        targets = partition_targets(broker, name)
+        if targets == [name] and not broker.topic_exists(name):
+            raise RestError(404, "Topic not found")
+        for t in targets:
+            await broker.unload_topic(t)
+        return None
+
+    # -- topic-level policies -------------------------------------------------------------------------
+
+    def policy_routes(base: str, spec: PolicySpec) -> list[Route]:
+        @endpoint
+        async def get(request: Request) -> Any:
+            name = topic_of(request)
+            existing_namespace(broker, name.namespace_name)
+            value = policies.topic_policies(name).get(spec.key)
+            if value is None and query_bool(request, "applied"):
+                value = (policies.get_namespace(name.namespace_name) or {}).get(spec.key)
+            return JSONResponse(value)
+
+        @endpoint
+        async def put(request: Request) -> Any:
+            name = topic_of(request)
+            existing_namespace(broker, name.namespace_name)
+            value = spec.parse(await read_body(request), request)
+            policies.update_topic_policies(name, lambda p: p.__setitem__(spec.key, value))
+            await changed(name, spec)
+            return None
+
+        @endpoint
+        async def delete(request: Request) -> Any:
+            name = topic_of(request)
+            existing_namespace(broker, name.namespace_name)
+            policies.update_topic_policies(name, lambda p: p.pop(spec.key, None))
+            await changed(name, spec)
+            return None
+
+        path = f"{base}/{{topic}}/{spec.suffix}"
+        return [Route(path, get, methods=["GET"]), Route(path, put, methods=list(spec.set_methods)),
+                Route(path, delete, methods=["DELETE"])]
+
+    async def changed(name: TopicName, spec: PolicySpec | None = None) -> None:
+        broker.refresh_policies(name.namespace_name)
+        if spec is not None and spec.reload:
+            for t in partition_targets(broker, name.partitioned_topic):
+                await broker.unload_topic(t)
+
+    @endpoint
+    async def get_backlog_quotas(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        value = policies.topic_policies(name).get("backlog_quota_map")
+        if not value and query_bool(request, "applied"):
+            value = (policies.get_namespace(name.namespace_name) or {}).get("backlog_quota_map")
+        return value or {}
+
+    @endpoint
+    async def set_backlog_quota(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        kind, quota = backlog_quota_body(await json_body(request), request)
+
+        def apply(p: dict[str, Any]) -> None:
+            p["backlog_quota_map"] = {**(p.get("backlog_quota_map") or {}), kind: quota}
+
+        policies.update_topic_policies(name, apply)
+        await changed(name)
+        return None
+
+    @endpoint
+    async def remove_backlog_quota(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        kind = request.query_params.get("backlogQuotaType", "destination_storage")
+
+        def apply(p: dict[str, Any]) -> None:
+            remaining = {k: v for k, v in (p.get("backlog_quota_map") or {}).items() if k != kind}
+            if remaining:
+                p["backlog_quota_map"] = remaining
+            else:
+                p.pop("backlog_quota_map", None)
+
+        policies.update_topic_policies(name, apply)
+        await changed(name)
+        return None
+
+    @endpoint
+    async def get_replication(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        value = policies.topic_policies(name).get("replication_clusters")
+        if value is None and query_bool(request, "applied"):
+            value = (policies.get_namespace(name.namespace_name) or {}).get("replication_clusters")
+        return JSONResponse(value)
+
+    @endpoint
+    async def set_replication(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        clusters = await json_body(request)
+        if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
+            raise RestError(400, "Clusters must be a list of strings")
+        missing = [c for c in clusters if c not in set(policies.clusters())]
+        if missing:
+            raise RestError(412, f"Invalid cluster id: {', '.join(missing)}")
+        policies.update_topic_policies(name, lambda p: p.__setitem__("replication_clusters", clusters))
+        return None
+
+    # -- lookup -------------------------------------------------------------------------------------------
+
+    def lookup_data() -> dict[str, Any]:
+        return {"brokerUrl": broker.pulsar_service_url, "brokerUrlTls": "",
+                "httpUrl": broker.web_service_url, "httpUrlTls": "", "nativeUrl": broker.pulsar_service_url}
+
+    @endpoint
+    async def lookup(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        return lookup_data()
+
+    @endpoint
+    async def lookup_partitions(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        return {str(t): lookup_data()["brokerUrl"] for t in partition_targets(broker, name)}
+
+    out: list[Route] = []
+    for domain in DOMAINS:
+        base = f"/admin/v2/{domain}/{{tenant}}/{{namespace}}"
+        out += [
+            Route(base, list_topics, methods=["GET"]),
+            Route(f"{base}/partitioned", list_partitioned, methods=["GET"]),
+            Route(f"{base}/{{topic}}/partitions", create_partitioned, methods=["PUT"]),
+            Route(f"{base}/{{topic}}/partitions", update_partitions, methods=["POST"]),
+            Route(f"{base}/{{topic}}/partitions", partition_metadata, methods=["GET"]),
+            Route(f"{base}/{{topic}}/partitions", delete_partitioned, methods=["DELETE"]),
+            Route(f"{base}/{{topic}}/stats", stats, methods=["GET"]),
+            Route(f"{base}/{{topic}}/partitioned-stats", partitioned_stats, methods=["GET"]),
+            Route(f"{base}/{{topic}}/internalStats", stats_internal, methods=["GET"]),
+            Route(f"{base}/{{topic}}/lastMessageId", last_message_id, methods=["GET"]),
+            Route(f"{base}/{{topic}}/terminate", terminate, methods=["POST"]),
+            Route(f"{base}/{{topic}}/terminate/partitions", terminate_partitioned, methods=["POST"]),
+            Route(f"{base}/{{topic}}/unload", unload, methods=["PUT"]),
+            Route(f"{base}/{{topic}}/backlogQuotaMap", get_backlog_quotas, methods=["GET"]),
+            Route(f"{base}/{{topic}}/backlogQuota", set_backlog_quota, methods=["POST"]),
+            Route(f"{base}/{{topic}}/backlogQuota", remove_backlog_quota, methods=["DELETE"]),
+            Route(f"{base}/{{topic}}/replication", get_replication, methods=["GET"]),
+            Route(f"{base}/{{topic}}/replication", set_replication, methods=["POST"]),
+        ]
+        for spec in POLICY_SPECS:
+            out += policy_routes(base, spec)
+        out += [
+            Route(f"{base}/{{topic}}", create_topic, methods=["PUT"]),
+            Route(f"{base}/{{topic}}", delete_topic, methods=["DELETE"]),
+        ]
+        out += [
+            Route(f"/lookup/v2/topic/{domain}/{{tenant}}/{{namespace}}/{{topic}}", lookup, methods=["GET"]),
+            Route(f"/admin/v2/{domain}/{{tenant}}/{{namespace}}/{{topic}}/lookup/partitions",
+                  lookup_partitions, methods=["GET"]),
+        ]
+    return out
