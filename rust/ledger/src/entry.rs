@@ -30,6 +30,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 pub const FORMAT_VERSION: u8 = 1;
 /// Bytes of header before the payload.
 pub const HEADER_LEN: usize = 13;
+/// The largest payload one entry can carry: what a bookie accepts, less the header.
+pub const MAX_PAYLOAD: usize = magnetar_bookie::proto::MAX_ENTRY_SIZE - HEADER_LEN;
 
 /// Why a stored entry was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -39,8 +39,16 @@ impl LedgerHandle {
     }
 
     /// Append many entries with all of them in flight at once; the ids come back in order.
-    /// Fails with the first failing add's error.
+    /// Fails with the first failing add's error. A batch holding an entry larger than
+    /// [`entry::MAX_PAYLOAD`] is refused whole.
     pub async fn add_entries(&self, entries: Vec<Bytes>) -> Result<Vec<u64>> {
+        if let Some(big) = entries.iter().find(|d| d.len() > entry::MAX_PAYLOAD) {
+            return Err(LedgerError::InvalidArgument(format!(
+                "entry of {} bytes is larger than the {} bytes an entry can hold; no entry of the batch was added",
+                big.len(),
+                entry::MAX_PAYLOAD
+            )));
+        }
         let receivers: Vec<_> = entries.into_iter().map(|data| self.inner.submit(data)).collect();
         let mut ids = Vec::with_capacity(receivers.len());
         for rx in receivers {
@@ -130,6 +138,12 @@ impl HandleInner {
             Some(e.clone())
         } else if st.closing || st.closed {
             Some(LedgerError::LedgerClosed)
+        } else if data.len() > entry::MAX_PAYLOAD {
+            Some(LedgerError::InvalidArgument(format!(
+                "entry of {} bytes is larger than the {} bytes an entry can hold",
+                data.len(),
+                entry::MAX_PAYLOAD
+            )))
         } else {
             None
         };

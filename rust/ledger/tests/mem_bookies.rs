@@ -331,3 +331,14 @@ async fn delete_removes_bookie_data_and_metadata() {
     assert_eq!(c.bk.open_ledger(lh.id(), false).await.err(), Some(LedgerError::NoSuchLedger(lh.id())));
     assert_eq!(c.bk.delete_ledger(lh.id()).await, Err(LedgerError::NoSuchLedger(lh.id())));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_entry_is_refused_without_breaking_the_writer() {
+    let c = cluster(1);
+    let lh = c.bk.create_ledger(1, 1, 1, BTreeMap::new()).await.unwrap();
+    let huge = Bytes::from(vec![0u8; entry::MAX_PAYLOAD + 1]);
+    assert!(matches!(lh.add_entry(huge).await, Err(LedgerError::InvalidArgument(_))));
+    let batch = vec![payload(0), Bytes::from(vec![0u8; entry::MAX_PAYLOAD + 1])];
+    assert!(matches!(lh.add_entries(batch).await, Err(LedgerError::InvalidArgument(_))));
+    assert_eq!(lh.add_entry(payload(0)).await.unwrap(), 0);
+}
