@@ -26,6 +26,9 @@ pub enum BookieError {
     /// The bookie is shutting down and takes no new work.
     #[error("bookie is shutting down")]
     ShuttingDown,
+    /// Another bookie (in this process or another) holds the data directory.
+    #[error("data directory {} is in use by another bookie", .0.display())]
+    Locked(PathBuf),
     /// The configuration cannot be used.
     #[error("invalid bookie configuration: {0}")]
     Config(String),

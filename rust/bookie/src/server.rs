@@ -25,8 +25,9 @@
 //! connection finish its in-flight adds, syncs and closes the journal, checkpoints, and returns.
 //! Dropping a server without shutdown stops it as a crash would (nothing more is written).
 
+use std::fs::File;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -238,6 +239,28 @@ impl Core {
     }
 }
 
+/// The lock file that keeps two bookies off one data directory.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// Take the exclusive lock on `data_dir/LOCK` (creating the directory if needed). The lock is
+/// the OS's file lock, so a killed process never leaves it behind.
+fn lock_data_dir(data_dir: &Path) -> Result<File, BookieError> {
+    std::fs::create_dir_all(data_dir)
+        .map_err(|e| BookieError::io("create data dir", data_dir, e))?;
+    let path = data_dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| BookieError::io("open", &path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(BookieError::Locked(data_dir.to_path_buf())),
+        Err(std::fs::TryLockError::Error(e)) => Err(BookieError::io("lock", &path, e)),
+    }
+}
+
 /// Apply a replayed journal record to storage.
 fn apply_record(storage: &dyn LedgerStorage, r: &JournalRecord) -> Result<(), BookieError> {
     match r.kind {
@@ -257,17 +280,20 @@ pub struct BookieServer {
         crossbeam_channel::Sender<Option<u64>>,
         std::thread::JoinHandle<()>,
     )>,
+    /// The exclusive lock on `data_dir/LOCK`; fields drop in order, so this goes last.
+    _lock: File,
 }
 
 impl BookieServer {
     /// Opens storage (replaying the journal), binds (port 0 allowed), starts serving on the
     /// current tokio runtime. Returns once listening.
     pub async fn start(config: BookieConfig) -> Result<BookieServer, BookieError> {
+        let lock = lock_data_dir(&config.data_dir)?;
         let dir = config.data_dir.clone();
         let storage = tokio::task::spawn_blocking(move || EntryLogStorage::open(&dir))
             .await
             .map_err(|e| BookieError::Config(format!("opening storage: {e}")))??;
-        BookieServer::start_with_storage(config, Arc::new(storage)).await
+        BookieServer::start_locked(config, Arc::new(storage), lock).await
     }
 
     /// Like [`start`](Self::start), with a ledger storage of the caller's choosing. The journal
@@ -278,6 +304,15 @@ impl BookieServer {
     pub async fn start_with_storage(
         config: BookieConfig,
         storage: Arc<dyn LedgerStorage>,
+    ) -> Result<BookieServer, BookieError> {
+        let lock = lock_data_dir(&config.data_dir)?;
+        BookieServer::start_locked(config, storage, lock).await
+    }
+
+    async fn start_locked(
+        config: BookieConfig,
+        storage: Arc<dyn LedgerStorage>,
+        lock: File,
     ) -> Result<BookieServer, BookieError> {
         let data_dir = config.data_dir.clone();
         let jconfig = config.journal.clone();
@@ -358,6 +393,7 @@ impl BookieServer {
         let serve = tokio::spawn(accept_loop(listener, core.clone(), stop_rx));
         log::info!("bookie listening on {local_addr}");
         Ok(BookieServer {
+            _lock: lock,
             local_addr,
             core,
             stop,

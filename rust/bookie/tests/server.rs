@@ -675,3 +675,25 @@ async fn restart_replays_only_what_follows_the_checkpoint() {
     assert_entries(&client, 1, 110).await;
     server.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_data_dir_serves_one_bookie_at_a_time() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, client) = start(dir.path()).await;
+    client
+        .add(1, 0, -1, payload(1, 0), false)
+        .await
+        .expect("add");
+    match BookieServer::start(config(dir.path())).await {
+        Err(BookieError::Locked(d)) => assert_eq!(d, dir.path()),
+        Err(other) => panic!("expected Locked, got {other}"),
+        Ok(_) => panic!("two bookies on one data dir"),
+    }
+    // The first bookie is unharmed, and once it is gone (even by a crash) the dir is free.
+    assert_entries(&client, 1, 1).await;
+    drop(client);
+    drop(server);
+    let (server, client) = start(dir.path()).await;
+    assert_entries(&client, 1, 1).await;
+    server.shutdown().await.expect("shutdown");
+}
