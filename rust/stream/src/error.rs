@@ -31,6 +31,19 @@ pub enum StreamError {
     /// A cursor name that this managed ledger does not have.
     #[error("no cursor named {0}")]
     NoSuchCursor(String),
+    /// An exclusive subscription already has a consumer.
+    #[error("Exclusive consumer is already connected: {0}")]
+    ConsumerBusy(String),
+    /// A consumer id that the dispatcher does not know.
+    #[error("no consumer with id {0}")]
+    UnknownConsumer(u64),
+    /// A consumer id that the dispatcher already has.
+    #[error("consumer id {0} is already attached")]
+    DuplicateConsumer(u64),
+    /// Key-shared: the consumer's hash ranges overlap another consumer's, or its mode does
+    /// not match the subscription's.
+    #[error("key-shared: {0}")]
+    KeySharedConflict(String),
 }
 
 /// Shorthand used across the crate.

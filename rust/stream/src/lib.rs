@@ -41,6 +41,7 @@ mod bookkeeper;
 mod cache;
 pub mod config;
 pub mod cursor;
+pub mod dispatch;
 pub mod entry;
 pub mod error;
 mod factory;
