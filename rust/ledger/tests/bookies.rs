@@ -328,3 +328,47 @@ async fn client_reconnects_after_bookie_restart() {
     assert_eq!(cluster.metadata(lh.id()).ensembles.len(), 1, "no ensemble change was needed");
     cluster.shutdown().await;
 }
+
+/// A peer that accepts connections and reads requests but never answers.
+async fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let task = tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        while let Ok((mut stream, _)) = listener.accept().await {
+            conns.spawn(async move {
+                let mut sink = tokio::io::sink();
+                let _ = tokio::io::copy(&mut stream, &mut sink).await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unresponsive_bookie_times_out_and_is_replaced() {
+    let mut cluster = Cluster::start(3).await;
+    let spare = cluster.addrs[2].clone();
+    cluster.store.delete(&format!("/ledgers/available/{spare}"), None).unwrap();
+    let (hole, hole_task) = black_hole().await;
+    cluster.store.put(&format!("/ledgers/available/{hole}"), b"", None).unwrap();
+    let config = ClientConfig { request_timeout: Duration::from_millis(300), ..ClientConfig::default() };
+    let bk = BookKeeper::new(cluster.store.clone(), config);
+    let lh = bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
+    let placed = lh.metadata().current_ensemble().to_vec();
+    assert!(placed.contains(&hole));
+    // The spare registers after the ledger was placed.
+    cluster.store.put(&format!("/ledgers/available/{spare}"), b"", None).unwrap();
+    let ids = bounded("adds", lh.add_entries((0..30).map(payload).collect())).await.unwrap();
+    assert_eq!(ids, (0..30).collect::<Vec<_>>());
+    let meta = cluster.metadata(lh.id());
+    // The new fragment starts at the first entry whose write set held the silent bookie.
+    let slot = placed.iter().position(|b| *b == hole).unwrap();
+    let first_stuck = (0..30u64).find(|e| write_set(*e, 3, 2).any(|s| s == slot)).unwrap();
+    assert_eq!(meta.ensembles.last().unwrap().0, first_stuck, "{meta:?}");
+    assert!(!meta.current_ensemble().contains(&hole));
+    assert!(meta.current_ensemble().contains(&spare));
+    assert_eq!(lh.read_entries(0, 29).await.unwrap(), expected(0..30));
+    hole_task.abort();
+    cluster.shutdown().await;
+}
