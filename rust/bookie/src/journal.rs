@@ -80,6 +80,9 @@ pub const RECORD_FIXED_LEN: usize = 1 + 8 + 8 + 8;
 /// The largest record body replay accepts.
 pub const MAX_RECORD_BODY: usize = RECORD_FIXED_LEN + MAX_ENTRY_SIZE;
 
+/// A batch buffer larger than this (and than the write threshold) is released after use.
+const MAX_IDLE_BUFFER: usize = 4 * 1024 * 1024;
+
 /// The subdirectory of the data dir that holds journal files.
 pub const JOURNAL_DIR: &str = "journal";
 
@@ -799,6 +802,10 @@ impl Writer {
                     .fetch_add(buf.len() as u64, Ordering::Relaxed);
             }
             buf.clear();
+            if buf.capacity() > MAX_IDLE_BUFFER.max(self.config.buffered_writes_threshold) {
+                // One outsized batch should not pin its buffer for the life of the bookie.
+                buf = Vec::new();
+            }
             for d in dones.drain(..) {
                 d(result.clone().map_err(BookieError::JournalFailed));
             }
