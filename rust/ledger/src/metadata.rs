@@ -62,16 +62,23 @@ pub struct LedgerMetadata {
     /// Open, in recovery or closed.
     pub state: LedgerState,
     /// The last entry of a closed ledger; -1 while open or when empty.
+    #[serde(default = "no_entry")]
     pub last_entry_id: i64,
     /// Total payload bytes of a closed ledger.
+    #[serde(default)]
     pub length: u64,
     /// Fragments: `[first entry id, ensemble]`, in increasing order of first entry id.
     pub ensembles: Vec<(u64, Vec<String>)>,
     /// Creation time, milliseconds since the Unix epoch.
+    #[serde(default)]
     pub ctime: u64,
     /// Free-form properties given at creation.
     #[serde(default)]
     pub custom_metadata: BTreeMap<String, String>,
+}
+
+fn no_entry() -> i64 {
+    -1
 }
 
 fn now_millis() -> u64 {
@@ -225,6 +232,15 @@ mod tests {
         m.ensembles.push((0, vec!["a:1".into(), "c:1".into()]));
         assert!(LedgerMetadata::from_json("/p", &m.to_json()).is_err());
         assert!(matches!(LedgerMetadata::from_json("/p", b"{not json"), Err(LedgerError::BadMetadata { .. })));
+    }
+
+    #[test]
+    fn optional_fields_may_be_left_out_by_other_writers() {
+        let json =
+            br#"{"ensembleSize":1,"writeQuorumSize":1,"ackQuorumSize":1,"state":"OPEN","ensembles":[[0,["h:1"]]]}"#;
+        let m = LedgerMetadata::from_json("/p", json).unwrap();
+        assert_eq!((m.last_entry_id, m.length, m.ctime), (-1, 0, 0));
+        assert!(m.custom_metadata.is_empty());
     }
 
     fn arb_metadata() -> impl Strategy<Value = LedgerMetadata> {
