@@ -304,6 +304,7 @@ impl BookieClient {
             let err =
                 ClientError::Server(format!("response op {:?} to a {:?} request", resp.op, op));
             inner.shared.fail_all(err.clone());
+            inner.reader.abort();
             return Err(err);
         }
         let message = match &resp.body {

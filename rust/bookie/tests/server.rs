@@ -697,3 +697,114 @@ async fn one_data_dir_serves_one_bookie_at_a_time() {
     assert_entries(&client, 1, 1).await;
     server.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_from_any_ledger_storage() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let storage = std::sync::Arc::new(magnetar_bookie::MemStorage::new());
+    let server = BookieServer::start_with_storage(config(dir.path()), storage.clone())
+        .await
+        .expect("start");
+    let client = connect(&server).await;
+    add_many(&client, 3, 20).await;
+    assert_entries(&client, 3, 20).await;
+    use magnetar_bookie::LedgerStorage;
+    assert_eq!(storage.last_entry(3).expect("last"), Some(19));
+    server.shutdown().await.expect("shutdown");
+}
+
+/// A fake bookie that answers the first request with `reply(request_body)` raw bytes.
+async fn fake_bookie(reply: fn(&[u8]) -> Vec<u8>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.expect("accept");
+        let mut buf = BytesMut::new();
+        let body = loop {
+            if let Some(body) = proto::decode_frame(&mut buf).expect("frame") {
+                break body;
+            }
+            if sock.read_buf(&mut buf).await.expect("read") == 0 {
+                return;
+            }
+        };
+        sock.write_all(&reply(&body)).await.expect("write");
+        // Keep the socket open until the client hangs up.
+        let mut sink = [0u8; 64];
+        while matches!(sock.read(&mut sink).await, Ok(n) if n > 0) {}
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misbehaving_bookie_closes_the_client() {
+    // A response whose op does not match the request.
+    let addr = fake_bookie(|body| {
+        let (_, id) = proto::peek_header(body).expect("header");
+        let mut out = BytesMut::new();
+        Response::ok(OpCode::ReadLac, id, proto::ResponseBody::Lac(5))
+            .encode(&mut out)
+            .expect("encode");
+        out.to_vec()
+    })
+    .await;
+    let client = BookieClient::connect(&addr, TIMEOUT)
+        .await
+        .expect("connect");
+    assert!(matches!(
+        client.read(1, 0, false).await,
+        Err(ClientError::Server(_))
+    ));
+    assert!(client.is_closed());
+
+    // A frame with a bad checksum.
+    let addr = fake_bookie(|_| {
+        let mut f = raw_frame(&[1, 0, 0, 0, 0, 0, 0, 0, 1, 0]);
+        f[5] ^= 0x40;
+        f
+    })
+    .await;
+    let client = BookieClient::connect(&addr, TIMEOUT)
+        .await
+        .expect("connect");
+    assert!(matches!(
+        client.add(1, 0, -1, Bytes::new(), false).await,
+        Err(ClientError::Io(_))
+    ));
+    assert!(client.is_closed());
+
+    // A well-framed body that does not decode.
+    let addr = fake_bookie(|_| raw_frame(&[7, 0, 0, 0, 0, 0, 0, 0, 1, 0])).await;
+    let client = BookieClient::connect(&addr, TIMEOUT)
+        .await
+        .expect("connect");
+    assert!(matches!(
+        client.read_lac(1, false).await,
+        Err(ClientError::Io(_))
+    ));
+    assert!(client.is_closed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_statuses_map_to_client_errors() {
+    let addr = fake_bookie(|body| {
+        let (op, id) = proto::peek_header(body).expect("header");
+        let mut out = BytesMut::new();
+        Response::error(op, id, Status::IoError, "disk on fire")
+            .encode(&mut out)
+            .expect("encode");
+        out.to_vec()
+    })
+    .await;
+    let client = BookieClient::connect(&addr, TIMEOUT)
+        .await
+        .expect("connect");
+    assert_eq!(
+        client.delete_ledger(1).await,
+        Err(ClientError::Server("disk on fire".into()))
+    );
+    assert!(
+        !client.is_closed(),
+        "an error status is an answer, not a broken connection"
+    );
+}
