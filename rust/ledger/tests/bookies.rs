@@ -347,7 +347,7 @@ async fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unresponsive_bookie_times_out_and_is_replaced() {
-    let mut cluster = Cluster::start(3).await;
+    let cluster = Cluster::start(3).await;
     let spare = cluster.addrs[2].clone();
     cluster.store.delete(&format!("/ledgers/available/{spare}"), None).unwrap();
     let (hole, hole_task) = black_hole().await;
