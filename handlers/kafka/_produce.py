@@ -50,6 +50,7 @@ def topic_error(exc: BaseException) -> int:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         case RemoteProtocolError():
             return exc.code
+    log.warning("kafka: request failed: %r", exc)
     return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
