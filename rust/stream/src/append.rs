@@ -30,9 +30,20 @@ pub(crate) struct PendingAdd {
     tx: oneshot::Sender<Result<Vec<AddResult>>>,
 }
 
+pub(crate) enum Request {
+    Add(PendingAdd),
+    /// Roll over if the current ledger is due (age, size, entries); answers whether it did.
+    Rollover(oneshot::Sender<Result<bool>>),
+}
+
 pub(crate) struct AddQueue {
-    pub(crate) pending: VecDeque<PendingAdd>,
+    pub(crate) pending: VecDeque<Request>,
     pub(crate) running: bool,
+}
+
+enum Round {
+    Adds(Vec<PendingAdd>),
+    Rollover(oneshot::Sender<Result<bool>>),
 }
 
 struct Prepared {
@@ -58,18 +69,47 @@ impl ManagedLedger {
         if entries.iter().any(|(_, n)| *n == 0) {
             return Err(StreamError::InvalidArgument("an entry must hold at least one message".into()));
         }
-        self.check_open()?;
         let (tx, rx) = oneshot::channel();
+        self.enqueue(Request::Add(PendingAdd { entries, tx }))?;
+        rx.await.map_err(|_| StreamError::Closed(self.name.clone()))?
+    }
+
+    /// Seal the current ledger and start a new one if it is due: older than
+    /// `max_rollover_time`, or past `min_rollover_time` and full by entries or size.
+    /// Appends only check this when they come, so a broker calls it on a timer to seal
+    /// the ledgers of idle topics (which retention by time then measures). Returns whether
+    /// it rolled over. Ordered with the appends queued before it.
+    pub async fn check_rollover(&self) -> Result<bool> {
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(Request::Rollover(tx))?;
+        rx.await.map_err(|_| StreamError::Closed(self.name.clone()))?
+    }
+
+    fn enqueue(&self, req: Request) -> Result<()> {
+        self.check_open()?;
         let spawn = {
             let mut q = self.queue.lock();
-            q.pending.push_back(PendingAdd { entries, tx });
+            q.pending.push_back(req);
             !std::mem::replace(&mut q.running, true)
         };
         if spawn {
             let me = self.arc()?;
             tokio::spawn(async move { me.drain().await });
         }
-        rx.await.map_err(|_| StreamError::Closed(self.name.clone()))?
+        Ok(())
+    }
+
+    async fn rollover_if_due(&self) -> Result<bool> {
+        self.check_open()?;
+        let (due, next_index) = {
+            let now = self.config.clock.now_ms();
+            let st = self.state.lock();
+            (st.current.is_none() || self.is_full(&st, now), st.next_index)
+        };
+        if due {
+            self.rollover(next_index).await?;
+        }
+        Ok(due)
     }
 
     /// Append one entry of `num_messages` messages.
@@ -80,27 +120,37 @@ impl ManagedLedger {
 
     async fn drain(self: Arc<Self>) {
         loop {
-            let round: Vec<PendingAdd> = {
+            let round = {
                 let mut q = self.queue.lock();
-                if q.pending.is_empty() {
-                    q.running = false;
-                    self.writer_idle.notify_waiters();
-                    return;
-                }
-                let mut taken = Vec::new();
-                let mut count = 0;
-                while let Some(next) = q.pending.front() {
-                    if !taken.is_empty() && count + next.entries.len() > MAX_ROUND_ENTRIES {
-                        break;
+                match q.pending.pop_front() {
+                    None => {
+                        q.running = false;
+                        self.writer_idle.notify_waiters();
+                        return;
                     }
-                    count += next.entries.len();
-                    if let Some(req) = q.pending.pop_front() {
-                        taken.push(req);
+                    Some(Request::Rollover(tx)) => Round::Rollover(tx),
+                    Some(Request::Add(first)) => {
+                        let mut count = first.entries.len();
+                        let mut taken = vec![first];
+                        while let Some(Request::Add(next)) = q.pending.front() {
+                            if count + next.entries.len() > MAX_ROUND_ENTRIES {
+                                break;
+                            }
+                            count += next.entries.len();
+                            if let Some(Request::Add(req)) = q.pending.pop_front() {
+                                taken.push(req);
+                            }
+                        }
+                        Round::Adds(taken)
                     }
                 }
-                taken
             };
-            self.write_round(round).await;
+            match round {
+                Round::Adds(adds) => self.write_round(adds).await,
+                Round::Rollover(tx) => {
+                    let _ = tx.send(self.rollover_if_due().await);
+                }
+            }
         }
     }
 
@@ -115,9 +165,16 @@ impl ManagedLedger {
     }
 
     pub(crate) fn fail_pending(&self, err: &StreamError) {
-        let pending: Vec<PendingAdd> = self.queue.lock().pending.drain(..).collect();
+        let pending: Vec<Request> = self.queue.lock().pending.drain(..).collect();
         for p in pending {
-            let _ = p.tx.send(Err(err.clone()));
+            match p {
+                Request::Add(add) => {
+                    let _ = add.tx.send(Err(err.clone()));
+                }
+                Request::Rollover(tx) => {
+                    let _ = tx.send(Err(err.clone()));
+                }
+            }
         }
     }
 

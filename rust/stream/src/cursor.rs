@@ -329,10 +329,11 @@ impl Cursor {
         let ledger_changed = {
             let st = ml.state.lock();
             let last = st.last_confirmed;
-            if let Some(bad) = positions.iter().find(|p| last.is_none_or(|l| **p > l) || p.entry_id < 0) {
+            let mut cs = self.state.lock();
+            let missing = |p: &Position| last.is_none_or(|l| *p > l) || p.entry_id < 0 || st.normalize(*p) != *p;
+            if let Some(bad) = positions.iter().find(|p| **p > cs.mark_delete && missing(p)) {
                 return Err(StreamError::InvalidPosition(format!("{bad} is not a written entry")));
             }
-            let mut cs = self.state.lock();
             let before = cs.mark_delete.ledger_id;
             let mut changed = false;
             for p in positions {
@@ -404,6 +405,9 @@ impl Cursor {
             return Ok(());
         }
         let ml = self.ml()?;
+        if ml.status() == crate::managed_ledger::MlStatus::Fenced {
+            return Err(StreamError::Fenced(self.ml_name.clone()));
+        }
         let mut version = self.persist.lock().await;
         let (json, generation) = {
             let rec = self.record(ml.config.clock.now_ms());

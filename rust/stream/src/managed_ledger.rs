@@ -578,18 +578,20 @@ impl ManagedLedger {
     /// Flush cursors, seal the current ledger and release the managed ledger. Pending
     /// appends fail with `Closed`.
     pub async fn close(&self) -> Result<()> {
-        {
+        let was_fenced = {
             let mut st = self.state.lock();
             if matches!(st.status, MlStatus::Closed | MlStatus::Deleted) {
                 return Ok(());
             }
-            st.status = MlStatus::Closed;
-        }
+            std::mem::replace(&mut st.status, MlStatus::Closed) == MlStatus::Fenced
+        };
         self.wait_writer_idle().await;
         let mut first_err = None;
         for c in self.cursors() {
-            if let Err(e) = c.flush().await {
-                first_err.get_or_insert(e);
+            if !was_fenced {
+                if let Err(e) = c.flush().await {
+                    first_err.get_or_insert(e);
+                }
             }
             c.mark_closed();
         }
@@ -605,8 +607,11 @@ impl ManagedLedger {
             if let Some(i) = self.state.lock().ledgers.get_mut(&h.id()) {
                 i.timestamp = now;
             }
-            if let Err(e) = self.persist_record().await {
-                first_err.get_or_insert(e);
+            // A fenced instance no longer owns the record.
+            if !was_fenced {
+                if let Err(e) = self.persist_record().await {
+                    first_err.get_or_insert(e);
+                }
             }
         }
         self.release();

@@ -31,7 +31,10 @@ impl ManagedLedger {
         let victims: Vec<u64> = {
             let mut st = self.state.lock();
             let current = st.current_id();
-            let limit = slowest_ledger.or(current).unwrap_or(u64::MAX);
+            // The last ledger is never trimmed: it is the current one, or (between a
+            // failure and its replacement) the one the next ledger continues from.
+            let last = st.ledgers.keys().next_back().copied().unwrap_or(0);
+            let limit = slowest_ledger.or(current).unwrap_or(u64::MAX).min(last);
             let total: u64 = st.ledgers.values().map(|i| i.size).sum();
             let quota = u64::try_from(self.config.retention_size_mb).ok().map(|mb| mb.saturating_mul(1 << 20));
             let mut freed = 0u64;

@@ -514,3 +514,110 @@ async fn a_second_owner_fences_the_first() {
     let ok = ml2.add_entries(payloads(1..2)).await.unwrap();
     assert_eq!(ok[0].index, 1);
 }
+
+#[tokio::test]
+async fn idle_ledger_is_sealed_by_check_rollover_and_then_retention_applies() {
+    let env = Env::new();
+    let f = env.factory();
+    let cfg = ManagedLedgerConfig {
+        max_rollover_time: Some(Duration::from_secs(60)),
+        retention_time: Some(Duration::from_secs(10)),
+        retention_size_mb: -1,
+        ..env.config(100)
+    };
+    let ml = f.open("t/idle", cfg).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(payloads(0..3)).await.unwrap();
+    c.mark_delete(added[2].position).await.unwrap();
+    assert!(!ml.check_rollover().await.unwrap(), "young ledger stays");
+    env.clock.advance(Duration::from_secs(61));
+    assert!(ml.check_rollover().await.unwrap(), "old ledger is sealed");
+    assert_ne!(ml.stats().current_ledger_id, Some(added[0].position.ledger_id));
+    assert!(!ml.check_rollover().await.unwrap(), "an empty ledger is never rolled");
+    assert!(ml.trim().await.unwrap().is_empty(), "sealed just now: retention keeps it");
+    env.clock.advance(Duration::from_secs(11));
+    assert_eq!(ml.trim().await.unwrap(), vec![added[0].position.ledger_id]);
+    // Appends go on in the new ledger with the next index.
+    assert_eq!(ml.add_entries(payloads(3..4)).await.unwrap()[0].index, 3);
+}
+
+#[tokio::test]
+async fn trim_keeps_the_last_ledger_while_no_ledger_is_writable() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/nowriter", env.config(100)).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(payloads(0..3)).await.unwrap();
+    c.mark_delete(added[2].position).await.unwrap();
+    // The ledger fails and no replacement can be created.
+    env.store.fail_next_adds(1);
+    env.store.fail_next_creates(1);
+    assert!(ml.add_entries(payloads(3..4)).await.is_err());
+    assert_eq!(ml.stats().current_ledger_id, None);
+    ml.trim().await.unwrap();
+    assert_eq!(ml.ledgers_info().len(), 1, "the last ledger stays");
+    let next = ml.add_entries(payloads(3..4)).await.unwrap();
+    assert_eq!(next[0].index, 3);
+    assert!(next[0].position > added[2].position);
+    assert_eq!(c.number_of_entries_in_backlog(), 1);
+    assert_eq!(c.read_entries(10).await.unwrap()[0].index, 3);
+}
+
+#[tokio::test]
+async fn individual_ack_of_a_position_that_does_not_exist_is_refused() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/bad-ack", env.config(3)).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(payloads(0..6)).await.unwrap();
+    let gap = Position::new(added[0].position.ledger_id, 7);
+    assert!(matches!(c.delete(&[gap]).await, Err(StreamError::InvalidPosition(_))));
+    assert!(matches!(c.delete(&[Position::new(12_345, 0)]).await, Err(StreamError::InvalidPosition(_))));
+    assert_eq!(c.number_of_entries_in_backlog(), 6);
+    c.delete(&[added[4].position]).await.unwrap();
+    assert_eq!(c.number_of_entries_in_backlog(), 5);
+}
+
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// Whatever the batch shapes and ledger sizes: indexes are contiguous, reads
+        /// return every entry in order, and every index is found in its entry.
+        #[test]
+        fn appends_reads_and_finds_agree(
+            max_entries in 1u64..6,
+            batches in proptest::collection::vec(proptest::collection::vec(1u32..5, 1..6), 1..8),
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let env = Env::new();
+                let f = env.factory();
+                let ml = f.open("t/prop", ManagedLedgerConfig { cache_size_bytes: 0, ..env.config(max_entries) }).await.unwrap();
+                let mut added = Vec::new();
+                for b in &batches {
+                    let entries = b.iter().map(|n| (Bytes::from(vec![0u8; *n as usize]), *n)).collect();
+                    added.extend(ml.add_entries(entries).await.unwrap());
+                }
+                let all = ml.read_entries(Position::new(0, -1), usize::MAX).await.unwrap();
+                assert_eq!(all.len(), added.len());
+                let mut next_index = 0u64;
+                for (e, a) in all.iter().zip(&added) {
+                    assert_eq!(e.position, a.position);
+                    assert_eq!(e.first_index(), next_index);
+                    assert_eq!(e.index, a.index);
+                    assert!(e.position.entry_id < max_entries as i64);
+                    next_index = e.index + 1;
+                }
+                for e in &all {
+                    for idx in e.first_index()..=e.index {
+                        assert_eq!(ml.find_position_by_index(idx).await.unwrap(), e.position);
+                    }
+                }
+            });
+        }
+    }
+}
