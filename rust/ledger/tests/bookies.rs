@@ -352,7 +352,7 @@ async fn unresponsive_bookie_times_out_and_is_replaced() {
     cluster.store.delete(&format!("/ledgers/available/{spare}"), None).unwrap();
     let (hole, hole_task) = black_hole().await;
     cluster.store.put(&format!("/ledgers/available/{hole}"), b"", None).unwrap();
-    let config = ClientConfig { request_timeout: Duration::from_millis(300), ..ClientConfig::default() };
+    let config = ClientConfig { request_timeout: Duration::from_secs(1), ..ClientConfig::default() };
     let bk = BookKeeper::new(cluster.store.clone(), config);
     let lh = bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
     let placed = lh.metadata().current_ensemble().to_vec();
@@ -370,5 +370,73 @@ async fn unresponsive_bookie_times_out_and_is_replaced() {
     assert!(meta.current_ensemble().contains(&spare));
     assert_eq!(lh.read_entries(0, 29).await.unwrap(), expected(0..30));
     hole_task.abort();
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_while_the_writer_is_adding() {
+    let cluster = Cluster::start(3).await;
+    let bk = cluster.client();
+    let writer = bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
+    let id = writer.id();
+    let (acked_tx, mut acked_rx) = tokio::sync::mpsc::channel::<u64>(4096);
+    let adding = {
+        let writer = writer.clone();
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for batch in 0..500u64 {
+                match writer.add_entries((batch * 4..batch * 4 + 4).map(payload).collect()).await {
+                    Ok(ids) => {
+                        for id in &ids {
+                            let _ = acked_tx.send(*id).await;
+                        }
+                        acked.extend(ids);
+                    }
+                    Err(e) => return (acked, Some(e)),
+                }
+            }
+            (acked, None)
+        })
+    };
+    bounded("first 100 adds", async {
+        while let Some(id) = acked_rx.recv().await {
+            if id >= 99 {
+                break;
+            }
+        }
+    })
+    .await;
+    let reader = bounded("recovery", cluster.client().open_ledger(id, true)).await.unwrap();
+    let (acked, err) = bounded("writer", adding).await.unwrap();
+    assert_eq!(err, Some(LedgerError::Fenced), "the writer must be fenced before it runs out of entries");
+    let last = reader.metadata().last_entry_id;
+    let max_acked = *acked.last().unwrap();
+    assert!(last >= max_acked as i64, "recovered {last} < acknowledged {max_acked}");
+    let got = reader.read_entries(0, u64::try_from(last).unwrap()).await.unwrap();
+    assert_eq!(got.len() as i64, last + 1);
+    for (e, data) in got {
+        assert_eq!(data, payload(e), "entry {e}");
+    }
+    assert_eq!(writer.add_entry(payload(0)).await, Err(LedgerError::Fenced));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_recoveries_agree() {
+    let cluster = Cluster::start(3).await;
+    let writer = cluster.client().create_ledger(3, 3, 2, BTreeMap::new()).await.unwrap();
+    writer.add_entries((0..40).map(payload).collect()).await.unwrap();
+    let (a, b) = (cluster.client(), cluster.client());
+    let (ra, rb) = bounded("recoveries", async {
+        tokio::join!(a.open_ledger(writer.id(), true), b.open_ledger(writer.id(), true))
+    })
+    .await;
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    let stored = cluster.metadata(writer.id());
+    assert_eq!(stored.state, LedgerState::Closed);
+    assert!(stored.last_entry_id >= 39);
+    assert_eq!(ra.last_add_confirmed(), stored.last_entry_id);
+    assert_eq!(rb.last_add_confirmed(), stored.last_entry_id);
+    assert_eq!(ra.read_entries(0, 39).await.unwrap(), expected(0..40));
     cluster.shutdown().await;
 }
