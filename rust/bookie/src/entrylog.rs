@@ -98,8 +98,10 @@ pub struct EntryLogStorage {
     /// Files were created or removed since the directory was last synced.
     dir_dirty: AtomicBool,
     /// The lengths last written to CHECKPOINT; held while CHECKPOINT is rewritten, so one
-    /// writer at a time.
+    /// writer at a time. Held only briefly: never across the fsyncs of the logs.
     checkpointed: Mutex<HashMap<u64, u64>>,
+    /// One flush at a time, so CHECKPOINT lengths never go backwards.
+    flush_lock: Mutex<()>,
     max_open: usize,
     open_files: AtomicUsize,
     tick: AtomicU64,
@@ -141,6 +143,7 @@ impl EntryLogStorage {
             ledgers: RwLock::new(ledgers),
             dir_dirty: AtomicBool::new(true),
             checkpointed: Mutex::new(synced),
+            flush_lock: Mutex::new(()),
             max_open: max_open_logs.max(1),
             open_files: AtomicUsize::new(0),
             tick: AtomicU64::new(0),
@@ -358,14 +361,14 @@ impl LedgerStorage for EntryLogStorage {
     }
 
     fn flush(&self) -> Result<(), BookieError> {
-        let mut ck = self.checkpointed.lock();
+        let _one = self.flush_lock.lock();
         let logs: Vec<(u64, Arc<Mutex<LedgerLog>>)> = self
             .ledgers
             .read()
             .iter()
             .map(|(k, v)| (*k, v.clone()))
             .collect();
-        let mut lengths = HashMap::with_capacity(logs.len());
+        let mut synced_logs = Vec::with_capacity(logs.len());
         for (ledger, log) in logs {
             let (file, path, len, dirty) = {
                 let mut g = log.lock();
@@ -387,11 +390,15 @@ impl LedgerStorage for EntryLogStorage {
                     None => File::open(&path).and_then(|f| f.sync_data()),
                 };
                 if let Err(e) = synced {
-                    log.lock().dirty = true;
+                    let mut g = log.lock();
+                    if g.deleted {
+                        continue;
+                    }
+                    g.dirty = true;
                     return Err(BookieError::io("sync ledger log", &path, e));
                 }
             }
-            lengths.insert(ledger, len);
+            synced_logs.push((ledger, len, log));
         }
         if self.dir_dirty.swap(false, Ordering::SeqCst) {
             if let Err(e) = sync_dir(&self.dir) {
@@ -399,6 +406,17 @@ impl LedgerStorage for EntryLogStorage {
                 return Err(e);
             }
         }
+        // Record only logs that are still the same logs: one deleted (and perhaps created
+        // again) meanwhile must not be judged by this length. Deletes take this lock too.
+        let mut ck = self.checkpointed.lock();
+        let lengths: HashMap<u64, u64> = {
+            let current = self.ledgers.read();
+            synced_logs
+                .into_iter()
+                .filter(|(ledger, _, log)| current.get(ledger).is_some_and(|c| Arc::ptr_eq(c, log)))
+                .map(|(ledger, len, _)| (ledger, len))
+                .collect()
+        };
         write_checkpoint(&self.dir, &lengths)?;
         *ck = lengths;
         Ok(())

@@ -363,3 +363,31 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn deletes_racing_flushes_never_leave_a_stale_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open(dir.path()).expect("open");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                s.flush().expect("flush");
+            }
+        });
+        for round in 0..150u64 {
+            for e in 0..4 {
+                s.add_entry(1, e, -1, Bytes::from(vec![round as u8; 200]))
+                    .expect("add");
+            }
+            s.delete_ledger(1).expect("delete");
+            s.add_entry(1, 0, -1, Bytes::from(format!("round {round}")))
+                .expect("add");
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    drop(s);
+    let s = EntryLogStorage::open(dir.path()).expect("reopen after racing deletes and flushes");
+    assert_eq!(s.get_entry(1, 0).expect("get"), Some((-1, b("round 149"))));
+    assert_eq!(s.last_entry(1).expect("last"), Some(0));
+}
