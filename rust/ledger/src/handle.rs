@@ -234,6 +234,20 @@ impl LedgerHandle {
     }
 }
 
+impl std::fmt::Debug for LedgerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.state.lock();
+        f.debug_struct("LedgerHandle")
+            .field("id", &self.inner.id)
+            .field("writable", &st.writable)
+            .field("last_add_confirmed", &st.lac)
+            .field("pending", &st.pending.len())
+            .field("closed", &st.closed)
+            .field("broken", &st.broken)
+            .finish()
+    }
+}
+
 impl HandleInner {
     /// The order in which to try the bookies of `entry`'s write set: write-set order, with
     /// bookies that recently failed last.

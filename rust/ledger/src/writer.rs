@@ -72,14 +72,8 @@ impl LedgerHandle {
         let inner = &self.inner;
         {
             let mut st = inner.state.lock();
-            if st.closed && !st.writable {
-                return Ok(());
-            }
-            if !st.writable {
+            if !st.writable || st.closed {
                 st.closed = true;
-                return Ok(());
-            }
-            if st.closed {
                 return Ok(());
             }
             st.closing = true;
