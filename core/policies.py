@@ -61,8 +61,8 @@ def default_policies(clusters: list[str]) -> dict[str, Any]:
         "max_producers_per_topic": None,
         "max_consumers_per_topic": None,
         "auth_policies": {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}},
-        "topicDispatchRate": {},
-        "publishMaxMessageRate": {},
+        "topicDispatchRate": None,
+        "publishMaxMessageRate": None,
         "deleted": False,
     }
 

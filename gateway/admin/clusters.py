@@ -46,6 +46,10 @@ def routes(broker: Any) -> list[Route]:
         data = policies.get_cluster(name)
         if data is None:
             raise RestError(404, "Cluster does not exist")
+        if name == broker.cluster:
+            # The serving broker's bound addresses (a configured port may be 0).
+            data = {**data, "serviceUrl": broker.web_service_url or data.get("serviceUrl"),
+                    "brokerServiceUrl": broker.pulsar_service_url or data.get("brokerServiceUrl")}
         return data
 
     @endpoint

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+
+from gateway._admin_cli import AdminClient, AdminError
+from tests._standalone import Standalone
+
+#: Fast policy checks so TTL expiry and backlog quota enforcement are observable in tests.
+FAST_CHECKS = {"messageExpiryCheckIntervalInMinutes": "0.005", "backlogQuotaCheckIntervalInSeconds": "0.3"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    data: Path = tmp_path_factory.mktemp("admin")
+    s = Standalone(data, conf=FAST_CHECKS).start()
+    try:
+        yield s
+    finally:
+        # Clean shutdown is covered by the standalone's own tests; here only the API is.
+        s.kill()
+
+
+@pytest.fixture(scope="module")
+def admin(server: Standalone) -> AdminClient:
+    return AdminClient(server.addresses["web"][0], timeout=30)
+
+
+@pytest.fixture
+def client(server: Standalone) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(server.pulsar_url, operation_timeout_seconds=10)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def status_of(call: Any, *args: Any, **kw: Any) -> tuple[int, str]:
+    """The HTTP status and reason of a call expected to fail."""
+    try:
+        call(*args, **kw)
+    except AdminError as exc:
+        return exc.status, exc.reason
+    raise AssertionError("the call succeeded")
+
+
+@pytest.fixture
+def ns(admin: AdminClient, unique: str) -> str:
+    """A fresh namespace in a fresh tenant."""
+    tenant = f"t-{unique}"
+    admin.put(f"/admin/v2/tenants/{tenant}", {"adminRoles": [], "allowedClusters": ["standalone"]})
+    admin.put(f"/admin/v2/namespaces/{tenant}/ns")
+    return f"{tenant}/ns"
+
+
+def wait_for(condition: Any, timeout: float = 10.0, interval: float = 0.05) -> Any:
+    """Poll `condition()` until it returns a truthy value (returned) or `timeout` passes."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last value {value!r})")
+        time.sleep(interval)

@@ -1,0 +1,120 @@
+"""Namespaces and their policies over REST: shapes, round trips, and bad input as 4xx."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway._admin_cli import AdminClient
+
+from .conftest import status_of
+
+
+def test_namespace_lifecycle(admin: AdminClient, unique: str) -> None:
+    t = f"t-{unique}"
+    admin.put(f"/admin/v2/tenants/{t}", {"allowedClusters": ["standalone"]})
+    admin.put(f"/admin/v2/namespaces/{t}/a")
+    admin.put(f"/admin/v2/namespaces/{t}/b", {"replication_clusters": ["standalone"]})
+    assert sorted(admin.get(f"/admin/v2/namespaces/{t}")) == [f"{t}/a", f"{t}/b"]
+    pol = admin.get(f"/admin/v2/namespaces/{t}/a")
+    assert pol["replication_clusters"] == ["standalone"]
+    assert pol["bundles"]["numBundles"] == 1
+    assert pol["backlog_quota_map"] == {}
+    assert status_of(admin.put, f"/admin/v2/namespaces/{t}/a") == (409, "Namespace already exists")
+    assert status_of(admin.put, f"/admin/v2/namespaces/missing-{unique}/a") == (404, "Tenant does not exist")
+    assert status_of(admin.get, f"/admin/v2/namespaces/{t}/zzz") == (404, "Namespace does not exist")
+    assert status_of(admin.put, f"/admin/v2/namespaces/{t}/c", {"replication_clusters": ["mars"]})[0] == 412
+    assert status_of(admin.put, f"/admin/v2/namespaces/{t}/c", {"no_such_policy": 1})[0] == 400
+    admin.put(f"/admin/v2/persistent/{t}/a/topic")
+    assert admin.get(f"/admin/v2/namespaces/{t}/a/topics") == [f"persistent://{t}/a/topic"]
+    assert status_of(admin.delete, f"/admin/v2/namespaces/{t}/a") == (409, "Cannot delete non empty namespace")
+    admin.delete(f"/admin/v2/namespaces/{t}/a", force="true")
+    admin.delete(f"/admin/v2/namespaces/{t}/b")
+    assert admin.get(f"/admin/v2/namespaces/{t}") == []
+
+
+@pytest.mark.parametrize(("suffix", "key", "value"), [
+    ("retention", "retention_policies", {"retentionTimeInMinutes": 4320, "retentionSizeInMB": 10240}),
+    ("messageTTL", "message_ttl_in_seconds", 3600),
+    ("deduplication", "deduplicationEnabled", True),
+    ("autoTopicCreation", "autoTopicCreationOverride",
+     {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 3}),
+    ("maxProducersPerTopic", "max_producers_per_topic", 5),
+    ("maxConsumersPerTopic", "max_consumers_per_topic", 7),
+    ("dispatchRate", "topicDispatchRate",
+     {"dispatchThrottlingRateInMsg": 100, "dispatchThrottlingRateInByte": -1,
+      "relativeToPublishRate": False, "ratePeriodInSecond": 1}),
+    ("publishRate", "publishMaxMessageRate",
+     {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 1000}),
+])
+def test_policy_set_get_remove(admin: AdminClient, ns: str, suffix: str, key: str, value: object) -> None:
+    path = f"/admin/v2/namespaces/{ns}/{suffix}"
+    assert admin.get(path) is None
+    admin.post(path, value)
+    assert admin.get(path) == value
+    assert admin.get(f"/admin/v2/namespaces/{ns}")[key] == value
+    admin.delete(path)
+    assert admin.get(path) is None
+
+
+@pytest.mark.parametrize(("suffix", "body", "status"), [
+    ("retention", {"retentionTimeInMinutes": "x"}, 400),
+    ("retention", {"retentionTimeInMinutes": -5, "retentionSizeInMB": 1}, 412),
+    ("retention", [1, 2], 400),
+    ("messageTTL", -1, 412),
+    ("messageTTL", "soon", 400),
+    ("deduplication", "yes", 400),
+    ("autoTopicCreation", {"allowAutoTopicCreation": True, "topicType": "weird"}, 412),
+    ("autoTopicCreation", {"allowAutoTopicCreation": True, "topicType": "partitioned"}, 412),
+    ("maxProducersPerTopic", -3, 412),
+    ("backlogQuota", {"limitSize": 10, "policy": "drop_everything"}, 412),
+    ("backlogQuota", {"limitSize": "big", "policy": "producer_exception"}, 400),
+])
+def test_bad_policy_values_are_4xx(admin: AdminClient, ns: str, suffix: str, body: object, status: int) -> None:
+    assert status_of(admin.post, f"/admin/v2/namespaces/{ns}/{suffix}", body)[0] == status
+
+
+def test_schema_compatibility_strategy(admin: AdminClient, ns: str) -> None:
+    path = f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy"
+    assert admin.get(path) == "UNDEFINED"
+    admin.put(path, "BACKWARD")
+    assert admin.get(path) == "BACKWARD"
+    assert status_of(admin.put, path, "SIDEWAYS")[0] == 412
+
+
+def test_backlog_quota_map(admin: AdminClient, ns: str) -> None:
+    base = f"/admin/v2/namespaces/{ns}"
+    admin.post(f"{base}/backlogQuota", {"limitSize": 5 * 1024 ** 3, "policy": "producer_exception"})
+    admin.post(f"{base}/backlogQuota", {"limitTime": 3600, "policy": "consumer_backlog_eviction"},
+               backlogQuotaType="message_age")
+    assert admin.get(f"{base}/backlogQuotaMap") == {
+        "destination_storage": {"limit": 5 * 1024 ** 3, "limitSize": 5 * 1024 ** 3, "limitTime": -1,
+                                "policy": "producer_exception"},
+        "message_age": {"limit": -1, "limitSize": -1, "limitTime": 3600, "policy": "consumer_backlog_eviction"},
+    }
+    admin.delete(f"{base}/backlogQuota", backlogQuotaType="message_age")
+    assert list(admin.get(f"{base}/backlogQuotaMap")) == ["destination_storage"]
+    assert status_of(admin.post, f"{base}/backlogQuota", {"policy": "producer_exception"},
+                     backlogQuotaType="bogus")[0] == 412
+
+
+def test_quota_larger_than_retention_is_refused(admin: AdminClient, ns: str) -> None:
+    base = f"/admin/v2/namespaces/{ns}"
+    admin.post(f"{base}/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 10})
+    assert status_of(admin.post, f"{base}/backlogQuota",
+                     {"limitSize": 100 * 1024 * 1024, "policy": "producer_exception"})[0] == 412
+
+
+def test_permissions(admin: AdminClient, ns: str) -> None:
+    base = f"/admin/v2/namespaces/{ns}/permissions"
+    assert admin.get(base) == {}
+    admin.post(f"{base}/app", ["produce", "consume"])
+    assert admin.get(base) == {"app": ["consume", "produce"]}
+    assert status_of(admin.post, f"{base}/app", ["fly"])[0] == 400
+    admin.delete(f"{base}/app")
+    assert admin.get(base) == {}
+
+
+def test_replication_clusters(admin: AdminClient, ns: str) -> None:
+    base = f"/admin/v2/namespaces/{ns}/replication"
+    assert admin.get(base) == ["standalone"]
+    assert status_of(admin.post, base, ["mars"])[0] == 412

@@ -1,0 +1,153 @@
+"""Subscription operations over REST with real pulsar-client traffic: create, list,
+delete, skip, skip-all, expire, reset-cursor by time and by id, peek, get by id, examine."""
+
+from __future__ import annotations
+
+import time
+
+import pulsar
+
+from gateway._admin_cli import AdminClient
+
+from .conftest import status_of, wait_for
+
+
+def _fill(client: pulsar.Client, topic: str, n: int, **kw: object) -> list[pulsar.MessageId]:
+    producer = client.create_producer(topic, batching_enabled=False)
+    ids = [producer.send(f"m{i}".encode(), **kw) for i in range(n)]  # type: ignore[arg-type]
+    producer.close()
+    return ids
+
+
+def _backlog(admin: AdminClient, path: str, sub: str) -> int:
+    return int(admin.get(f"{path}/stats")["subscriptions"][sub]["msgBacklog"])
+
+
+def test_create_list_delete(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    _fill(client, topic, 3)
+    admin.put(f"{path}/subscription/from-start", {"ledgerId": -1, "entryId": -1})
+    admin.put(f"{path}/subscription/from-end")
+    assert status_of(admin.put, f"{path}/subscription/from-end")[0] == 409
+    assert admin.get(f"{path}/subscriptions") == ["from-end", "from-start"]
+    assert _backlog(admin, path, "from-start") == 3
+    assert _backlog(admin, path, "from-end") == 0
+    consumer = client.subscribe(topic, "from-start")
+    assert status_of(admin.delete, f"{path}/subscription/from-start") == \
+        (412, "Subscription has active connected consumers")
+    consumer.close()
+    admin.delete(f"{path}/subscription/from-start")
+    assert admin.get(f"{path}/subscriptions") == ["from-end"]
+    assert status_of(admin.delete, f"{path}/subscription/nope") == (404, "Subscription not found")
+
+
+def test_skip_and_clear_backlog(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    admin.put(f"{path}/subscription/s")
+    _fill(client, topic, 10)
+    admin.post(f"{path}/subscription/s/skip/4")
+    assert _backlog(admin, path, "s") == 6
+    consumer = client.subscribe(topic, "s")
+    assert consumer.receive(timeout_millis=10_000).data() == b"m4"
+    consumer.close()
+    admin.post(f"{path}/subscription/s/skip_all")
+    assert _backlog(admin, path, "s") == 0
+    assert status_of(admin.post, f"{path}/subscription/s/skip/-1")[0] == 412
+    assert status_of(admin.post, f"{path}/subscription/s/skip/many")[0] == 400
+
+
+def test_expire(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    admin.put(f"{path}/subscription/a")
+    admin.put(f"{path}/subscription/b")
+    _fill(client, topic, 5)
+    admin.post(f"{path}/subscription/a/expireMessages/3600")
+    assert _backlog(admin, path, "a") == 5  # nothing is an hour old
+    admin.post(f"{path}/subscription/a/expireMessages/0")
+    assert _backlog(admin, path, "a") == 0
+    stats = admin.get(f"{path}/stats")["subscriptions"]["a"]
+    assert stats["totalMsgExpired"] == 5
+    admin.post(f"{path}/all_subscription/expireMessages/0")
+    assert _backlog(admin, path, "b") == 0
+
+
+def test_reset_cursor_by_id_and_time(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    admin.put(f"{path}/subscription/s")
+    before = int(time.time() * 1000)
+    ids = _fill(client, topic, 6)
+    admin.post(f"{path}/subscription/s/skip_all")
+    target = ids[2]
+    admin.post(f"{path}/subscription/s/resetcursor",
+               {"ledgerId": target.ledger_id(), "entryId": target.entry_id(), "partitionIndex": -1})
+    assert _backlog(admin, path, "s") == 4
+    consumer = client.subscribe(topic, "s")
+    assert consumer.receive(timeout_millis=10_000).data() == b"m2"
+    consumer.close()
+    admin.post(f"{path}/subscription/s/resetcursor/{before}")
+    assert _backlog(admin, path, "s") == 6
+    admin.post(f"{path}/subscription/s/resetcursor", {"ledgerId": target.ledger_id(), "entryId": target.entry_id()},
+               isExcluded="true")
+    assert _backlog(admin, path, "s") == 3
+    assert status_of(admin.post, f"{path}/subscription/s/resetcursor/yesterday")[0] == 400
+    assert status_of(admin.post, f"{path}/subscription/zz/resetcursor/0")[0] == 404
+
+
+def test_reset_cursor_redelivers_to_connected_consumer(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    _fill(client, topic, 3)
+    for _ in range(3):
+        consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+    wait_for(lambda: _backlog(admin, path, "s") == 0)
+    admin.post(f"{path}/subscription/s/resetcursor", {"ledgerId": -1, "entryId": -1})
+    assert consumer.receive(timeout_millis=10_000).data() == b"m0"
+    consumer.close()
+
+
+def test_peek_get_by_id_examine(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    admin.put(f"{path}/subscription/s")
+    ids = _fill(client, topic, 3, properties={"color": "red"}, partition_key="k")
+    admin.post(f"{path}/subscription/s/skip/1")
+    reply = admin.request("GET", f"{path}/subscription/s/position/1")
+    assert reply.body == b"m1"
+    headers = {k.lower(): v for k, v in reply.headers.items()}
+    assert headers["x-pulsar-message-id"] == f"{ids[1].ledger_id()}:{ids[1].entry_id()}"
+    assert headers["x-pulsar-property-color"] == "red"
+    assert headers["x-pulsar-partition-key"] == "k"
+    assert admin.request("GET", f"{path}/subscription/s/position/2").body == b"m2"
+    assert status_of(admin.request, "GET", f"{path}/subscription/s/position/3")[0] == 404
+    assert status_of(admin.request, "GET", f"{path}/subscription/s/position/0")[0] == 412
+    by_id = admin.request("GET", f"{path}/ledger/{ids[0].ledger_id()}/entry/{ids[0].entry_id()}")
+    assert by_id.body == b"m0"
+    assert status_of(admin.request, "GET", f"{path}/ledger/{ids[0].ledger_id()}/entry/999")[0] == 404
+    first = admin.request("GET", f"{path}/examinemessage", query={"initialPosition": "earliest",
+                                                                   "messagePosition": 1})
+    assert first.body == b"m0"
+    last = admin.request("GET", f"{path}/examinemessage", query={"initialPosition": "latest",
+                                                                  "messagePosition": 1})
+    assert last.body == b"m2"
+
+
+def test_peek_batch(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    admin.put(f"{path}/subscription/s")
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=3,
+                                      batching_max_publish_delay_ms=1000,
+                                      compression_type=pulsar.CompressionType.LZ4)
+    for i in range(3):
+        producer.send_async(f"b{i}".encode(), None)
+    producer.flush()
+    producer.close()
+    reply = admin.request("GET", f"{path}/subscription/s/position/1")
+    headers = {k.lower(): v for k, v in reply.headers.items()}
+    assert headers["x-pulsar-num-batch-message"] == "3"
+    from gateway._admin_cli import _split_batch
+
+    assert _split_batch(reply.body, 3) == [b"b0", b"b1", b"b2"]

@@ -1,0 +1,155 @@
+"""Topics over REST against a real broker: creation, partitions, listing, deletion,
+stats shapes and counters after real pulsar-client traffic, lookup, terminate, unload,
+topic-level policies."""
+
+from __future__ import annotations
+
+import pulsar
+import pytest
+
+from gateway._admin_cli import AdminClient
+from tests._standalone import Standalone
+
+from .conftest import status_of, wait_for
+
+
+def _topic(ns: str, name: str = "t") -> tuple[str, str]:
+    return f"persistent://{ns}/{name}", f"/admin/v2/persistent/{ns}/{name}"
+
+
+def test_create_list_delete(admin: AdminClient, ns: str) -> None:
+    full, path = _topic(ns)
+    admin.put(path)
+    assert status_of(admin.put, path) == (409, "This topic already exists")
+    assert admin.get(f"/admin/v2/persistent/{ns}") == [full]
+    assert admin.get(f"{path}/partitions") == {"partitions": 0, "deleted": False}
+    admin.delete(path)
+    assert admin.get(f"/admin/v2/persistent/{ns}") == []
+    assert status_of(admin.delete, path)[0] == 404
+    assert status_of(admin.get, f"{path}/stats") == (404, "Topic not found")
+
+
+def test_bad_names_and_missing_namespaces(admin: AdminClient, ns: str) -> None:
+    assert status_of(admin.put, f"/admin/v2/persistent/{ns.split('/')[0]}/nope/t")[0] == 404
+    assert status_of(admin.put, f"/admin/v2/persistent/no-such-tenant/ns/t")[0] == 404
+    assert status_of(admin.get, "/admin/v2/persistent/bad%20tenant/ns/t/stats")[0] == 412
+
+
+def test_partitioned_topics(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    full, path = _topic(ns, "p")
+    admin.put(f"{path}/partitions", 2)
+    assert status_of(admin.put, f"{path}/partitions", 2)[0] == 409
+    assert status_of(admin.put, f"/admin/v2/persistent/{ns}/q/partitions", 0)[0] == 412
+    assert status_of(admin.put, f"/admin/v2/persistent/{ns}/q/partitions", "two")[0] == 400
+    assert admin.get(f"{path}/partitions")["partitions"] == 2
+    assert admin.get(f"/admin/v2/persistent/{ns}/partitioned") == [full]
+    admin.post(f"{path}/partitions", 3)
+    assert status_of(admin.post, f"{path}/partitions", 2)[0] == 409
+    assert admin.get(f"/admin/v2/persistent/{ns}") == [f"{full}-partition-{i}" for i in range(3)]
+    producer = client.create_producer(full)
+    for i in range(9):
+        producer.send(f"m{i}".encode(), partition_key=str(i))
+    producer.close()
+    stats = admin.get(f"{path}/partitioned-stats", perPartition="true")
+    assert stats["metadata"]["partitions"] == 3
+    assert stats["msgInCounter"] == 9
+    assert sum(p["msgInCounter"] for p in stats["partitions"].values()) == 9
+    assert status_of(admin.get, f"{path}/stats")[0] == 404
+    admin.delete(f"{path}/partitions")
+    assert admin.get(f"/admin/v2/persistent/{ns}/partitioned") == []
+
+
+def test_stats_count_real_traffic(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    full, path = _topic(ns)
+    consumer = client.subscribe(full, "sub", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(full, producer_name="prod-1", batching_enabled=False)
+    for i in range(20):
+        producer.send(b"x" * 100)
+    for _ in range(5):
+        consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+    stats = wait_for(lambda: (st := admin.get(f"{path}/stats"))["subscriptions"]["sub"]["msgBacklog"] == 15 and st)
+    assert stats["msgInCounter"] == 20
+    assert stats["bytesInCounter"] >= 2000
+    assert stats["storageSize"] >= 2000
+    assert [p["producerName"] for p in stats["publishers"]] == ["prod-1"]
+    assert stats["publishers"][0]["accessMode"] == "Shared"
+    sub = stats["subscriptions"]["sub"]
+    assert sub["type"] == "Shared"
+    assert sub["msgBacklog"] == 15
+    assert sub["msgOutCounter"] == 20  # all were dispatched to the consumer's queue
+    assert len(sub["consumers"]) == 1
+    assert sub["consumers"][0]["unackedMessages"] == 15
+    assert stats["deduplicationStatus"] == "Disabled"
+    internal = admin.get(f"{path}/internalStats")
+    assert internal["numberOfEntries"] == 20
+    assert internal["entriesAddedCounter"] == 20
+    assert internal["state"] == "LedgerOpened"
+    assert set(internal["cursors"]) == {"sub"}
+    assert internal["lastConfirmedEntry"].endswith(":19")
+    last = admin.get(f"{path}/lastMessageId")
+    assert f"{last['ledgerId']}:{last['entryId']}" == internal["lastConfirmedEntry"]
+    assert status_of(admin.delete, path)[0] == 412  # clients connected
+    producer.close()
+    consumer.close()
+
+
+def test_delete_with_force_disconnects(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    full, path = _topic(ns)
+    producer = client.create_producer(full)
+    producer.send(b"a")
+    admin.delete(path, force="true")
+    assert admin.get(f"/admin/v2/persistent/{ns}") == []
+
+
+def test_lookup(admin: AdminClient, ns: str, server: Standalone) -> None:
+    _, path = _topic(ns)
+    admin.put(path)
+    data = admin.get(f"/lookup/v2/topic/persistent/{ns}/t")
+    assert data["brokerUrl"] == server.pulsar_url
+    assert data["httpUrl"] == server.addresses["web"][0]
+
+
+def test_terminate_refuses_new_messages(admin: AdminClient, ns: str, server: Standalone) -> None:
+    full, path = _topic(ns)
+    client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=2)
+    try:
+        producer = client.create_producer(full, batching_enabled=False, send_timeout_millis=2000)
+        mid = producer.send(b"last")
+        got = admin.post(f"{path}/terminate")
+        assert (got["ledgerId"], got["entryId"]) == (mid.ledger_id(), mid.entry_id())
+        with pytest.raises(pulsar.PulsarException):
+            producer.send(b"after")
+        with pytest.raises(pulsar.PulsarException):
+            client.create_producer(full)
+    finally:
+        client.close()
+    assert admin.get(f"{path}/stats")["msgInCounter"] == 1
+
+
+def test_unload_and_reconnect(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    full, path = _topic(ns)
+    producer = client.create_producer(full, batching_enabled=False)
+    consumer = client.subscribe(full, "s")
+    producer.send(b"before")
+    admin.put(f"{path}/unload")
+    producer.send(b"after")  # the client reconnects to the reloaded topic
+    got = {consumer.receive(timeout_millis=10_000).data() for _ in range(2)}
+    assert got == {b"before", b"after"}
+    assert status_of(admin.put, f"/admin/v2/persistent/{ns}/never/unload")[0] == 404
+
+
+def test_topic_level_policies(admin: AdminClient, ns: str) -> None:
+    _, path = _topic(ns)
+    admin.put(path)
+    admin.post(f"{path}/messageTTL", messageTTL=3600)
+    assert admin.get(f"{path}/messageTTL") == 3600
+    admin.post(f"{path}/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100})
+    assert admin.get(f"{path}/retention") == {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}
+    admin.post(f"/admin/v2/namespaces/{ns}/maxProducersPerTopic", 4)
+    assert admin.get(f"{path}/maxProducers") is None
+    assert admin.get(f"{path}/maxProducers", applied="true") == 4
+    admin.post(f"{path}/backlogQuota", {"limitSize": 1000, "policy": "producer_request_hold"})
+    assert admin.get(f"{path}/backlogQuotaMap")["destination_storage"]["limitSize"] == 1000
+    admin.delete(f"{path}/messageTTL")
+    assert admin.get(f"{path}/messageTTL") is None
+    assert status_of(admin.post, f"{path}/messageTTL", messageTTL="abc")[0] == 400
