@@ -1,7 +1,7 @@
 //! Add throughput of one bookie: `cargo run --release -p magnetar-bookie --example add_throughput
-//! [clients] [adds_per_client] [entry_bytes]`. Starts a bookie in a temp dir on port 0, runs the
-//! clients (each one connection, all its adds pipelined), and prints adds/s, MB/s and the
-//! number of journal group commits.
+//! [clients] [adds_per_client] [entry_bytes] [window]`. Starts a bookie in a temp dir on port 0,
+//! runs the clients (each one connection with up to `window` adds in flight, default 1000), and
+//! prints adds/s, MB/s, mean add latency and the number of journal group commits.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let clients = arg(1, 4);
     let adds = arg(2, 20_000);
     let size = usize::try_from(arg(3, 1024))?;
+    let window = usize::try_from(arg(4, 1000))?.max(1);
     let dir = tempfile::tempdir()?;
     let server = BookieServer::start(BookieConfig {
         data_dir: dir.path().to_path_buf(),
@@ -39,7 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             for e in 0..adds {
                 let (client, data) = (client.clone(), data.clone());
                 inflight.spawn(async move { client.add(c, e, e as i64 - 1, data, false).await });
-                if inflight.len() >= 1000 {
+                if inflight.len() >= window {
                     if let Some(r) = inflight.join_next().await {
                         r.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
                     }
@@ -58,9 +59,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let total = clients * adds;
     let stats = server.journal_stats();
     println!(
-        "{total} adds of {size} B in {secs:.2}s: {:.0} adds/s, {:.1} MB/s, {} group commits ({:.1} adds each)",
+        "{total} adds of {size} B in {secs:.2}s: {:.0} adds/s, {:.1} MB/s, ~{:.2} ms per add, {} group commits ({:.1} adds each)",
         total as f64 / secs,
         (total as f64 * size as f64) / secs / 1e6,
+        secs * 1000.0 * (clients as f64 * window.min(usize::try_from(adds).unwrap_or(usize::MAX)) as f64) / total as f64,
         stats.batches,
         stats.records as f64 / stats.batches.max(1) as f64
     );
