@@ -17,10 +17,10 @@ use tokio::sync::oneshot;
 
 use crate::entry::{Entry, EntryHeader};
 use crate::error::{Result, StreamError};
-use crate::managed_ledger::{entries_i64, AddResult, ManagedLedger, MlState, PROBE_EVERY};
+use crate::managed_ledger::{entries_i64, AddResult, ManagedLedger, MlState, MlStatus, PROBE_EVERY};
 use crate::position::Position;
 use crate::records::LedgerInfo;
-use crate::store::Ledger;
+use crate::store::{Ledger, LedgerStoreError};
 
 /// Most entries one drain round takes from the queue.
 pub const MAX_ROUND_ENTRIES: usize = 10_000;
@@ -261,6 +261,12 @@ impl ManagedLedger {
                         self.confirm(lid, &chunk[..acked], &ids, &mut done);
                     }
                     log::warn!("managed ledger {}: ledger {lid} failed after {acked} of {chunk_len} entries: {err}", self.name);
+                    if matches!(err, StreamError::Ledger(LedgerStoreError::Fenced(_))) {
+                        // Another owner recovered our ledger: it owns the topic now. Rolling
+                        // over would race it for the managed ledger's record, so stop here.
+                        self.state.lock().status = MlStatus::Fenced;
+                        return (done, Some(StreamError::Fenced(self.name.clone())));
+                    }
                     self.abandon_current(handle).await;
                     if retried {
                         return (done, Some(err));

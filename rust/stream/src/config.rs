@@ -72,6 +72,10 @@ pub struct ManagedLedgerConfig {
     /// `managedLedgerDefaultMarkDeleteRateLimit`: cursor state is written to the metadata
     /// store at most this many times per second (0 = on every change).
     pub mark_delete_rate_per_sec: f64,
+    /// `managedLedgerMaxUnackedRangesToPersist`: at most this many individually deleted
+    /// ranges are written with a cursor's state (the oldest ones); acknowledgements beyond
+    /// them are kept in memory only and, after a crash, delivered again.
+    pub max_unacked_ranges_to_persist: usize,
     /// Bytes of recently added entries kept in memory so tailing readers avoid the bookies
     /// (`managedLedgerCacheSizeMB`, per ledger here). 0 disables the cache.
     pub cache_size_bytes: usize,
@@ -94,6 +98,7 @@ impl Default for ManagedLedgerConfig {
             retention_time: Some(Duration::ZERO),
             retention_size_mb: 0,
             mark_delete_rate_per_sec: 1.0,
+            max_unacked_ranges_to_persist: 10_000,
             cache_size_bytes: 16 << 20,
             ledger_metadata: Default::default(),
             clock: Arc::new(SystemClock),
@@ -114,6 +119,7 @@ impl std::fmt::Debug for ManagedLedgerConfig {
             .field("retention_time", &self.retention_time)
             .field("retention_size_mb", &self.retention_size_mb)
             .field("mark_delete_rate_per_sec", &self.mark_delete_rate_per_sec)
+            .field("max_unacked_ranges_to_persist", &self.max_unacked_ranges_to_persist)
             .field("cache_size_bytes", &self.cache_size_bytes)
             .finish_non_exhaustive()
     }

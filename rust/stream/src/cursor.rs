@@ -130,7 +130,7 @@ impl Cursor {
         };
         let read = ml.next_valid_position(md);
         let c = Cursor::build(ml, name.to_string(), true, md, read, None);
-        let rec = c.record(ml.config.clock.now_ms());
+        let rec = c.record(ml.config.clock.now_ms(), ml.config.max_unacked_ranges_to_persist);
         let json = to_json(&rec)?;
         let path = cursor_path(&ml.name, name);
         let version = match meta_call(&ml.meta, move |m| m.put(&path, &json, Some(-1))).await {
@@ -150,11 +150,13 @@ impl Cursor {
         Cursor::build(ml, name, false, md, read, None)
     }
 
-    fn record(&self, now_ms: u64) -> CursorRecord {
+    fn record(&self, now_ms: u64, max_ranges: usize) -> CursorRecord {
         let st = self.state.lock();
+        let mut ranges = st.deleted.ranges();
+        ranges.truncate(max_ranges);
         CursorRecord {
             mark_delete: st.mark_delete,
-            individually_deleted: st.deleted.ranges(),
+            individually_deleted: ranges,
             properties: st.properties.clone(),
             last_active: now_ms,
         }
@@ -410,7 +412,7 @@ impl Cursor {
         }
         let mut version = self.persist.lock().await;
         let (json, generation) = {
-            let rec = self.record(ml.config.clock.now_ms());
+            let rec = self.record(ml.config.clock.now_ms(), ml.config.max_unacked_ranges_to_persist);
             let st = self.state.lock();
             if st.closed || st.generation == st.persisted_generation {
                 return Ok(());

@@ -189,6 +189,7 @@ pub struct ManagedLedger {
     pub(crate) queue: Mutex<AddQueue>,
     pub(crate) record_lock: tokio::sync::Mutex<()>,
     pub(crate) trim_lock: tokio::sync::Mutex<()>,
+    cursor_create_lock: tokio::sync::Mutex<()>,
     pub(crate) trim_scheduled: std::sync::atomic::AtomicBool,
     pub(crate) writer_idle: tokio::sync::Notify,
     pub(crate) new_entries: watch::Sender<u64>,
@@ -254,6 +255,7 @@ impl ManagedLedger {
             queue: Mutex::new(AddQueue { pending: VecDeque::new(), running: false }),
             record_lock: tokio::sync::Mutex::new(()),
             trim_lock: tokio::sync::Mutex::new(()),
+            cursor_create_lock: tokio::sync::Mutex::new(()),
             trim_scheduled: std::sync::atomic::AtomicBool::new(false),
             writer_idle: tokio::sync::Notify::new(),
             new_entries: tx,
@@ -533,6 +535,7 @@ impl ManagedLedger {
     /// `Earliest` nothing is acknowledged, with `Latest` everything written so far is.
     pub async fn open_cursor(&self, name: &str, initial: InitialPosition) -> Result<Arc<Cursor>> {
         self.check_open()?;
+        let _creating = self.cursor_create_lock.lock().await;
         if let Some(c) = self.cursors.lock().get(name) {
             return Ok(c.clone());
         }

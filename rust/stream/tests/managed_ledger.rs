@@ -578,6 +578,44 @@ async fn individual_ack_of_a_position_that_does_not_exist_is_refused() {
     assert_eq!(c.number_of_entries_in_backlog(), 5);
 }
 
+#[tokio::test]
+async fn concurrent_open_cursor_gives_one_cursor() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/open-race", env.config(10)).await.unwrap();
+    let (a, b) = tokio::join!(
+        ml.open_cursor("same", InitialPosition::Earliest),
+        ml.open_cursor("same", InitialPosition::Latest)
+    );
+    assert!(Arc::ptr_eq(&a.unwrap(), &b.unwrap()));
+    assert_eq!(ml.cursors().len(), 1);
+}
+
+#[tokio::test]
+async fn only_the_oldest_ranges_are_persisted_beyond_the_limit() {
+    let env = Env::new();
+    let cfg = ManagedLedgerConfig { max_unacked_ranges_to_persist: 2, ..env.config(100) };
+    let added;
+    {
+        let f = env.factory();
+        let ml = f.open("t/ranges", cfg.clone()).await.unwrap();
+        let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+        added = ml.add_entries(payloads(0..8)).await.unwrap();
+        c.delete(&[added[1].position, added[3].position, added[5].position]).await.unwrap();
+        assert_eq!(c.individually_deleted_ranges().len(), 3);
+        ml.close().await.unwrap();
+    }
+    let f = env.factory();
+    let ml = f.open("t/ranges", cfg).await.unwrap();
+    let c = ml.cursor("s").unwrap();
+    assert_eq!(
+        c.individually_deleted_ranges(),
+        vec![(added[1].position, added[1].position), (added[3].position, added[3].position)]
+    );
+    // The acknowledgement that did not fit is delivered again, never lost.
+    assert_eq!(c.number_of_entries_in_backlog(), 6);
+}
+
 mod prop {
     use super::*;
     use proptest::prelude::*;
