@@ -9,6 +9,17 @@
 //! - [`server`] — [`BookieServer`], serving ADD / READ / READ_LAC / DELETE_LEDGER over TCP;
 //! - [`client`] — [`BookieClient`], one multiplexed connection to a bookie.
 //!
+//! The `magnetar-bookie` binary runs one bookie as its own process.
+//!
+//! # Durability
+//!
+//! An add is acknowledged only once its journal record is written and (with
+//! `journalSyncData`) fdatasynced, sharing that write with every add queued alongside it.
+//! Ledger storage is flushed at checkpoints, after which the journal before the checkpoint is
+//! deleted; a restart replays the journal from the last checkpoint into storage. A data
+//! directory holds `LOCK` (one bookie at a time), `journal/<seq>.log` with `journal/LASTMARK`,
+//! and `ledgers/<ledger>.log` with `ledgers/CHECKPOINT`.
+//!
 //! ```
 //! use std::time::Duration;
 //! use bytes::Bytes;
