@@ -69,20 +69,29 @@ pub(crate) async fn recover(
         0
     };
     // Probes read where the writer wrote (the fenced fragments); re-adds go to `current`,
-    // which gains a fragment whenever a bookie fails during recovery.
-    let original = meta.clone();
+    // which gains a fragment whenever a bookie fails during recovery. Entries are probed
+    // and re-added a window at a time, so that bookies group-commit the re-adds.
+    let original = Arc::new(meta.clone());
     let mut current = (meta, version);
     let mut last = lac;
     let mut next = u64::try_from(lac + 1).unwrap_or(0);
     loop {
-        match probe(bk, id, &original, next).await? {
-            Probe::Missing => break,
-            Probe::Found(framed, decoded) => {
-                current = replicate(bk, id, current, next, last, framed).await?;
-                last = i64::try_from(next).unwrap_or(i64::MAX);
-                length = decoded.length;
-                next += 1;
+        let (found, reached_end) = probe_window(bk, id, &original, next).await?;
+        let copied = copy_window(bk, id, &current.0, &found, last).await?;
+        // From the first entry that missed its ack quorum on, entries go one by one: a
+        // bookie replaced for it changes where every later entry belongs.
+        let mut one_by_one = false;
+        for (i, (entry, framed, decoded)) in found.into_iter().enumerate() {
+            one_by_one |= !copied.get(i).copied().unwrap_or(false);
+            if one_by_one {
+                current = replicate(bk, id, current, entry, last, framed).await?;
             }
+            last = i64::try_from(entry).unwrap_or(i64::MAX);
+            length = decoded.length;
+            next = entry + 1;
+        }
+        if reached_end {
+            break;
         }
     }
     log::info!("ledger {id}: recovered, last entry {last}, length {length}");
@@ -99,6 +108,70 @@ pub(crate) async fn recover(
         })
         .await?;
     Ok(LedgerHandle::reader(Arc::clone(bk), runtime, id, meta, version, None))
+}
+
+/// Entries probed (and re-added) concurrently during recovery.
+const RECOVERY_WINDOW: u64 = 64;
+
+/// An entry found by recovery: its id, stored frame and decoded header.
+type Found = (u64, Bytes, DecodedEntry);
+
+/// Probe `RECOVERY_WINDOW` entries from `first` at once. Returns the entries found before
+/// the first missing one, and whether a missing one was met.
+async fn probe_window(
+    bk: &Arc<BkInner>,
+    id: u64,
+    meta: &Arc<LedgerMetadata>,
+    first: u64,
+) -> Result<(Vec<Found>, bool)> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for entry in first..first.saturating_add(RECOVERY_WINDOW) {
+        let (bk, meta) = (Arc::clone(bk), Arc::clone(meta));
+        tasks.spawn(async move { (entry, probe(&bk, id, &meta, entry).await) });
+    }
+    let mut results = std::collections::BTreeMap::new();
+    while let Some(joined) = tasks.join_next().await {
+        let (entry, result) = joined.map_err(|e| LedgerError::Runtime(e.to_string()))?;
+        results.insert(entry, result);
+    }
+    let mut found = Vec::new();
+    for (entry, result) in results {
+        match result? {
+            Probe::Found(framed, decoded) => found.push((entry, framed, decoded)),
+            Probe::Missing => return Ok((found, true)),
+        }
+    }
+    Ok((found, false))
+}
+
+/// Re-add the `found` entries to their write sets in `meta`, all at once; tells for each
+/// whether an ack quorum stored it (the others go through [`replicate`]).
+async fn copy_window(
+    bk: &Arc<BkInner>,
+    id: u64,
+    meta: &LedgerMetadata,
+    found: &[Found],
+    lac: i64,
+) -> Result<Vec<bool>> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, (entry, framed, _)) in found.iter().enumerate() {
+        let ensemble = meta.ensemble_for(*entry);
+        for slot in write_set(*entry, ensemble.len(), meta.write_quorum_size) {
+            let Some(addr) = ensemble.get(slot).cloned() else { continue };
+            let (bk, framed, entry) = (Arc::clone(bk), framed.clone(), *entry);
+            tasks.spawn(async move { (i, bk.transport.add(&addr, id, entry, lac, framed, true).await.is_ok()) });
+        }
+    }
+    let mut acks = vec![0usize; found.len()];
+    while let Some(joined) = tasks.join_next().await {
+        let (i, ok) = joined.map_err(|e| LedgerError::Runtime(e.to_string()))?;
+        if ok {
+            if let Some(a) = acks.get_mut(i) {
+                *a += 1;
+            }
+        }
+    }
+    Ok(acks.into_iter().map(|a| a >= meta.ack_quorum_size).collect())
 }
 
 /// Fence the last fragment and return the highest last add confirmed it reports.

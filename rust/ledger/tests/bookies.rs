@@ -440,3 +440,36 @@ async fn concurrent_recoveries_agree() {
     assert_eq!(ra.read_entries(0, 39).await.unwrap(), expected(0..40));
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_of_a_long_unconfirmed_tail() {
+    let cluster = Cluster::start(3).await;
+    let bk = cluster.client();
+    let writer = bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
+    let id = writer.id();
+    // A writer that died with 300 entries stored but no LAC ever reported to a bookie.
+    let ensemble = writer.metadata().current_ensemble().to_vec();
+    let mut clients = Vec::new();
+    for addr in &ensemble {
+        clients.push(BookieClient::connect(addr, TIMEOUT).await.unwrap());
+    }
+    let mut length = 0;
+    let mut adds = tokio::task::JoinSet::new();
+    for e in 0u64..300 {
+        let data = payload(e);
+        length += data.len() as u64;
+        let framed = entry::encode(id, e, length, &data);
+        for slot in write_set(e, 3, 2) {
+            let (client, framed) = (clients[slot].clone(), framed.clone());
+            adds.spawn(async move { client.add(id, e, -1, framed, false).await });
+        }
+    }
+    while let Some(r) = adds.join_next().await {
+        r.unwrap().unwrap();
+    }
+    let reader = bounded("recovery", cluster.client().open_ledger(id, true)).await.unwrap();
+    let meta = reader.metadata();
+    assert_eq!((meta.last_entry_id, meta.length), (299, length));
+    assert_eq!(reader.read_entries(0, 299).await.unwrap(), expected(0..300));
+    cluster.shutdown().await;
+}
