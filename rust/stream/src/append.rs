@@ -3,10 +3,13 @@
 //! `add_entries` queues a request and, if no drain task runs, spawns one. The drain task
 //! takes everything queued (up to [`MAX_ROUND_ENTRIES`]), assigns each entry its broker
 //! metadata in queue order, and writes the round to the current ledger, splitting it where
-//! the ledger fills up and rolling over in between. If the ledger fails (fenced, not enough
-//! bookies), the ledger is sealed at what it confirmed, a new ledger is created and the
-//! unconfirmed rest of the round is written again, once; a second failure fails the rest
-//! of the round and the indexes it would have taken are reused by the next round.
+//! the ledger fills up and rolling over in between. If the ledger fails (not enough
+//! bookies, a bookie error), the ledger is sealed at what it confirmed, a new ledger is
+//! created and the unconfirmed rest of the round is written again, once; a second failure
+//! fails the rest of the round and the indexes it would have taken are reused by the next
+//! round. A *fenced* ledger is different: another owner has recovered it and owns the
+//! topic now, so the managed ledger becomes fenced and writes nothing more (creating a
+//! ledger would race the new owner for the record).
 //! Because the drain task is spawned, a caller that stops waiting does not stop the write.
 
 use std::collections::{BTreeMap, VecDeque};

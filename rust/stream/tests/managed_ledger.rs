@@ -422,18 +422,35 @@ async fn failed_ledger_is_replaced_and_adds_retried() {
     let second = ml.add_entries(payloads(3..6)).await.unwrap();
     assert_ne!(second[0].position.ledger_id, before, "written to a new ledger");
     assert_eq!(second[0].index, 3);
-    // Fenced by another owner's recovery: also replaced.
-    env.store.fence(second[0].position.ledger_id);
-    let third = ml.add_entries(payloads(6..7)).await.unwrap();
-    assert_ne!(third[0].position.ledger_id, second[0].position.ledger_id);
     let all = ml.read_entries(first[0].position, 100).await.unwrap();
-    assert_eq!(all.iter().map(|e| e.index).collect::<Vec<_>>(), (0..7).collect::<Vec<u64>>());
+    assert_eq!(all.iter().map(|e| e.index).collect::<Vec<_>>(), (0..6).collect::<Vec<u64>>());
     // Two failures in a row: the error is returned, and the index is reused afterwards.
     env.store.fail_next_adds(2);
-    let err = ml.add_entries(payloads(7..8)).await.unwrap_err();
+    let err = ml.add_entries(payloads(6..7)).await.unwrap_err();
     assert!(matches!(err, StreamError::Ledger(_)), "{err}");
-    let after = ml.add_entries(payloads(8..9)).await.unwrap();
-    assert_eq!(after[0].index, 7);
+    let after = ml.add_entries(payloads(7..8)).await.unwrap();
+    assert_eq!(after[0].index, 6);
+}
+
+#[tokio::test]
+async fn a_fenced_ledger_fences_the_managed_ledger() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/fenced", env.config(100)).await.unwrap();
+    let first = ml.add_entries(payloads(0..3)).await.unwrap();
+    // Another owner's recovery fences the ledger: that owner has the topic now, so this
+    // instance stops writing instead of racing it with a new ledger.
+    env.store.fence(first[0].position.ledger_id);
+    assert!(matches!(ml.add_entries(payloads(3..4)).await, Err(StreamError::Fenced(_))));
+    assert_eq!(ml.status(), magnetar_stream::MlStatus::Fenced);
+    assert!(matches!(ml.add_entries(payloads(3..4)).await, Err(StreamError::Fenced(_))));
+    assert_eq!(env.store.ledger_ids().len(), 1, "no new ledger was created");
+    // What was written stays readable; closing does not touch the record.
+    assert_eq!(ml.read_entries(first[0].position, 10).await.unwrap().len(), 3);
+    let (_, version_before) = env.meta.get("/managed-ledgers/t/fenced").unwrap().unwrap();
+    ml.close().await.unwrap_or(());
+    let (_, version_after) = env.meta.get("/managed-ledgers/t/fenced").unwrap().unwrap();
+    assert_eq!(version_before, version_after);
 }
 
 #[tokio::test]
