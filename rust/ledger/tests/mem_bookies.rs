@@ -342,3 +342,22 @@ async fn oversized_entry_is_refused_without_breaking_the_writer() {
     assert!(matches!(lh.add_entries(batch).await, Err(LedgerError::InvalidArgument(_))));
     assert_eq!(lh.add_entry(payload(0)).await.unwrap(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_adds_from_a_plain_thread_keep_call_order() {
+    let c = cluster(3);
+    let lh = c.bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
+    let runtime = tokio::runtime::Handle::current();
+    let writer = lh.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        // No runtime context on this thread: ids are assigned at call time, completions
+        // awaited later.
+        let futures: Vec<_> = (0..50).map(|i| writer.add_entry_pipelined(payload(i))).collect();
+        let ids: Vec<u64> = futures.into_iter().map(|f| runtime.block_on(f).unwrap()).collect();
+        let _ = tx.send(ids);
+    });
+    let ids = rx.await.unwrap();
+    assert_eq!(ids, (0..50).collect::<Vec<u64>>());
+    assert_eq!(lh.read_entries(0, 49).await.unwrap(), (0..50).map(|i| (i as u64, payload(i))).collect::<Vec<_>>());
+}
