@@ -352,7 +352,7 @@ async fn unresponsive_bookie_times_out_and_is_replaced() {
     cluster.store.delete(&format!("/ledgers/available/{spare}"), None).unwrap();
     let (hole, hole_task) = black_hole().await;
     cluster.store.put(&format!("/ledgers/available/{hole}"), b"", None).unwrap();
-    let config = ClientConfig { request_timeout: Duration::from_secs(1), ..ClientConfig::default() };
+    let config = ClientConfig { request_timeout: Duration::from_secs(2), ..ClientConfig::default() };
     let bk = BookKeeper::new(cluster.store.clone(), config);
     let lh = bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
     let placed = lh.metadata().current_ensemble().to_vec();
