@@ -8,6 +8,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ class Standalone:
         self.addresses: dict[str, list[str]] = {}
         self.output: list[str] = []
         self.startup_seconds = 0.0
+        self._drainer: threading.Thread | None = None
 
     @property
     def pulsar_url(self) -> str:
@@ -65,14 +67,14 @@ class Standalone:
         raise RuntimeError("standalone did not start:\n" + "\n".join(self.output) + buf.decode(errors="replace"))
 
     def _drain_in_background(self) -> None:
-        import threading
-
         def drain() -> None:
             assert self.proc is not None and self.proc.stdout is not None
-            for line in self.proc.stdout:
-                self.output.append(line.decode(errors="replace").rstrip("\n"))
+            with self.proc.stdout as out:
+                for line in out:
+                    self.output.append(line.decode(errors="replace").rstrip("\n"))
 
-        threading.Thread(target=drain, daemon=True).start()
+        self._drainer = threading.Thread(target=drain, daemon=True)
+        self._drainer.start()
 
     def stop(self) -> int:
         """SIGINT, as Ctrl-C: a clean shutdown. Returns the exit code."""
@@ -86,13 +88,20 @@ class Standalone:
             self.proc.wait()
             raise RuntimeError("standalone did not stop on SIGINT:\n" + "\n".join(self.output[-50:]))
         finally:
-            self.proc = None
+            self._close_pipe()
 
     def kill(self) -> None:
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
-            self.proc = None
+            self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        if self.proc is not None and self.proc.stdout is not None and self._drainer is None:
+            self.proc.stdout.close()
+        if self._drainer is not None:
+            self._drainer.join(10)
+        self.proc = None
 
     def __enter__(self) -> Standalone:
         return self.start()

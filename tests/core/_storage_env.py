@@ -36,7 +36,12 @@ class StorageEnv:
 
     def add_bookie(self, index: int | None = None) -> Any:
         i = len(self.bookies) if index is None else index
-        bookie = _native.BookieServer(str(self.root / f"bookie-{i}"), "127.0.0.1", 0)
+        # A bookie is known by its address: a restarted bookie comes back on its old port.
+        data = self.root / f"bookie-{i}"
+        port_file = data / "port"
+        port = int(port_file.read_text()) if port_file.exists() else 0
+        bookie = _native.BookieServer(str(data), "127.0.0.1", port)
+        port_file.write_text(bookie.address.rsplit(":", 1)[1])
         self.metadata.put(f"{AVAILABLE}/{bookie.address}", b"{}")
         self.bookies.append(bookie)
         return bookie

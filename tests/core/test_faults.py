@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import signal
 import socket
 import subprocess
@@ -37,14 +36,16 @@ class Proc:
         self._cond = threading.Condition()
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            with self._cond:
-                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
-                self._cond.notify_all()
+        with self.proc.stdout as out:
+            for raw in out:
+                with self._cond:
+                    self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+                    self._cond.notify_all()
 
     def wait_for(self, predicate, timeout: float = WAIT) -> None:
         deadline = time.monotonic() + timeout
@@ -63,6 +64,7 @@ class Proc:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(WAIT)
+        self._reader.join(WAIT)
 
 
 def start_bookie(data: Path, port: int, metadata_url: str) -> Proc:
@@ -154,6 +156,7 @@ async def test_kill_writer_then_recover_and_fence(tmp_path):
         data = await read_everything(tmp_path, url, name, config)
         assert_all_acked_present(acked, data)
         assert len(data) >= len(acked)
+        before = data
         # A live writer is fenced out when another owner opens the managed ledger.
         second = start_writer(url, name, config, 10**6)
         second.wait_for(lambda lines: sum(x.startswith("acked") for x in lines) >= 100)
@@ -163,7 +166,9 @@ async def test_kill_writer_then_recover_and_fence(tmp_path):
         time.sleep(0.5)
         assert len(second.acked()) == fenced_at, "a fenced writer kept acknowledging adds"
         second.kill()
-        assert_all_acked_present(second.acked(), await read_everything(tmp_path, url, name, config))
+        final = await read_everything(tmp_path, url, name, config)
+        assert final[:len(before)] == before
+        assert_all_acked_present(second.acked(), final[len(before):])
     finally:
         for b in bookies:
             b.kill()

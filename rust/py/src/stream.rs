@@ -271,11 +271,20 @@ impl PyManagedLedger {
     }
 }
 
+fn complete_unit(completer: &Completer, token: u64, result: Result<(), StreamError>) {
+    completer.complete(token, Box::new(move |py| match result {
+        Ok(()) => Ok(py.None()),
+        Err(e) => Err(stream_err(e)),
+    }));
+}
+
 enum Ack {
     Cumulative(Position),
     Individual(Vec<Position>),
     /// Persist now, after every acknowledgement queued before it; then complete `token`.
     Flush(Completer, u64),
+    /// Move mark-delete and read position before `Position`, after the queued acks.
+    Reset(Position, Completer, u64),
 }
 
 #[pyclass(module = "core._native", name = "Cursor")]
@@ -295,11 +304,11 @@ impl PyCursor {
                     Ack::Cumulative(p) => ("mark-delete", c.mark_delete(p).await),
                     Ack::Individual(ps) => ("delete", c.delete(&ps).await),
                     Ack::Flush(completer, token) => {
-                        let result = c.flush().await;
-                        completer.complete(token, Box::new(move |py| match result {
-                            Ok(()) => Ok(py.None()),
-                            Err(e) => Err(stream_err(e)),
-                        }));
+                        complete_unit(&completer, token, c.flush().await);
+                        continue;
+                    }
+                    Ack::Reset(p, completer, token) => {
+                        complete_unit(&completer, token, c.reset_cursor(p).await);
                         continue;
                     }
                 };
@@ -348,8 +357,7 @@ impl PyCursor {
     }
 
     fn reset(&self, queue: &CompletionQueue, token: u64, ledger_id: u64, entry_id: i64) {
-        let c = self.cursor.clone();
-        spawn(queue, token, async move { c.reset_cursor(Position::new(ledger_id, entry_id)).await }, none);
+        let _ = self.acks.send(Ack::Reset(Position::new(ledger_id, entry_id), queue.completer(), token));
     }
 
     fn mark_delete_position(&self) -> (u64, i64) {

@@ -330,7 +330,9 @@ impl ManagedLedger {
         }
         st.entries_added += chunk.len() as u64;
         drop(st);
-        self.new_entries.send_modify(|v| *v += chunk.len() as u64);
+        if let Some(tx) = self.new_entries.lock().as_ref() {
+            tx.send_modify(|v| *v += chunk.len() as u64);
+        }
     }
 
     fn is_full(&self, st: &MlState, now: u64) -> bool {

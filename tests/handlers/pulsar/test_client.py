@@ -73,7 +73,7 @@ def test_shared_subscription_splits_messages_once(client, unique, batching):
     c1 = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=10)
     c2 = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=10)
     c3 = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=10)
-    producer = client.create_producer(topic, batching_enabled=batching)
+    producer = client.create_producer(topic, batching_enabled=batching, batching_max_messages=10)
     for i in range(300):
         producer.send_async(str(i).encode(), None)
     producer.flush()
@@ -222,11 +222,11 @@ def test_negative_ack_redelivers_with_count_and_dead_letter_policy(client, uniqu
 def test_ack_timeout_redelivers(client, unique):
     topic = f"acktimeout-{unique}"
     consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
-                                unacked_messages_timeout_ms=1000)
+                                unacked_messages_timeout_ms=10_000)
     producer = client.create_producer(topic, batching_enabled=False)
     producer.send(b"x")
     first = consumer.receive(timeout_millis=RECEIVE_MS)
-    again = consumer.receive(timeout_millis=RECEIVE_MS)
+    again = consumer.receive(timeout_millis=3 * RECEIVE_MS)
     assert again.data() == b"x" and again.message_id() == first.message_id()
     assert again.redelivery_count() >= 1
 

@@ -1,0 +1,171 @@
+"""Append throughput and latency of the native storage core, beside this disk's limits.
+
+Measured in one run, on the same filesystem:
+- the machine's limits: a raw ``write + fdatasync`` loop (ops/s and latency) and sequential
+  fsynced write bandwidth (1 MiB blocks);
+- managed-ledger appends from trio through ``core._native`` (journal fsync on): entries/s,
+  MB/s, and p50/p99 add latency at half of the measured peak rate, for 100 B and 1 KiB
+  entries, with 1 bookie and with 3 bookies (E=3, Qw=2, Qa=2).
+Every loop is bounded in count and in time.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from tests.core._storage_env import ml_config, storage_env
+
+RAW_FSYNC_OPS = 2000
+RAW_SEQ_BYTES = 256 << 20
+APPEND_SECONDS = 8.0
+APPEND_BATCH = 500
+IN_FLIGHT = 8
+LATENCY_SECONDS = 5.0
+
+
+def _percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * p))]
+
+
+def raw_fsync(directory: Path, size: int = 1024) -> dict[str, float]:
+    path = directory / "raw-fsync.bin"
+    block = os.urandom(size)
+    lat = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        deadline = time.monotonic() + 10
+        for _ in range(RAW_FSYNC_OPS):
+            t = time.perf_counter()
+            os.write(fd, block)
+            os.fdatasync(fd)
+            lat.append(time.perf_counter() - t)
+            if time.monotonic() > deadline:
+                break
+    finally:
+        os.close(fd)
+        path.unlink()
+    return {"ops_per_s": len(lat) / sum(lat), "p50_us": _percentile(lat, 0.5) * 1e6,
+            "p99_us": _percentile(lat, 0.99) * 1e6}
+
+
+def raw_sequential(directory: Path) -> dict[str, float]:
+    path = directory / "raw-seq.bin"
+    block = os.urandom(1 << 20)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    written = 0
+    t = time.perf_counter()
+    try:
+        deadline = time.monotonic() + 10
+        while written < RAW_SEQ_BYTES and time.monotonic() < deadline:
+            os.write(fd, block)
+            os.fdatasync(fd)
+            written += len(block)
+    finally:
+        elapsed = time.perf_counter() - t
+        os.close(fd)
+        path.unlink()
+    return {"mb_per_s": written / elapsed / 1e6}
+
+
+async def _peak(ml: Any, size: int) -> dict[str, float]:
+    payload = os.urandom(size)
+    batch = [payload] * APPEND_BATCH
+    counts = [1] * APPEND_BATCH
+    done = 0
+    t0 = time.perf_counter()
+    deadline = t0 + APPEND_SECONDS
+
+    async def worker() -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            await ml.add_entries(batch, counts)
+            done += APPEND_BATCH
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(IN_FLIGHT):
+            nursery.start_soon(worker)
+    elapsed = time.perf_counter() - t0
+    return {"entries_per_s": done / elapsed, "mb_per_s": done * size / elapsed / 1e6}
+
+
+async def _latency_at(ml: Any, size: int, rate: float) -> dict[str, float]:
+    """Add single entries paced at `rate` per second; per-add latency percentiles."""
+    payload = os.urandom(size)
+    lat: list[float] = []
+    interval = 1.0 / rate
+    # Pace in ticks of at least 1 ms: each tick starts the adds that are due.
+    tick = max(interval, 0.001)
+    per_tick = max(1, round(tick / interval))
+    end = trio.current_time() + LATENCY_SECONDS
+
+    async def one() -> None:
+        t = time.perf_counter()
+        await ml.add_entries([payload], [1])
+        lat.append(time.perf_counter() - t)
+
+    async with trio.open_nursery() as nursery:
+        next_at = trio.current_time()
+        while next_at < end:
+            for _ in range(per_tick):
+                nursery.start_soon(one)
+            next_at += tick
+            await trio.sleep_until(next_at)
+    return {"p50_us": _percentile(lat, 0.5) * 1e6, "p99_us": _percentile(lat, 0.99) * 1e6,
+            "adds": float(len(lat)), "rate": rate}
+
+
+async def _append_case(root: Path, bookies: int, size: int) -> dict[str, float]:
+    quorum = {"ensemble_size": 3, "write_quorum": 2, "ack_quorum": 2} if bookies == 3 else {}
+    async with storage_env(root, bookies=bookies) as env:
+        ml = await env.storage.open(f"bench/ns/persistent/append-{bookies}-{size}",
+                                    ml_config(max_entries_per_ledger=10_000_000, **quorum))
+        peak = await _peak(ml, size)
+        lat = await _latency_at(ml, size, peak["entries_per_s"] / 2)
+        await ml.close()
+    return {**peak, "half_rate": lat["rate"], "p50_us": lat["p50_us"], "p99_us": lat["p99_us"]}
+
+
+def run() -> dict[str, Any]:
+    base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "."))
+    base.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base, prefix="bench-storage-") as tmp:
+        root = Path(tmp)
+        fsync = raw_fsync(root)
+        seq = raw_sequential(root)
+        cases = {}
+        for bookies in (1, 3):
+            for size in (100, 1024):
+                case_root = root / f"b{bookies}-{size}"
+                case_root.mkdir()
+                cases[(bookies, size)] = trio.run(_append_case, case_root, bookies, size)
+    print("\nStorage: managed-ledger appends (journal fsync on) beside this disk's limits")
+    print(f"  raw write+fdatasync (1 KiB): {fsync['ops_per_s']:,.0f} ops/s, "
+          f"p50 {fsync['p50_us']:.0f} us, p99 {fsync['p99_us']:.0f} us")
+    print(f"  raw sequential fsynced write (1 MiB blocks): {seq['mb_per_s']:,.0f} MB/s")
+    print(f"  {'case':<22}{'entries/s':>12}{'MB/s':>9}{'p50 us':>9}{'p99 us':>9}  ratios")
+    for (bookies, size), c in cases.items():
+        label = f"{bookies} bookie{'s' if bookies > 1 else ''}, {size} B"
+        ratios = [f"p99 {c['p99_us'] / fsync['p50_us']:.1f}x fsync"]
+        if size == 1024 and bookies == 1:
+            ratios.insert(0, f"{c['mb_per_s'] / seq['mb_per_s'] * 100:.0f}% of seq bw")
+        if bookies == 3:
+            ratios.insert(0, f"{c['entries_per_s'] / cases[(1, size)]['entries_per_s'] * 100:.0f}% of 1 bookie")
+        print(f"  {label:<22}{c['entries_per_s']:>12,.0f}{c['mb_per_s']:>9,.1f}"
+              f"{c['p50_us']:>9,.0f}{c['p99_us']:>9,.0f}  {', '.join(ratios)}")
+    return {"raw_fsync": fsync, "raw_sequential": seq,
+            "append": {f"{b}x{s}": v for (b, s), v in cases.items()},
+            "median_fsync_us": statistics.median([fsync["p50_us"]])}
+
+
+if __name__ == "__main__":
+    run()
