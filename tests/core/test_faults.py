@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import trio
 
 from tests.core._storage_env import ml_config, storage_env
 
@@ -114,7 +115,7 @@ def assert_all_acked_present(acked: list[int], data: list[bytes]) -> None:
     assert not missing, f"{len(missing)} acknowledged entries lost, e.g. {sorted(missing)[:5]}"
 
 
-async def test_kill_one_bookie_during_adds(tmp_path):
+def test_kill_one_bookie_during_adds(tmp_path):
     url = f"sqlite:{tmp_path / 'meta.db'}"
     ports = [free_port() for _ in range(4)]
     bookies = [start_bookie(tmp_path / f"b{i}", ports[i], url) for i in range(4)]
@@ -134,7 +135,7 @@ async def test_kill_one_bookie_during_adds(tmp_path):
         assert len(acked) == 1500
         writer.kill()
         assert victim not in ledger_ensemble(url, ledger)
-        data = await read_everything(tmp_path, url, "t/ns/persistent/kill-bookie", config)
+        data = trio.run(read_everything, tmp_path, url, "t/ns/persistent/kill-bookie", config)
         assert_all_acked_present(acked, data)
     finally:
         writer.kill()
@@ -142,7 +143,7 @@ async def test_kill_one_bookie_during_adds(tmp_path):
             b.kill()
 
 
-async def test_kill_writer_then_recover_and_fence(tmp_path):
+def test_kill_writer_then_recover_and_fence(tmp_path):
     url = f"sqlite:{tmp_path / 'meta.db'}"
     ports = [free_port() for _ in range(3)]
     bookies = [start_bookie(tmp_path / f"b{i}", ports[i], url) for i in range(3)]
@@ -153,20 +154,20 @@ async def test_kill_writer_then_recover_and_fence(tmp_path):
         first.wait_for(lambda lines: sum(x.startswith("acked") for x in lines) >= 300)
         first.kill()
         acked = first.acked()
-        data = await read_everything(tmp_path, url, name, config)
+        data = trio.run(read_everything, tmp_path, url, name, config)
         assert_all_acked_present(acked, data)
         assert len(data) >= len(acked)
         before = data
         # A live writer is fenced out when another owner opens the managed ledger.
         second = start_writer(url, name, config, 10**6)
         second.wait_for(lambda lines: sum(x.startswith("acked") for x in lines) >= 100)
-        data = await read_everything(tmp_path, url, name, config)
+        data = trio.run(read_everything, tmp_path, url, name, config)
         second.wait_for(lambda lines: any(x.startswith("error") for x in lines))
         fenced_at = len(second.acked())
         time.sleep(0.5)
         assert len(second.acked()) == fenced_at, "a fenced writer kept acknowledging adds"
         second.kill()
-        final = await read_everything(tmp_path, url, name, config)
+        final = trio.run(read_everything, tmp_path, url, name, config)
         assert final[:len(before)] == before
         assert_all_acked_present(second.acked(), final[len(before):])
     finally:
@@ -174,7 +175,7 @@ async def test_kill_writer_then_recover_and_fence(tmp_path):
             b.kill()
 
 
-async def test_restarted_bookie_replays_its_journal(tmp_path):
+def test_restarted_bookie_replays_its_journal(tmp_path):
     url = f"sqlite:{tmp_path / 'meta.db'}"
     port = free_port()
     bookie = start_bookie(tmp_path / "b0", port, url)
@@ -186,7 +187,7 @@ async def test_restarted_bookie_replays_its_journal(tmp_path):
         bookie.kill()
         writer.kill()
         bookie = start_bookie(tmp_path / "b0", port, url)
-        data = await read_everything(tmp_path, url, name, ml_config())
+        data = trio.run(read_everything, tmp_path, url, name, ml_config())
         assert_all_acked_present(acked, data)
         assert len(data) == 500
     finally:
@@ -194,7 +195,7 @@ async def test_restarted_bookie_replays_its_journal(tmp_path):
         bookie.kill()
 
 
-async def test_truncated_journal_tail_is_dropped_and_the_rest_recovered(tmp_path):
+def test_truncated_journal_tail_is_dropped_and_the_rest_recovered(tmp_path):
     url = f"sqlite:{tmp_path / 'meta.db'}"
     port = free_port()
     bookie = start_bookie(tmp_path / "b0", port, url)
@@ -210,7 +211,7 @@ async def test_truncated_journal_tail_is_dropped_and_the_rest_recovered(tmp_path
         with open(journal, "r+b") as f:
             f.truncate(size - 5)
         bookie = start_bookie(tmp_path / "b0", port, url)
-        data = await read_everything(tmp_path, url, name, ml_config())
+        data = trio.run(read_everything, tmp_path, url, name, ml_config())
         values = [int(d.decode().split("-")[1]) for d in data]
         assert values[:299] == list(range(299))
     finally:
