@@ -192,7 +192,8 @@ pub struct ManagedLedger {
     cursor_create_lock: tokio::sync::Mutex<()>,
     pub(crate) trim_scheduled: std::sync::atomic::AtomicBool,
     pub(crate) writer_idle: tokio::sync::Notify,
-    pub(crate) new_entries: watch::Sender<u64>,
+    /// Dropped on close, which ends every receiver's wait with an error.
+    pub(crate) new_entries: Mutex<Option<watch::Sender<u64>>>,
     pub(crate) cursors: Mutex<BTreeMap<String, Arc<Cursor>>>,
     pub(crate) me: Weak<ManagedLedger>,
     non_durable_seq: AtomicU64,
@@ -258,7 +259,7 @@ impl ManagedLedger {
             cursor_create_lock: tokio::sync::Mutex::new(()),
             trim_scheduled: std::sync::atomic::AtomicBool::new(false),
             writer_idle: tokio::sync::Notify::new(),
-            new_entries: tx,
+            new_entries: Mutex::new(Some(tx)),
             cursors: Mutex::new(BTreeMap::new()),
             me: me.clone(),
             non_durable_seq: AtomicU64::new(0),
@@ -425,10 +426,14 @@ impl ManagedLedger {
         self.state.lock().count_between(after, upto)
     }
 
-    /// A receiver whose value (entries appended since open) changes after every append,
-    /// and once more when the managed ledger closes: readers wait on it instead of polling.
+    /// A receiver whose value (entries appended since open) changes after every append:
+    /// readers wait on it (`changed().await`) instead of polling. Once the managed ledger
+    /// is closed or deleted, `changed()` fails.
     pub fn new_entries(&self) -> watch::Receiver<u64> {
-        self.new_entries.subscribe()
+        match self.new_entries.lock().as_ref() {
+            Some(tx) => tx.subscribe(),
+            None => watch::channel(0).1,
+        }
     }
 
     /// Every ledger of the managed ledger, oldest first.
@@ -500,10 +505,22 @@ impl ManagedLedger {
                 }
                 ReadPlan::Ledger(lid, first, last, handle) => {
                     let handle = match handle {
-                        Some(h) => h,
-                        None => self.open_read_handle(lid).await?,
+                        Some(h) => Ok(h),
+                        None => self.open_read_handle(lid).await,
                     };
-                    let raw = handle.read_entries(first, last).await?;
+                    let raw = match handle {
+                        Ok(h) => h.read_entries(first, last).await.map_err(StreamError::from),
+                        Err(e) => Err(e),
+                    };
+                    let raw = match raw {
+                        Ok(raw) => raw,
+                        // Trimmed while being read: go on with the next ledger.
+                        Err(_) if !self.state.lock().ledgers.contains_key(&lid) => {
+                            pos = Position::new(lid.saturating_add(1), 0);
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
                     if raw.is_empty() {
                         break;
                     }
@@ -669,7 +686,7 @@ impl ManagedLedger {
 
     fn release(&self) {
         self.fail_pending(&StreamError::Closed(self.name.clone()));
-        self.new_entries.send_modify(|_| {});
+        drop(self.new_entries.lock().take());
         if let Some(f) = self.on_close.lock().take() {
             f();
         }

@@ -309,9 +309,13 @@ async fn read_or_wait_wakes_on_append_and_on_close() {
         c.read_entries(10).await.unwrap();
         tokio::spawn(async move { c.read_entries_or_wait(10).await })
     };
+    let mut early = ml.new_entries();
     ml.close().await.unwrap();
     let r = tokio::time::timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap();
     assert!(r.is_err());
+    // Receivers taken before or after the close stop waiting with an error.
+    assert!(early.changed().await.is_err());
+    assert!(ml.new_entries().changed().await.is_err());
 }
 
 #[tokio::test]
