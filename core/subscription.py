@@ -349,11 +349,15 @@ class Subscription:
             upto: Position | None = last
         else:
             upto = self.topic.previous_position(first_kept)
-        if upto is None or upto <= self.cursor.mark_delete_position():
+        md = self.cursor.mark_delete_position()
+        if upto is None or upto <= md:
             return 0
-        before = self.backlog()
+        gone = self.topic.entries_between(md, upto)
+        for a, b in self.cursor.individually_deleted():
+            if md < a and b <= upto:
+                gone -= b.entry_id - a.entry_id + 1
         self.ack_cumulative(None, upto)
-        gone = max(0, before - self.backlog())
+        gone = max(0, gone)
         self.expired += gone
         self.last_expire_timestamp = int(time.time() * 1000)
         return gone

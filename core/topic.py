@@ -481,6 +481,17 @@ class PersistentTopic:
         entries = next(int(i["entries"]) for i in self.ml.ledgers() if int(i["ledgerId"]) == lid)
         return Position(lid, entries - 1)
 
+    def entries_between(self, after: Position, upto: Position) -> int:
+        """How many entries lie in (after, upto]."""
+        count = 0
+        for info in self.ml.ledgers():
+            lid, n = int(info["ledgerId"]), int(info["entries"])
+            first = after.entry_id + 1 if lid == after.ledger_id else 0
+            last = upto.entry_id if lid == upto.ledger_id else n - 1
+            if after.ledger_id <= lid <= upto.ledger_id and last >= first:
+                count += min(last, n - 1) - first + 1
+        return count
+
     def backlog_quota(self) -> BacklogQuota:
         """The destination_storage quota: the namespace/topic policy, else the broker default."""
         quota = (self.policies.get("backlog_quota_map") or {}).get("destination_storage")

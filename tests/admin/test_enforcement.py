@@ -1,0 +1,148 @@
+"""Policies set over REST take effect on real clients: backlog quotas (all three
+policies), message TTL, max producers/consumers, auto-topic-creation, deduplication.
+The standalone runs the TTL and quota checks every fraction of a second (FAST_CHECKS)."""
+
+from __future__ import annotations
+
+import pulsar
+import pytest
+
+from gateway._admin_cli import AdminClient
+from tests._standalone import Standalone
+
+from .conftest import status_of, wait_for
+
+
+def _backlog(admin: AdminClient, path: str, sub: str) -> int:
+    return int(admin.get(f"{path}/stats")["subscriptions"][sub]["msgBacklog"])
+
+
+def _fill(client: pulsar.Client, topic: str, n: int, size: int = 100) -> None:
+    producer = client.create_producer(topic, batching_enabled=False)
+    for _ in range(n):
+        producer.send(b"x" * size)
+    producer.close()
+
+
+@pytest.fixture
+def quick_client(server: Standalone) -> pulsar.Client:
+    c = pulsar.Client(server.pulsar_url, operation_timeout_seconds=2)
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("policy", ["producer_exception", "producer_request_hold"])
+def test_backlog_quota_refuses_producers(admin: AdminClient, ns: str, client: pulsar.Client,
+                                         quick_client: pulsar.Client, policy: str) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    admin.put(f"{path}/subscription/slow")
+    _fill(client, topic, 50)
+    admin.post(f"/admin/v2/namespaces/{ns}/backlogQuota", {"limitSize": 2000, "policy": policy})
+    with pytest.raises(pulsar.PulsarException):
+        quick_client.create_producer(topic)
+    admin.post(f"{path}/subscription/slow/skip_all")
+    quick_client.create_producer(topic).close()
+
+
+def test_backlog_quota_disconnects_existing_producer(admin: AdminClient, ns: str, client: pulsar.Client,
+                                                     quick_client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    admin.put(f"{path}/subscription/slow")
+    producer = quick_client.create_producer(topic, batching_enabled=False, send_timeout_millis=2000)
+    _fill(client, topic, 50)
+    admin.post(f"{path}/backlogQuota", {"limitSize": 2000, "policy": "producer_exception"})
+    # The periodic check disconnects it; reconnecting is refused while over quota.
+    wait_for(lambda: not admin.get(f"{path}/stats")["publishers"])
+    with pytest.raises(pulsar.PulsarException):
+        producer.send(b"more")
+    assert admin.get(f"{path}/stats")["msgInCounter"] == 50
+
+
+def test_backlog_quota_consumer_eviction(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    admin.put(f"{path}/subscription/slow")
+    admin.post(f"/admin/v2/namespaces/{ns}/backlogQuota",
+               {"limitSize": 2000, "policy": "consumer_backlog_eviction"})
+    _fill(client, topic, 60)
+    wait_for(lambda: admin.get(f"{path}/stats")["subscriptions"]["slow"]["backlogSize"] <= 2000)
+    left = _backlog(admin, path, "slow")
+    assert 0 < left < 60
+    client.create_producer(topic).close()  # eviction never refuses producers
+    consumer = client.subscribe(topic, "slow")
+    got = 0
+    while got < left:
+        consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+        got += 1
+    consumer.close()
+
+
+def test_message_ttl_expires_backlog(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    admin.put(f"{path}/subscription/s")
+    admin.post(f"/admin/v2/namespaces/{ns}/messageTTL", 1)
+    _fill(client, topic, 5)
+    wait_for(lambda: _backlog(admin, path, "s") == 0, timeout=15)
+    assert admin.get(f"{path}/stats")["subscriptions"]["s"]["totalMsgExpired"] == 5
+
+
+def test_topic_ttl_overrides_namespace(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    admin.put(f"{path}/subscription/s")
+    admin.post(f"/admin/v2/namespaces/{ns}/messageTTL", 3600)
+    admin.post(f"{path}/messageTTL", messageTTL=1)
+    _fill(client, topic, 3)
+    wait_for(lambda: _backlog(admin, path, "s") == 0, timeout=15)
+
+
+def test_max_producers_and_consumers(admin: AdminClient, ns: str, client: pulsar.Client,
+                                     quick_client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    first = client.create_producer(topic)  # the topic is loaded before the policy changes
+    admin.post(f"/admin/v2/namespaces/{ns}/maxProducersPerTopic", 1)
+    with pytest.raises(pulsar.PulsarException):
+        quick_client.create_producer(topic)
+    admin.delete(f"/admin/v2/namespaces/{ns}/maxProducersPerTopic")
+    client.create_producer(topic).close()
+    first.close()
+    admin.post(f"{path}/maxConsumers", 1)
+    c1 = client.subscribe(topic, "a", consumer_type=pulsar.ConsumerType.Shared)
+    with pytest.raises(pulsar.PulsarException):
+        quick_client.subscribe(topic, "b", consumer_type=pulsar.ConsumerType.Shared)
+    c1.close()
+
+
+def test_auto_topic_creation_override(admin: AdminClient, ns: str, client: pulsar.Client,
+                                      quick_client: pulsar.Client) -> None:
+    base = f"/admin/v2/namespaces/{ns}/autoTopicCreation"
+    admin.post(base, {"allowAutoTopicCreation": False})
+    with pytest.raises(pulsar.PulsarException):
+        quick_client.create_producer(f"persistent://{ns}/not-created")
+    assert admin.get(f"/admin/v2/persistent/{ns}") == []
+    admin.post(base, {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 3})
+    client.create_producer(f"persistent://{ns}/auto").close()
+    assert admin.get(f"/admin/v2/persistent/{ns}/auto/partitions")["partitions"] == 3
+
+
+def test_deduplication_enabled_by_rest(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    admin.post(f"/admin/v2/namespaces/{ns}/deduplication", True)
+    producer = client.create_producer(topic, producer_name="dedup-p", batching_enabled=False)
+    producer.send(b"a", sequence_id=1)
+    producer.send(b"a", sequence_id=1)
+    producer.send(b"b", sequence_id=2)
+    producer.close()
+    stats = admin.get(f"{path}/stats")
+    assert stats["msgInCounter"] == 2
+    assert stats["deduplicationStatus"] == "Enabled"
+
+
+def test_namespace_must_exist_for_clients(admin: AdminClient, quick_client: pulsar.Client, unique: str) -> None:
+    with pytest.raises(pulsar.PulsarException):
+        quick_client.create_producer(f"persistent://public/missing-{unique}/t")
+    assert status_of(admin.get, f"/admin/v2/persistent/public/missing-{unique}")[0] == 404
