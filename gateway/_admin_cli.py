@@ -729,24 +729,38 @@ def _format_message(reply: Reply) -> str:
     if "x-pulsar-partition-key" in h:
         lines.append(f"Key: {h['x-pulsar-partition-key']}")
     lines.append(f"Publish time: {h.get('x-pulsar-publish-time', '')}")
-    payloads = [reply.body]
-    if "x-pulsar-num-batch-message" in h:
-        payloads = _split_batch(reply.body, int(h["x-pulsar-num-batch-message"]))
-        lines.append(f"Batch messages: {len(payloads)}")
-    for payload in payloads:
+    if "x-pulsar-num-batch-message" not in h:
+        lines.append(_hexdump(reply.body))
+        return "\n".join(lines)
+    singles = _batch_messages(reply.body, int(h["x-pulsar-num-batch-message"]))
+    lines.append(f"Batch messages: {len(singles)}")
+    for i, (payload, key, props) in enumerate(singles):
+        lines.append(f"Batch index: {i}")
+        if key is not None:
+            lines.append(f"Key: {key}")
+        if props:
+            lines.append(f"Properties: {json.dumps(props)}")
         lines.append(_hexdump(payload))
     return "\n".join(lines)
 
 
-def _split_batch(body: bytes, n: int) -> list[bytes]:
+def _batch_messages(body: bytes, n: int) -> list[tuple[bytes, str | None, dict[str, str]]]:
+    """A batch payload's messages: (payload, key, properties) each."""
     from core.format import EntryFormatError, MessageMetadata, iter_batch
 
     md = MessageMetadata(producer_name="", sequence_id=0, publish_time=0, num_messages_in_batch=n,
                          uncompressed_size=len(body))
     try:
-        return [bytes(m.payload) for m in iter_batch(md, body)]
+        singles = iter_batch(md, body)
     except EntryFormatError:
-        return [body]
+        return [(body, None, {})]
+    return [(bytes(m.payload), m.metadata.partition_key if m.metadata.HasField("partition_key") else None,
+             {kv.key: kv.value for kv in m.metadata.properties}) for m in singles]
+
+
+def _split_batch(body: bytes, n: int) -> list[bytes]:
+    """A batch payload's message payloads."""
+    return [payload for payload, _, _ in _batch_messages(body, n)]
 
 
 def _hexdump(data: bytes) -> str:

@@ -148,11 +148,11 @@ def consume(args: argparse.Namespace) -> int:
 
 
 def _quiet_logger() -> Any:
-    import logging
+    """The client library's own console logger, errors only (a Python logger would be
+    called from the library's threads, also while the interpreter exits)."""
+    import pulsar
 
-    log = logging.getLogger("magnetar.client")
-    log.setLevel(logging.WARNING)
-    return log
+    return pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 
 def run(args: argparse.Namespace) -> int:

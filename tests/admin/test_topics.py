@@ -31,7 +31,7 @@ def test_create_list_delete(admin: AdminClient, ns: str) -> None:
 
 def test_bad_names_and_missing_namespaces(admin: AdminClient, ns: str) -> None:
     assert status_of(admin.put, f"/admin/v2/persistent/{ns.split('/')[0]}/nope/t")[0] == 404
-    assert status_of(admin.put, f"/admin/v2/persistent/no-such-tenant/ns/t")[0] == 404
+    assert status_of(admin.put, "/admin/v2/persistent/no-such-tenant/ns/t")[0] == 404
     assert status_of(admin.get, "/admin/v2/persistent/bad%20tenant/ns/t/stats")[0] == 412
 
 
@@ -63,7 +63,7 @@ def test_stats_count_real_traffic(admin: AdminClient, ns: str, client: pulsar.Cl
     full, path = _topic(ns)
     consumer = client.subscribe(full, "sub", consumer_type=pulsar.ConsumerType.Shared)
     producer = client.create_producer(full, producer_name="prod-1", batching_enabled=False)
-    for i in range(20):
+    for _ in range(20):
         producer.send(b"x" * 100)
     for _ in range(5):
         consumer.acknowledge(consumer.receive(timeout_millis=10_000))

@@ -1,0 +1,145 @@
+"""The seed's "Basic Operations" and "Troubleshooting" flows with ``magnetar admin`` and
+``magnetar client`` in place of pulsar-admin and pulsar-client, against a real broker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from tests._standalone import Standalone
+
+CLI_TIMEOUT = 60
+
+
+def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} exited {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def cli(server: Standalone) -> object:
+    web = server.addresses["web"][0]
+
+    def admin(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run("admin", "--admin-url", web, *args, check=check)
+
+    return admin
+
+
+def test_basic_operations(cli, server: Standalone, unique: str) -> None:  # type: ignore[no-untyped-def]
+    tenant = f"my-tenant-{unique}"
+    ns = f"{tenant}/my-namespace"
+    topic = f"persistent://{ns}/my-topic"
+    cli("tenants", "create", tenant, "--admin-roles", "my-admin-role", "--allowed-clusters", "standalone")
+    cli("namespaces", "create", ns)
+    cli("namespaces", "set-retention", ns, "--size", "10G", "--time", "3d")
+    cli("namespaces", "set-backlog-quota", ns, "--limit", "5G", "--policy", "producer_exception")
+    cli("topics", "create", topic)
+    cli("topics", "set-message-ttl", topic, "--messageTTL", "3600")
+
+    produced = run("client", "--url", server.pulsar_url, "produce", topic,
+                   "--messages", "Hello Pulsar", "--num-produce", "10")
+    assert "10 messages successfully produced" in produced.stdout
+    consumed = run("client", "--url", server.pulsar_url, "consume", topic, "--subscription-name",
+                   "my-subscription", "--num-messages", "10", "-p", "Earliest", "--timeout", "10")
+    assert consumed.stdout.count("content:Hello Pulsar") == 10
+    assert "10 messages successfully consumed" in consumed.stdout
+
+    stats = json.loads(cli("topics", "stats", topic).stdout)
+    assert stats["msgInCounter"] == 10
+    assert stats["subscriptions"]["my-subscription"]["msgOutCounter"] == 10
+    assert cli("topics", "list", ns).stdout.split() == [topic]
+    assert json.loads(cli("namespaces", "get-retention", ns).stdout) == \
+        {"retentionTimeInMinutes": 3 * 24 * 60, "retentionSizeInMB": 10 * 1024}
+    quota = json.loads(cli("namespaces", "get-backlog-quotas", ns).stdout)["destination_storage"]
+    assert (quota["limitSize"], quota["policy"]) == (5 * 1024 ** 3, "producer_exception")
+    assert cli("topics", "get-message-ttl", topic).stdout.strip() == "3600"
+    assert json.loads(cli("tenants", "get", tenant).stdout) == \
+        {"adminRoles": ["my-admin-role"], "allowedClusters": ["standalone"]}
+
+
+def test_troubleshooting(cli, server: Standalone) -> None:  # type: ignore[no-untyped-def]
+    with urllib.request.urlopen(server.addresses["web"][0] + "/admin/v2/brokers/health") as r:
+        assert r.read() == b"ok"
+    topic = "persistent://public/default/test-topic"
+    run("client", "--url", server.pulsar_url, "produce", topic, "-m", "a,b,c", "-k", "key1",
+        "-p", "source=test")
+    stats = json.loads(cli("topics", "stats", topic).stdout)
+    assert stats["msgInCounter"] == 3
+    internal = json.loads(cli("topics", "stats-internal", topic).stdout)
+    assert internal["numberOfEntries"] >= 1
+    assert cli("clusters", "list").stdout.split() == ["standalone"]
+    web_host_port = server.addresses["web"][0].removeprefix("http://")
+    assert cli("brokers", "list", "standalone").stdout.split() == [web_host_port]
+    assert cli("brokers", "healthcheck").stdout.strip() == "ok"
+    with urllib.request.urlopen(server.addresses["web"][0] + "/metrics/") as r:
+        lines = [ln for ln in r.read().decode().splitlines()
+                 if ln.startswith(("pulsar_broker", "pulsar_storage"))]
+    assert any(ln.startswith("pulsar_broker_in_messages_total") for ln in lines)
+    assert any(ln.startswith("pulsar_storage_size") for ln in lines)
+
+
+def test_subscription_verbs(cli, server: Standalone, unique: str) -> None:  # type: ignore[no-untyped-def]
+    topic = f"persistent://public/default/sub-verbs-{unique}"
+    cli("topics", "create", topic)
+    cli("topics", "create-subscription", topic, "-s", "s", "-m", "earliest")
+    run("client", "--url", server.pulsar_url, "produce", topic, "-m", "one,two,three", "-p", "k=v")
+    assert cli("topics", "subscriptions", topic).stdout.split() == ["s"]
+    peek = cli("topics", "peek-messages", topic, "-s", "s", "-n", "2").stdout
+    assert peek.count("Message ID:") == 2 and "|one" in peek and "|two" in peek
+    assert '"k": "v"' in peek
+    cli("topics", "skip", topic, "-s", "s", "-n", "1")
+    stats = json.loads(cli("topics", "stats", topic).stdout)
+    assert stats["subscriptions"]["s"]["msgBacklog"] == 2
+    cli("topics", "clear-backlog", topic, "-s", "s")
+    cli("topics", "reset-cursor", topic, "-s", "s", "-t", "1h")
+    assert json.loads(cli("topics", "stats", topic).stdout)["subscriptions"]["s"]["msgBacklog"] == 3
+    cli("topics", "expire-messages", topic, "-s", "s", "-t", "0")
+    assert json.loads(cli("topics", "stats", topic).stdout)["subscriptions"]["s"]["msgBacklog"] == 0
+    cli("topics", "unsubscribe", topic, "-s", "s")
+    assert cli("topics", "subscriptions", topic).stdout.strip() == ""
+    examined = cli("topics", "examine-message", topic, "-i", "earliest", "-m", "1").stdout
+    assert "|one" in examined
+    terminated = cli("topics", "terminate", topic).stdout
+    assert terminated.startswith("Topic successfully terminated at ")
+
+
+def test_errors_exit_nonzero_with_reason(cli) -> None:  # type: ignore[no-untyped-def]
+    missing = cli("tenants", "get", "no-such-tenant", check=False)
+    assert missing.returncode == 1
+    assert "Tenant does not exist" in missing.stderr
+    dup = cli("tenants", "create", "public", check=False)
+    assert dup.returncode == 1 and "already exists" in dup.stderr
+    usage = cli("topics", "skip", "persistent://public/default/x", check=False)
+    assert usage.returncode == 2
+    bad = cli("namespaces", "set-retention", "public/default", "--size", "lots", "--time", "1d", check=False)
+    assert bad.returncode == 2 and "invalid size" in bad.stderr
+    unreachable = run("admin", "--admin-url", "http://127.0.0.1:1", "clusters", "list", check=False)
+    assert unreachable.returncode == 1 and "cannot reach" in unreachable.stderr
+
+
+def test_partitioned_and_schema_verbs(cli, tmp_path, unique: str) -> None:  # type: ignore[no-untyped-def]
+    topic = f"persistent://public/default/parts-{unique}"
+    cli("topics", "create-partitioned-topic", topic, "-p", "2")
+    assert json.loads(cli("topics", "get-partitioned-topic-metadata", topic).stdout)["partitions"] == 2
+    cli("topics", "update-partitioned-topic", topic, "-p", "4")
+    stats = json.loads(cli("topics", "partitioned-stats", topic, "--per-partition").stdout)
+    assert stats["metadata"]["partitions"] == 4 and len(stats["partitions"]) == 4
+    assert topic in cli("topics", "list-partitioned-topics", "public/default").stdout.split()
+    cli("topics", "delete-partitioned-topic", topic)
+    schema_file = tmp_path / "schema.json"
+    definition = {"type": "record", "name": "User", "fields": [{"name": "id", "type": "int"}]}
+    schema_file.write_text(json.dumps({"type": "AVRO", "schema": json.dumps(definition), "properties": {}}))
+    st = f"persistent://public/default/schema-{unique}"
+    cli("schemas", "upload", st, "-f", str(schema_file))
+    got = json.loads(cli("schemas", "get", st).stdout)
+    assert got["type"] == "AVRO" and json.loads(got["data"]) == definition and got["version"] == 0
+    cli("schemas", "delete", st)
+    assert cli("schemas", "get", st, check=False).returncode == 1

@@ -1,0 +1,82 @@
+"""``/metrics`` scraped and parsed with prometheus_client's parser: Pulsar's names and
+labels, values matching what real clients produced and consumed."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pulsar
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway._admin_cli import AdminClient
+from tests._standalone import Standalone
+
+from .conftest import wait_for
+
+
+def scrape(server: Standalone, path: str = "/metrics") -> dict[str, list[tuple[dict[str, str], float]]]:
+    with urllib.request.urlopen(server.addresses["web"][0] + path) as r:
+        assert r.headers["Content-Type"].startswith("text/plain")
+        text = r.read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return out
+
+
+def value(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str) -> float:
+    found = [v for lbl, v in samples.get(name, []) if all(lbl.get(k) == x for k, x in labels.items())]
+    assert len(found) == 1, (name, labels, samples.get(name))
+    return found[0]
+
+
+def test_metrics_follow_real_traffic(server: Standalone, admin: AdminClient, ns: str,
+                                     client: pulsar.Client) -> None:
+    topic = f"persistent://{ns}/m"
+    before = scrape(server)
+    in_before = value(before, "pulsar_broker_in_messages_total", cluster="standalone")
+    out_before = value(before, "pulsar_broker_out_messages_total", cluster="standalone")
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for _ in range(12):
+        producer.send(b"y" * 50)
+    for _ in range(4):
+        consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+    path = f"/admin/v2/persistent/{ns}/m"
+    wait_for(lambda: admin.get(f"{path}/stats")["subscriptions"]["sub"]["msgBacklog"] == 8)
+
+    m = scrape(server, "/metrics/")
+    t = {"cluster": "standalone", "namespace": ns, "topic": topic}
+    assert value(m, "pulsar_in_messages_total", **t) == 12
+    assert value(m, "pulsar_out_messages_total", **t) == 12
+    assert value(m, "pulsar_in_bytes_total", **t) >= 12 * 50
+    assert value(m, "pulsar_producers_count", **t) == 1
+    assert value(m, "pulsar_consumers_count", **t) == 1
+    assert value(m, "pulsar_subscriptions_count", **t) == 1
+    assert value(m, "pulsar_subscription_back_log", subscription="sub", **t) == 8
+    assert value(m, "pulsar_msg_backlog", **t) == 8
+    assert value(m, "pulsar_storage_size", **t) >= 12 * 50
+    assert value(m, "pulsar_rate_in", **t) >= 0
+    assert value(m, "pulsar_rate_out", **t) >= 0
+    assert value(m, "pulsar_broker_in_messages_total", cluster="standalone") == in_before + 12
+    assert value(m, "pulsar_broker_out_messages_total", cluster="standalone") == out_before + 12
+    assert value(m, "pulsar_broker_in_bytes_total", cluster="standalone") >= 12 * 50
+    assert value(m, "pulsar_broker_out_bytes_total", cluster="standalone") >= 12 * 50
+    assert value(m, "pulsar_topics_count", cluster="standalone", namespace=ns) == 1
+    quantiles = {lbl["quantile"]: v for lbl, v in m["pulsar_broker_publish_latency"]}
+    assert {"0.5", "0.95", "0.99"} <= set(quantiles)
+    assert 0 < quantiles["0.5"] <= quantiles["0.99"]
+    assert value(m, "pulsar_broker_publish_latency_count", cluster="standalone") >= 12
+    producer.close()
+    consumer.close()
+
+
+def test_alert_and_dashboard_expressions_have_series(server: Standalone, ns: str, client: pulsar.Client) -> None:
+    """The seed's alert rules and Grafana panels select these series."""
+    client.subscribe(f"persistent://{ns}/a", "s").close()
+    m = scrape(server)
+    for name in ("pulsar_broker_publish_latency", "pulsar_subscription_back_log",
+                 "pulsar_broker_in_messages_total", "pulsar_broker_out_messages_total",
+                 "pulsar_broker_in_bytes_total", "pulsar_broker_out_bytes_total", "pulsar_storage_size"):
+        assert m.get(name), name
