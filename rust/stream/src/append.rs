@@ -106,7 +106,8 @@ impl ManagedLedger {
         self.check_open()?;
         let (due, next_index) = {
             let now = self.config.clock.now_ms();
-            let st = self.state.lock();
+            let mut st = self.state.lock();
+            st.evict_cache(now, self.config.cache_eviction_time);
             (st.current.is_none() || self.is_full(&st, now), st.next_index)
         };
         if due {
@@ -307,7 +308,9 @@ impl ManagedLedger {
     }
 
     fn confirm(&self, lid: u64, chunk: &[Prepared], ids: &[u64], done: &mut Vec<AddResult>) {
+        let now = self.config.clock.now_ms();
         let mut st = self.state.lock();
+        st.evict_cache(now, self.config.cache_eviction_time);
         for (p, id) in chunk.iter().zip(ids) {
             let position = Position::new(lid, entries_i64(*id));
             if let Some(info) = st.ledgers.get_mut(&lid) {

@@ -1,5 +1,6 @@
 //! A bounded cache of recently added entries, so that tailing readers are served from
-//! memory rather than from the bookies. Oldest entries are evicted first.
+//! memory rather than from the bookies. Oldest entries are evicted first: when the cache
+//! is over its size, and once they are older than the eviction time.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +17,18 @@ pub(crate) struct EntryCache {
 impl EntryCache {
     pub(crate) fn new(capacity: usize) -> Self {
         EntryCache { entries: BTreeMap::new(), bytes: 0, capacity }
+    }
+
+    /// Drop entries published before `cutoff_ms` (entries are kept in publish order).
+    pub(crate) fn evict_published_before(&mut self, cutoff_ms: u64) {
+        while let Some(first) = self.entries.first_key_value() {
+            if first.1.publish_time_ms >= cutoff_ms {
+                break;
+            }
+            if let Some((_, e)) = self.entries.pop_first() {
+                self.bytes -= e.data.len();
+            }
+        }
     }
 
     pub(crate) fn insert(&mut self, entry: Entry) {

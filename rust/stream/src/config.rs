@@ -77,8 +77,11 @@ pub struct ManagedLedgerConfig {
     /// them are kept in memory only and, after a crash, delivered again.
     pub max_unacked_ranges_to_persist: usize,
     /// Bytes of recently added entries kept in memory so tailing readers avoid the bookies
-    /// (`managedLedgerCacheSizeMB`, per ledger here). 0 disables the cache.
+    /// (like `managedLedgerCacheSizeMB`, but per managed ledger). 0 disables the cache.
     pub cache_size_bytes: usize,
+    /// `managedLedgerCacheEvictionTimeThresholdMillis`: cached entries older than this
+    /// (by publish time) are dropped on the next append, trim or rollover check.
+    pub cache_eviction_time: Duration,
     /// Custom metadata stored with every ledger this managed ledger creates.
     pub ledger_metadata: std::collections::BTreeMap<String, String>,
     /// Where time comes from (publish times, rollover and retention ages).
@@ -99,7 +102,8 @@ impl Default for ManagedLedgerConfig {
             retention_size_mb: 0,
             mark_delete_rate_per_sec: 1.0,
             max_unacked_ranges_to_persist: 10_000,
-            cache_size_bytes: 16 << 20,
+            cache_size_bytes: 4 << 20,
+            cache_eviction_time: Duration::from_secs(1),
             ledger_metadata: Default::default(),
             clock: Arc::new(SystemClock),
         }
@@ -121,6 +125,7 @@ impl std::fmt::Debug for ManagedLedgerConfig {
             .field("mark_delete_rate_per_sec", &self.mark_delete_rate_per_sec)
             .field("max_unacked_ranges_to_persist", &self.max_unacked_ranges_to_persist)
             .field("cache_size_bytes", &self.cache_size_bytes)
+            .field("cache_eviction_time", &self.cache_eviction_time)
             .finish_non_exhaustive()
     }
 }

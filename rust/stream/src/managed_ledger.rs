@@ -165,6 +165,11 @@ impl MlState {
         self.ledgers.iter().find(|(_, i)| i.entries > 0).map(|(id, _)| Position::new(*id, 0))
     }
 
+    pub(crate) fn evict_cache(&mut self, now_ms: u64, eviction_time: std::time::Duration) {
+        let age = u64::try_from(eviction_time.as_millis()).unwrap_or(u64::MAX);
+        self.cache.evict_published_before(now_ms.saturating_sub(age));
+    }
+
     pub(crate) fn remember_probe(&mut self, p: Position, index: u64, publish_ms: u64) {
         if self.probes.len() >= MAX_PROBES {
             self.probes.clear();

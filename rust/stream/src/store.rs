@@ -89,13 +89,15 @@ struct MemInner {
     next_id: u64,
     fail_adds: usize,
     fail_creates: usize,
+    fail_reads: usize,
 }
 
 /// Ledgers kept in memory. Cloning shares the same ledgers.
 ///
 /// Fault injection: [`MemLedgerStore::fail_next_adds`] makes the next add calls fail with
-/// `NotEnoughBookies` (breaking their handles), [`MemLedgerStore::fence`] fences a ledger
-/// as a recovering reader would.
+/// `NotEnoughBookies` (breaking their handles), [`MemLedgerStore::fail_next_creates`] and
+/// [`MemLedgerStore::fail_next_reads`] fail creates and reads, [`MemLedgerStore::fence`]
+/// fences a ledger as a recovering reader would.
 #[derive(Clone, Default)]
 pub struct MemLedgerStore {
     inner: Arc<Mutex<MemInner>>,
@@ -132,6 +134,11 @@ impl MemLedgerStore {
     /// Make the next `n` calls to `create_ledger` fail with `NotEnoughBookies`.
     pub fn fail_next_creates(&self, n: usize) {
         self.inner.lock().fail_creates = n;
+    }
+
+    /// Make the next `n` calls to `read_entries` (on any ledger) fail.
+    pub fn fail_next_reads(&self, n: usize) {
+        self.inner.lock().fail_reads = n;
     }
 
     /// Fence ledger `id`: its writer's later adds fail with `Fenced`.
@@ -195,7 +202,11 @@ impl Ledger for MemLedger {
     fn read_entries(&self, first: u64, last: u64) -> BoxFuture<'_, Result<Vec<(u64, Bytes)>, LedgerStoreError>> {
         Box::pin(async move {
             let lac = self.state.lock().lac;
-            let inner = self.store.lock();
+            let mut inner = self.store.lock();
+            if inner.fail_reads > 0 {
+                inner.fail_reads -= 1;
+                return Err(LedgerStoreError::Other("injected read failure".into()));
+            }
             let data = inner.ledgers.get(&self.id).ok_or(LedgerStoreError::NoSuchLedger(self.id))?;
             let mut out = Vec::new();
             for id in first..=last {

@@ -30,6 +30,7 @@ impl ManagedLedger {
         let now = self.config.clock.now_ms();
         let victims: Vec<u64> = {
             let mut st = self.state.lock();
+            st.evict_cache(now, self.config.cache_eviction_time);
             let current = st.current_id();
             // The last ledger is never trimmed: it is the current one, or (between a
             // failure and its replacement) the one the next ledger continues from.

@@ -637,6 +637,23 @@ async fn only_the_oldest_ranges_are_persisted_beyond_the_limit() {
     assert_eq!(c.number_of_entries_in_backlog(), 6);
 }
 
+#[tokio::test]
+async fn tailing_reads_come_from_the_cache_until_entries_age_out() {
+    let env = Env::new();
+    let f = env.factory();
+    let cfg = ManagedLedgerConfig { cache_eviction_time: Duration::from_secs(1), ..env.config(100) };
+    let ml = f.open("t/cache", cfg).await.unwrap();
+    let old = ml.add_entries(payloads(0..3)).await.unwrap();
+    env.store.fail_next_reads(1_000);
+    assert_eq!(ml.read_entries(old[0].position, 10).await.unwrap().len(), 3, "served from memory");
+    env.clock.advance(Duration::from_secs(2));
+    let new = ml.add_entries(payloads(3..4)).await.unwrap();
+    assert_eq!(ml.read_entries(new[0].position, 10).await.unwrap().len(), 1);
+    assert!(ml.read_entries(old[0].position, 10).await.is_err(), "aged out: read from the ledger");
+    env.store.fail_next_reads(0);
+    assert_eq!(ml.read_entries(old[0].position, 10).await.unwrap().len(), 4);
+}
+
 mod prop {
     use super::*;
     use proptest::prelude::*;
