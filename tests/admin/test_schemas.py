@@ -1,0 +1,84 @@
+"""Schemas over REST: upload, get (latest, by version, all), delete, compatibility, and
+the schema a real pulsar-client producer registers."""
+
+from __future__ import annotations
+
+import json
+
+import pulsar
+import pytest
+from pulsar.schema import Integer, JsonSchema, Record, String
+
+from gateway._admin_cli import AdminClient
+from tests._standalone import Standalone
+
+from .conftest import status_of
+
+
+class User(Record):
+    id = Integer()
+    name = String()
+
+
+def _avro(fields: list[dict[str, object]]) -> dict[str, object]:
+    return {"type": "AVRO", "schema": json.dumps({"type": "record", "name": "U", "fields": fields}),
+            "properties": {"owner": "tests"}}
+
+
+def test_upload_get_delete(admin: AdminClient, ns: str) -> None:
+    base = f"/admin/v2/schemas/{ns}/s/schema"
+    assert status_of(admin.get, base) == (404, "Schema not found")
+    assert admin.post(base, _avro([{"name": "id", "type": "int"}])) == {"version": {"version": 0}}
+    v1 = _avro([{"name": "id", "type": "int"}, {"name": "n", "type": "string", "default": ""}])
+    assert admin.post(base, v1) == {"version": {"version": 1}}
+    latest = admin.get(base)
+    assert latest["version"] == 1 and latest["type"] == "AVRO"
+    assert latest["properties"] == {"owner": "tests"}
+    assert json.loads(latest["data"])["fields"][1]["name"] == "n"
+    assert admin.get(f"{base}/0")["version"] == 0
+    assert status_of(admin.get, f"{base}/7")[0] == 404
+    assert [s["version"] for s in admin.get(f"/admin/v2/schemas/{ns}/s/schemas")["getSchemaResponses"]] == [0, 1]
+    assert admin.delete(base) == {"version": {"version": 1}}
+    assert status_of(admin.get, base)[0] == 404
+
+
+def test_incompatible_upload_is_409(admin: AdminClient, ns: str) -> None:
+    base = f"/admin/v2/schemas/{ns}/s/schema"
+    admin.post(base, _avro([{"name": "id", "type": "int"}]))
+    breaking = _avro([{"name": "other", "type": "string"}])
+    check = admin.post(f"/admin/v2/schemas/{ns}/s/compatibility", breaking)
+    assert check == {"compatibility": False, "schemaCompatibilityStrategy": "FULL"}
+    assert status_of(admin.post, base, breaking)[0] == 409
+    admin.put(f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
+    assert admin.post(base, breaking) == {"version": {"version": 1}}
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    ({"type": "WHATEVER", "schema": "{}"}, 422),
+    ({"type": "AVRO", "schema": "{not json"}, 422),
+    ({"type": "AVRO", "schema": 5}, 400),
+    ([1], 400),
+])
+def test_bad_uploads(admin: AdminClient, ns: str, body: object, status: int) -> None:
+    assert status_of(admin.post, f"/admin/v2/schemas/{ns}/s/schema", body)[0] == status
+
+
+def test_producer_schema_visible(admin: AdminClient, ns: str, server: Standalone) -> None:
+    client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=5)
+    try:
+        topic = f"persistent://{ns}/users"
+        producer = client.create_producer(topic, schema=JsonSchema(User))
+        producer.send(User(id=1, name="a"))
+        got = admin.get(f"/admin/v2/schemas/{ns}/users/schema")
+        assert got["type"] == "JSON"
+        assert {f["name"] for f in json.loads(got["data"])["fields"]} == {"id", "name"}
+        producer.close()
+        admin.put(f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy", "ALWAYS_INCOMPATIBLE")
+
+        class Other(Record):
+            x = String()
+
+        with pytest.raises(pulsar.PulsarException):
+            client.create_producer(topic, schema=JsonSchema(Other))
+    finally:
+        client.close()
