@@ -421,6 +421,36 @@ impl ManagedLedger {
         self.state.lock().first_position()
     }
 
+    /// Index of the oldest retained message (Kafka's log start offset); equal to
+    /// [`MlStats::next_index`] while nothing is retained.
+    pub fn first_index(&self) -> u64 {
+        let st = self.state.lock();
+        st.ledgers.values().find(|i| i.entries > 0).map_or(st.confirmed_next_index, |i| i.first_index)
+    }
+
+    /// Index the next message will get (Kafka's high watermark / log end offset).
+    pub fn next_index(&self) -> u64 {
+        self.state.lock().confirmed_next_index
+    }
+
+    /// Properties stored in the managed ledger's record.
+    pub fn properties(&self) -> BTreeMap<String, String> {
+        self.state.lock().properties.clone()
+    }
+
+    /// Set (or with `None` remove) a property and write the record.
+    pub async fn set_property(&self, key: &str, value: Option<String>) -> Result<()> {
+        self.check_open()?;
+        {
+            let mut st = self.state.lock();
+            match value {
+                Some(v) => st.properties.insert(key.to_string(), v),
+                None => st.properties.remove(key),
+            };
+        }
+        self.persist_record().await
+    }
+
     /// The first existing entry after `p`, or the position the next entry will take.
     pub fn next_valid_position(&self, p: Position) -> Position {
         self.state.lock().next_valid(p)

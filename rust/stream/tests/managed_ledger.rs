@@ -654,6 +654,25 @@ async fn tailing_reads_come_from_the_cache_until_entries_age_out() {
     assert_eq!(ml.read_entries(old[0].position, 10).await.unwrap().len(), 4);
 }
 
+#[tokio::test]
+async fn log_start_and_end_indexes_and_properties() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/offsets", env.config(2)).await.unwrap();
+    assert_eq!((ml.first_index(), ml.next_index()), (0, 0));
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(vec![(Bytes::from("a"), 3), (Bytes::from("b"), 2), (Bytes::from("c"), 4)]).await.unwrap();
+    assert_eq!((ml.first_index(), ml.next_index()), (0, 9));
+    c.mark_delete(added[1].position).await.unwrap();
+    ml.trim().await.unwrap();
+    assert_eq!((ml.first_index(), ml.next_index()), (5, 9), "the first ledger (5 messages) is gone");
+    ml.set_property("owner", Some("broker-1".into())).await.unwrap();
+    ml.close().await.unwrap();
+    let ml = f.open("t/offsets", env.config(2)).await.unwrap();
+    assert_eq!(ml.properties().get("owner").map(String::as_str), Some("broker-1"));
+    assert_eq!((ml.first_index(), ml.next_index()), (5, 9));
+}
+
 mod prop {
     use super::*;
     use proptest::prelude::*;
