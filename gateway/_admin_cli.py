@@ -26,7 +26,8 @@ from urllib.parse import quote, urlencode
 
 from ._cli import Command, register_command
 
-__all__ = ["AdminClient", "AdminError", "parse_size", "parse_relative_time", "NOUNS", "main"]
+__all__ = ["AdminClient", "AdminError", "parse_size", "parse_relative_time", "NOUNS", "main",
+           "completion_script"]
 
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
 REQUEST_TIMEOUT = 60.0
@@ -916,4 +917,69 @@ register_command(Command(
     "Talk to a broker's admin REST API the way pulsar-admin does.",
 ))
 
+
+# --------------------------------------------------------------------------------------
+# Shell completion for the whole ``magnetar`` command line
+
+
+def completion_script(shell: str) -> str:
+    """A bash (or zsh, through bashcompinit) completion script for every registered
+    command, noun, verb and flag, generated from the argument parsers themselves."""
+    from ._cli import build_parser
+
+    words: dict[str, list[str]] = {}
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        found: list[str] = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    found.append(name)
+                    walk(sub, f"{path}/{name}")
+            else:
+                found.extend(o for o in action.option_strings if o.startswith("--") or len(o) == 2)
+                if action.choices and not action.option_strings:
+                    found.extend(str(c) for c in action.choices)
+        words[path] = found
+
+    walk(build_parser(), "_")
+    table = "\n".join(f'  ["{k}"]="{" ".join(v)}"' for k, v in sorted(words.items()))
+    script = f"""# magnetar shell completion ({shell}); load with: source <(magnetar completion {shell})
+declare -gA _magnetar_words=(
+{table}
+)
+_magnetar() {{
+  local cur="${{COMP_WORDS[COMP_CWORD]}}" path="_" w i
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    w="${{COMP_WORDS[i]}}"
+    if [[ "$w" != -* && -n "${{_magnetar_words[$path/$w]+set}}" ]]; then
+      path="$path/$w"
+    fi
+  done
+  COMPREPLY=($(compgen -W "${{_magnetar_words[$path]}}" -- "$cur"))
+}}
+complete -o default -F _magnetar magnetar
+"""
+    if shell == "zsh":
+        script = "autoload -U +X bashcompinit && bashcompinit\n" + script
+    return script
+
+
+def _completion_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete for")
+
+
+def _run_completion(args: argparse.Namespace) -> int:
+    sys.stdout.write(completion_script(args.shell))
+    return 0
+
+
 from . import _client_cli  # noqa: E402,F401  (registers `magnetar client`)
+
+register_command(Command(
+    "completion",
+    "print a shell completion script (bash or zsh)",
+    _completion_arguments,
+    _run_completion,
+    "Print a completion script: source <(magnetar completion bash)",
+))
