@@ -10,7 +10,14 @@ import sys
 
 import pytest
 
-from gateway._admin_cli import NOUNS, _message_id, _print, completion_script, parse_relative_time, parse_size
+from gateway._admin_cli import (
+    NOUNS,
+    _message_id,
+    _print,
+    completion_script,
+    parse_relative_time,
+    parse_size,
+)
 from gateway._cli import build_parser, main
 
 
