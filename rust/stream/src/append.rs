@@ -108,7 +108,7 @@ impl ManagedLedger {
             let now = self.config.clock.now_ms();
             let mut st = self.state.lock();
             st.evict_cache(now, self.config.cache_eviction_time);
-            (st.current.is_none() || self.is_full(&st, now), st.next_index)
+            (st.current.is_none() || self.is_full(&st, now), st.assign_index)
         };
         if due {
             self.rollover(next_index).await?;
@@ -197,8 +197,8 @@ impl ManagedLedger {
                 for (payload, n) in &req.entries {
                     let publish = now.max(st.last_publish_ms);
                     st.last_publish_ms = publish;
-                    let index = st.next_index + u64::from(*n) - 1;
-                    st.next_index += u64::from(*n);
+                    let index = st.assign_index + u64::from(*n) - 1;
+                    st.assign_index += u64::from(*n);
                     let header = EntryHeader { num_messages: *n, publish_time_ms: publish, index };
                     out.push(Prepared { stored: header.encode(payload), payload: payload.clone(), header });
                 }
@@ -208,7 +208,7 @@ impl ManagedLedger {
         let (done, err) = self.write_prepared(&prepared).await;
         if err.is_some() {
             if let Some(first_failed) = prepared.get(done.len()) {
-                self.state.lock().next_index = first_failed.first_index();
+                self.state.lock().assign_index = first_failed.first_index();
             }
         }
         let mut at = 0;
@@ -243,7 +243,7 @@ impl ManagedLedger {
                     self.confirm(lid, chunk, &ids, &mut done);
                     if self.current_full_by_volume() {
                         let next_first = prepared.get(done.len()).map(Prepared::first_index);
-                        let first_index = next_first.unwrap_or_else(|| self.state.lock().next_index);
+                        let first_index = next_first.unwrap_or_else(|| self.state.lock().assign_index);
                         if let Err(e) = self.rollover(first_index).await {
                             log::warn!("managed ledger {}: rollover after ledger {lid} filled failed: {e}", self.name);
                         }

@@ -90,7 +90,7 @@ pub(crate) struct MlState {
     pub(crate) read_handles: HashMap<u64, Arc<dyn Ledger>>,
     pub(crate) last_confirmed: Option<Position>,
     /// Index the next message gets when its entry is assigned metadata.
-    pub(crate) next_index: u64,
+    pub(crate) assign_index: u64,
     /// Index following the last confirmed message.
     pub(crate) confirmed_next_index: u64,
     pub(crate) last_publish_ms: u64,
@@ -247,7 +247,7 @@ impl ManagedLedger {
                 current_created_ms: now,
                 read_handles: HashMap::new(),
                 last_confirmed: None,
-                next_index: record.next_index,
+                assign_index: record.next_index,
                 confirmed_next_index: record.next_index,
                 last_publish_ms: 0,
                 record_version: version,
@@ -325,7 +325,7 @@ impl ManagedLedger {
         }
         {
             let mut st = self.state.lock();
-            st.next_index = next_index;
+            st.assign_index = next_index;
             st.confirmed_next_index = next_index;
         }
         self.rollover(next_index).await?;
