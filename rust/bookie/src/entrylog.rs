@@ -12,10 +12,14 @@
 //! and reopened on their next use.
 //!
 //! The index — per ledger, entry id → (offset, length) of its newest record, plus the highest lac
-//! seen and the fence flag — lives in memory. It is rebuilt on open by reading every log and
-//! verifying every record's checksum. Reading an entry reads its record with one positioned read
-//! and verifies the checksum and the ledger and entry ids again, so a damaged file yields an
-//! error, never wrong data.
+//! seen and the fence flag — lives in memory. It is rebuilt on open: from the ledger's index
+//! file `ledgers/<ledger>.idx` (appended at every flush, after the log is synced; see
+//! `logindex`) for the part of the log it lists, checking that it tiles the log and that its
+//! last record is really there, and by reading and verifying every record after that part. A
+//! ledger without a usable index file, or whose log does not read cleanly after it, is read and
+//! verified in full. Reading an entry reads its record with one positioned read and verifies
+//! the checksum and the ledger and entry ids again, so a damaged file yields an error, never
+//! wrong data.
 //!
 //! Appends are not fsynced (the journal makes adds durable); [`LedgerStorage::flush`] fsyncs
 //! every log written since the previous flush and the directory, and then records each log's
@@ -54,6 +58,7 @@ use crate::error::BookieError;
 use crate::journal::{
     parse_record, sync_dir, JournalRecord, RecordError, RecordKind, RecordScanner, Scanned,
 };
+use crate::logindex::{self, IdxRecord};
 use crate::storage::LedgerStorage;
 
 /// The subdirectory of the data dir that holds ledger logs.
@@ -76,6 +81,12 @@ struct LedgerLog {
     fenced: bool,
     dirty: bool,
     deleted: bool,
+    /// Records appended (or found by a scan) that the index file does not list yet.
+    unindexed: Vec<IdxRecord>,
+    /// Valid bytes of the index file; the next chunk goes here.
+    idx_len: u64,
+    /// False once writing the index failed: it is removed and rebuilt by the next open.
+    idx_ok: bool,
 }
 
 impl LedgerLog {
@@ -87,7 +98,40 @@ impl LedgerLog {
             .map_err(|e| BookieError::io("append to", &self.path, e))?;
         self.len += buf.len() as u64;
         self.dirty = true;
+        self.unindexed.push(IdxRecord {
+            kind: record.kind,
+            entry: record.entry,
+            lac: record.lac,
+            off,
+            len: u32::try_from(buf.len()).unwrap_or(u32::MAX),
+        });
         Ok((off, buf.len()))
+    }
+
+    /// Write the records not yet in the index file as one chunk. Called after the log has
+    /// been fsynced, with the log locked (so a delete cannot interleave).
+    fn write_index(&mut self, idx: &Path, upto: usize) {
+        if !self.idx_ok || upto == 0 {
+            return;
+        }
+        let chunk = logindex::encode_chunk(&self.unindexed[..upto]);
+        match logindex::append_chunk(idx, self.idx_len, &chunk) {
+            Ok(()) => {
+                self.idx_len += chunk.len() as u64;
+                self.unindexed.drain(..upto);
+            }
+            Err(e) => {
+                log::warn!(
+                    "index {}: {e}; the log will be scanned on the next open",
+                    idx.display()
+                );
+                self.idx_ok = false;
+                self.unindexed.clear();
+                if let Err(e) = logindex::remove(idx) {
+                    log::warn!("index {}: cannot remove: {e}", idx.display());
+                }
+            }
+        }
     }
 }
 
@@ -108,8 +152,9 @@ pub struct EntryLogStorage {
 }
 
 impl EntryLogStorage {
-    /// Open (creating if needed) the storage under `data_dir/ledgers`, rebuilding and
-    /// verifying the index from every log. Keeps at most [`DEFAULT_MAX_OPEN_LOGS`] logs open.
+    /// Open (creating if needed) the storage under `data_dir/ledgers`, rebuilding the
+    /// in-memory index from the index files and verifying every log past them (see the module
+    /// docs). Keeps at most [`DEFAULT_MAX_OPEN_LOGS`] logs open.
     pub fn open(data_dir: &Path) -> Result<EntryLogStorage, BookieError> {
         EntryLogStorage::open_with_limit(data_dir, DEFAULT_MAX_OPEN_LOGS)
     }
@@ -135,7 +180,16 @@ impl EntryLogStorage {
             else {
                 continue;
             };
-            let log = load_log(&dir, ledger, synced.get(&ledger).copied().unwrap_or(0))?;
+            let synced_len = synced.get(&ledger).copied().unwrap_or(0);
+            let log = match load_log(&dir, ledger, synced_len, true) {
+                Err(BookieError::Corrupt { reason, offset, .. }) => {
+                    // The index is only an accelerator: before calling the log corrupt, read
+                    // it in full without the index.
+                    log::warn!("ledger log {ledger}: {reason} at offset {offset} after its index; rescanning without it");
+                    load_log(&dir, ledger, synced_len, false)?
+                }
+                other => other?,
+            };
             ledgers.insert(ledger, Arc::new(Mutex::new(log)));
         }
         Ok(EntryLogStorage {
@@ -229,6 +283,9 @@ impl EntryLogStorage {
                                 .truncate(true)
                                 .open(&path)
                                 .map_err(|e| BookieError::io("create ledger log", &path, e))?;
+                            let idx = logindex::idx_path(&self.dir, ledger);
+                            logindex::remove(&idx)
+                                .map_err(|e| BookieError::io("remove stale index", &idx, e))?;
                             self.dir_dirty.store(true, Ordering::SeqCst);
                             let log = Arc::new(Mutex::new(LedgerLog {
                                 path,
@@ -240,6 +297,9 @@ impl EntryLogStorage {
                                 fenced: false,
                                 dirty: true,
                                 deleted: false,
+                                unindexed: Vec::new(),
+                                idx_len: 0,
+                                idx_ok: true,
                             }));
                             map.insert(ledger, log.clone());
                             log
@@ -356,6 +416,8 @@ impl LedgerStorage for EntryLogStorage {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(BookieError::io("delete ledger log", &g.path, e)),
         }
+        let idx = logindex::idx_path(&self.dir, ledger);
+        logindex::remove(&idx).map_err(|e| BookieError::io("delete ledger index", &idx, e))?;
         self.dir_dirty.store(true, Ordering::SeqCst);
         Ok(true)
     }
@@ -370,7 +432,7 @@ impl LedgerStorage for EntryLogStorage {
             .collect();
         let mut synced_logs = Vec::with_capacity(logs.len());
         for (ledger, log) in logs {
-            let (file, path, len, dirty) = {
+            let (file, path, len, dirty, upto) = {
                 let mut g = log.lock();
                 if g.deleted {
                     continue;
@@ -380,6 +442,7 @@ impl LedgerStorage for EntryLogStorage {
                     g.path.clone(),
                     g.len,
                     std::mem::replace(&mut g.dirty, false),
+                    g.unindexed.len(),
                 )
             };
             if dirty {
@@ -396,6 +459,12 @@ impl LedgerStorage for EntryLogStorage {
                     }
                     g.dirty = true;
                     return Err(BookieError::io("sync ledger log", &path, e));
+                }
+            }
+            if upto > 0 {
+                let mut g = log.lock();
+                if !g.deleted {
+                    g.write_index(&logindex::idx_path(&self.dir, ledger), upto);
                 }
             }
             synced_logs.push((ledger, len, log));
@@ -423,8 +492,27 @@ impl LedgerStorage for EntryLogStorage {
     }
 }
 
+/// Whether the last record the index lists is really there: the cheap check that the index
+/// describes this log and ends on a record boundary.
+fn last_record_matches(file: &File, ledger: u64, loaded: &logindex::Loaded) -> bool {
+    let Some(last) = loaded.records.last() else {
+        return true;
+    };
+    let mut buf = vec![0u8; last.byte_len()];
+    if file.read_exact_at(&mut buf, last.off).is_err() {
+        return false;
+    }
+    matches!(parse_record(&buf), Ok((r, used))
+        if used == buf.len() && r.ledger == ledger && r.kind == last.kind && r.entry == last.entry && r.lac == last.lac)
+}
+
 /// Read and verify one ledger log, cutting off a torn tail past the checkpointed length.
-fn load_log(dir: &Path, ledger: u64, synced_len: u64) -> Result<LedgerLog, BookieError> {
+fn load_log(
+    dir: &Path,
+    ledger: u64,
+    synced_len: u64,
+    use_index: bool,
+) -> Result<LedgerLog, BookieError> {
     let path = dir.join(format!("{ledger}.log"));
     let file = OpenOptions::new()
         .read(true)
@@ -449,6 +537,39 @@ fn load_log(dir: &Path, ledger: u64, synced_len: u64) -> Result<LedgerLog, Booki
     let mut index = BTreeMap::new();
     let mut lac = -1;
     let mut fenced = false;
+    let idx = logindex::idx_path(dir, ledger);
+    let mut idx_len = 0;
+    let mut unindexed = Vec::new();
+    let loaded = if use_index {
+        logindex::load(&idx, file_len).filter(|l| last_record_matches(&file, ledger, l))
+    } else {
+        None
+    };
+    match loaded {
+        Some(loaded) => {
+            // The index lists the log up to `covered`; only the rest is read and verified.
+            for r in &loaded.records {
+                match r.kind {
+                    RecordKind::Entry => {
+                        index.insert(r.entry, (r.off, r.byte_len()));
+                        lac = lac.max(r.lac);
+                    }
+                    RecordKind::Fence => fenced = true,
+                    RecordKind::DeleteLedger => {}
+                }
+            }
+            idx_len = loaded.valid_len;
+            OpenOptions::new()
+                .write(true)
+                .open(&idx)
+                .and_then(|f| f.set_len(idx_len))
+                .map_err(|e| BookieError::io("trim ledger index", &idx, e))?;
+            scanner.skip_to(loaded.covered())?;
+        }
+        None => {
+            logindex::remove(&idx).map_err(|e| BookieError::io("remove ledger index", &idx, e))?
+        }
+    }
     let len = loop {
         match scanner.next_record()? {
             Scanned::Record {
@@ -463,6 +584,13 @@ fn load_log(dir: &Path, ledger: u64, synced_len: u64) -> Result<LedgerLog, Booki
                         format!("record of ledger {} in this log", r.ledger),
                     ));
                 }
+                unindexed.push(IdxRecord {
+                    kind: r.kind,
+                    entry: r.entry,
+                    lac: r.lac,
+                    off,
+                    len: u32::try_from(used).unwrap_or(u32::MAX),
+                });
                 match r.kind {
                     RecordKind::Entry => {
                         index.insert(r.entry, (off, used));
@@ -508,8 +636,13 @@ fn load_log(dir: &Path, ledger: u64, synced_len: u64) -> Result<LedgerLog, Booki
         index,
         lac,
         fenced,
-        dirty: false,
+        // Bytes past the checkpointed length may still be only in the page cache: the next
+        // flush syncs them.
+        dirty: len > synced_len,
         deleted: false,
+        unindexed,
+        idx_len,
+        idx_ok: true,
     })
 }
 

@@ -7,7 +7,7 @@
 //! the same mutation twice (journal replay re-applies records storage may already hold).
 //!
 //! Two implementations: [`MemStorage`] (volatile, for tests and embedded use) and
-//! [`EntryLogStorage`](crate::entrylog::EntryLogStorage) (files on disk).
+//! [`EntryLogStorage`] (files on disk).
 //!
 //! ```
 //! use bytes::Bytes;

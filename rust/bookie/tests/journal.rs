@@ -67,11 +67,16 @@ fn group_commit_shares_one_write_among_queued_records() {
     // The group closes when it holds all 300 records (the threshold), long before the wait
     // runs out: one write, one fdatasync, however slowly the records arrive.
     let threshold = recs.iter().map(JournalRecord::encoded_len).sum();
-    let j = Journal::open(dir.path(), config(60_000, threshold), 1, Box::new(|_| {})).expect("open");
+    let j =
+        Journal::open(dir.path(), config(60_000, threshold), 1, Box::new(|_| {})).expect("open");
     write_all(&j, &recs);
     let stats = j.stats();
     assert_eq!(stats.records, 300);
-    assert_eq!(stats.batches, 1, "300 records within one group took {} writes", stats.batches);
+    assert_eq!(
+        stats.batches, 1,
+        "300 records within one group took {} writes",
+        stats.batches
+    );
     assert_eq!(stats.bytes, threshold as u64);
     j.shutdown().expect("shutdown");
     assert_eq!(replay_all(dir.path()).expect("replay").0, recs);

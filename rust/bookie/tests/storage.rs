@@ -221,19 +221,31 @@ fn unsynced_torn_tail_is_cut_on_open() {
     assert_eq!(s.get_entry(4, 1).expect("get"), Some((0, b("again"))));
 }
 
-#[test]
-fn corruption_in_the_checkpointed_part_fails_open() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let s = EntryLogStorage::open(dir.path()).expect("open");
+fn idx_path(dir: &Path, ledger: u64) -> std::path::PathBuf {
+    dir.join("ledgers").join(format!("{ledger}.idx"))
+}
+
+/// Three flushed entries of ledger 5, with byte 40 (inside the first record) flipped.
+fn corrupted_first_record(dir: &Path) -> std::path::PathBuf {
+    let s = EntryLogStorage::open(dir).expect("open");
     for e in 0..3 {
         s.add_entry(5, e, -1, b("payload-payload")).expect("add");
     }
     s.flush().expect("flush");
     drop(s);
-    let path = log_path(dir.path(), 5);
+    let path = log_path(dir, 5);
     let mut raw = fs::read(&path).expect("read");
     raw[40] ^= 0x55;
     fs::write(&path, &raw).expect("write");
+    path
+}
+
+#[test]
+fn corruption_in_the_checkpointed_part_fails_a_scanning_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = corrupted_first_record(dir.path());
+    // Without its index the log is read and verified in full on open.
+    fs::remove_file(idx_path(dir.path(), 5)).expect("remove index");
     match EntryLogStorage::open(dir.path()) {
         Err(BookieError::Corrupt { file, offset, .. }) => {
             assert_eq!(file, path);
@@ -242,6 +254,88 @@ fn corruption_in_the_checkpointed_part_fails_open() {
         Err(other) => panic!("expected Corrupt, got {other}"),
         Ok(_) => panic!("expected Corrupt, got an open storage"),
     }
+}
+
+#[test]
+fn corruption_under_the_index_is_caught_on_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    corrupted_first_record(dir.path());
+    // With an index the open does not read the log; the damaged entry fails its read.
+    let s = EntryLogStorage::open(dir.path()).expect("open through the index");
+    assert!(matches!(
+        s.get_entry(5, 0),
+        Err(BookieError::Corrupt { .. })
+    ));
+    assert_eq!(
+        s.get_entry(5, 1).expect("get"),
+        Some((-1, b("payload-payload")))
+    );
+    assert_eq!(
+        s.get_entry(5, 2).expect("get"),
+        Some((-1, b("payload-payload")))
+    );
+}
+
+#[test]
+fn a_torn_index_is_trimmed_and_the_log_tail_scanned() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open(dir.path()).expect("open");
+    s.add_entry(2, 0, -1, b("zero")).expect("add");
+    s.flush().expect("flush");
+    s.add_entry(2, 1, 0, b("one")).expect("add");
+    s.set_fenced(2).expect("fence");
+    s.flush().expect("flush");
+    drop(s);
+    let idx = idx_path(dir.path(), 2);
+    let len = fs::metadata(&idx).expect("meta").len();
+    OpenOptions::new()
+        .write(true)
+        .open(&idx)
+        .expect("open")
+        .set_len(len - 3)
+        .expect("tear");
+    let s = EntryLogStorage::open(dir.path()).expect("reopen");
+    assert_eq!(s.get_entry(2, 0).expect("get"), Some((-1, b("zero"))));
+    assert_eq!(s.get_entry(2, 1).expect("get"), Some((0, b("one"))));
+    assert!(s.is_fenced(2).expect("fenced"));
+    s.add_entry(2, 2, 1, b("two")).expect("add");
+    s.flush().expect("flush");
+    drop(s);
+    let s = EntryLogStorage::open(dir.path()).expect("reopen");
+    assert_eq!(s.get_entry(2, 2).expect("get"), Some((1, b("two"))));
+    assert_eq!(s.lac(2).expect("lac"), Some(1));
+    assert!(s.is_fenced(2).expect("fenced"));
+}
+
+#[test]
+fn an_index_that_does_not_match_its_log_is_ignored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open(dir.path()).expect("open");
+    for e in 0..5 {
+        s.add_entry(3, e, e as i64 - 1, b("entry")).expect("add");
+    }
+    s.flush().expect("flush");
+    drop(s);
+    // A well-formed chunk whose single record claims a different layout of the log.
+    let mut body = Vec::new();
+    body.push(1u8);
+    body.extend_from_slice(&0u64.to_be_bytes());
+    body.extend_from_slice(&7i64.to_be_bytes());
+    body.extend_from_slice(&0u64.to_be_bytes());
+    body.extend_from_slice(&10u32.to_be_bytes());
+    let mut chunk = Vec::new();
+    chunk.extend_from_slice(&1u32.to_be_bytes());
+    chunk.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+    chunk.extend_from_slice(&body);
+    fs::write(idx_path(dir.path(), 3), &chunk).expect("write bogus index");
+    let s = EntryLogStorage::open(dir.path()).expect("reopen scans the log");
+    for e in 0..5 {
+        assert_eq!(
+            s.get_entry(3, e).expect("get"),
+            Some((e as i64 - 1, b("entry")))
+        );
+    }
+    assert_eq!(s.lac(3).expect("lac"), Some(3));
 }
 
 #[test]
