@@ -96,8 +96,19 @@ impl ManagedLedger {
             !std::mem::replace(&mut q.running, true)
         };
         if spawn {
-            let me = self.arc()?;
-            tokio::spawn(async move { me.drain().await });
+            let started = match (self.arc(), tokio::runtime::Handle::try_current()) {
+                (Ok(me), Ok(rt)) => {
+                    rt.spawn(async move { me.drain().await });
+                    Ok(())
+                }
+                (Err(e), _) => Err(e),
+                (_, Err(_)) => Err(StreamError::InvalidArgument("appends need a tokio runtime".into())),
+            };
+            if let Err(e) = started {
+                self.queue.lock().running = false;
+                self.fail_pending(&e);
+                return Err(e);
+            }
         }
         Ok(())
     }

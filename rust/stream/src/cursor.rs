@@ -464,8 +464,12 @@ impl Cursor {
         if self.flush_scheduled.swap(true, Ordering::AcqRel) {
             return;
         }
-        let Some(me) = self.me.upgrade() else { return };
-        tokio::spawn(async move {
+        let (Some(me), Ok(rt)) = (self.me.upgrade(), tokio::runtime::Handle::try_current()) else {
+            // Nothing to run the delayed write on: the next change, flush or close writes it.
+            self.flush_scheduled.store(false, Ordering::Release);
+            return;
+        };
+        rt.spawn(async move {
             tokio::time::sleep(delay).await;
             me.flush_scheduled.store(false, Ordering::Release);
             if let Err(e) = me.flush().await {

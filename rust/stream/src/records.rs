@@ -122,7 +122,9 @@ where
     F: FnOnce(&dyn MetadataStore) -> Result<T, MetaError> + Send + 'static,
 {
     let meta = meta.clone();
-    match tokio::task::spawn_blocking(move || f(meta.as_ref())).await {
+    let rt = tokio::runtime::Handle::try_current()
+        .map_err(|_| StreamError::Metadata(MetaError::Other("no tokio runtime to run metadata calls on".into())))?;
+    match rt.spawn_blocking(move || f(meta.as_ref())).await {
         Ok(r) => r.map_err(StreamError::from),
         Err(e) => Err(StreamError::Metadata(MetaError::Other(format!("metadata call did not complete: {e}")))),
     }

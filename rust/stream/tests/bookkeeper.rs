@@ -160,3 +160,45 @@ async fn real_bookies_round_trip_and_reopen() {
         s.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_bookie_shut_down_mid_stream_loses_nothing() {
+    let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let meta = Arc::new(MemStore::default());
+    let mut servers = std::collections::HashMap::new();
+    for d in &dirs {
+        let s = start_bookie(d.path()).await;
+        let addr = s.local_addr().to_string();
+        meta.put(&format!("/ledgers/available/{addr}"), b"", None).unwrap();
+        servers.insert(addr, s);
+    }
+    let dyn_meta: Arc<dyn MetadataStore> = meta.clone();
+    let client_config = ClientConfig { request_timeout: Duration::from_secs(5), ..Default::default() };
+    let bk = BookKeeper::new(dyn_meta.clone(), client_config);
+    let f = ManagedLedgerFactory::new(dyn_meta, Arc::new(BookKeeperStore::new(bk)));
+    let ml = f.open("t/real-fault", config(10_000, 3, 2, 2)).await.unwrap();
+    let mut added = ml.add_entries(payloads(0..50)).await.unwrap();
+    // Stop one bookie of the current ensemble.
+    let lid = ml.stats().current_ledger_id.unwrap();
+    let (raw, _) = meta.get(&format!("/ledgers/ledger/{lid}")).unwrap().unwrap();
+    let md: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    let victim = md["ensembles"][0][1][0].as_str().unwrap().to_string();
+    servers.remove(&victim).unwrap().shutdown().await.unwrap();
+    added.extend(ml.add_entries(payloads(50..100)).await.unwrap());
+    assert_eq!(ml.last_confirmed(), Some(added[99].position));
+    assert_eq!(added[99].position.ledger_id, lid, "the ledger changed its ensemble and went on");
+    let (raw, _) = meta.get(&format!("/ledgers/ledger/{lid}")).unwrap().unwrap();
+    let md: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    let ensembles = md["ensembles"].as_array().unwrap();
+    assert_eq!(ensembles.len(), 2, "{md}");
+    assert!(!ensembles[1][1].as_array().unwrap().iter().any(|b| b.as_str() == Some(victim.as_str())));
+    let read = ml.read_entries(added[0].position, 1000).await.unwrap();
+    assert_eq!(read.len(), 100);
+    for (i, e) in read.iter().enumerate() {
+        assert_eq!(&e.data[..], format!("m{i}").as_bytes());
+    }
+    ml.close().await.unwrap();
+    for (_, s) in servers {
+        s.shutdown().await.unwrap();
+    }
+}
