@@ -7,9 +7,22 @@
 //! each topic a monotonic message offset. Subscriptions read and acknowledge through
 //! [`Cursor`]s, whose acknowledgement state survives restarts.
 //!
-//! The crate knows no messaging protocol and no ledger implementation: ledgers come
-//! through the [`LedgerStore`] trait ([`MemLedgerStore`] in memory, or the replicated
-//! ledger client), records go to a [`magnetar_meta::MetadataStore`].
+//! The crate knows no messaging protocol: ledgers come through the [`LedgerStore`] trait
+//! ([`MemLedgerStore`] in memory, [`BookKeeperStore`] over the replicated ledger client),
+//! records go to a [`magnetar_meta::MetadataStore`]:
+//!
+//! | path | record |
+//! | --- | --- |
+//! | `/managed-ledgers/<name>` | [`records::MlRecord`]: the ledgers with entries, size, close time, first index |
+//! | `/managed-ledgers/<name>/<escaped cursor>` | [`records::CursorRecord`]: mark-delete, deleted ranges, properties |
+//!
+//! Where things are: `managed_ledger.rs` (open/recovery, reads, close, delete),
+//! `append.rs` (the write queue, rollover, ledger failure), `find.rs` (by index, by
+//! publish time), `trim.rs` (retention), `cursor.rs`, `ranges.rs` (acknowledged ranges),
+//! `entry.rs` (the broker entry metadata header), [`dispatch`] (who gets which entry).
+//!
+//! A broker calls [`ManagedLedger::check_rollover`] and [`ManagedLedger::trim`] on a timer
+//! (Pulsar's ledger rollover and retention checks); everything else happens on demand.
 //!
 //! ```
 //! use std::sync::Arc;
