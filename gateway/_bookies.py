@@ -16,8 +16,17 @@ log = logging.getLogger(__name__)
 AVAILABLE_BOOKIES = "/ledgers/available"
 
 
+PORT_FILE = "bookie.port"
+
+
 def start_bookie(cfg: Any, data_dir: str, port: int) -> Any:
+    """Start a bookie on `port`. A bookie is known to ledger metadata by its address, so one
+    started on port 0 records the port it got and comes back on it after a restart."""
     os.makedirs(data_dir, exist_ok=True)
+    port_file = os.path.join(data_dir, PORT_FILE)
+    if port == 0 and os.path.exists(port_file):
+        with open(port_file) as f:
+            port = int(f.read().strip() or 0)
     bookie = _native.BookieServer(
         data_dir,
         str(cfg.get("bindAddress")),
@@ -27,6 +36,8 @@ def start_bookie(cfg: Any, data_dir: str, port: int) -> Any:
         journal_buffered_writes_threshold=int(cfg.get("journalBufferedWritesThreshold")),
         journal_max_size_mb=int(cfg.get("journalMaxSizeMB")),
     )
+    with open(port_file, "w") as f:
+        f.write(bookie.address.rsplit(":", 1)[1])
     log.info("bookie %s serving from %s", bookie.address, data_dir)
     return bookie
 

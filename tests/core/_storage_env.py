@@ -11,10 +11,11 @@ from typing import Any
 
 import trio
 
-from core import _native
 from core._bridge import NativeBridge
 from core.metadata import open_metadata_store
 from core.storage import Storage
+from gateway._bookies import start_bookie
+from gateway._config import load_config
 
 AVAILABLE = "/ledgers/available"
 
@@ -32,16 +33,12 @@ class StorageEnv:
         self.bridge = bridge
         self.metadata = metadata
         self.bookies: list[Any] = []
+        self.config = load_config(None, {}, environ={})
         self.storage = Storage(bridge, metadata, 5000)
 
     def add_bookie(self, index: int | None = None) -> Any:
         i = len(self.bookies) if index is None else index
-        # A bookie is known by its address: a restarted bookie comes back on its old port.
-        data = self.root / f"bookie-{i}"
-        port_file = data / "port"
-        port = int(port_file.read_text()) if port_file.exists() else 0
-        bookie = _native.BookieServer(str(data), "127.0.0.1", port)
-        port_file.write_text(bookie.address.rsplit(":", 1)[1])
+        bookie = start_bookie(self.config, str(self.root / f"bookie-{i}"), 0)
         self.metadata.put(f"{AVAILABLE}/{bookie.address}", b"{}")
         self.bookies.append(bookie)
         return bookie

@@ -54,7 +54,6 @@ def test_deduplication_drops_resent_sequence_ids_across_restart(tmp_path):
         for i in range(5):
             producer.send(f"m{i}".encode(), sequence_id=i)
         producer.send(b"dup", sequence_id=3)
-        assert producer.last_sequence_id() == 4
         client.close()
     with Standalone(tmp_path / "data", conf=conf) as s:
         client = pulsar.Client(s.pulsar_url)

@@ -1,0 +1,376 @@
+"""kafka-python and confluent-kafka (librdkafka) against a real standalone broker."""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+
+with warnings.catch_warnings():
+    # kafka-python 3.0 reads its schemas with a deprecated importlib.resources call.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import kafka.admin
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
+    from kafka.admin import NewTopic as KNewTopic
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:kafka")
+
+DEADLINE = 30.0
+COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = DEADLINE) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+def create_topic(boot: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": boot})
+    for f in admin.create_topics([NewTopic(topic, partitions)]).values():
+        f.result(10)
+
+
+def drain_confluent(c: Consumer, n: int, timeout: float = DEADLINE) -> list[Any]:
+    got: list[Any] = []
+    end = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < end:
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            raise AssertionError(str(m.error()))
+        got.append(m)
+    return got
+
+
+# -- produce and consume -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+@pytest.mark.parametrize("acks", [0, 1, -1])
+def test_confluent_produce_consume(boot: str, unique: str, acks: int, compression: str) -> None:
+    topic = f"cf-{compression}-{acks}-{unique}"
+    p = Producer({"bootstrap.servers": boot, "acks": acks, "compression.type": compression,
+                  "linger.ms": 2})
+    reports: list[Any] = []
+    for i in range(50):
+        p.produce(topic, key=b"k%d" % (i % 3), value=b"value-%d" % i, headers=[("i", str(i).encode())],
+                  on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+    assert p.flush(DEADLINE) == 0
+    assert all(err is None for err, _ in reports) and len(reports) == 50
+    if acks != 0:
+        assert sorted(o for _, o in reports) == list(range(50))
+    c = Consumer({"bootstrap.servers": boot, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got = drain_confluent(c, 50)
+    c.close()
+    assert [m.value() for m in got] == [b"value-%d" % i for i in range(50)]
+    assert [m.offset() for m in got] == list(range(50))
+    assert got[7].key() == b"k1" and got[7].headers() == [("i", b"7")]
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+@pytest.mark.parametrize("acks", [0, 1, "all"])
+def test_kafka_python_produce_consume(boot: str, unique: str, acks: Any, compression: str) -> None:
+    topic = f"kp-{compression}-{acks}-{unique}"
+    p = KafkaProducer(bootstrap_servers=boot, acks=acks,
+                      compression_type=None if compression == "none" else compression)
+    futures = [p.send(topic, key=b"k", value=b"v%d" % i, headers=[("h", b"%d" % i)]) for i in range(30)]
+    p.flush(DEADLINE)
+    metas = [f.get(DEADLINE) for f in futures]
+    p.close()
+    if acks != 0:
+        assert [m.offset for m in metas] == list(range(30))
+    c = KafkaConsumer(bootstrap_servers=boot, auto_offset_reset="earliest", consumer_timeout_ms=3000)
+    tp = KTopicPartition(topic, 0)
+    c.assign([tp])
+    c.seek_to_beginning(tp)
+    got = []
+    end = time.monotonic() + DEADLINE
+    while len(got) < 30 and time.monotonic() < end:
+        for records in c.poll(500).values():
+            got.extend(records)
+    c.close()
+    assert [r.value for r in got] == [b"v%d" % i for i in range(30)]
+    assert got[3].headers == [("h", b"3")]
+
+
+def test_key_maps_to_a_stable_partition(boot: str, unique: str) -> None:
+    topic = f"keys-{unique}"
+    create_topic(boot, topic, 4)
+    p = Producer({"bootstrap.servers": boot})
+    seen: dict[bytes, set[int]] = {}
+    for i in range(60):
+        key = b"key-%d" % (i % 6)
+        p.produce(topic, key=key, value=b"x",
+                  on_delivery=lambda err, m: seen.setdefault(m.key(), set()).add(m.partition()))
+    p.flush(DEADLINE)
+    assert all(len(parts) == 1 for parts in seen.values())
+    assert len({next(iter(ps)) for ps in seen.values()}) > 1
+    kp = KafkaProducer(bootstrap_servers=boot)
+    parts = {kp.send(topic, key=b"same", value=b"%d" % i).get(DEADLINE).partition for i in range(10)}
+    kp.close()
+    assert len(parts) == 1
+
+
+def test_headers_timestamps_offsets_for_times_and_seek(boot: str, unique: str) -> None:
+    topic = f"ts-{unique}"
+    base = int(time.time() * 1000) - 60_000
+    p = KafkaProducer(bootstrap_servers=boot)
+    for i in range(20):
+        p.send(topic, value=b"%d" % i, timestamp_ms=base + i * 1000, headers=[("n", b"%d" % i)])
+    p.flush(DEADLINE)
+    p.close()
+    c = KafkaConsumer(bootstrap_servers=boot, consumer_timeout_ms=3000)
+    tp = KTopicPartition(topic, 0)
+    c.assign([tp])
+    found = c.offsets_for_times({tp: base + 10_500})
+    assert found[tp].offset == 11 and found[tp].timestamp == base + 11_000
+    assert c.beginning_offsets([tp])[tp] == 0 and c.end_offsets([tp])[tp] == 20
+    c.seek(tp, 15)
+    got = []
+    end = time.monotonic() + DEADLINE
+    while len(got) < 5 and time.monotonic() < end:
+        for records in c.poll(500).values():
+            got.extend(records)
+    c.close()
+    assert [(r.offset, r.timestamp, r.headers) for r in got] == [
+        (i, base + i * 1000, [("n", b"%d" % i)]) for i in range(15, 20)]
+    cc = Consumer({"bootstrap.servers": boot, "group.id": f"ts-{unique}"})
+    [tp2] = cc.offsets_for_times([TopicPartition(topic, 0, base + 4_000)], 10)
+    assert tp2.offset == 4
+    cc.assign([TopicPartition(topic, 0, 18)])
+    got2 = drain_confluent(cc, 2)
+    cc.close()
+    assert [m.offset() for m in got2] == [18, 19]
+    assert got2[0].timestamp()[1] == base + 18_000
+
+
+def test_confluent_idempotent_producer(boot: str, unique: str) -> None:
+    topic = f"idem-{unique}"
+    p = Producer({"bootstrap.servers": boot, "enable.idempotence": True, "linger.ms": 5})
+    for i in range(500):
+        p.produce(topic, value=b"%d" % i)
+    assert p.flush(DEADLINE) == 0
+    c = Consumer({"bootstrap.servers": boot, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got = drain_confluent(c, 500)
+    assert drain_confluent(c, 1, timeout=1.0) == []
+    c.close()
+    assert [m.value() for m in got] == [b"%d" % i for i in range(500)]
+
+
+# -- consumer groups -------------------------------------------------------------------------
+
+
+def _group_run(boot: str, topic: str, group: str, strategy: str) -> None:
+    n = 400
+    p = Producer({"bootstrap.servers": boot})
+    for i in range(n):
+        p.produce(topic, key=b"%d" % i, value=b"%d" % i)
+    p.flush(DEADLINE)
+    consumed: list[tuple[str, int, int]] = []
+    assignments: dict[str, set[int]] = {}
+    lock = threading.Lock()
+    stop = {"a": threading.Event(), "b": threading.Event()}
+
+    def run(name: str) -> None:
+        c = Consumer({"bootstrap.servers": boot, "group.id": group, "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False, "partition.assignment.strategy": strategy,
+                      "session.timeout.ms": 6000, "heartbeat.interval.ms": 200})
+
+        def on_assign(cons: Consumer, parts: list[TopicPartition]) -> None:
+            with lock:
+                assignments[name] = set(assignments.get(name, set())) | {tp.partition for tp in parts}
+            if strategy == "cooperative-sticky":
+                cons.incremental_assign(parts)
+
+        def on_revoke(cons: Consumer, parts: list[TopicPartition]) -> None:
+            with lock:
+                assignments[name] = set(assignments.get(name, set())) - {tp.partition for tp in parts}
+            if strategy == "cooperative-sticky":
+                cons.incremental_unassign(parts)
+
+        c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+        while not stop[name].is_set():
+            m = c.poll(0.1)
+            if m is None or m.error():
+                continue
+            with lock:
+                consumed.append((name, m.partition(), m.offset()))
+            c.commit(message=m, asynchronous=False)
+            time.sleep(0.005)
+        c.close()
+
+    ta = threading.Thread(target=run, args=("a",))
+    ta.start()
+    wait_for(lambda: len(consumed) >= 40)
+    tb = threading.Thread(target=run, args=("b",))
+    tb.start()
+    # The two consumers split the four partitions.
+    wait_for(lambda: len(assignments.get("a", ())) == 2 and len(assignments.get("b", ())) == 2)
+    wait_for(lambda: any(name == "b" for name, _, _ in consumed))
+    stop["a"].set()
+    ta.join(DEADLINE)
+    # b takes over everything a had, from a's commits.
+    wait_for(lambda: assignments.get("b") == {0, 1, 2, 3})
+    wait_for(lambda: len(consumed) >= n)
+    time.sleep(0.5)
+    stop["b"].set()
+    tb.join(DEADLINE)
+    keys = [(p_, o) for _, p_, o in consumed]
+    assert len(keys) == n, "nothing lost, nothing consumed twice after a commit"
+    assert len(set(keys)) == n
+
+
+@pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
+def test_group_of_two_splits_and_rebalances(boot: str, unique: str, strategy: str) -> None:
+    topic = f"grp-{strategy}-{unique}"
+    create_topic(boot, topic, 4)
+    _group_run(boot, topic, f"group-{strategy}-{unique}", strategy)
+
+
+def test_kafka_python_group_and_commit(boot: str, unique: str) -> None:
+    topic = f"kpg-{unique}"
+    create_topic(boot, topic, 2)
+    p = KafkaProducer(bootstrap_servers=boot)
+    for i in range(40):
+        p.send(topic, key=b"%d" % i, value=b"%d" % i)
+    p.flush(DEADLINE)
+    p.close()
+    c = KafkaConsumer(topic, bootstrap_servers=boot, group_id=f"kg-{unique}",
+                      auto_offset_reset="earliest", enable_auto_commit=False,
+                      consumer_timeout_ms=4000)
+    got = [m for m in c]
+    c.commit()
+    c.close()
+    assert sorted(int(m.value) for m in got) == list(range(40))
+    c2 = KafkaConsumer(topic, bootstrap_servers=boot, group_id=f"kg-{unique}",
+                       auto_offset_reset="earliest", consumer_timeout_ms=2000)
+    assert list(c2) == []
+    committed = {tp: c2.committed(KTopicPartition(topic, tp)) for tp in (0, 1)}
+    c2.close()
+    assert sum(committed.values()) == 40
+
+
+# -- admin ------------------------------------------------------------------------------------
+
+
+def test_confluent_admin(boot: str, unique: str) -> None:
+    admin = AdminClient({"bootstrap.servers": boot})
+    t1, t2 = f"adm1-{unique}", f"adm2-{unique}"
+    for f in admin.create_topics([NewTopic(t1, 3), NewTopic(t2, 1)]).values():
+        f.result(10)
+    dup = admin.create_topics([NewTopic(t1, 3)])[t1]
+    with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS|already exists"):
+        dup.result(10)
+    md = admin.list_topics(timeout=10)
+    assert len(md.topics[t1].partitions) == 3 and len(md.topics[t2].partitions) == 1
+    admin.create_partitions([NewPartitions(t1, 5)])[t1].result(10)
+    assert len(admin.list_topics(timeout=10).topics[t1].partitions) == 5
+    res = ConfigResource(ConfigResource.Type.TOPIC, t1)
+    configs = admin.describe_configs([res])[res].result(10)
+    assert configs["cleanup.policy"].value == "delete"
+    broker = ConfigResource(ConfigResource.Type.BROKER, "0")
+    assert "num.partitions" in admin.describe_configs([broker])[broker].result(10)
+    cluster = admin.describe_cluster().result(10)
+    assert len(cluster.nodes) == 1
+    for f in admin.delete_topics([t2]).values():
+        f.result(10)
+    assert t2 not in admin.list_topics(timeout=10).topics
+
+
+def test_kafka_python_admin_and_groups(boot: str, unique: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=boot)
+    topic = f"kadm-{unique}"
+    admin.create_topics([KNewTopic(topic, 2, 1)])
+    assert topic in admin.list_topics()
+    p = KafkaProducer(bootstrap_servers=boot)
+    for i in range(10):
+        p.send(topic, value=b"%d" % i, partition=0)
+    p.flush(DEADLINE)
+    p.close()
+    group = f"kadm-g-{unique}"
+    c = KafkaConsumer(topic, bootstrap_servers=boot, group_id=group, auto_offset_reset="earliest",
+                      consumer_timeout_ms=3000, enable_auto_commit=False)
+    assert len(list(c)) == 10
+    c.commit()
+    described = admin.describe_consumer_groups([group])[0]
+    assert described.state == "Stable" and len(described.members) == 1
+    c.close()
+    assert group in [g[0] for g in admin.list_consumer_groups()]
+    offsets = admin.list_consumer_group_offsets(group)
+    assert offsets[KTopicPartition(topic, 0)].offset == 10
+    admin.delete_records({KTopicPartition(topic, 0): 4})
+    lc = KafkaConsumer(bootstrap_servers=boot)
+    assert lc.beginning_offsets([KTopicPartition(topic, 0)])[KTopicPartition(topic, 0)] == 4
+    lc.close()
+    admin.delete_consumer_groups([group])
+    assert group not in [g[0] for g in admin.list_consumer_groups()]
+    admin.delete_topics([topic])
+    assert topic not in admin.list_topics()
+    admin.close()
+
+
+# -- transactions -------------------------------------------------------------------------------
+
+
+def test_transactions_commit_and_abort(boot: str, unique: str) -> None:
+    topic = f"txn-{unique}"
+    create_topic(boot, topic, 2)
+    p = Producer({"bootstrap.servers": boot, "transactional.id": f"tx-{unique}"})
+    p.init_transactions(10)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, key=b"%d" % i, value=b"aborted-%d" % i)
+    p.flush(10)
+    p.abort_transaction(10)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, key=b"%d" % i, value=b"committed-%d" % i)
+    p.commit_transaction(10)
+    c = Consumer({"bootstrap.servers": boot, "group.id": f"rc-{unique}", "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed"})
+    c.subscribe([topic])
+    got = drain_confluent(c, 10)
+    assert drain_confluent(c, 1, timeout=1.0) == []
+    c.close()
+    assert sorted(m.value() for m in got) == sorted(b"committed-%d" % i for i in range(10))
+    per_partition: dict[int, list[int]] = {}
+    for m in got:
+        per_partition.setdefault(m.partition(), []).append(int(m.value().split(b"-")[1]))
+    assert all(v == sorted(v) for v in per_partition.values())
+
+
+def test_transactional_offset_commit(boot: str, unique: str) -> None:
+    src, dst = f"src-{unique}", f"dst-{unique}"
+    group = f"eos-{unique}"
+    p0 = Producer({"bootstrap.servers": boot})
+    for i in range(5):
+        p0.produce(src, value=b"%d" % i)
+    p0.flush(10)
+    c = Consumer({"bootstrap.servers": boot, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([src])
+    got = drain_confluent(c, 5)
+    p = Producer({"bootstrap.servers": boot, "transactional.id": f"eos-{unique}"})
+    p.init_transactions(10)
+    p.begin_transaction()
+    for m in got:
+        p.produce(dst, value=m.value())
+    p.send_offsets_to_transaction([TopicPartition(src, 0, 5)], c.consumer_group_metadata(), 10)
+    p.commit_transaction(10)
+    assert c.committed([TopicPartition(src, 0)], 10)[0].offset == 5
+    c.close()
