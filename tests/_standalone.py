@@ -86,7 +86,7 @@ class Standalone:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise RuntimeError("standalone did not stop on SIGINT:\n" + "\n".join(self.output[-50:]))
+            raise RuntimeError("standalone did not stop on SIGINT:\n" + "\n".join(self.output[-50:])) from None
         finally:
             self._close_pipe()
 
