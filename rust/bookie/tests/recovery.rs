@@ -1,0 +1,210 @@
+//! Model-based crash recovery: random adds, fences, deletes and checkpoints against a real
+//! bookie, crashed at random points with everything the ledger storage had not synced thrown
+//! away. After every restart the bookie must hold exactly what it acknowledged.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, ClientError, JournalConfig};
+use proptest::prelude::*;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+const LEDGERS: u64 = 3;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Add {
+        ledger: u64,
+        recovery: bool,
+        size: usize,
+    },
+    Fence(u64),
+    Delete(u64),
+    Checkpoint,
+    Crash {
+        tear_index: bool,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        10 => (0..LEDGERS, prop::bool::weighted(0.2), 0usize..300)
+            .prop_map(|(ledger, recovery, size)| Op::Add { ledger, recovery, size }),
+        1 => (0..LEDGERS).prop_map(Op::Fence),
+        1 => (0..LEDGERS).prop_map(Op::Delete),
+        2 => Just(Op::Checkpoint),
+        2 => any::<bool>().prop_map(|tear_index| Op::Crash { tear_index }),
+    ]
+}
+
+#[derive(Default, Debug)]
+struct Ledger {
+    entries: BTreeMap<u64, (i64, Bytes)>,
+    fenced: bool,
+    next: u64,
+}
+
+impl Ledger {
+    fn lac(&self) -> i64 {
+        self.entries
+            .values()
+            .map(|(lac, _)| *lac)
+            .max()
+            .unwrap_or(-1)
+            .max(-1)
+    }
+}
+
+fn config(dir: &Path) -> BookieConfig {
+    BookieConfig {
+        data_dir: dir.to_path_buf(),
+        bind: "127.0.0.1:0".parse().expect("addr"),
+        journal: JournalConfig {
+            max_group_wait: Duration::ZERO,
+            ..JournalConfig::default()
+        },
+    }
+}
+
+/// The ledger-log lengths recorded by the last storage flush (`ledgers/CHECKPOINT`).
+fn checkpointed_lengths(dir: &Path) -> HashMap<u64, u64> {
+    let Ok(raw) = std::fs::read(dir.join("ledgers").join("CHECKPOINT")) else {
+        return HashMap::new();
+    };
+    let mut b = &raw[16..];
+    let mut out = HashMap::new();
+    while b.remaining() >= 16 {
+        let ledger = b.get_u64();
+        let len = b.get_u64();
+        out.insert(ledger, len);
+    }
+    out
+}
+
+/// Throw away what a power cut could take: ledger-log bytes past the last flush (and logs
+/// created since), and, when asked, the tail of every index file.
+fn lose_unsynced_storage(dir: &Path, tear_index: bool) {
+    let synced = checkpointed_lengths(dir);
+    for item in std::fs::read_dir(dir.join("ledgers")).expect("list") {
+        let path = item.expect("entry").path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        if let Some(ledger) = name
+            .strip_suffix(".log")
+            .and_then(|s| s.parse::<u64>().ok())
+        {
+            match synced.get(&ledger) {
+                Some(&len) => {
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&path)
+                        .expect("open log");
+                    f.set_len(len).expect("truncate log");
+                }
+                None => std::fs::remove_file(&path).expect("remove log"),
+            }
+        } else if name.ends_with(".idx") && tear_index {
+            let len = std::fs::metadata(&path).expect("meta").len();
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .expect("open index");
+            f.set_len(len / 2).expect("tear index");
+        }
+    }
+}
+
+async fn verify(client: &BookieClient, model: &HashMap<u64, Ledger>) {
+    for ledger in 0..LEDGERS {
+        let empty = Ledger::default();
+        let m = model.get(&ledger).unwrap_or(&empty);
+        for (&entry, (lac, data)) in &m.entries {
+            let r = client
+                .read(ledger, entry, false)
+                .await
+                .unwrap_or_else(|e| panic!("read {ledger}:{entry}: {e}"));
+            assert_eq!((r.lac, &r.data), (*lac, data), "entry {ledger}:{entry}");
+        }
+        assert_eq!(
+            client.read_lac(ledger, false).await,
+            Ok(m.lac()),
+            "lac of {ledger}"
+        );
+        let beyond = client.read(ledger, m.next + 1000, false).await;
+        assert!(
+            matches!(beyond, Err(ClientError::NoEntry | ClientError::NoLedger)),
+            "{beyond:?}"
+        );
+    }
+}
+
+async fn run(ops: Vec<Op>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = BookieServer::start(config(dir.path()))
+        .await
+        .expect("start");
+    let mut client = BookieClient::connect(&server.local_addr().to_string(), TIMEOUT)
+        .await
+        .expect("connect");
+    let mut model: HashMap<u64, Ledger> = HashMap::new();
+    for op in ops {
+        match op {
+            Op::Add {
+                ledger,
+                recovery,
+                size,
+            } => {
+                let m = model.entry(ledger).or_default();
+                let entry = m.next;
+                let lac = entry as i64 - 1;
+                let data = Bytes::from(vec![(entry % 251) as u8; size]);
+                let res = client.add(ledger, entry, lac, data.clone(), recovery).await;
+                if m.fenced && !recovery {
+                    assert_eq!(res, Err(ClientError::Fenced));
+                } else {
+                    res.expect("add");
+                    m.entries.insert(entry, (lac, data));
+                    m.next += 1;
+                }
+            }
+            Op::Fence(ledger) => {
+                let m = model.entry(ledger).or_default();
+                assert_eq!(client.read_lac(ledger, true).await, Ok(m.lac()));
+                m.fenced = true;
+            }
+            Op::Delete(ledger) => {
+                client.delete_ledger(ledger).await.expect("delete");
+                model.remove(&ledger);
+            }
+            Op::Checkpoint => server.checkpoint().await.expect("checkpoint"),
+            Op::Crash { tear_index } => {
+                drop(client);
+                drop(server);
+                lose_unsynced_storage(dir.path(), tear_index);
+                server = BookieServer::start(config(dir.path()))
+                    .await
+                    .expect("restart");
+                client = BookieClient::connect(&server.local_addr().to_string(), TIMEOUT)
+                    .await
+                    .expect("connect");
+                verify(&client, &model).await;
+            }
+        }
+    }
+    verify(&client, &model).await;
+    server.shutdown().await.expect("shutdown");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #[test]
+    fn acknowledged_state_survives_crashes_that_lose_unsynced_storage(ops in proptest::collection::vec(op(), 1..40)) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        rt.block_on(run(ops));
+    }
+}
