@@ -114,6 +114,7 @@ impl Cursor {
         {
             let st = ml.state.lock();
             let mut cs = c.state.lock();
+            cs.deleted.remove_up_to(md);
             advance_mark_delete(&st, &mut cs);
             cs.read_position = st.next_valid(cs.mark_delete);
         }
