@@ -203,8 +203,9 @@ class BrokerService:
         assert self.storage is not None
         ml = await self.storage.open(name.storage_name, self.ml_config(self.namespace_policies(name.namespace_name)))
         await ml.delete()
-        if self.metadata.exists(f"/terminated/{name.storage_name}"):
-            self.metadata.delete(f"/terminated/{name.storage_name}")
+        for leftover in (f"/terminated/{name.storage_name}", f"/compaction/{name.storage_name}"):
+            if self.metadata.exists(leftover):
+                self.metadata.delete(leftover)
 
     # -- administration ------------------------------------------------------------------------------
 

@@ -148,6 +148,7 @@ class PersistentTopic:
         self.terminated_at: Position | None = None
         self._flushing = False
         self._batch_done = trio.Event()
+        self._compaction: dict[str, Any] | None = None
         self._nursery: trio.Nursery | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -459,6 +460,92 @@ class PersistentTopic:
             if p.on_fenced is not None:
                 p.on_fenced()
         return last
+
+    # Compaction: the latest message of each key, up to a horizon (Pulsar's topic
+    # compaction). The compacted view is a list of entry positions kept in the metadata
+    # store; a key whose latest message has a null value is dropped, and so are messages
+    # without a key. Entries are read in bounded batches.
+
+    @property
+    def compaction_path(self) -> str:
+        return f"/compaction/{self.name.storage_name}"
+
+    def compaction_status(self) -> dict[str, Any]:
+        """``{"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}`` plus the last
+        run's figures."""
+        if self._compaction is not None:
+            return dict(self._compaction)
+        got = self.broker.metadata.get(self.compaction_path)
+        if got is None:
+            return {"status": "NOT_RUN", "lastError": ""}
+        data = json.loads(got[0])
+        return {"status": "SUCCESS", "lastError": "", "removed": data.get("removed", 0),
+                "succeededAt": data.get("timestamp", 0), "durationMs": data.get("durationMs", 0)}
+
+    def start_compaction(self) -> bool:
+        """Start compacting in the background; False when a run is already going."""
+        if self._compaction is not None and self._compaction.get("status") == "RUNNING":
+            return False
+        self._compaction = {"status": "RUNNING", "lastError": ""}
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_compaction)
+        return True
+
+    async def _run_compaction(self) -> None:
+        started = time.monotonic()
+        try:
+            positions, removed, horizon = await self.compact()
+        except Exception as exc:
+            log.warning("compaction of %s failed: %s", self.name, exc)
+            self._compaction = {"status": "ERROR", "lastError": str(exc), "failedAt": int(time.time() * 1000)}
+            return
+        duration = int((time.monotonic() - started) * 1000)
+        self.broker.metadata.put(self.compaction_path, json.dumps({
+            "horizon": [horizon.ledger_id, horizon.entry_id] if horizon else None,
+            "positions": [[p.ledger_id, p.entry_id] for p in positions],
+            "removed": removed, "timestamp": int(time.time() * 1000), "durationMs": duration,
+        }).encode())
+        self._compaction = None
+
+    async def compact(self) -> tuple[list[Position], int, Position | None]:
+        """The compacted view up to the last entry now: (kept positions in order, messages
+        removed, horizon)."""
+        from core.format import messages_from_entry
+
+        horizon = self.ml.last_confirmed()
+        pos = self.ml.first_position()
+        latest: dict[str, tuple[Position, bool]] = {}
+        total = 0
+        while pos is not None and horizon is not None and pos <= horizon:
+            entries = await self.ml.read_entries(pos, 200)
+            if not entries:
+                break
+            for e in entries:
+                if e.position > horizon:
+                    break
+                try:
+                    messages = messages_from_entry(e.data)
+                except EntryFormatError:
+                    continue
+                total += len(messages)
+                for m in messages:
+                    if m.key is not None:
+                        latest[m.key] = (e.position, m.null_value)
+            last = entries[-1].position
+            pos = Position(last.ledger_id, last.entry_id + 1)
+        kept = sorted({p for p, null in latest.values() if not null})
+        kept_messages = sum(1 for _, null in latest.values() if not null)
+        return kept, total - kept_messages, horizon
+
+    async def compacted_entries(self, limit: int) -> list[Entry]:
+        """Up to `limit` entries of the last compacted view, in order."""
+        got = self.broker.metadata.get(self.compaction_path)
+        if got is None:
+            return []
+        out: list[Entry] = []
+        for lid, eid in json.loads(got[0])["positions"][:limit]:
+            out.extend(await self.ml.read_entries(Position(lid, eid), 1))
+        return out
 
     def disconnect_all(self) -> None:
         """Ask every producer's and consumer's session to close it (clients reconnect)."""

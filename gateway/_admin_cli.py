@@ -659,6 +659,29 @@ def _topics_unload(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.put(_topic_path(a.topic) + "/unload")
 
 
+@verb("topics", "compact", "compact the topic (keep the latest message of each key)", TOPIC)
+def _topics_compact(c: AdminClient, a: argparse.Namespace) -> Any:
+    c.put(_topic_path(a.topic) + "/compaction")
+    return "Topic compaction requested for " + a.topic
+
+
+@verb("topics", "compaction-status", "the status of the last compaction", TOPIC,
+      A("-w", "--wait-complete", action="store_true", help="wait until it is no longer running"),
+      A("--timeout", type=float, default=300.0, help="seconds to wait at most (default 300)"))
+def _topics_compaction_status(c: AdminClient, a: argparse.Namespace) -> Any:
+    deadline = time.monotonic() + a.timeout
+    while True:
+        st = c.get(_topic_path(a.topic) + "/compaction")
+        if not a.wait_complete or st["status"] != "RUNNING" or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    if st["status"] == "ERROR":
+        raise AdminError(0, f"Error in compaction: {st.get('lastError', '')}")
+    return {"NOT_RUN": "Compaction has not been run for " + a.topic + " since broker startup",
+            "RUNNING": "Compaction is currently running",
+            "SUCCESS": "Compaction was a success"}.get(st["status"], st["status"])
+
+
 @verb("topics", "subscriptions", "a topic's subscriptions", TOPIC, aliases=(("subscriptions", "list"),))
 def _topics_subscriptions(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get(_topic_path(a.topic) + "/subscriptions")

@@ -172,10 +172,16 @@ def topic_stats(topic: Any, rates: Rates) -> dict[str, Any]:
         "nonContiguousDeletedMessagesRanges": sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "delayedMessageIndexSizeInBytes": 0,
-        "compaction": {"lastCompactionRemovedEventCount": 0, "lastCompactionSucceedTimestamp": 0,
-                       "lastCompactionFailedTimestamp": 0, "lastCompactionDurationTimeInMills": 0},
+        "compaction": _compaction_stats(topic.compaction_status()),
         "ownerBroker": "",
     }
+
+
+def _compaction_stats(st: dict[str, Any]) -> dict[str, Any]:
+    return {"lastCompactionRemovedEventCount": st.get("removed", 0),
+            "lastCompactionSucceedTimestamp": st.get("succeededAt", 0),
+            "lastCompactionFailedTimestamp": st.get("failedAt", 0),
+            "lastCompactionDurationTimeInMills": st.get("durationMs", 0)}
 
 
 _SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter",

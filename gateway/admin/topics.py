@@ -199,6 +199,19 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
             await broker.unload_topic(t)
         return None
 
+    @endpoint
+    async def compact(request: Request) -> Any:
+        topic = await load_topic(broker, topic_of(request))
+        if not topic.start_compaction():
+            raise RestError(409, "Compaction already in progress")
+        return None
+
+    @endpoint
+    async def compaction_status(request: Request) -> Any:
+        topic = await load_topic(broker, topic_of(request))
+        st = topic.compaction_status()
+        return {"status": st["status"], "lastError": st.get("lastError", "")}
+
     # -- topic-level policies -------------------------------------------------------------------------
 
     def policy_routes(base: str, spec: PolicySpec) -> list[Route]:
@@ -334,6 +347,8 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
             Route(f"{base}/{{topic}}/terminate", terminate, methods=["POST"]),
             Route(f"{base}/{{topic}}/terminate/partitions", terminate_partitioned, methods=["POST"]),
             Route(f"{base}/{{topic}}/unload", unload, methods=["PUT"]),
+            Route(f"{base}/{{topic}}/compaction", compact, methods=["PUT"]),
+            Route(f"{base}/{{topic}}/compaction", compaction_status, methods=["GET"]),
             Route(f"{base}/{{topic}}/backlogQuotaMap", get_backlog_quotas, methods=["GET"]),
             Route(f"{base}/{{topic}}/backlogQuota", set_backlog_quota, methods=["POST"]),
             Route(f"{base}/{{topic}}/backlogQuota", remove_backlog_quota, methods=["DELETE"]),

@@ -153,3 +153,20 @@ def test_topic_level_policies(admin: AdminClient, ns: str) -> None:
     admin.delete(f"{path}/messageTTL")
     assert admin.get(f"{path}/messageTTL") is None
     assert status_of(admin.post, f"{path}/messageTTL", messageTTL="abc")[0] == 400
+
+
+def test_compaction_keeps_latest_per_key(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    full, path = _topic(ns)
+    admin.put(path)
+    assert admin.get(f"{path}/compaction") == {"status": "NOT_RUN", "lastError": ""}
+    producer = client.create_producer(full, batching_enabled=False)
+    for key, value in [("a", b"1"), ("b", b"1"), ("a", b"2"), ("c", b"1"), ("b", b"2")]:
+        producer.send(value, partition_key=key)
+    producer.send(b"", partition_key="c")  # an empty value (not a null one) stays as c's latest
+    producer.send(b"no-key")
+    producer.close()
+    admin.put(f"{path}/compaction")
+    wait_for(lambda: admin.get(f"{path}/compaction")["status"] == "SUCCESS")
+    stats = admin.get(f"{path}/stats")
+    assert stats["compaction"]["lastCompactionRemovedEventCount"] == 4  # a:1, b:1, c:1, no-key
+    assert stats["compaction"]["lastCompactionSucceedTimestamp"] > 0
