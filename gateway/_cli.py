@@ -211,6 +211,7 @@ register_command(Command(
 register_command(Command("version", "print the version", _version_arguments, _run_version))
 
 from . import _admin_cli  # noqa: E402,F401  (registers `magnetar admin` and `magnetar client`)
+from . import _perf  # noqa: E402,F401  (registers `magnetar perf`)
 
 # --------------------------------------------------------------------------------------
 
