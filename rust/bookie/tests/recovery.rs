@@ -25,6 +25,7 @@ enum Op {
     Checkpoint,
     Crash {
         tear_index: bool,
+        torn_journal: bool,
     },
 }
 
@@ -35,7 +36,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..LEDGERS).prop_map(Op::Fence),
         1 => (0..LEDGERS).prop_map(Op::Delete),
         2 => Just(Op::Checkpoint),
-        2 => any::<bool>().prop_map(|tear_index| Op::Crash { tear_index }),
+        2 => (any::<bool>(), any::<bool>())
+            .prop_map(|(tear_index, torn_journal)| Op::Crash { tear_index, torn_journal }),
     ]
 }
 
@@ -182,10 +184,22 @@ async fn run(ops: Vec<Op>) {
                 model.remove(&ledger);
             }
             Op::Checkpoint => server.checkpoint().await.expect("checkpoint"),
-            Op::Crash { tear_index } => {
+            Op::Crash {
+                tear_index,
+                torn_journal,
+            } => {
                 drop(client);
                 drop(server);
                 lose_unsynced_storage(dir.path(), tear_index);
+                if torn_journal {
+                    // A write that was cut short (and so never acknowledged).
+                    let files = magnetar_bookie::journal::list_files(dir.path()).expect("list");
+                    let newest = *files.last().expect("a journal file");
+                    let path = magnetar_bookie::journal::file_path(dir.path(), newest);
+                    let mut raw = std::fs::read(&path).expect("read journal");
+                    raw.extend_from_slice(&[0, 0, 1, 0, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3]);
+                    std::fs::write(&path, &raw).expect("write journal");
+                }
                 server = BookieServer::start(config(dir.path()))
                     .await
                     .expect("restart");
