@@ -170,3 +170,55 @@ def test_compaction_keeps_latest_per_key(admin: AdminClient, ns: str, client: pu
     stats = admin.get(f"{path}/stats")
     assert stats["compaction"]["lastCompactionRemovedEventCount"] == 4  # a:1, b:1, c:1, no-key
     assert stats["compaction"]["lastCompactionSucceedTimestamp"] > 0
+
+
+def test_retention_change_reloads_loaded_topics(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    full, path = _topic(ns)
+    producer = client.create_producer(full, batching_enabled=False)
+    consumer = client.subscribe(full, "s")
+    producer.send(b"one")
+    admin.post(f"/admin/v2/namespaces/{ns}/retention", {"retentionTimeInMinutes": 10, "retentionSizeInMB": 10})
+    producer.send(b"two")  # the producer reconnected to the reloaded topic
+    assert {consumer.receive(timeout_millis=10_000).data() for _ in range(2)} == {b"one", b"two"}
+    assert admin.get(f"{path}/stats")["msgInCounter"] == 1  # counters restart with the reload
+
+
+def test_namespace_unload_and_clear_backlog(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    for name in ("x", "y"):
+        admin.put(f"/admin/v2/persistent/{ns}/{name}")
+        admin.put(f"/admin/v2/persistent/{ns}/{name}/subscription/s")
+        producer = client.create_producer(f"persistent://{ns}/{name}")
+        producer.send(b"m")
+        producer.close()
+    admin.post(f"/admin/v2/namespaces/{ns}/clearBacklog")
+    for name in ("x", "y"):
+        assert admin.get(f"/admin/v2/persistent/{ns}/{name}/stats")["subscriptions"]["s"]["msgBacklog"] == 0
+    admin.put(f"/admin/v2/namespaces/{ns}/unload")
+    assert admin.get(f"/admin/v2/persistent/{ns}/x/subscriptions") == ["s"]  # reloaded on demand
+    admin.post(f"/admin/v2/namespaces/{ns}/unsubscribe/s")
+    assert admin.get(f"/admin/v2/persistent/{ns}/y/subscriptions") == []
+
+
+def test_partitioned_subscription_operations(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    full, path = _topic(ns, "pp")
+    admin.put(f"{path}/partitions", 2)
+    admin.put(f"{path}/subscription/s", {"ledgerId": -1, "entryId": -1})
+    assert admin.get(f"{path}/subscriptions") == ["s"]
+    producer = client.create_producer(full, batching_enabled=False)
+    for i in range(6):
+        producer.send(b"m", partition_key=str(i))
+    producer.close()
+    assert admin.get(f"{path}/partitioned-stats")["subscriptions"]["s"]["msgBacklog"] == 6
+    admin.post(f"{path}/subscription/s/skip_all")
+    assert admin.get(f"{path}/partitioned-stats")["subscriptions"]["s"]["msgBacklog"] == 0
+    admin.post(f"{path}/subscription/s/resetcursor/0")
+    assert admin.get(f"{path}/partitioned-stats")["subscriptions"]["s"]["msgBacklog"] == 6
+    lookups = admin.get(f"{path}/lookup/partitions")
+    assert sorted(lookups) == [f"{full}-partition-0", f"{full}-partition-1"]
+
+
+def test_non_persistent_domain(admin: AdminClient, ns: str) -> None:
+    admin.put(f"/admin/v2/non-persistent/{ns}/np")
+    assert admin.get(f"/admin/v2/non-persistent/{ns}") == [f"non-persistent://{ns}/np"]
+    assert admin.get(f"/admin/v2/persistent/{ns}") == []
+    assert admin.get(f"/admin/v2/non-persistent/{ns}/np/stats")["msgInCounter"] == 0
