@@ -90,6 +90,7 @@ struct MemInner {
     fail_adds: usize,
     fail_creates: usize,
     fail_reads: usize,
+    read_calls: u64,
 }
 
 /// Ledgers kept in memory. Cloning shares the same ledgers.
@@ -134,6 +135,11 @@ impl MemLedgerStore {
     /// Make the next `n` calls to `create_ledger` fail with `NotEnoughBookies`.
     pub fn fail_next_creates(&self, n: usize) {
         self.inner.lock().fail_creates = n;
+    }
+
+    /// How many `read_entries` calls were made (on any ledger) so far.
+    pub fn read_calls(&self) -> u64 {
+        self.inner.lock().read_calls
     }
 
     /// Make the next `n` calls to `read_entries` (on any ledger) fail.
@@ -203,6 +209,7 @@ impl Ledger for MemLedger {
         Box::pin(async move {
             let lac = self.state.lock().lac;
             let mut inner = self.store.lock();
+            inner.read_calls += 1;
             if inner.fail_reads > 0 {
                 inner.fail_reads -= 1;
                 return Err(LedgerStoreError::Other("injected read failure".into()));

@@ -673,6 +673,30 @@ async fn log_start_and_end_indexes_and_properties() {
     assert_eq!((ml.first_index(), ml.next_index()), (5, 9));
 }
 
+#[tokio::test]
+async fn repeated_index_lookups_are_answered_from_the_sparse_index() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/sparse", ManagedLedgerConfig { cache_size_bytes: 0, ..env.config(1000) }).await.unwrap();
+    let added = ml.add_entries(payloads(0..500)).await.unwrap();
+    let want: Vec<u64> = vec![3, 77, 130, 257, 499];
+    for i in &want {
+        assert_eq!(ml.find_position_by_index(*i).await.unwrap(), added[*i as usize].position);
+    }
+    // Every probe of those searches is remembered: the same lookups need no read.
+    env.store.fail_next_reads(1_000_000);
+    for i in &want {
+        assert_eq!(ml.find_position_by_index(*i).await.unwrap(), added[*i as usize].position);
+    }
+    env.store.fail_next_reads(0);
+    // Every 64th entry was remembered when it was appended: a new lookup searches at most
+    // 64 entries, so it needs at most 7 reads (instead of about 9 over 500 entries).
+    let before = env.store.read_calls();
+    assert_eq!(ml.find_position_by_index(300).await.unwrap(), added[300].position);
+    let reads = env.store.read_calls() - before;
+    assert!((1..=7).contains(&reads), "{reads} reads");
+}
+
 mod prop {
     use super::*;
     use proptest::prelude::*;
