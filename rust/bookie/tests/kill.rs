@@ -118,10 +118,10 @@ fn sigterm_shuts_down_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut bookie, _addr) = spawn_bookie(dir.path());
     let pid = bookie.0.id().to_string();
-    let status = Command::new("kill")
-        .args(["-TERM", &pid])
+    let status = Command::new("sh")
+        .args(["-c", &format!("kill -TERM {pid}")])
         .status()
-        .expect("run kill");
+        .expect("run the shell's kill");
     assert!(status.success());
     let exit = bookie.0.wait().expect("wait");
     assert!(exit.success(), "exit status {exit:?}");
