@@ -90,6 +90,8 @@ class ConsumerSink(Protocol):
 
     def active_consumer_changed(self, consumer: Consumer, active: bool) -> None: ...
 
+    def reached_end_of_topic(self, consumer: Consumer) -> None: ...
+
 
 class Consumer:
     def __init__(
@@ -113,6 +115,7 @@ class Consumer:
         self.msg_out = 0
         self.bytes_out = 0
         self.connected_since = time.time()
+        self.told_end_of_topic = False
 
     def flow(self, permits: int) -> None:
         self.permits += permits
@@ -286,6 +289,21 @@ class Subscription:
         self._hash_owner.clear()
         self.wake()
 
+    @property
+    def active_consumer(self) -> Consumer | None:
+        """The consumer that receives messages (Exclusive and Failover), else None."""
+        active = self._active
+        return active if active is not None and active in self.consumers else None
+
+    @property
+    def delayed_messages(self) -> int:
+        """Entries waiting for their delivery time."""
+        return len(self._delayed_set)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     # -- administration ------------------------------------------------------------------------------
     #
     # What the admin API does to a subscription: each works on the cursor (so it persists)
@@ -414,8 +432,18 @@ class Subscription:
         if len(entries) < budget and self.cursor.has_more():
             entries.extend(await self.cursor.read_entries(budget - len(entries)))
         if not entries:
+            self._tell_end_of_topic()
             return False
         return self._assign(entries, from_replay)
+
+    def _tell_end_of_topic(self) -> None:
+        """A terminated topic whose every entry was delivered: REACHED_END_OF_TOPIC."""
+        if self.topic.terminated_at is None or self.cursor.has_more() or self.replay or self._delayed:
+            return
+        for c in self.consumers:
+            if not c.told_end_of_topic:
+                c.told_end_of_topic = True
+                c.sink.reached_end_of_topic(c)
 
     async def _read_replay(self, budget: int) -> list[Entry]:
         wanted = list(self.replay.islice(0, budget))

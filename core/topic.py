@@ -30,6 +30,7 @@ import trio
 
 from core.format import EntryFormatError
 from core.naming import TopicName
+from core.policies import ConflictError
 from core.storage import Entry, ManagedLedger, Position, entry_metadata
 from core.subscription import Consumer, Subscription, SubType
 
@@ -436,8 +437,6 @@ class PersistentTopic:
         if self._closed:
             raise TopicClosedError(f"Topic {self.name} is closing")
         if name in self.subscriptions:
-            from core.policies import ConflictError
-
             raise ConflictError("Subscription already exists for topic")
         sub = await self._attach_subscription(name, SubType.Exclusive, earliest=earliest)
         if start is not None:

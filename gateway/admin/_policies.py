@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 
 from core.schema import STRATEGIES
 
@@ -157,10 +156,6 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
     PolicySpec("dispatchRate", "topicDispatchRate", _DISPATCH),
     PolicySpec("publishRate", "publishMaxMessageRate", _PUBLISH),
 )
-
-
-def json_value(value: Any) -> JSONResponse:
-    return JSONResponse(value)
 
 
 async def read_body(request: Request) -> Any:

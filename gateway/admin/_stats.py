@@ -76,8 +76,8 @@ def consumer_stats(topic: Any, sub: Any, c: Any, rates: Rates) -> dict[str, Any]
 def subscription_stats(topic: Any, sub: Any, rates: Rates) -> dict[str, Any]:
     key = (str(topic.name), sub.name)
     backlog = sub.backlog()
-    active = getattr(sub, "_active", None)
-    delayed = len(getattr(sub, "_delayed_set", ()))
+    active = sub.active_consumer
+    delayed = sub.delayed_messages
     return {
         "msgRateOut": rates.rate(key + ("msg",), sub.msg_out),
         "msgThroughputOut": rates.rate(key + ("bytes",), sub.bytes_out),
@@ -94,7 +94,7 @@ def subscription_stats(topic: Any, sub: Any, rates: Rates) -> dict[str, Any]:
         "msgDelayed": delayed,
         "unackedMessages": sum(c.unacked_messages for c in sub.consumers),
         "type": sub.sub_type.name,
-        "activeConsumerName": active.name if active is not None and active in sub.consumers else None,
+        "activeConsumerName": active.name if active is not None else None,
         "msgRateExpired": rates.rate(key + ("expired",), sub.expired),
         "totalMsgExpired": sub.expired,
         "lastExpireTimestamp": sub.last_expire_timestamp,
@@ -242,7 +242,7 @@ def internal_stats(topic: Any) -> dict[str, Any]:
             "cursorLedgerLastEntry": -1,
             "individuallyDeletedMessages": _deleted_ranges(c.individually_deleted()),
             "lastLedgerSwitchTimestamp": "",
-            "state": "Open" if not getattr(sub, "_closed", False) else "Closed",
+            "state": "Closed" if sub.closed else "Open",
             "active": bool(sub.consumers),
             "numberOfEntriesSinceFirstNotAckedMessage": sub.backlog(),
             "totalNonContiguousDeletedMessagesRange": len(c.individually_deleted()),

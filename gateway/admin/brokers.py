@@ -11,6 +11,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from ._common import RestError, endpoint
+from .bookies import bookies
 
 __all__ = ["routes", "broker_id"]
 
@@ -42,6 +43,8 @@ def routes(broker: Any) -> list[Route]:
             TopicName.parse(topic)
         if broker.storage is None:
             raise RestError(503, "Broker is not ready")
+        if not bookies(broker.metadata)["readWrite"]:
+            raise RestError(503, "No writable bookie is available")
         return PlainTextResponse("ok")
 
     @endpoint

@@ -7,7 +7,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.routing import Route
 
-from core.naming import InvalidNameError, _check_part
+from core.naming import InvalidNameError, NamespaceName
 
 from ._common import RestError, body_object, endpoint, json_body
 
@@ -32,9 +32,10 @@ def routes(broker: Any) -> list[Route]:
     def name_of(request: Request) -> str:
         name = str(request.path_params["cluster"])
         try:
-            return _check_part("cluster", name)
-        except InvalidNameError as exc:
-            raise RestError(412, str(exc)) from None
+            NamespaceName.parse(f"{name}/probe")  # clusters follow the tenant-name rule
+        except InvalidNameError:
+            raise RestError(412, f"Invalid cluster name: {name!r}") from None
+        return name
 
     @endpoint
     async def list_clusters(request: Request) -> Any:
