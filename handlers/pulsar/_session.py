@@ -42,9 +42,16 @@ from core.topic import (
     ProducerFencedError,
     PublishResult,
     TopicClosedError,
+    TopicTerminatedError,
 )
 from handlers.pulsar import _events as ev
-from handlers.pulsar._codec import NEED_DATA, PulsarConnection, RemoteProtocolError
+from handlers.pulsar._codec import (
+    NEED_DATA,
+    ProtocolError,
+    PulsarConnection,
+    RemoteProtocolError,
+    State,
+)
 
 __all__ = ["PulsarSession", "MAX_PROTOCOL_VERSION", "SERVER_VERSION"]
 
@@ -71,6 +78,8 @@ def _server_error(exc: BaseException) -> int:
             return E.ProducerBusy
         case IncompatibleSchemaError():
             return E.IncompatibleSchema
+        case TopicTerminatedError():
+            return E.TopicTerminatedError
         case TopicClosedError():
             return E.ServiceNotReady
     return E.UnknownError
@@ -133,8 +142,8 @@ class PulsarSession:
                     self._handle(event)
             except RemoteProtocolError as exc:
                 log.info("pulsar: closing connection: %s", exc)
-                self._send(ev.CommandError.build(request_id=0, error=getattr(exc, "code", E.UnknownError) or E.UnknownError,
-                                                 message=str(exc)))
+                self._send(ev.CommandError.build(request_id=0, error=exc.code, message=str(exc)))
+                self.closed = True
                 await self._flush_now()
                 return
 
@@ -157,6 +166,11 @@ class PulsarSession:
         while True:
             await trio.sleep(interval)
             idle = time.monotonic() - self.last_received
+            if self.codec.state is not State.CONNECTED and idle >= interval:
+                log.info("pulsar: closing connection that sent no CONNECT for %.0fs", idle)
+                assert self._nursery is not None
+                self._nursery.cancel_scope.cancel()
+                return
             if idle >= 2 * interval:
                 log.info("pulsar: closing connection idle for %.0fs", idle)
                 assert self._nursery is not None
@@ -166,8 +180,16 @@ class PulsarSession:
                 self._send(ev.CommandPing.build())
 
     def _send(self, event: Any) -> None:
-        if not self.closed:
-            self.outbox.put(self.codec.send(event))
+        """Queue one frame. Called from other tasks too (topic flushers, dispatchers), so a
+        frame the connection can no longer carry is dropped here, never raised there."""
+        if self.closed:
+            return
+        try:
+            frame = self.codec.send(event)
+        except ProtocolError as exc:
+            log.info("pulsar: not sending %s: %s", type(event).__name__, exc)
+            return
+        self.outbox.put(frame)
 
     def _spawn(self, fn: Any, *args: Any) -> None:
         assert self._nursery is not None
@@ -335,8 +357,10 @@ class PulsarSession:
 
         def done(result: PublishResult) -> None:
             if result.error is not None:
+                code = _server_error(result.error)
                 self._send(ev.CommandSendError.build(
-                    producer_id=pid, sequence_id=seq, error=E.PersistenceError,
+                    producer_id=pid, sequence_id=seq,
+                    error=E.PersistenceError if code == E.UnknownError else code,
                     message=str(result.error)))
                 return
             pos = result.position
@@ -421,17 +445,26 @@ class PulsarSession:
         frames = []
         for d in deliveries:
             e = d.entry
-            frames.append(encode(
-                consumer.consumer_id,
-                pb.MessageIdData(ledgerId=e.position.ledger_id, entryId=e.position.entry_id,
-                                 partition=partition),
-                d.redelivery_count,
-                e.data,
-                encode_broker_entry_metadata(e.publish_time, e.index) if bem else None,
-                d.ack_set,
-            ))
+            try:
+                frame = encode(
+                    consumer.consumer_id,
+                    pb.MessageIdData(ledgerId=e.position.ledger_id, entryId=e.position.entry_id,
+                                     partition=partition),
+                    d.redelivery_count,
+                    e.data,
+                    encode_broker_entry_metadata(e.publish_time, e.index) if bem else None,
+                    d.ack_set,
+                )
+            except ProtocolError as exc:
+                log.info("pulsar: cannot deliver %s to consumer %d: %s", e.position,
+                         consumer.consumer_id, exc)
+                return
+            frames.append(frame)
         self.outbox.frames.extend(frames)
         self.outbox.ready.set()
+
+    def reached_end_of_topic(self, consumer: Consumer) -> None:
+        self._send(ev.CommandReachedEndOfTopic.build(consumer_id=consumer.consumer_id))
 
     def active_consumer_changed(self, consumer: Consumer, active: bool) -> None:
         self._send(ev.CommandActiveConsumerChange.build(consumer_id=consumer.consumer_id, is_active=active))

@@ -1,0 +1,172 @@
+"""Bad input on one Pulsar connection gets Pulsar's error and closes (at most) that
+connection; the broker keeps serving everyone else."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pulsar
+import pytest
+
+from core.format import MessageMetadata, encode_entry
+from core.format import pulsar_api_pb2 as pb
+from handlers.pulsar import _events as ev
+from handlers.pulsar._codec import NEED_DATA, PulsarConnection, Role
+from tests._standalone import Standalone
+
+TIMEOUT = 10.0
+
+
+class RawClient:
+    def __init__(self, url: str):
+        host, port = url.removeprefix("pulsar://").rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+        self.codec = PulsarConnection(Role.CLIENT)
+
+    def send(self, event) -> None:
+        self.sock.sendall(self.codec.send(event))
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def next_event(self):
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            event = self.codec.next_event()
+            if event is not NEED_DATA:
+                return event
+            data = self.sock.recv(65536)
+            self.codec.receive_data(data)
+        raise TimeoutError("no event from the broker")
+
+    def read_raw_until_closed(self) -> bytes:
+        got = b""
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            data = self.sock.recv(65536)
+            if not data:
+                return got
+            got += data
+        raise TimeoutError("the broker did not close the connection")
+
+    def connect(self) -> None:
+        self.send(ev.CommandConnect.build(client_version="raw-test", protocol_version=21))
+        assert isinstance(self.next_event(), ev.CommandConnected)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _still_serving(url: str) -> None:
+    client = pulsar.Client(url, operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer("still-serving", batching_enabled=False)
+        consumer = client.subscribe("still-serving", f"s-{time.monotonic_ns()}",
+                                    initial_position=pulsar.InitialPosition.Latest)
+        producer.send(b"alive")
+        assert consumer.receive(timeout_millis=10_000).data() == b"alive"
+    finally:
+        client.close()
+
+
+def test_bad_checksum_on_send_gets_checksum_error_and_the_connection_lives_on(standalone: Standalone):
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        raw.connect()
+        raw.send(ev.CommandProducer.build(topic="bad-checksum", producer_id=1, request_id=1))
+        assert isinstance(raw.next_event(), ev.CommandProducerSuccess)
+        md = MessageMetadata(producer_name="raw", sequence_id=0, publish_time=int(time.time() * 1000))
+        entry = bytearray(encode_entry(md, b"payload"))
+        entry[-1] ^= 0xFF
+        raw.send(ev.CommandSend(command=pb.CommandSend(producer_id=1, sequence_id=0, num_messages=1),
+                                entry=bytes(entry)))
+        reply = raw.next_event()
+        assert isinstance(reply, ev.CommandSendError)
+        assert reply.command.error == pb.ChecksumError
+        good = encode_entry(MessageMetadata(producer_name="raw", sequence_id=1,
+                                            publish_time=int(time.time() * 1000)), b"payload")
+        raw.send(ev.CommandSend(command=pb.CommandSend(producer_id=1, sequence_id=1, num_messages=1),
+                                entry=good))
+        receipt = raw.next_event()
+        assert isinstance(receipt, ev.CommandSendReceipt) and receipt.command.sequence_id == 1
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("junk", [
+    b"\x00\x00\x00\x08\x00\x00\x00\x04garbage!",               # command bytes that are no protobuf
+    struct.pack(">II", 0x7FFFFFF0, 0x10) + b"x" * 16,            # absurd total size
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",                         # another protocol
+])
+def test_garbage_closes_only_that_connection(standalone: Standalone, junk: bytes):
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        raw.send_raw(junk)
+        raw.read_raw_until_closed()
+    finally:
+        raw.close()
+    _still_serving(standalone.pulsar_url)
+
+
+def test_command_before_connect_is_refused(standalone: Standalone):
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        raw.send_raw(_frame(pb.BaseCommand(
+            type=pb.BaseCommand.PRODUCER,
+            producer=pb.CommandProducer(topic="x", producer_id=1, request_id=1))))
+        data = raw.read_raw_until_closed()
+        reply = pb.BaseCommand()
+        reply.ParseFromString(data[8:struct.unpack(">I", data[:4])[0] + 4])
+        assert reply.type == pb.BaseCommand.ERROR
+    finally:
+        raw.close()
+    _still_serving(standalone.pulsar_url)
+
+
+def _frame(cmd: pb.BaseCommand) -> bytes:
+    body = cmd.SerializeToString()
+    return struct.pack(">II", len(body) + 4, len(body)) + body
+
+
+def test_unknown_namespace_gives_topic_not_found(standalone: Standalone):
+    client = pulsar.Client(standalone.pulsar_url, operation_timeout_seconds=5)
+    try:
+        with pytest.raises((pulsar.TopicNotFound, pulsar.Timeout, pulsar.LookupError)):
+            client.create_producer("persistent://public/no-such-ns/t")
+    finally:
+        client.close()
+    _still_serving(standalone.pulsar_url)
+
+
+def test_terminated_topic_refuses_sends_and_tells_consumers(standalone: Standalone, unique):
+    import urllib.request
+
+    local = f"terminate-{unique}"
+    topic = f"persistent://public/default/{local}"
+    client = pulsar.Client(standalone.pulsar_url, operation_timeout_seconds=10)
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"last words")
+        raw.connect()
+        raw.send(ev.CommandSubscribe.build(topic=topic, subscription="s", subType=pb.CommandSubscribe.Exclusive,
+                                           consumer_id=7, request_id=1,
+                                           initialPosition=pb.CommandSubscribe.Earliest))
+        assert isinstance(raw.next_event(), ev.CommandSuccess)
+        raw.send(ev.CommandFlow.build(consumer_id=7, messagePermits=10))
+        message = raw.next_event()
+        assert isinstance(message, ev.CommandMessage) and message.payload == b"last words"
+        web = standalone.addresses["web"][0]
+        req = urllib.request.Request(f"{web}/admin/v2/persistent/public/default/{local}/terminate", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status in (200, 204)
+        with pytest.raises(pulsar.TopicTerminated):
+            producer.send(b"too late")
+        raw.send(ev.CommandAck.build(consumer_id=7, ack_type=pb.CommandAck.Individual,
+                                     message_id=[message.command.message_id]))
+        assert isinstance(raw.next_event(), ev.CommandReachedEndOfTopic)
+    finally:
+        raw.close()
+        client.close()
