@@ -246,9 +246,13 @@ class BrokerService:
 
     async def _housekeeping(self) -> None:
         """Message TTL expiry and backlog quota enforcement, each on its own period
-        (``messageExpiryCheckIntervalInMinutes``, ``backlogQuotaCheckIntervalInSeconds``)."""
+        (``messageExpiryCheckIntervalInMinutes`` - or, finer, Magnetar's
+        ``messageExpiryCheckIntervalInSeconds`` - and ``backlogQuotaCheckIntervalInSeconds``)."""
         expiry = float(self.config.get("messageExpiryCheckIntervalInMinutes",
                                        MESSAGE_EXPIRY_CHECK_MINUTES)) * 60.0
+        finer = self.config.get("messageExpiryCheckIntervalInSeconds")
+        if finer not in (None, "", 0):
+            expiry = float(finer)
         quota = float(self.config.get("backlogQuotaCheckIntervalInSeconds", BACKLOG_QUOTA_CHECK_SECONDS))
         quota_enabled = str(self.config.get("backlogQuotaCheckEnabled", "true")).lower() != "false"
         next_expiry = trio.current_time() + expiry

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 __all__ = ["BrokerStats", "LATENCY_SAMPLES"]
@@ -55,6 +57,15 @@ class BrokerStats:
 
     def record_connection_closed(self, protocol: str) -> None:
         self.connections_active[protocol] = max(0, self.connections_active.get(protocol, 0) - 1)
+
+    @contextmanager
+    def connection(self, protocol: str) -> Iterator[None]:
+        """Count one connection of `protocol` while the block runs (a session's lifetime)."""
+        self.record_connection_opened(protocol)
+        try:
+            yield
+        finally:
+            self.record_connection_closed(protocol)
 
     def record_request(self, protocol: str, count: int = 1) -> None:
         self.requests[protocol] = self.requests.get(protocol, 0) + count

@@ -50,7 +50,18 @@ def build_app(config: Any, broker: Any) -> Any:
         ],
         exception_handlers={HTTPException: http_error},
     )
-    return _keep_encoded_slashes(app)
+    return _count_requests(broker, _keep_encoded_slashes(app))
+
+
+def _count_requests(broker: Any, app: Any) -> Any:
+    """Count admin/metrics requests as the ``http`` protocol's requests."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            broker.stats.record_request("http")
+        await app(scope, receive, send)
+
+    return wrapped
 
 
 def _keep_encoded_slashes(app: Any) -> Any:

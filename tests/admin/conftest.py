@@ -11,7 +11,7 @@ from gateway._admin_cli import AdminClient, AdminError
 from tests._standalone import Standalone
 
 #: Fast policy checks so TTL expiry and backlog quota enforcement are observable in tests.
-FAST_CHECKS = {"messageExpiryCheckIntervalInMinutes": "0.005", "backlogQuotaCheckIntervalInSeconds": "0.3"}
+FAST_CHECKS = {"messageExpiryCheckIntervalInSeconds": 1, "backlogQuotaCheckIntervalInSeconds": 1}
 
 
 @pytest.fixture(scope="module")

@@ -80,3 +80,10 @@ def test_alert_and_dashboard_expressions_have_series(server: Standalone, ns: str
                  "pulsar_broker_in_messages_total", "pulsar_broker_out_messages_total",
                  "pulsar_broker_in_bytes_total", "pulsar_broker_out_bytes_total", "pulsar_storage_size"):
         assert m.get(name), name
+
+
+def test_http_requests_are_counted(server: Standalone, admin: AdminClient) -> None:
+    first = value(scrape(server), "magnetar_requests_total", cluster="standalone", protocol="http")
+    admin.get("/admin/v2/clusters")
+    second = value(scrape(server), "magnetar_requests_total", cluster="standalone", protocol="http")
+    assert second == first + 2  # the admin call and the second scrape
