@@ -196,6 +196,10 @@ class PolicyStore:
             base = f"/admin/partitioned-topics/{ns}/{domain}"
             if self.metadata.children(base):
                 raise ConflictError("Cannot delete non empty namespace")
+        for domain in ("persistent", "non-persistent"):
+            base = f"/admin/topic-policies/{ns}/{domain}"
+            for child in self.metadata.children(base):
+                self.metadata.delete(f"{base}/{child}")
         self.metadata.delete(f"/admin/policies/{ns}")
 
     # -- topic policies ----------------------------------------------------------------------------

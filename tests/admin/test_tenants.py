@@ -86,3 +86,28 @@ def test_malformed_json_is_400_not_500(admin: AdminClient, server: Standalone, u
 def test_unknown_path_has_pulsar_error_shape(admin: AdminClient) -> None:
     assert status_of(admin.get, "/admin/v2/nothing/here") == (404, "Not found")
     assert status_of(admin.request, "PATCH", "/admin/v2/tenants")[0] == 405
+
+
+def test_force_delete_tenant_removes_namespaces_and_topics(admin: AdminClient, unique: str) -> None:
+    t = f"tenant-{unique}"
+    admin.put(f"/admin/v2/tenants/{t}", {"allowedClusters": ["standalone"]})
+    admin.put(f"/admin/v2/namespaces/{t}/ns")
+    admin.put(f"/admin/v2/persistent/{t}/ns/topic")
+    admin.put(f"/admin/v2/persistent/{t}/ns/parts/partitions", 2)
+    admin.delete(f"/admin/v2/tenants/{t}", force="true")
+    assert t not in admin.get("/admin/v2/tenants")
+    admin.put(f"/admin/v2/tenants/{t}", {"allowedClusters": ["standalone"]})
+    admin.put(f"/admin/v2/namespaces/{t}/ns")
+    assert admin.get(f"/admin/v2/persistent/{t}/ns") == []
+    assert admin.get(f"/admin/v2/persistent/{t}/ns/partitioned") == []
+
+
+def test_recreated_namespace_starts_without_old_topic_policies(admin: AdminClient, unique: str) -> None:
+    t = f"tenant-{unique}"
+    admin.put(f"/admin/v2/tenants/{t}", {"allowedClusters": ["standalone"]})
+    admin.put(f"/admin/v2/namespaces/{t}/ns")
+    admin.put(f"/admin/v2/persistent/{t}/ns/topic")
+    admin.post(f"/admin/v2/persistent/{t}/ns/topic/messageTTL", messageTTL=5)
+    admin.delete(f"/admin/v2/namespaces/{t}/ns", force="true")
+    admin.put(f"/admin/v2/namespaces/{t}/ns")
+    assert admin.get(f"/admin/v2/persistent/{t}/ns/topic/messageTTL") is None
