@@ -210,8 +210,11 @@ register_command(Command(
 ))
 register_command(Command("version", "print the version", _version_arguments, _run_version))
 
-from . import _admin_cli  # noqa: E402,F401  (registers `magnetar admin` and `magnetar client`)
-from . import _perf  # noqa: E402,F401  (registers `magnetar perf`)
+# Commands defined in their own modules register themselves when imported.
+from . import (  # noqa: E402
+    _admin_cli,  # noqa: F401  (registers `magnetar admin`, `client` and `completion`)
+    _perf,  # noqa: F401  (registers `magnetar perf`)
+)
 
 # --------------------------------------------------------------------------------------
 
