@@ -1,0 +1,290 @@
+"""The Pulsar protocol end to end with the official client: Magnetar standalone beside
+pulsar-lite (a Rust Pulsar-protocol broker, PyPI ``pulsar-lite``), measured in one run.
+
+For 100 B and 1 KiB messages, batching on and off, journal fsync on, each broker gets:
+
+- end-to-end throughput: a ``magnetar perf produce`` process publishes as fast as it can
+  for :data:`PEAK_SECONDS` while a consumer in this process receives and acknowledges;
+  messages are counted UNIQUE by the payload's producer and sequence number, so the
+  duplicates and the losses (acknowledged by the broker, never delivered) are reported;
+- the broker's own CPU seconds per message: utime + stime of the broker process (all its
+  threads, bookies included for Magnetar) from ``/proc/<pid>/stat``, before and after;
+- publish p99 at half of the measured peak rate, for :data:`LATENCY_SECONDS`, with the
+  consumer running, beside one raw ``write + fdatasync`` of this disk
+  (:func:`bench.storage_bench.raw_fsync`).
+
+It prints one table with the ratios Magnetar/peer and the issue's targets. Every loop is
+bounded in count and in time; the whole bench takes about three minutes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.storage_bench import raw_fsync
+from gateway._perf import ConsumeOptions, ConsumeStats, consume
+from tests._standalone import Standalone
+
+SIZES = (100, 1024)
+BATCHING = (True, False)
+PEAK_SECONDS = 6.0
+LATENCY_SECONDS = 4.0
+#: After the producer ends, longest wait for the consumer to catch up, and the quiet
+#: period after which what has not arrived is counted as lost.
+CATCH_UP_SECONDS = 30.0
+QUIET_SECONDS = 3.0
+READY_TIMEOUT = 30.0
+PRODUCER_TIMEOUT = 90.0
+BATCH_DELAY_MS = 1
+
+# Targets of the issue (Native Pulsar broker, "Benchmark").
+TARGET_THROUGHPUT_RATIO = 1.0
+TARGET_CPU_RATIO = 0.5
+TARGET_P99_FSYNCS = 3.0
+
+REPO = Path(__file__).resolve().parent.parent
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads) in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pulsar_lite_binary() -> Path:
+    import pulsar_lite
+
+    return Path(pulsar_lite.__file__).resolve().parent / "bin" / "pulsar-lite"
+
+
+@contextlib.contextmanager
+def magnetar_broker(root: Path) -> Iterator[tuple[str, int]]:
+    """A Magnetar standalone (1 bookie, journal fsync on): (service URL, broker pid)."""
+    data = root / "magnetar"
+    data.mkdir()
+    with Standalone(data, conf={"journalSyncData": True}) as s:
+        assert s.proc is not None
+        yield s.pulsar_url, s.proc.pid
+
+
+@contextlib.contextmanager
+def pulsar_lite_broker(root: Path) -> Iterator[tuple[str, int]]:
+    """pulsar-lite on a free port with its metrics listener off: (service URL, pid)."""
+    base = root / "pulsar-lite"
+    base.mkdir()
+    config = base / "pulsar-lite.toml"
+    config.write_text("[metrics]\nenabled = false\n")
+    port = _free_port()
+    with open(base / "broker.log", "wb") as log:
+        proc = subprocess.Popen(
+            [str(pulsar_lite_binary()), "--addr", f"127.0.0.1:{port}", "--db-path",
+             str(base / "db"), "--config", str(config), "--log-level", "warn"],
+            stdout=log, stderr=subprocess.STDOUT, cwd=base)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError("pulsar-lite exited:\n" + (base / "broker.log").read_text())
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("pulsar-lite did not listen in time") from None
+                time.sleep(0.05)
+        yield f"pulsar://127.0.0.1:{port}", proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _run_producer(url: str, topic: str, size: int, batching: bool, rate: float,
+                  seconds: float, workdir: Path) -> dict[str, Any]:
+    """``magnetar perf produce`` in its own process (its own GIL); its JSON summary."""
+    out = workdir / f"{topic}.produce.json"
+    args = [sys.executable, "-m", "gateway", "perf", "produce", topic, "-u", url,
+            "-s", str(size), "-r", str(rate), "-time", str(seconds),
+            "-b", str(BATCH_DELAY_MS), "--batching" if batching else "--no-batching",
+            "--json", str(out)]
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, timeout=PRODUCER_TIMEOUT,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    if not out.exists():
+        raise RuntimeError(f"perf produce failed ({proc.returncode}):\n"
+                           + proc.stderr.decode(errors="replace")[-2000:])
+    return dict(json.loads(out.read_text()))
+
+
+def _end_to_end(url: str, pid: int, topic: str, size: int, batching: bool, rate: float,
+                seconds: float, workdir: Path) -> dict[str, Any]:
+    """One producer process against one consumer here; counts, CPU and latency."""
+    stats = ConsumeStats()
+    stop, ready = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+    opts = ConsumeOptions(topics=[topic], service_url=url, subscription="bench",
+                          subscription_position="Earliest",
+                          duration=seconds + PRODUCER_TIMEOUT + CATCH_UP_SECONDS,
+                          progress=False)
+
+    def consumer() -> None:
+        try:
+            consume(opts, stop=stop, ready=ready, stats=stats)
+        except BaseException as exc:
+            failure.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=consumer, name="bench-consumer", daemon=True)
+    thread.start()
+    try:
+        if not ready.wait(READY_TIMEOUT) or failure:
+            raise RuntimeError(f"consumer did not subscribe: {failure[:1]}")
+        cpu0 = _cpu_seconds(pid)
+        produced = _run_producer(url, topic, size, batching, rate, seconds, workdir)
+        # Wait for the consumer to catch up; stop once quiet for QUIET_SECONDS.
+        deadline = time.monotonic() + CATCH_UP_SECONDS
+        last, last_change = -1, time.monotonic()
+        while time.monotonic() < deadline and thread.is_alive():
+            with stats.lock:
+                unique = stats.tracker.unique
+            if unique >= produced["acked"]:
+                break
+            if unique != last:
+                last, last_change = unique, time.monotonic()
+            elif time.monotonic() - last_change > QUIET_SECONDS:
+                break
+            time.sleep(0.02)
+        cpu1 = _cpu_seconds(pid)
+    finally:
+        stop.set()
+        thread.join(READY_TIMEOUT)
+    if failure:
+        raise RuntimeError(f"consumer failed: {failure[0]!r}")
+    with stats.lock:
+        unique = stats.tracker.unique
+        duplicates = stats.tracker.duplicates
+        last_at = stats.last_at
+    span = max(last_at - produced["started_at"], 1e-9)
+    acked = int(produced["acked"])
+    return {
+        "acked": acked, "unique": unique, "duplicates": duplicates,
+        "lost": max(0, acked - unique), "e2e_msg_per_s": unique / span if unique else 0.0,
+        "produce_msg_per_s": produced["msg_per_s"], "cpu_s": cpu1 - cpu0,
+        "cpu_us_per_msg": (cpu1 - cpu0) / acked * 1e6 if acked else math.nan,
+        "publish_latency_ms": produced["latency_ms"],
+    }
+
+
+def _broker_cases(name: str, url: str, pid: int, workdir: Path) -> dict[str, Any]:
+    cases: dict[str, Any] = {}
+    for size in SIZES:
+        for batching in BATCHING:
+            label = f"{size}-{'batch' if batching else 'nobatch'}"
+            try:
+                peak = _end_to_end(url, pid, f"peak-{label}", size, batching, 0,
+                                   PEAK_SECONDS, workdir)
+                half = peak["e2e_msg_per_s"] / 2
+                lat = _end_to_end(url, pid, f"half-{label}", size, batching, max(half, 1.0),
+                                  LATENCY_SECONDS, workdir)
+                cases[label] = {**peak, "half_rate": half,
+                                "half_p50_ms": lat["publish_latency_ms"]["p50"],
+                                "half_p99_ms": lat["publish_latency_ms"]["p99"],
+                                "half_duplicates": lat["duplicates"], "half_lost": lat["lost"]}
+            except Exception as exc:
+                cases[label] = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"  {name} {label}: {_short(cases[label])}", flush=True)
+    return cases
+
+
+def _short(c: dict[str, Any]) -> str:
+    if "error" in c:
+        return c["error"][:200]
+    return (f"{c['e2e_msg_per_s']:,.0f} msg/s e2e, {c['cpu_us_per_msg']:.1f} us CPU/msg, "
+            f"p99 {c['half_p99_ms']:.2f} ms at {c['half_rate']:,.0f} msg/s, "
+            f"dup {c['duplicates'] + c['half_duplicates']}, lost {c['lost'] + c['half_lost']}")
+
+
+def _verdict(ok: bool) -> str:
+    return "ok" if ok else "MISS"
+
+
+def run() -> dict[str, Any]:
+    base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "."))
+    base.mkdir(parents=True, exist_ok=True)
+    print("\nPulsar: official client end to end, Magnetar standalone vs pulsar-lite "
+          "(journal fsync on)", flush=True)
+    with tempfile.TemporaryDirectory(dir=base, prefix="bench-pulsar-") as tmp:
+        root = Path(tmp)
+        fsync = raw_fsync(root)
+        results: dict[str, Any] = {}
+        for name, broker in (("magnetar", magnetar_broker), ("pulsar-lite", pulsar_lite_broker)):
+            try:
+                with broker(root) as (url, pid):
+                    results[name] = _broker_cases(name, url, pid, root)
+            except Exception as exc:
+                results[name] = {"error": f"{type(exc).__name__}: {exc}"}
+                print(f"  {name}: {results[name]['error'][:300]}", flush=True)
+    _print_table(results, fsync)
+    return {"raw_fsync": fsync, **results}
+
+
+def _print_table(results: dict[str, Any], fsync: dict[str, float]) -> None:
+    fsync_ms = fsync["p50_us"] / 1000
+    print(f"  raw write+fdatasync (1 KiB): p50 {fsync_ms:.3f} ms, p99 "
+          f"{fsync['p99_us'] / 1000:.3f} ms; p99 target {TARGET_P99_FSYNCS:.0f}x p50 = "
+          f"{TARGET_P99_FSYNCS * fsync_ms:.3f} ms")
+    print(f"  {'case':<14}{'broker':<13}{'e2e msg/s':>11}{'MB/s':>8}{'CPU us/msg':>12}"
+          f"{'p99 ms @half':>14}{'dup':>6}{'lost':>6}")
+    mag, peer = results.get("magnetar", {}), results.get("pulsar-lite", {})
+    for size in SIZES:
+        for batching in BATCHING:
+            label = f"{size}-{'batch' if batching else 'nobatch'}"
+            for name, cases in (("magnetar", mag), ("pulsar-lite", peer)):
+                c = cases.get(label) if "error" not in cases else cases
+                if c is None or "error" in c:
+                    print(f"  {label:<14}{name:<13}error: {(c or {}).get('error', 'not run')[:80]}")
+                    continue
+                print(f"  {label:<14}{name:<13}{c['e2e_msg_per_s']:>11,.0f}"
+                      f"{c['e2e_msg_per_s'] * size / 1e6:>8.2f}{c['cpu_us_per_msg']:>12.1f}"
+                      f"{c['half_p99_ms']:>14.3f}{c['duplicates'] + c['half_duplicates']:>6}"
+                      f"{c['lost'] + c['half_lost']:>6}")
+            m, p = mag.get(label), peer.get(label)
+            if not m or not p or "error" in m or "error" in p:
+                continue
+            thr = m["e2e_msg_per_s"] / p["e2e_msg_per_s"] if p["e2e_msg_per_s"] else math.inf
+            cpu = m["cpu_us_per_msg"] / p["cpu_us_per_msg"] if p["cpu_us_per_msg"] else math.inf
+            p99 = m["half_p99_ms"] / fsync_ms
+            clean = (m["duplicates"] + m["half_duplicates"] + m["lost"] + m["half_lost"]) == 0
+            m["ratios"] = {"throughput": thr, "cpu": cpu, "p99_fsyncs": p99, "clean": clean}
+            print(f"  {'':<14}{'ratio':<13}throughput {thr:.2f}x (target >= "
+                  f"{TARGET_THROUGHPUT_RATIO:.1f}, no dup/loss: {_verdict(thr >= TARGET_THROUGHPUT_RATIO and clean)}), "
+                  f"CPU/msg {cpu:.2f}x (target <= {TARGET_CPU_RATIO}: {_verdict(cpu <= TARGET_CPU_RATIO)}), "
+                  f"p99 {p99:.1f}x fsync (target <= {TARGET_P99_FSYNCS:.0f}: "
+                  f"{_verdict(p99 <= TARGET_P99_FSYNCS)})")
+    print("  (peer: its own default durability; ratios are Magnetar / pulsar-lite)", flush=True)
+
+
+if __name__ == "__main__":
+    run()

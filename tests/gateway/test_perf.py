@@ -1,0 +1,278 @@
+"""gateway._perf: ``magnetar perf produce|consume`` against a real standalone, and the
+histogram and sequence tracking it reports with."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import random
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from gateway._cli import build_parser, main
+from gateway._perf import (
+    HEADER_SIZE,
+    ConsumeOptions,
+    ConsumeStats,
+    LatencyHistogram,
+    ProduceOptions,
+    SequenceTracker,
+    consume,
+    make_payload,
+    produce,
+)
+from tests._standalone import Standalone
+
+BOUND = 60.0
+
+
+# ----------------------------------------------------------------------------------
+# Histogram and tracker
+
+
+def test_histogram_exact_below_2048_us():
+    h = LatencyHistogram()
+    for v in range(1, 1001):
+        h.record(v)
+    assert h.count == 1000
+    assert h.percentile(0.5) == 500
+    assert h.percentile(0.99) == 990
+    assert h.percentile(0.999) == 999
+    assert h.percentile(1.0) == 1000
+    assert h.max == 1000
+    assert h.mean == pytest.approx(500.5)
+
+
+def test_histogram_relative_error_is_bounded_over_the_range():
+    rng = random.Random(7)
+    values = sorted(int(10 ** rng.uniform(0, 9)) for _ in range(20_000))
+    h = LatencyHistogram()
+    for v in values:
+        h.record(v)
+    for p in (0.5, 0.9, 0.95, 0.99, 0.999):
+        exact = values[math.ceil(p * len(values)) - 1]
+        assert h.percentile(p) == pytest.approx(exact, rel=2e-3, abs=1)
+    assert h.max == values[-1]
+
+
+def test_histogram_merge_and_empty():
+    a, b = LatencyHistogram(), LatencyHistogram()
+    assert a.count == 0 and math.isnan(a.percentile(0.5))
+    assert all(math.isnan(v) for v in a.summary_ms().values())
+    for v in (1, 2, 3):
+        a.record(v)
+    for v in (100_000, 200_000):
+        b.record(v)
+    a.merge(b)
+    assert a.count == 5
+    assert a.max == 200_000
+    assert a.percentile(0.6) == 3
+    assert a.percentile(1.0) == pytest.approx(200_000, rel=1e-3)
+    s = a.summary_ms()
+    assert list(s) == ["mean", "p50", "p95", "p99", "p99.9", "max"]
+    assert s["max"] == 200.0
+
+
+def test_negative_latency_counts_as_zero():
+    h = LatencyHistogram()
+    h.record(-5)
+    assert h.count == 1 and h.max == 0 and h.percentile(0.5) == 0
+
+
+def test_payload_has_the_requested_size_and_header():
+    pad = bytes(range(256)) * 8
+    for size in (0, 1, HEADER_SIZE - 1, HEADER_SIZE, 100, 1024):
+        p = make_payload(size, 1, 2, 3, pad)
+        assert len(p) == size
+    t = SequenceTracker()
+    assert t.observe(make_payload(10, 1, 2, 3, pad))
+    assert t.untracked == 1 and t.unique == 0
+
+
+def test_tracker_counts_unique_duplicates_and_gaps_per_producer():
+    pad = bytes(100)
+    t = SequenceTracker()
+    for run, producer, seq in [(1, 0, 0), (1, 0, 1), (1, 0, 1), (1, 1, 0), (2, 0, 0),
+                               (1, 0, 5), (1, 0, 0)]:
+        t.observe(make_payload(100, run, producer, seq, pad))
+    assert t.unique == 5
+    assert t.duplicates == 2
+    assert t.gaps == 3  # (1, 0) is missing 2, 3 and 4
+    assert t.untracked == 0
+
+
+def test_tracker_grows_for_large_sequence_numbers():
+    pad = bytes(100)
+    t = SequenceTracker()
+    seqs = [0, 10_000_000, 8191, 8192, 10_000_000]
+    for s in seqs:
+        t.observe(make_payload(100, 9, 0, s, pad))
+    assert t.unique == 4 and t.duplicates == 1
+
+
+def test_tracker_ignores_foreign_payloads():
+    t = SequenceTracker()
+    assert t.observe(b"x" * 100)
+    assert t.untracked == 1 and t.unique == 0 and t.duplicates == 0
+
+
+# ----------------------------------------------------------------------------------
+# Command line
+
+
+def test_perf_is_a_registered_command(capsys):
+    assert main(["--help"]) == 0
+    assert "perf" in capsys.readouterr().out
+    assert main(["perf"]) == 2
+    assert "produce" in capsys.readouterr().err
+
+
+def test_produce_flags_mirror_pulsar_perf():
+    args = build_parser().parse_args(
+        ["perf", "produce", "t1", "t2", "--service-url", "pulsar://h:1", "-r", "0", "-s", "100",
+         "-n", "3", "-m", "50", "-time", "7.5", "--no-batching", "-bm", "10", "-b", "5",
+         "-z", "lz4", "-o", "20"])
+    assert args.topics == ["t1", "t2"]
+    assert args.service_url == "pulsar://h:1"
+    assert (args.rate, args.size, args.num_producers, args.num_messages) == (0, 100, 3, 50)
+    assert args.test_duration == 7.5
+    assert args.batching is False
+    assert (args.batch_max_messages, args.batch_time_window) == (10, 5)
+    assert (args.compression, args.max_outstanding) == ("LZ4", 20)
+    assert build_parser().parse_args(["perf", "produce", "t", "-db"]).batching is False
+    defaults = build_parser().parse_args(["perf", "produce", "t"])
+    assert defaults.batching is True and defaults.rate == 100 and defaults.size == 1024
+
+
+def test_consume_flags_mirror_pulsar_perf():
+    args = build_parser().parse_args(
+        ["perf", "consume", "t", "-ss", "s1", "-st", "Key_Shared", "-sp", "Earliest", "-n", "2",
+         "-q", "50", "-r", "10", "-m", "5", "--test-duration", "3"])
+    assert (args.subscription, args.subscription_type, args.subscription_position) == (
+        "s1", "Key_Shared", "Earliest")
+    assert (args.num_consumers, args.receiver_queue_size, args.rate) == (2, 50, 10)
+    assert (args.num_messages, args.test_duration) == (5, 3)
+
+
+@pytest.mark.parametrize("bad", [["-r", "-1"], ["-n", "0"], ["-z", "brotli"], ["-time", "x"]])
+def test_bad_flags_are_usage_errors(bad, capsys):
+    assert main(["perf", "produce", "t", *bad]) == 2
+
+
+# ----------------------------------------------------------------------------------
+# Against a real broker
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with Standalone(tmp_path_factory.mktemp("perf")) as s:
+        yield s
+
+
+def _start_consumer(opts: ConsumeOptions) -> tuple[threading.Thread, threading.Event,
+                                                   ConsumeStats, list]:
+    stats, stop, ready = ConsumeStats(), threading.Event(), threading.Event()
+    result: list = []
+
+    def body() -> None:
+        try:
+            result.append(consume(opts, stop=stop, ready=ready, stats=stats, out=io.StringIO()))
+        except BaseException as exc:
+            result.append(exc)
+            ready.set()
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    assert ready.wait(BOUND)
+    return t, stop, stats, result
+
+
+@pytest.mark.parametrize("batching", [True, False])
+def test_produce_and_consume_every_message_once(broker, unique, batching):
+    topic = f"perf-{unique}"
+    copts = ConsumeOptions(topics=[topic], service_url=broker.pulsar_url, subscription="s",
+                           subscription_position="Earliest", num_messages=3000, duration=BOUND)
+    thread, _, _, result = _start_consumer(copts)
+    out = io.StringIO()
+    summary = produce(ProduceOptions(topics=[topic], service_url=broker.pulsar_url, rate=0,
+                                     size=100, num_producers=2, num_messages=3000,
+                                     batching=batching), out=out)
+    assert (summary.sent, summary.acked, summary.failed) == (3000, 3000, 0)
+    assert summary.msg_per_s > 0
+    assert summary.latency_ms["p50"] <= summary.latency_ms["p99"] <= summary.latency_ms["max"]
+    assert "Aggregated produce: 3,000 msgs" in out.getvalue()
+    assert "p99.9" in out.getvalue()
+    thread.join(BOUND)
+    assert not thread.is_alive()
+    consumed = result[0]
+    assert not isinstance(consumed, BaseException), consumed
+    assert (consumed.received, consumed.unique, consumed.duplicates, consumed.gaps) == (
+        3000, 3000, 0, 0)
+    assert consumed.latency_ms["max"] >= consumed.latency_ms["p50"] >= 0
+
+
+def test_rate_limit_spreads_the_sends(broker, unique):
+    summary = produce(ProduceOptions(topics=[f"perf-rate-{unique}"], service_url=broker.pulsar_url,
+                                     rate=400, size=64, num_messages=400, batching=False),
+                      out=io.StringIO())
+    assert summary.acked == 400
+    # 400 messages at 400/s: the last one is not due before 0.9975 s.
+    assert summary.seconds >= 0.99
+
+
+def test_duration_bounds_a_run(broker, unique):
+    out = io.StringIO()
+    summary = produce(ProduceOptions(topics=[f"perf-time-{unique}"], service_url=broker.pulsar_url,
+                                     rate=200, size=10, duration=2.5), out=out)
+    assert 2.0 <= summary.seconds < 2.5 + 10
+    assert 300 <= summary.acked <= 501
+    assert out.getvalue().count("produced:") >= 1
+
+
+def test_cli_produce_then_consume_with_json(broker, unique, tmp_path):
+    topic = f"perf-cli-{unique}"
+    sub = "cli"
+    # Subscribe first so the messages are kept for the subscription.
+    consumer = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "perf", "consume", topic, "-u", broker.pulsar_url,
+         "-ss", sub, "-st", "Shared", "-n", "2", "-m", "500", "-time", "60",
+         "--json", str(tmp_path / "c.json")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert consumer.stdout is not None
+        first = consumer.stdout.readline()
+        assert first.startswith("subscribed 2 consumer(s)"), first
+        produced = subprocess.run(
+            [sys.executable, "-m", "gateway", "perf", "produce", topic, "-u", broker.pulsar_url,
+             "-r", "0", "-s", "200", "-m", "500", "-z", "LZ4", "-bm", "50",
+             "--json", str(tmp_path / "p.json")],
+            capture_output=True, text=True, timeout=BOUND)
+        assert produced.returncode == 0, produced.stderr
+        assert "Aggregated produce: 500 msgs" in produced.stdout
+        assert "Aggregated latency ms:" in produced.stdout
+        rest, err = consumer.communicate(timeout=BOUND)
+        assert consumer.returncode == 0, err
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.communicate()
+    p = json.loads((tmp_path / "p.json").read_text())
+    c = json.loads((tmp_path / "c.json").read_text())
+    assert (p["sent"], p["acked"], p["failed"]) == (500, 500, 0)
+    assert set(p["latency_ms"]) == {"mean", "p50", "p95", "p99", "p99.9", "max"}
+    assert (c["received"], c["unique"], c["duplicates"], c["gaps"]) == (500, 500, 0, 0)
+    assert "Aggregated consume: 500 msgs" in rest
+
+
+def test_stop_event_ends_a_consumer(broker, unique):
+    copts = ConsumeOptions(topics=[f"perf-stop-{unique}"], service_url=broker.pulsar_url,
+                           duration=BOUND)
+    thread, stop, _, result = _start_consumer(copts)
+    stop.set()
+    thread.join(BOUND)
+    assert not thread.is_alive()
+    assert result[0].received == 0
