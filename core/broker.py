@@ -8,6 +8,8 @@ tasks that topics and subscriptions run in.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import unquote
 
@@ -195,14 +197,17 @@ class BrokerService:
             if topic.producers or any(s.consumers for s in topic.subscriptions.values()):
                 if not force:
                     raise PreconditionError("Topic has active producers/subscriptions")
-                topic.disconnect_all()
-            self.topics.pop(str(name), None)
-            await topic.close()
         elif not self._ml_exists(name):
             raise TopicNotFoundError(f"Topic {name} not found")
         assert self.storage is not None
-        ml = await self.storage.open(name.storage_name, self.ml_config(self.namespace_policies(name.namespace_name)))
-        await ml.delete()
+        async with self._closing(name):
+            if topic is not None:
+                self.topics.pop(str(name), None)
+                topic.disconnect_all()
+                await topic.close()
+            ml = await self.storage.open(name.storage_name,
+                                         self.ml_config(self.namespace_policies(name.namespace_name)))
+            await ml.delete()
         for leftover in (f"/terminated/{name.storage_name}", f"/compaction/{name.storage_name}"):
             if self.metadata.exists(leftover):
                 self.metadata.delete(leftover)
@@ -240,9 +245,24 @@ class BrokerService:
         topic = self.topics.pop(str(name), None)
         if topic is None:
             return False
-        topic.disconnect_all()
-        await topic.close()
+        async with self._closing(name):
+            topic.disconnect_all()
+            await topic.close()
         return True
+
+    @asynccontextmanager
+    async def _closing(self, name: TopicName) -> AsyncIterator[None]:
+        """Hold off `get_topic` for `name` (clients reconnecting at once) until the old
+        topic has closed its ledger and cursors."""
+        key = str(name)
+        while key in self._opening:
+            await self._opening[key].wait()
+        event = self._opening[key] = trio.Event()
+        try:
+            yield
+        finally:
+            del self._opening[key]
+            event.set()
 
     async def _housekeeping(self) -> None:
         """Message TTL expiry and backlog quota enforcement, each on its own period
