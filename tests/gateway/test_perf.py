@@ -7,6 +7,7 @@ import io
 import json
 import math
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -276,3 +277,31 @@ def test_stop_event_ends_a_consumer(broker, unique):
     thread.join(BOUND)
     assert not thread.is_alive()
     assert result[0].received == 0
+
+
+def test_ctrl_c_stops_a_producer_with_a_summary(broker, unique):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "perf", "produce", f"perf-int-{unique}",
+         "-u", broker.pulsar_url, "-r", "200", "-s", "64", "-time", "120"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("produced:"), line
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=BOUND)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "Aggregated produce:" in rest and "failed 0" in rest
+
+
+def test_consume_duration_bounds_an_idle_consumer(broker, unique):
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "perf", "consume", f"perf-idle-{unique}",
+         "-u", broker.pulsar_url, "-time", "1"],
+        capture_output=True, text=True, timeout=BOUND)
+    assert done.returncode == 0, done.stderr
+    assert "Aggregated consume: 0 msgs" in done.stdout
