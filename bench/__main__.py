@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 BENCHES = {
+    "startup": "bench.startup_bench",
     "storage": "bench.storage_bench",
     "pulsar": "bench.pulsar_bench",
     "kafka": "bench.kafka_bench",
