@@ -162,6 +162,7 @@ class Subscription:
         self.bytes_out = 0
         self.expired = 0
         self.last_expire_timestamp = 0
+        self._throttled_until = float("inf")
 
     # -- consumers ---------------------------------------------------------------------
 
@@ -408,8 +409,11 @@ class Subscription:
                 await trio.lowlevel.checkpoint()
                 continue
             deadline = self._delayed[0][0] / 1000.0 if self._delayed else float("inf")
-            with trio.move_on_at(trio.current_time() + max(0.0, deadline - time.time())
-                                 if deadline != float("inf") else float("inf")):
+            wake_at = trio.current_time() + max(0.0, deadline - time.time()) \
+                if deadline != float("inf") else float("inf")
+            wake_at = min(wake_at, self._throttled_until)
+            self._throttled_until = float("inf")
+            with trio.move_on_at(wake_at):
                 await self._wake.wait()
             self._wake = trio.Event()
 
@@ -425,6 +429,12 @@ class Subscription:
         if not receivers:
             return False
         budget = min(MAX_READ_BATCH, sum(c.permits for c in receivers))
+        allowed, until = self.topic.dispatch_allowance()
+        if allowed is not None:
+            if allowed == 0:
+                self._throttled_until = until
+                return False
+            budget = min(budget, allowed)
         entries: list[Entry] = []
         if self.replay:
             entries = await self._read_replay(budget)
@@ -434,7 +444,10 @@ class Subscription:
         if not entries:
             self._tell_end_of_topic()
             return False
-        return self._assign(entries, from_replay)
+        msg_out, bytes_out = self.msg_out, self.bytes_out
+        sent = self._assign(entries, from_replay)
+        self.topic.note_dispatched(self.msg_out - msg_out, self.bytes_out - bytes_out)
+        return sent
 
     def _tell_end_of_topic(self) -> None:
         """A terminated topic whose every entry was delivered: REACHED_END_OF_TOPIC."""

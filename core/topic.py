@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from core._throttle import RateWindow, rate_limits
 from core.format import EntryFormatError
 from core.naming import TopicName
 from core.policies import ConflictError
@@ -150,6 +151,10 @@ class PersistentTopic:
         self._flushing = False
         self._batch_done = trio.Event()
         self._compaction: dict[str, Any] | None = None
+        self._publish_window = RateWindow()
+        self._publish_resume_at = 0.0
+        self._dispatch_window = RateWindow()
+        self.publish_rate_limited_times = 0
         self._nursery: trio.Nursery | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -304,8 +309,10 @@ class PersistentTopic:
                 await self._flush_wanted.wait()
                 self._flush_wanted = trio.Event()
                 continue
-            batch = self._pending[:MAX_PUBLISH_BATCH]
-            del self._pending[:MAX_PUBLISH_BATCH]
+            batch = self._take_batch()
+            if not batch:
+                await trio.sleep_until(self._publish_resume_at)
+                continue
             started = time.monotonic()
             self._flushing = True
             try:
@@ -348,6 +355,50 @@ class PersistentTopic:
 
     def remove_entry_listener(self, listener: Callable[[], None]) -> None:
         self._entry_listeners.discard(listener)
+
+    def _take_batch(self) -> list[tuple[bytes, int, str | None, int, PublishCallback]]:
+        """The next entries to store: up to MAX_PUBLISH_BATCH, and no more than the
+        publish rate policy leaves in the current window (empty when it leaves none:
+        the receipts, and so the producers, wait - Pulsar's publish throttling)."""
+        n = min(len(self._pending), MAX_PUBLISH_BATCH)
+        limits = rate_limits(self.policies.get("publishMaxMessageRate"),
+                             "publishThrottlingRateInMsg", "publishThrottlingRateInByte")
+        if limits is not None:
+            msgs_left, bytes_left, until = self._publish_window.allowance(*limits, now=trio.current_time())
+            take = msgs = size = 0
+            for entry, nmsg, _, _, _ in self._pending[:n]:
+                over = (msgs_left is not None and msgs + nmsg > msgs_left) or \
+                       (bytes_left is not None and size + len(entry) > bytes_left)
+                # A window with any room left takes at least one entry, however large.
+                if over and (take or msgs_left == 0 or bytes_left == 0):
+                    break
+                take += 1
+                msgs += nmsg
+                size += len(entry)
+            if take == 0:
+                self.publish_rate_limited_times += 1
+                self._publish_resume_at = until
+                return []
+            self._publish_window.add(msgs, size)
+            n = take
+        batch = self._pending[:n]
+        del self._pending[:n]
+        return batch
+
+    def dispatch_allowance(self) -> tuple[int | None, float]:
+        """Messages the dispatch rate policy leaves in the current window for all of the
+        topic's subscriptions (None: no limit), and when the window resets."""
+        limits = rate_limits(self.policies.get("topicDispatchRate"),
+                             "dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte")
+        if limits is None:
+            return None, float("inf")
+        msgs, size, until = self._dispatch_window.allowance(*limits, now=trio.current_time())
+        if msgs == 0 or size == 0:
+            return 0, until
+        return msgs, until
+
+    def note_dispatched(self, messages: int, size: int) -> None:
+        self._dispatch_window.add(messages, size)
 
     def deliver_at(self, entry: Entry) -> int:
         try:

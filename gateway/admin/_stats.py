@@ -155,7 +155,7 @@ def topic_stats(topic: Any, rates: Rates) -> dict[str, Any]:
         "msgChunkPublished": False,
         "storageSize": int(st.get("total_size") or 0),
         "backlogSize": topic.backlog_bytes(),
-        "publishRateLimitedTimes": 0,
+        "publishRateLimitedTimes": topic.publish_rate_limited_times,
         "earliestMsgPublishTimeInBacklogs": 0,
         "offloadedStorageSize": 0,
         "lastOffloadLedgerId": 0,

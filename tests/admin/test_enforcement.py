@@ -4,6 +4,8 @@ The standalone runs the TTL and quota checks every fraction of a second (FAST_CH
 
 from __future__ import annotations
 
+import time
+
 import pulsar
 import pytest
 
@@ -146,3 +148,32 @@ def test_namespace_must_exist_for_clients(admin: AdminClient, quick_client: puls
     with pytest.raises(pulsar.PulsarException):
         quick_client.create_producer(f"persistent://public/missing-{unique}/t")
     assert status_of(admin.get, f"/admin/v2/persistent/public/missing-{unique}")[0] == 404
+
+
+def test_publish_rate_throttles_producers(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.post(f"/admin/v2/namespaces/{ns}/publishRate", {"publishThrottlingRateInMsg": 5})
+    producer = client.create_producer(topic, batching_enabled=False)
+    started = time.monotonic()
+    for _ in range(15):
+        producer.send(b"p")
+    elapsed = time.monotonic() - started
+    producer.close()
+    assert elapsed >= 1.8  # three one-second windows of five messages
+    stats = admin.get(f"{path}/stats")
+    assert stats["msgInCounter"] == 15 and stats["publishRateLimitedTimes"] >= 2
+
+
+def test_dispatch_rate_throttles_consumers(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    admin.put(f"{path}/subscription/s")
+    _fill(client, topic, 15)
+    admin.post(f"/admin/v2/namespaces/{ns}/dispatchRate",
+               {"dispatchThrottlingRateInMsg": 5, "ratePeriodInSecond": 1})
+    consumer = client.subscribe(topic, "s")
+    started = time.monotonic()
+    for _ in range(15):
+        consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+    assert time.monotonic() - started >= 1.8
+    consumer.close()

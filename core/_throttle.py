@@ -1,0 +1,56 @@
+"""Fixed-window rate limits for the publish and dispatch rate policies.
+
+A window counts messages and bytes from its start; once a period has passed the counts
+restart. A limit of 0 or less means no limit. Times are trio clock seconds, so a
+throttled task sleeps until :meth:`RateWindow.allowance`'s reset time.
+
+>>> w = RateWindow()
+>>> w.allowance(10, 0, 1.0, now=100.0)
+(10, None, 101.0)
+>>> w.add(8, 800)
+>>> w.allowance(10, 0, 1.0, now=100.5)
+(2, None, 101.0)
+>>> w.allowance(10, 0, 1.0, now=101.0)
+(10, None, 102.0)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["RateWindow", "rate_limits"]
+
+
+class RateWindow:
+    def __init__(self) -> None:
+        self.start = float("-inf")
+        self.messages = 0
+        self.bytes = 0
+
+    def allowance(self, max_messages: int, max_bytes: int, period: float,
+                  now: float) -> tuple[int | None, int | None, float]:
+        """(messages left, bytes left, when the window resets); None where unlimited."""
+        if now >= self.start + period:
+            self.start = now
+            self.messages = 0
+            self.bytes = 0
+        msgs = None if max_messages <= 0 else max(0, max_messages - self.messages)
+        size = None if max_bytes <= 0 else max(0, max_bytes - self.bytes)
+        return msgs, size, self.start + period
+
+    def add(self, messages: int, size: int) -> None:
+        self.messages += messages
+        self.bytes += size
+
+
+def rate_limits(policy: Any, msg_key: str, byte_key: str) -> tuple[int, int, float] | None:
+    """(max messages, max bytes, period seconds) from a DispatchRate/PublishRate policy,
+    or None when the policy sets no limit."""
+    if not isinstance(policy, dict):
+        return None
+    msgs = int(policy.get(msg_key, -1) or -1)
+    size = int(policy.get(byte_key, -1) or -1)
+    period = float(policy.get("ratePeriodInSecond", 1) or 1)
+    if msgs <= 0 and size <= 0:
+        return None
+    return msgs, size, max(period, 0.001)
