@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from core.broker import TopicNotFoundError
 from core.naming import InvalidNameError, TopicName
 from handlers.kafka._codec import Data, RequestReceived, api_versions_table, topic_uuid
 from handlers.kafka._errors import ErrorCode
@@ -160,7 +161,10 @@ async def handle_delete_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
             partitioned = h.broker.policies.partitions(name) > 0
             h.topics.forget(kname)
             for i in range(n):
-                await h.broker.delete_topic(name.partition(i) if partitioned else name)
+                try:
+                    await h.broker.delete_topic(name.partition(i) if partitioned else name)
+                except TopicNotFoundError:
+                    pass  # a partition never written to has no storage yet
             if partitioned:
                 h.broker.metadata.delete(_partitioned_path(name))
         except Exception as exc:

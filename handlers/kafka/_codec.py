@@ -28,7 +28,8 @@ buffers, ``next_event()`` returns a :class:`RequestReceived`, an
 ``send_response(request, body)`` returns the framed bytes. A size prefix that is negative
 or above ``max_request_size`` raises :class:`RemoteProtocolError` before anything is
 allocated for it; the session then closes the connection. Malformed bodies raise
-:class:`RemoteProtocolError` (``INVALID_REQUEST``) and nothing else: every length read
+:class:`RemoteProtocolError` (``INVALID_REQUEST``) and nothing else (bytes after a
+complete body are ignored, as Kafka does): every length read
 from the wire is checked against the bytes actually present before it is used.
 
 Example::
@@ -829,13 +830,13 @@ def _default(f: Field) -> Any:
 
 
 def decode_body(spec: ApiSpec, version: int, payload: bytes | memoryview, *,
-                response: bool = False, offset: int = 0) -> Data:
+                response: bool = False, offset: int = 0, strict: bool = True) -> Data:
     """Decode a request (or response) body of ``spec`` at ``version``; trailing bytes are
-    an error."""
+    an error when ``strict``."""
     r = _Reader(payload, offset)
     fields = spec.response if response else spec.request
     body = _read_struct(r, fields, version, spec.is_flexible(version))
-    if r.pos != r.end:
+    if strict and r.pos != r.end:
         raise _bad(f"{r.end - r.pos} unexpected bytes after the {spec.name} body")
     return body
 
@@ -1031,7 +1032,9 @@ def parse_request(frame: bytes) -> RequestReceived | UnsupportedRequest:
     client_id = _read_string(r, False, True)
     if spec.is_flexible(api_version):
         _read_tagged(r, {}, {}, api_version)
-    body = decode_body(spec, api_version, frame, offset=r.pos)
+    # Bytes after the body are ignored, as Kafka brokers do: librdkafka sends a few after
+    # some Metadata requests.
+    body = decode_body(spec, api_version, frame, offset=r.pos, strict=False)
     return RequestReceived(api_key=api_key, api_version=api_version,
                            correlation_id=correlation_id, client_id=client_id, body=body,
                            size=len(frame))

@@ -15,10 +15,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 with warnings.catch_warnings():
     # kafka-python 3.0 reads its schemas with a deprecated importlib.resources call.
     warnings.simplefilter("ignore", DeprecationWarning)
-    import kafka.admin
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTopicPartition
-    from kafka.admin import NewTopic as KNewTopic
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:kafka")
 
@@ -295,7 +293,8 @@ def test_confluent_admin(boot: str, unique: str) -> None:
 def test_kafka_python_admin_and_groups(boot: str, unique: str) -> None:
     admin = KafkaAdminClient(bootstrap_servers=boot)
     topic = f"kadm-{unique}"
-    admin.create_topics([KNewTopic(topic, 2, 1)])
+    created = admin.create_topics({topic: {"num_partitions": 2}})
+    assert created["topics"][0]["error_code"] == 0
     assert topic in admin.list_topics()
     p = KafkaProducer(bootstrap_servers=boot)
     for i in range(10):
@@ -307,18 +306,20 @@ def test_kafka_python_admin_and_groups(boot: str, unique: str) -> None:
                       consumer_timeout_ms=3000, enable_auto_commit=False)
     assert len(list(c)) == 10
     c.commit()
-    described = admin.describe_consumer_groups([group])[0]
-    assert described.state == "Stable" and len(described.members) == 1
+    described = admin.describe_groups([group])[group]
+    assert described["group_state"] == "Stable" and len(described["members"]) == 1
+    assert described["members"][0]["member_assignment"]["assigned_partitions"][0]["partitions"] == [0, 1]
     c.close()
-    assert group in [g[0] for g in admin.list_consumer_groups()]
-    offsets = admin.list_consumer_group_offsets(group)
+    assert [g["group_state"] for g in admin.list_groups() if g["group_id"] == group] == ["Empty"]
+    offsets = admin.list_group_offsets({group: None})[group]
     assert offsets[KTopicPartition(topic, 0)].offset == 10
-    admin.delete_records({KTopicPartition(topic, 0): 4})
+    deleted = admin.delete_records({KTopicPartition(topic, 0): 4})
+    assert deleted[KTopicPartition(topic, 0)]["low_watermark"] == 4
     lc = KafkaConsumer(bootstrap_servers=boot)
     assert lc.beginning_offsets([KTopicPartition(topic, 0)])[KTopicPartition(topic, 0)] == 4
     lc.close()
-    admin.delete_consumer_groups([group])
-    assert group not in [g[0] for g in admin.list_consumer_groups()]
+    assert admin.delete_groups([group]) == {group: "OK"}
+    assert group not in [g["group_id"] for g in admin.list_groups()]
     admin.delete_topics([topic])
     assert topic not in admin.list_topics()
     admin.close()
