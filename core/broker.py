@@ -265,7 +265,8 @@ class BrokerService:
             event.set()
 
     async def _housekeeping(self) -> None:
-        """Message TTL expiry and backlog quota enforcement, each on its own period
+        """Message TTL expiry, backlog quota enforcement and retention trimming
+        (``retentionCheckIntervalInSeconds``), each on its own period
         (``messageExpiryCheckIntervalInMinutes`` - or, finer, Magnetar's
         ``messageExpiryCheckIntervalInSeconds`` - and ``backlogQuotaCheckIntervalInSeconds``)."""
         expiry = float(self.config.get("messageExpiryCheckIntervalInMinutes",
@@ -275,10 +276,13 @@ class BrokerService:
             expiry = float(finer)
         quota = float(self.config.get("backlogQuotaCheckIntervalInSeconds", BACKLOG_QUOTA_CHECK_SECONDS))
         quota_enabled = str(self.config.get("backlogQuotaCheckEnabled", "true")).lower() != "false"
+        retention = float(self.config.get("retentionCheckIntervalInSeconds"))
         next_expiry = trio.current_time() + expiry
         next_quota = trio.current_time() + quota
+        next_retention = trio.current_time() + retention
         while True:
-            await trio.sleep_until(min(next_expiry, next_quota if quota_enabled else next_expiry))
+            await trio.sleep_until(min(next_expiry, next_retention,
+                                       next_quota if quota_enabled else next_expiry))
             now = trio.current_time()
             for topic in list(self.topics.values()):
                 try:
@@ -286,9 +290,16 @@ class BrokerService:
                         await topic.expire_messages()
                     if quota_enabled and now >= next_quota:
                         await topic.enforce_backlog_quota()
+                    if now >= next_retention:
+                        # Seal idle ledgers past their rollover age, then drop what every
+                        # cursor has passed and retention no longer needs.
+                        await topic.ml.check_rollover()
+                        await topic.ml.trim()
                 except Exception:
                     log.exception("policy check of %s", topic.name)
             if now >= next_expiry:
                 next_expiry = now + expiry
             if now >= next_quota:
                 next_quota = now + quota
+            if now >= next_retention:
+                next_retention = now + retention

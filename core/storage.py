@@ -114,6 +114,10 @@ class ManagedLedger:
     async def trim(self) -> None:
         await self.bridge.call(self.native.trim)
 
+    async def check_rollover(self) -> bool:
+        """Seal the current ledger if it is past its rollover rules; True if it did."""
+        return bool(await self.bridge.call(self.native.check_rollover))
+
     async def close(self) -> None:
         await self.bridge.call(self.native.close)
 

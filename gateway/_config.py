@@ -344,6 +344,8 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("ttlDurationDefaultInSeconds", 0, "Expire unacknowledged messages after; 0 never.", 0),
     _float("messageExpiryCheckIntervalInMinutes", 5.0,
            "How often messages past their TTL are expired.", 0.0),
+    _float("retentionCheckIntervalInSeconds", 120.0,
+           "How often ledgers that every cursor passed and retention no longer needs are deleted.", 1.0),
     _float("backlogQuotaDefaultLimitGB", -1.0, "Default backlog quota per topic; -1 unlimited."),
     _bool("backlogQuotaCheckEnabled", True, "Enforce backlog quotas periodically."),
     _float("backlogQuotaCheckIntervalInSeconds", 60.0,

@@ -130,7 +130,11 @@ impl PyFactory {
         Ok(())
     }
 
-    fn shutdown(&self) {}
+    /// Close every managed ledger still open (their cursors are persisted first).
+    fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
+        let factory = self.factory.clone();
+        py.detach(|| runtime().block_on(factory.shutdown())).map_err(stream_err)
+    }
 }
 
 #[pyclass(module = "core._native", name = "ManagedLedger")]
@@ -253,6 +257,13 @@ impl PyManagedLedger {
             list.append(d)?;
         }
         Ok(list)
+    }
+
+    fn check_rollover(&self, queue: &CompletionQueue, token: u64) {
+        let ml = self.ml.clone();
+        spawn(queue, token, async move { ml.check_rollover().await }, |py, rolled| {
+            Ok(pyo3::types::PyBool::new(py, rolled).to_owned().into_any().unbind())
+        });
     }
 
     fn trim(&self, queue: &CompletionQueue, token: u64) {

@@ -106,3 +106,32 @@ def test_exclusive_producer_fences_others(tmp_path):
         with pytest.raises((pulsar.ProducerFenced, pulsar.ProducerBusy)):
             client.create_producer(topic)
         client.close()
+
+
+def test_consumed_ledgers_are_deleted_by_the_retention_check(tmp_path):
+    import json
+    import time
+    import urllib.request
+
+    conf = {"retentionCheckIntervalInSeconds": 1, "managedLedgerMaxEntriesPerLedger": 5,
+            "managedLedgerMinLedgerRolloverTimeMinutes": 0}
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url)
+        consumer = client.subscribe("trimmed", "s")
+        producer = client.create_producer("trimmed", batching_enabled=False)
+        for i in range(23):
+            producer.send(f"m{i}".encode())
+        for m in _receive_all(consumer, 23):
+            consumer.acknowledge(m)
+        url = f"{s.addresses['web'][0]}/admin/v2/persistent/public/default/trimmed/internalStats"
+
+        def ledgers() -> list:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                return json.loads(resp.read())["ledgers"]
+
+        assert len(ledgers()) >= 4
+        deadline = time.monotonic() + 20
+        while len(ledgers()) > 1:
+            assert time.monotonic() < deadline, f"consumed ledgers kept: {ledgers()}"
+            time.sleep(0.2)
+        client.close()
