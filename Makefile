@@ -50,6 +50,7 @@ cargo-test:
 lint:
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy core gateway handlers
+	$(PY) -m mypy.stubtest core._native
 
 pytest:
 	$(PY) -m pytest -n 2 --dist loadgroup -q
