@@ -99,6 +99,13 @@ class Data:
     def __init__(self, **fields: Any):
         self.__dict__.update(fields)
 
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for a missing field (it tells type checkers fields are dynamic).
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__[name] = value
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Data) and self.__dict__ == other.__dict__
 
@@ -979,7 +986,7 @@ class KafkaConnection:
         self.max_request_size = max_request_size
         self._buf = bytearray()
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         self._buf += data
 
     @property

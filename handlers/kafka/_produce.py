@@ -98,7 +98,7 @@ def _check_sequence(plog: PartitionLog, batch: RecordBatch) -> tuple[int, Pendin
 def _note_sequence(plog: PartitionLog, batch: RecordBatch, pending: Pending) -> None:
     st = plog.producers[batch.producer_id]
     st.last_sequence = batch.last_sequence
-    st.recent[(batch.base_sequence, batch.last_sequence)] = pending  # type: ignore[assignment]
+    st.recent[(batch.base_sequence, batch.last_sequence)] = pending
     while len(st.recent) > RECENT_BATCHES:
         st.recent.popitem(last=False)
 

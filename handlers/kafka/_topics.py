@@ -18,6 +18,7 @@ import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from core.broker import BrokerService, TopicNotFoundError
 from core.naming import InvalidNameError, TopicName
@@ -69,8 +70,8 @@ class ProducerState:
 
     epoch: int
     last_sequence: int
-    # (first sequence, last sequence) -> base offset (None while being stored)
-    recent: OrderedDict[tuple[int, int], int | None] = field(default_factory=OrderedDict)
+    # (first sequence, last sequence) -> the batch's Pending outcome (its base offset)
+    recent: OrderedDict[tuple[int, int], Any] = field(default_factory=OrderedDict)
 
 
 class PartitionLog:
