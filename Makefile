@@ -7,7 +7,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP_CACHE_DIR ?= $(HOME)/.cache/pip
 export PIP_CACHE_DIR
-export CARGO_TARGET_DIR ?= $(CURDIR)/target
+# Builds are reused across clones and CI runs on this machine.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/magnetar/target
 # Debian packages the test suites and the cluster mode need.
 SYSTEM_PACKAGES := zookeeper
 APT_ENV := DEBIAN_FRONTEND=noninteractive
