@@ -77,8 +77,11 @@ def _free_port() -> int:
 
 
 def pulsar_lite_binary() -> Path:
-    import pulsar_lite
-
+    """The broker binary shipped inside the ``pulsar-lite`` wheel."""
+    try:
+        import pulsar_lite
+    except ImportError:
+        raise RuntimeError("pulsar-lite is not installed (pip install pulsar-lite)") from None
     return Path(pulsar_lite.__file__).resolve().parent / "bin" / "pulsar-lite"
 
 
@@ -261,7 +264,7 @@ def _print_table(results: dict[str, Any], fsync: dict[str, float]) -> None:
           f"{fsync['p99_us'] / 1000:.3f} ms; p99 target {TARGET_P99_FSYNCS:.0f}x p50 = "
           f"{TARGET_P99_FSYNCS * fsync_ms:.3f} ms")
     print(f"  {'case':<14}{'broker':<13}{'e2e msg/s':>11}{'MB/s':>8}{'CPU us/msg':>12}"
-          f"{'p99 ms @half':>14}{'dup':>6}{'lost':>6}")
+          f"{'p99 ms @half':>14}{'dup':>9}{'lost':>7}")
     mag, peer = results.get("magnetar", {}), results.get("pulsar-lite", {})
     for size in SIZES:
         for batching in BATCHING:
@@ -273,8 +276,8 @@ def _print_table(results: dict[str, Any], fsync: dict[str, float]) -> None:
                     continue
                 print(f"  {label:<14}{name:<13}{c['e2e_msg_per_s']:>11,.0f}"
                       f"{c['e2e_msg_per_s'] * size / 1e6:>8.2f}{c['cpu_us_per_msg']:>12.1f}"
-                      f"{c['half_p99_ms']:>14.3f}{c['duplicates'] + c['half_duplicates']:>6}"
-                      f"{c['lost'] + c['half_lost']:>6}")
+                      f"{c['half_p99_ms']:>14.3f}{c['duplicates'] + c['half_duplicates']:>9}"
+                      f"{c['lost'] + c['half_lost']:>7}")
             m, p = mag.get(label), peer.get(label)
             if not m or not p or "error" in m or "error" in p:
                 continue

@@ -375,7 +375,7 @@ def _produce_loop(producer: Any, index: int, quota: int, rate: float, opts: Prod
     pulsar = _pulsar()
     ok = pulsar.Result.Ok
     in_flight = threading.Semaphore(opts.max_outstanding)
-    padding = os.urandom(max(opts.size, 0))
+    padding = os.urandom(opts.size)
     clock = time.perf_counter
 
     def receipt(started: float, result: Any, _msg_id: Any) -> None:
@@ -400,8 +400,13 @@ def _produce_loop(producer: Any, index: int, quota: int, rate: float, opts: Prod
             if quota > 0:
                 due = min(due, quota - sent)
             for _ in range(min(due, MAX_BURST)):
-                if not in_flight.acquire(timeout=0.1):
-                    break
+                if not in_flight.acquire(blocking=False):
+                    # Window full: wait for a receipt, then re-check the bounds.
+                    if not in_flight.acquire(timeout=0.1):
+                        break
+                    if stop.is_set() or time.monotonic() >= deadline:
+                        in_flight.release()
+                        break
                 payload = make_payload(opts.size, run_id, index, sent, padding)
                 producer.send_async(payload, partial(receipt, clock()))
                 sent += 1
