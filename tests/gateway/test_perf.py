@@ -7,6 +7,7 @@ import io
 import json
 import math
 import random
+import selectors
 import signal
 import subprocess
 import sys
@@ -29,6 +30,18 @@ from gateway._perf import (
 from tests._standalone import Standalone
 
 BOUND = 60.0
+
+
+def _readline(proc: subprocess.Popen, timeout: float = BOUND) -> str:
+    """The next line of a child's stdout, failing after ``timeout`` seconds."""
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    try:
+        assert sel.select(timeout), "no output in time"
+    finally:
+        sel.close()
+    return proc.stdout.readline()
 
 
 # ----------------------------------------------------------------------------------
@@ -216,6 +229,19 @@ def test_produce_and_consume_every_message_once(broker, unique, batching):
     assert consumed.latency_ms["max"] >= consumed.latency_ms["p50"] >= 0
 
 
+def test_several_topics_with_a_consumer_each(broker, unique):
+    topics = [f"perf-a-{unique}", f"perf-b-{unique}"]
+    copts = ConsumeOptions(topics=topics, service_url=broker.pulsar_url, subscription="s",
+                           subscription_position="Earliest", num_messages=1000, duration=BOUND)
+    thread, _, _, result = _start_consumer(copts)
+    summary = produce(ProduceOptions(topics=topics, service_url=broker.pulsar_url, rate=0,
+                                     size=HEADER_SIZE, num_messages=1000), out=io.StringIO())
+    assert summary.acked == 1000
+    thread.join(BOUND)
+    assert not thread.is_alive()
+    assert (result[0].unique, result[0].duplicates, result[0].gaps) == (1000, 0, 0)
+
+
 def test_rate_limit_spreads_the_sends(broker, unique):
     summary = produce(ProduceOptions(topics=[f"perf-rate-{unique}"], service_url=broker.pulsar_url,
                                      rate=400, size=64, num_messages=400, batching=False),
@@ -244,8 +270,7 @@ def test_cli_produce_then_consume_with_json(broker, unique, tmp_path):
          "--json", str(tmp_path / "c.json")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert consumer.stdout is not None
-        first = consumer.stdout.readline()
+        first = _readline(consumer)
         assert first.startswith("subscribed 2 consumer(s)"), first
         produced = subprocess.run(
             [sys.executable, "-m", "gateway", "perf", "produce", topic, "-u", broker.pulsar_url,
@@ -285,8 +310,7 @@ def test_ctrl_c_stops_a_producer_with_a_summary(broker, unique):
          "-u", broker.pulsar_url, "-r", "200", "-s", "64", "-time", "120"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
+        line = _readline(proc)
         assert line.startswith("produced:"), line
         proc.send_signal(signal.SIGINT)
         rest, err = proc.communicate(timeout=BOUND)
