@@ -31,6 +31,7 @@ from core.subscription import (
     Consumer,
     ConsumerBusyError,
     Delivery,
+    Subscription,
     SubscriptionTypeMismatchError,
     SubType,
 )
@@ -83,6 +84,26 @@ def _server_error(exc: BaseException) -> int:
         case TopicClosedError():
             return E.ServiceNotReady
     return E.UnknownError
+
+
+# MessageIdData's ledgerId for MessageId.latest (Long.MAX_VALUE) and earliest (-1 as u64).
+_LATEST_LEDGER = 0x7FFFFFFFFFFFFFFF
+_EARLIEST_LEDGER = 0xFFFFFFFFFFFFFFFF
+
+
+def _after_last(topic: PersistentTopic) -> Position:
+    last = topic.ml.last_confirmed()
+    return Position(last.ledger_id, last.entry_id + 1) if last else Position(0, 0)
+
+
+def _position_of(topic: PersistentTopic, mid: Any, *, inclusive: bool) -> Position:
+    """Where a client's message id points: latest, earliest, or the message itself
+    (`inclusive`) or the one after it."""
+    if mid.ledgerId == _LATEST_LEDGER:
+        return _after_last(topic)
+    if mid.ledgerId == _EARLIEST_LEDGER or mid.ledgerId > _LATEST_LEDGER:
+        return topic.ml.first_position() or Position(0, 0)
+    return Position(mid.ledgerId, mid.entryId if inclusive else mid.entryId + 1)
 
 
 class _Outbox:
@@ -418,14 +439,6 @@ class PulsarSession:
 
     async def _reader_start(self, topic: PersistentTopic, cmd: Any) -> Position:
         mid = cmd.start_message_id
-        ledger, entry = mid.ledgerId, mid.entryId
-        if ledger == 0x7FFFFFFFFFFFFFFF and entry == 0x7FFFFFFFFFFFFFFF:   # MessageId.latest
-            last = topic.ml.last_confirmed()
-            return Position(last.ledger_id, last.entry_id + 1) if last else Position(0, 0)
-        if ledger >= 0x7FFFFFFFFFFFFFFF or ledger == 0xFFFFFFFFFFFFFFFF:     # earliest
-            return topic.ml.first_position() or Position(0, 0)
-        inclusive = cmd.HasField("start_message_id") and (
-            mid.HasField("batch_index") and mid.batch_index >= 0)
         if cmd.start_message_rollback_duration_sec > 0:
             t = int(time.time() * 1000) - cmd.start_message_rollback_duration_sec * 1000
             pos = await topic.ml.find_by_publish_time(t)
@@ -433,7 +446,7 @@ class PulsarSession:
                 return pos
         # A reader starts after the given message unless it is inside a batch, where the
         # client filters the batch's earlier messages itself.
-        return Position(ledger, entry if inclusive else entry + 1)
+        return _position_of(topic, mid, inclusive=mid.HasField("batch_index") and mid.batch_index >= 0)
 
     def send_messages(self, consumer: Consumer, deliveries: list[Delivery]) -> None:
         if self.closed:
@@ -510,13 +523,21 @@ class PulsarSession:
     def _on_CommandUnsubscribe(self, event: Any) -> None:
         self._spawn(self._unsubscribe, event.command)
 
-    async def _unsubscribe(self, cmd: Any) -> None:
+    def _attached(self, cmd: Any) -> tuple[Consumer, PersistentTopic, Subscription] | None:
+        """The consumer a command names, its topic and subscription; or answers
+        ConsumerNotFound and returns None."""
         consumer = self.consumers.get(cmd.consumer_id)
         topic = self.consumer_topics.get(cmd.consumer_id)
         if consumer is None or topic is None or consumer.subscription is None:
             self._error(cmd.request_id, E.ConsumerNotFound, "Consumer not found")
+            return None
+        return consumer, topic, consumer.subscription
+
+    async def _unsubscribe(self, cmd: Any) -> None:
+        attached = self._attached(cmd)
+        if attached is None:
             return
-        sub = consumer.subscription
+        consumer, topic, sub = attached
         if len(sub.consumers) > 1:
             self._error(cmd.request_id, E.UnknownError, "Subscription has active connected consumers")
             return
@@ -541,27 +562,15 @@ class PulsarSession:
         self._spawn(self._seek, event.command)
 
     async def _seek(self, cmd: Any) -> None:
-        consumer = self.consumers.get(cmd.consumer_id)
-        topic = self.consumer_topics.get(cmd.consumer_id)
-        if consumer is None or topic is None or consumer.subscription is None:
-            self._error(cmd.request_id, E.ConsumerNotFound, "Consumer not found")
+        attached = self._attached(cmd)
+        if attached is None:
             return
-        sub = consumer.subscription
+        _, topic, sub = attached
         try:
             if cmd.HasField("message_publish_time"):
-                pos = await topic.ml.find_by_publish_time(cmd.message_publish_time)
-                if pos is None:
-                    last = topic.ml.last_confirmed()
-                    pos = Position(last.ledger_id, last.entry_id + 1) if last else Position(0, 0)
+                pos = await topic.ml.find_by_publish_time(cmd.message_publish_time) or _after_last(topic)
             else:
-                mid = cmd.message_id
-                if mid.ledgerId >= 0x7FFFFFFFFFFFFFFF:
-                    last = topic.ml.last_confirmed()
-                    pos = Position(last.ledger_id, last.entry_id + 1) if last else Position(0, 0)
-                elif mid.ledgerId == 0xFFFFFFFFFFFFFFFF:
-                    pos = topic.ml.first_position() or Position(0, 0)
-                else:
-                    pos = Position(mid.ledgerId, mid.entryId)
+                pos = _position_of(topic, cmd.message_id, inclusive=True)
             await sub.reset_to(pos)
         except Exception as exc:
             self._error(cmd.request_id, exc)
@@ -585,15 +594,14 @@ class PulsarSession:
         self._spawn(self._last_message_id, event.command)
 
     async def _last_message_id(self, cmd: Any) -> None:
-        topic = self.consumer_topics.get(cmd.consumer_id)
-        consumer = self.consumers.get(cmd.consumer_id)
-        if topic is None or consumer is None:
-            self._error(cmd.request_id, E.ConsumerNotFound, "Consumer not found")
+        attached = self._attached(cmd)
+        if attached is None:
             return
+        consumer, topic, sub = attached
         partition = topic.name.partition_index
         last = topic.ml.last_confirmed()
         if last is None:
-            mid = pb.MessageIdData(ledgerId=0xFFFFFFFFFFFFFFFF, entryId=0xFFFFFFFFFFFFFFFF,
+            mid = pb.MessageIdData(ledgerId=_EARLIEST_LEDGER, entryId=_EARLIEST_LEDGER,
                                    partition=partition)
         else:
             batch_index = -1
@@ -602,13 +610,11 @@ class PulsarSession:
                 batch_index = entries[0].num_messages - 1
             mid = pb.MessageIdData(ledgerId=last.ledger_id, entryId=last.entry_id,
                                    partition=partition, batch_index=batch_index)
-        md = consumer.subscription.cursor.mark_delete_position() if consumer.subscription else None
-        kwargs: dict[str, Any] = {}
-        if md is not None:
-            kwargs["consumer_mark_delete_position"] = pb.MessageIdData(
-                ledgerId=md.ledger_id & 0xFFFFFFFFFFFFFFFF, entryId=md.entry_id & 0xFFFFFFFFFFFFFFFF)
+        md = sub.cursor.mark_delete_position()
         self._send(ev.CommandGetLastMessageIdResponse.build(
-            last_message_id=mid, request_id=cmd.request_id, **kwargs))
+            last_message_id=mid, request_id=cmd.request_id,
+            consumer_mark_delete_position=pb.MessageIdData(
+                ledgerId=md.ledger_id & _EARLIEST_LEDGER, entryId=md.entry_id & _EARLIEST_LEDGER)))
 
     def _on_CommandConsumerStats(self, event: Any) -> None:
         cmd = event.command
