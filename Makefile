@@ -22,6 +22,8 @@ test: build sysdeps
 	$(MAKE) --no-print-directory cargo-test lint pytest
 
 bench: build
+	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"]))' > $(VENV)/bench-requirements.txt
+	$(PY) -m pip install -q -r $(VENV)/bench-requirements.txt
 	$(PY) -m bench
 
 venv: $(VENV)/.deps
