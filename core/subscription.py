@@ -308,7 +308,9 @@ class Subscription:
     # -- administration ------------------------------------------------------------------------------
     #
     # What the admin API does to a subscription: each works on the cursor (so it persists)
-    # and drops the in-flight state of what it acknowledged.
+    # and drops the in-flight state of what it acknowledged. The cursor applies
+    # acknowledgements in order on its own; each operation waits (flush) until they are
+    # applied, so it returns with its effect visible.
 
     def _is_acked(self, pos: Position, md: Position, ranges: list[tuple[Position, Position]]) -> bool:
         return pos <= md or any(a <= pos <= b for a, b in ranges)
@@ -345,14 +347,16 @@ class Subscription:
                 positions.append(e.position)
                 skipped += e.num_messages
             self.ack_individual(None, [(p, None) for p in positions])
+            await self.cursor.flush()
         return skipped
 
-    def clear_backlog(self) -> int:
+    async def clear_backlog(self) -> int:
         """Acknowledge everything published so far; returns the entries that were in backlog."""
         before = self.backlog()
         last = self.topic.ml.last_confirmed()
         if last is not None:
             self.ack_cumulative(None, last)
+            await self.cursor.flush()
         return before
 
     async def expire(self, seconds: float) -> int:
@@ -376,6 +380,7 @@ class Subscription:
             if md < a and b <= upto:
                 gone -= b.entry_id - a.entry_id + 1
         self.ack_cumulative(None, upto)
+        await self.cursor.flush()
         gone = max(0, gone)
         self.expired += gone
         self.last_expire_timestamp = int(time.time() * 1000)

@@ -699,6 +699,7 @@ class PersistentTopic:
                     if extra > 0:
                         entries = await sub.unacked_entries(extra)
                         sub.ack_individual(None, [(e.position, None) for e in entries])
+                        await sub.cursor.flush()
             return
         for p in list(self.producers):
             self.remove_producer(p)

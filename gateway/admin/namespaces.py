@@ -240,7 +240,7 @@ def routes(broker: Any) -> list[Route]:
             topic = await broker.get_topic(TopicName.parse(name), create=False)
             for sub in list(topic.subscriptions.values()):
                 if only is None or sub.name == only:
-                    sub.clear_backlog()
+                    await sub.clear_backlog()
         return None
 
     @endpoint

@@ -124,7 +124,7 @@ def routes(broker: Any) -> list[Route]:
     @endpoint
     async def skip_all(request: Request) -> Any:
         for sub in await subs_of(request):
-            sub.clear_backlog()
+            await sub.clear_backlog()
         return None
 
     @endpoint
