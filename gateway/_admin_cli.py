@@ -571,9 +571,10 @@ def _ns_remove_auto(c: AdminClient, a: argparse.Namespace) -> Any:
 # -- topics ------------------------------------------------------------------------------------
 
 
-@verb("topics", "list", "list a namespace's topics", NS)
+@verb("topics", "list", "list a namespace's topics (persistent and non-persistent)", NS)
 def _topics_list(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.get(f"/admin/v2/persistent/{a.namespace}")
+    _ns_path(a.namespace)
+    return c.get(f"/admin/v2/persistent/{a.namespace}") + c.get(f"/admin/v2/non-persistent/{a.namespace}")
 
 
 @verb("topics", "list-partitioned-topics", "list a namespace's partitioned topics", NS)
