@@ -111,3 +111,16 @@ def test_recreated_namespace_starts_without_old_topic_policies(admin: AdminClien
     admin.delete(f"/admin/v2/namespaces/{t}/ns", force="true")
     admin.put(f"/admin/v2/namespaces/{t}/ns")
     assert admin.get(f"/admin/v2/persistent/{t}/ns/topic/messageTTL") is None
+
+
+def test_broker_version_leader_and_racks(admin: AdminClient, server: Standalone) -> None:
+    from importlib import metadata
+
+    assert admin.request("GET", "/admin/v2/brokers/version").body.decode() == metadata.version("magnetar")
+    assert admin.get("/admin/v2/brokers/leaderBroker")["serviceUrl"] == server.addresses["web"][0]
+    bookie = server.addresses["bookies"][0]
+    assert admin.get("/admin/v2/bookies/racks-info") == \
+        {"default": {bookie: {"rack": "/default-rack", "hostname": bookie.rsplit(":", 1)[0]}}}
+    owned = admin.get(f"/admin/v2/brokers/standalone/{server.addresses['web'][0].removeprefix('http://')}"
+                      "/ownedNamespaces")
+    assert "public/default/0x00000000_0xffffffff" in owned
