@@ -65,19 +65,19 @@ def _count_requests(broker: Any, app: Any) -> Any:
 
 
 def _keep_encoded_slashes(app: Any) -> Any:
-    """Route on the raw path where it holds ``%2F``: a topic's local name may contain
-    ``/`` (MQTT topic names do), sent percent-encoded as one path segment. Path parameters
-    are decoded by the handlers."""
+    """Route on the raw path, one segment per name: a topic's local name may contain
+    ``/`` (MQTT topic names do) or ``%``, sent percent-encoded inside one segment. Each
+    segment is decoded once and re-encoded with only ``%`` and ``/`` escaped, so routing
+    sees the segments the client sent and handlers decode each path parameter exactly
+    once (:func:`gateway.admin._common.topic_of`)."""
+    from urllib.parse import unquote
 
     async def wrapped(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            raw = scope.get("raw_path") or b""
-            if b"%2f" in raw.lower():
-                from urllib.parse import unquote
-
-                text = raw.decode("latin-1").split("?", 1)[0]
-                parts = [unquote(p).replace("/", "%2F") for p in text.split("/")]
-                scope = dict(scope, path="/".join(parts))
+        raw = scope.get("raw_path") if scope["type"] == "http" else None
+        if raw:
+            text = raw.decode("latin-1").split("?", 1)[0]
+            parts = [unquote(p).replace("%", "%25").replace("/", "%2F") for p in text.split("/")]
+            scope = dict(scope, path="/".join(parts))
         await app(scope, receive, send)
 
     return wrapped

@@ -226,3 +226,20 @@ def test_non_persistent_domain(admin: AdminClient, ns: str) -> None:
     assert admin.get(f"/admin/v2/non-persistent/{ns}") == [f"non-persistent://{ns}/np"]
     assert admin.get(f"/admin/v2/persistent/{ns}") == []
     assert admin.get(f"/admin/v2/non-persistent/{ns}/np/stats")["msgInCounter"] == 0
+
+
+@pytest.mark.parametrize("local", ["a/b/c", "a%2Fb", "sp ace", "x:y=z"])
+def test_local_names_with_special_characters(admin: AdminClient, ns: str, client: pulsar.Client,
+                                             local: str) -> None:
+    from urllib.parse import quote
+
+    full = f"persistent://{ns}/{local}"
+    path = f"/admin/v2/persistent/{ns}/{quote(local, safe='')}"
+    admin.put(path)
+    assert full in admin.get(f"/admin/v2/persistent/{ns}")
+    producer = client.create_producer(full)
+    producer.send(b"m")
+    producer.close()
+    assert admin.get(f"{path}/stats")["msgInCounter"] == 1
+    admin.delete(path)
+    assert full not in admin.get(f"/admin/v2/persistent/{ns}")
