@@ -29,3 +29,22 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
     data: Path = tmp_path_factory.mktemp("standalone")
     with Standalone(data) as s:
         yield s
+
+
+def _fail_skip_in_ci(report: pytest.CollectReport | pytest.TestReport) -> None:
+    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI=true, where every engine must be present: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    outcome = yield
+    _fail_skip_in_ci(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    outcome = yield
+    _fail_skip_in_ci(outcome.get_result())
