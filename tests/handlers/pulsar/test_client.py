@@ -290,3 +290,36 @@ def test_json_schema_and_incompatible_schema_refused(client, unique):
 def test_invalid_topic_name_is_refused(client):
     with pytest.raises(pulsar.InvalidTopicName):
         client.create_producer("persistent://public/default/")
+
+
+def test_key_shared_sticky_ranges_decide_who_gets_a_key(client, unique):
+    from core._hash import key_hash
+
+    topic = f"ks-sticky-{unique}"
+    low = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="low",
+                           key_shared_policy=pulsar.ConsumerKeySharedPolicy(
+                               key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[(0, 32767)]))
+    high = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="high",
+                            key_shared_policy=pulsar.ConsumerKeySharedPolicy(
+                                key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=[(32768, 65535)]))
+    producer = client.create_producer(topic, batching_enabled=False)
+    keys = [f"k{i}" for i in range(40)]
+    for k in keys:
+        producer.send(k.encode(), partition_key=k)
+    got_low = {m.data().decode() for m in _drain(low)}
+    got_high = {m.data().decode() for m in _drain(high)}
+    assert got_low == {k for k in keys if key_hash(k.encode()) <= 32767}
+    assert got_high == {k for k in keys if key_hash(k.encode()) > 32767}
+
+
+def test_avro_schema_round_trip(client, unique):
+    from pulsar.schema import AvroSchema, Record, String
+
+    class Event(Record):
+        kind = String()
+
+    topic = f"avro-{unique}"
+    consumer = client.subscribe(topic, "s", schema=AvroSchema(Event))
+    producer = client.create_producer(topic, schema=AvroSchema(Event))
+    producer.send(Event(kind="click"))
+    assert consumer.receive(timeout_millis=RECEIVE_MS).value().kind == "click"
