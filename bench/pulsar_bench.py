@@ -205,25 +205,24 @@ def _end_to_end(url: str, pid: int, topic: str, size: int, batching: bool, rate:
     }
 
 
-def _broker_cases(name: str, url: str, pid: int, workdir: Path) -> dict[str, Any]:
-    cases: dict[str, Any] = {}
-    for size in SIZES:
-        for batching in BATCHING:
-            label = f"{size}-{'batch' if batching else 'nobatch'}"
-            try:
-                peak = _end_to_end(url, pid, f"peak-{label}", size, batching, 0,
-                                   PEAK_SECONDS, workdir)
-                half = peak["e2e_msg_per_s"] / 2
-                lat = _end_to_end(url, pid, f"half-{label}", size, batching, max(half, 1.0),
-                                  LATENCY_SECONDS, workdir)
-                cases[label] = {**peak, "half_rate": half,
-                                "half_p50_ms": lat["publish_latency_ms"]["p50"],
-                                "half_p99_ms": lat["publish_latency_ms"]["p99"],
-                                "half_duplicates": lat["duplicates"], "half_lost": lat["lost"]}
-            except Exception as exc:
-                cases[label] = {"error": f"{type(exc).__name__}: {exc}"}
-            print(f"  {name} {label}: {_short(cases[label])}", flush=True)
-    return cases
+def _case(url: str, pid: int, size: int, batching: bool, workdir: Path) -> dict[str, Any]:
+    """Peak end to end, then publish latency at half of that rate, on fresh topics."""
+    label = _label(size, batching)
+    try:
+        peak = _end_to_end(url, pid, f"peak-{label}", size, batching, 0, PEAK_SECONDS, workdir)
+        half = peak["e2e_msg_per_s"] / 2
+        lat = _end_to_end(url, pid, f"half-{label}", size, batching, max(half, 1.0),
+                          LATENCY_SECONDS, workdir)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {**peak, "half_rate": half,
+            "half_p50_ms": lat["publish_latency_ms"]["p50"],
+            "half_p99_ms": lat["publish_latency_ms"]["p99"],
+            "half_duplicates": lat["duplicates"], "half_lost": lat["lost"]}
+
+
+def _label(size: int, batching: bool) -> str:
+    return f"{size}-{'batch' if batching else 'nobatch'}"
 
 
 def _short(c: dict[str, Any]) -> str:
@@ -243,19 +242,33 @@ def run() -> dict[str, Any]:
     base.mkdir(parents=True, exist_ok=True)
     print("\nPulsar: official client end to end, Magnetar standalone vs pulsar-lite "
           "(journal fsync on)", flush=True)
-    with tempfile.TemporaryDirectory(dir=base, prefix="bench-pulsar-") as tmp:
+    with tempfile.TemporaryDirectory(dir=base, prefix="bench-pulsar-") as tmp, \
+            contextlib.ExitStack() as stack:
         root = Path(tmp)
         fsync = raw_fsync(root)
+        # Both brokers run for the whole bench and take turns case by case, so a busy
+        # moment of the machine falls on both alike.
+        brokers: dict[str, tuple[str, int]] = {}
         results: dict[str, Any] = {}
         for name, broker in (("magnetar", magnetar_broker), ("pulsar-lite", pulsar_lite_broker)):
             try:
-                with broker(root) as (url, pid):
-                    results[name] = _broker_cases(name, url, pid, root)
+                brokers[name] = stack.enter_context(broker(root))
+                results[name] = {}
+                (root / f"runs-{name}").mkdir()
             except Exception as exc:
                 results[name] = {"error": f"{type(exc).__name__}: {exc}"}
                 print(f"  {name}: {results[name]['error'][:300]}", flush=True)
+        for size in SIZES:
+            for batching in BATCHING:
+                for name, (url, pid) in brokers.items():
+                    case = _case(url, pid, size, batching, root / f"runs-{name}")
+                    results[name][_label(size, batching)] = case
+                    print(f"  {name} {_label(size, batching)}: {_short(case)}", flush=True)
+    load = os.getloadavg()
     _print_table(results, fsync)
-    return {"raw_fsync": fsync, **results}
+    print(f"  load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on "
+          f"{os.cpu_count()} CPUs (other work on the machine skews the figures)", flush=True)
+    return {"raw_fsync": fsync, "load_average": load, **results}
 
 
 def _print_table(results: dict[str, Any], fsync: dict[str, float]) -> None:
@@ -268,7 +281,7 @@ def _print_table(results: dict[str, Any], fsync: dict[str, float]) -> None:
     mag, peer = results.get("magnetar", {}), results.get("pulsar-lite", {})
     for size in SIZES:
         for batching in BATCHING:
-            label = f"{size}-{'batch' if batching else 'nobatch'}"
+            label = _label(size, batching)
             for name, cases in (("magnetar", mag), ("pulsar-lite", peer)):
                 c = cases.get(label) if "error" not in cases else cases
                 if c is None or "error" in c:
