@@ -3,7 +3,6 @@ connection; the broker keeps serving everyone else."""
 
 from __future__ import annotations
 
-import socket
 import struct
 import time
 
@@ -13,50 +12,8 @@ import pytest
 from core.format import MessageMetadata, encode_entry
 from core.format import pulsar_api_pb2 as pb
 from handlers.pulsar import _events as ev
-from handlers.pulsar._codec import NEED_DATA, PulsarConnection, Role
 from tests._standalone import Standalone
-
-TIMEOUT = 10.0
-
-
-class RawClient:
-    def __init__(self, url: str):
-        host, port = url.removeprefix("pulsar://").rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT)
-        self.codec = PulsarConnection(Role.CLIENT)
-
-    def send(self, event) -> None:
-        self.sock.sendall(self.codec.send(event))
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def next_event(self):
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            event = self.codec.next_event()
-            if event is not NEED_DATA:
-                return event
-            data = self.sock.recv(65536)
-            self.codec.receive_data(data)
-        raise TimeoutError("no event from the broker")
-
-    def read_raw_until_closed(self) -> bytes:
-        got = b""
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            data = self.sock.recv(65536)
-            if not data:
-                return got
-            got += data
-        raise TimeoutError("the broker did not close the connection")
-
-    def connect(self) -> None:
-        self.send(ev.CommandConnect.build(client_version="raw-test", protocol_version=21))
-        assert isinstance(self.next_event(), ev.CommandConnected)
-
-    def close(self) -> None:
-        self.sock.close()
+from tests.handlers.pulsar._raw import RawClient
 
 
 def _still_serving(url: str) -> None:
@@ -167,6 +124,32 @@ def test_terminated_topic_refuses_sends_and_tells_consumers(standalone: Standalo
         raw.send(ev.CommandAck.build(consumer_id=7, ack_type=pb.CommandAck.Individual,
                                      message_id=[message.command.message_id]))
         assert isinstance(raw.next_event(), ev.CommandReachedEndOfTopic)
+    finally:
+        raw.close()
+        client.close()
+
+
+def test_consumer_stats_and_last_message_id(standalone: Standalone, unique):
+    topic = f"persistent://public/default/stats-{unique}"
+    client = pulsar.Client(standalone.pulsar_url)
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        last = [producer.send(f"m{i}".encode()) for i in range(3)][-1]
+        raw.connect()
+        raw.send(ev.CommandSubscribe.build(topic=topic, subscription="s", subType=pb.CommandSubscribe.Shared,
+                                           consumer_id=3, request_id=1, consumer_name="statsy",
+                                           initialPosition=pb.CommandSubscribe.Earliest))
+        assert isinstance(raw.next_event(), ev.CommandSuccess)
+        raw.send(ev.CommandConsumerStats.build(consumer_id=3, request_id=2))
+        stats = raw.next_event()
+        assert isinstance(stats, ev.CommandConsumerStatsResponse)
+        assert (stats.command.consumerName, stats.command.msgBacklog, stats.command.type) == ("statsy", 3, "Shared")
+        raw.send(ev.CommandGetLastMessageId.build(consumer_id=3, request_id=3))
+        reply = raw.next_event()
+        assert isinstance(reply, ev.CommandGetLastMessageIdResponse)
+        assert (reply.command.last_message_id.ledgerId, reply.command.last_message_id.entryId) == \
+            (last.ledger_id(), last.entry_id())
     finally:
         raw.close()
         client.close()

@@ -1,0 +1,52 @@
+"""A Pulsar client made of our own codec and a blocking socket, for commands and byte
+sequences the official client never sends."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from handlers.pulsar import _events as ev
+from handlers.pulsar._codec import NEED_DATA, PulsarConnection, Role
+
+TIMEOUT = 10.0
+
+
+class RawClient:
+    def __init__(self, url: str):
+        host, port = url.removeprefix("pulsar://").rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+        self.codec = PulsarConnection(Role.CLIENT)
+
+    def send(self, event) -> None:
+        self.sock.sendall(self.codec.send(event))
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def next_event(self):
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            event = self.codec.next_event()
+            if event is not NEED_DATA:
+                return event
+            data = self.sock.recv(65536)
+            self.codec.receive_data(data)
+        raise TimeoutError("no event from the broker")
+
+    def read_raw_until_closed(self) -> bytes:
+        got = b""
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            data = self.sock.recv(65536)
+            if not data:
+                return got
+            got += data
+        raise TimeoutError("the broker did not close the connection")
+
+    def connect(self) -> None:
+        self.send(ev.CommandConnect.build(client_version="raw-test", protocol_version=21))
+        assert isinstance(self.next_event(), ev.CommandConnected)
+
+    def close(self) -> None:
+        self.sock.close()
