@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import random
 import selectors
 import signal
@@ -329,3 +330,17 @@ def test_consume_duration_bounds_an_idle_consumer(broker, unique):
         capture_output=True, text=True, timeout=BOUND)
     assert done.returncode == 0, done.stderr
     assert "Aggregated consume: 0 msgs" in done.stdout
+
+
+def test_bench_end_to_end_counts_every_message_and_broker_cpu(broker, unique, tmp_path):
+    from bench.pulsar_bench import _cpu_seconds, _end_to_end
+
+    assert _cpu_seconds(os.getpid()) > 0
+    assert broker.proc is not None
+    case = _end_to_end(broker.pulsar_url, broker.proc.pid, f"bench-{unique}", 100, True, 2000,
+                       1.0, tmp_path)
+    assert case["acked"] >= 1000
+    assert (case["unique"], case["duplicates"], case["lost"]) == (case["acked"], 0, 0)
+    assert case["cpu_s"] > 0 and case["cpu_us_per_msg"] > 0
+    assert case["e2e_msg_per_s"] > 0
+    assert case["publish_latency_ms"]["p99"] >= case["publish_latency_ms"]["p50"]
