@@ -135,3 +135,34 @@ def test_consumed_ledgers_are_deleted_by_the_retention_check(tmp_path):
             assert time.monotonic() < deadline, f"consumed ledgers kept: {ledgers()}"
             time.sleep(0.2)
         client.close()
+
+
+def test_standalone_with_three_bookies_replicates_with_the_configured_quorums(tmp_path):
+    import json
+    import urllib.request
+
+    conf = {"managedLedgerDefaultEnsembleSize": 3, "managedLedgerDefaultWriteQuorum": 2,
+            "managedLedgerDefaultAckQuorum": 2}
+    s = Standalone(tmp_path / "data", bookies=3, conf=conf).start()
+    try:
+        assert len(s.addresses["bookies"]) == 3
+        client = pulsar.Client(s.pulsar_url)
+        consumer = client.subscribe("replicated", "s")
+        producer = client.create_producer("replicated", batching_enabled=False)
+        for i in range(10):
+            producer.send(f"m{i}".encode())
+        assert [m.data() for m in _receive_all(consumer, 10)] == [f"m{i}".encode() for i in range(10)]
+        url = f"{s.addresses['web'][0]}/admin/v2/persistent/public/default/replicated/internalStats"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            ledger_id = json.loads(resp.read())["ledgers"][-1]["ledgerId"]
+        from core.metadata import open_metadata_store
+        store = open_metadata_store(f"sqlite:{tmp_path / 'data' / 'metadata.db'}")
+        try:
+            meta = json.loads(store.get(f"/ledgers/ledger/{ledger_id}")[0])
+        finally:
+            store.close()
+        assert (meta["ensembleSize"], meta["writeQuorumSize"], meta["ackQuorumSize"]) == (3, 2, 2)
+        assert sorted(meta["ensembles"][0][1]) == sorted(s.addresses["bookies"])
+        client.close()
+    finally:
+        assert s.stop() == 0
