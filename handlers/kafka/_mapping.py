@@ -18,9 +18,21 @@ from __future__ import annotations
 
 import base64
 import binascii
+import struct
 from collections.abc import Sequence
 
-from core.format import LZ4, NONE, ZLIB, ZSTD, Message, entry_from_messages, messages_from_entry
+from core.format import (
+    LZ4,
+    NONE,
+    ZLIB,
+    ZSTD,
+    Message,
+    MessageMetadata,
+    compress,
+    encode_entry,
+    entry_from_messages,
+    messages_from_entry,
+)
 from core.format import SNAPPY as P_SNAPPY
 from handlers.kafka import _records as rb
 
@@ -66,12 +78,77 @@ def messages_from_batch(batch: rb.RecordBatch) -> list[Message]:
     return out
 
 
+def _uv(n: int) -> bytes:
+    if n < 0x80:
+        return _BYTE[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_BYTE = [bytes((i,)) for i in range(256)]
+_U32 = struct.Struct(">I")
+
+
+def _single_metadata(rec: rb.Record, use_time: bool) -> bytes:
+    """A SingleMessageMetadata in protobuf wire format (fields in number order: properties
+    1, partition_key 2, payload_size 3, event_time 5, partition_key_b64_encoded 6,
+    null_value 9), written directly: one per record is the hot path of a produce."""
+    parts: list[bytes] = []
+    for name, value in rec.headers:
+        k = name.encode("utf-8")
+        v = _header_text(value).encode("utf-8")
+        kv = b"\x0a" + _uv(len(k)) + k + b"\x12" + _uv(len(v)) + v
+        parts.append(b"\x0a" + _uv(len(kv)) + kv)
+    b64 = False
+    key = rec.key
+    if key is not None:
+        try:
+            key.decode("utf-8")
+        except UnicodeDecodeError:
+            key = base64.b64encode(key)
+            b64 = True
+        parts.append(b"\x12" + _uv(len(key)) + key)
+    value = rec.value
+    parts.append(b"\x18" + _uv(len(value) if value is not None else 0))
+    if use_time and rec.timestamp > 0:
+        parts.append(b"\x28" + _uv(rec.timestamp))
+    if b64:
+        parts.append(b"\x30\x01")
+    if value is None:
+        parts.append(b"\x48\x01")
+    return b"".join(parts)
+
+
 def entry_from_batch(batch: rb.RecordBatch, *, publish_time: int, producer_name: str = "kafka",
                      sequence_id: int = 0) -> bytes:
-    """The entry that stores ``batch`` (compressed with the batch's own codec)."""
-    return entry_from_messages(messages_from_batch(batch), producer_name=producer_name,
-                               sequence_id=sequence_id, publish_time=publish_time,
-                               compression=_TO_PULSAR.get(batch.compression, NONE))
+    """The entry that stores ``batch`` (compressed with the batch's own codec). One record
+    is a plain entry; more are a Pulsar batch."""
+    records = batch.records
+    compression = _TO_PULSAR.get(batch.compression, NONE)
+    if len(records) == 1:
+        return entry_from_messages(messages_from_batch(batch), producer_name=producer_name,
+                                   sequence_id=sequence_id, publish_time=publish_time,
+                                   compression=compression)
+    use_time = not batch.log_append_time
+    parts: list[bytes] = []
+    for rec in records:
+        meta = _single_metadata(rec, use_time)
+        parts.append(_U32.pack(len(meta)))
+        parts.append(meta)
+        if rec.value:
+            parts.append(rec.value)
+    raw = b"".join(parts)
+    metadata = MessageMetadata(producer_name=producer_name, sequence_id=sequence_id,
+                               publish_time=publish_time, num_messages_in_batch=len(records))
+    if compression != NONE:
+        metadata.compression = compression  # type: ignore[assignment]
+        metadata.uncompressed_size = len(raw)
+        raw = compress(compression, raw)
+    return encode_entry(metadata, raw)
 
 
 def _key_bytes(m: Message) -> bytes | None:

@@ -16,6 +16,7 @@ batches are staged by the transaction coordinator and written when the transacti
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ __all__ = ["handle_produce", "topic_error", "Pending"]
 log = logging.getLogger(__name__)
 
 RECENT_BATCHES = 5
+_BASE = struct.Struct(">q")
 SEQUENCE_MOD = 1 << 31
 
 
@@ -121,8 +123,15 @@ def publish_batch(plog: PartitionLog, batch: RecordBatch, pending: Pending) -> N
                     st.recent.pop((batch.base_sequence, batch.last_sequence), None)
             pending.done(-1, ErrorCode.NOT_ENOUGH_REPLICAS)
             return
-        pending.done(result.index - n + 1)
+        base = result.index - n + 1
+        pending.done(base)
+        if cacheable and result.position is not None:
+            # Kafka consumers of this entry get the producer's own batch: only the base
+            # offset (outside the CRC) changes.
+            plog.owner.cache.put((plog.key, result.position), _BASE.pack(base) + batch.raw[8:])
 
+    cacheable = bool(batch.raw) and not batch.is_transactional and all(
+        r[0] == i for i, r in enumerate(batch.records))
     plog.topic.publish(entry, n, None, 0, done)
 
 

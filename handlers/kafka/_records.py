@@ -38,6 +38,7 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import crc32c as _crc32c
 import lz4.frame
@@ -89,10 +90,9 @@ def _corrupt(message: str) -> RemoteProtocolError:
     return RemoteProtocolError(message, ErrorCode.CORRUPT_MESSAGE)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Record:
-    """One record. ``offset_delta`` and ``timestamp`` are as in the batch: the delta from
-    the batch's base offset and the absolute timestamp (ms)."""
+class Record(NamedTuple):
+    """One record. ``offset_delta`` is the delta from the batch's base offset, ``timestamp``
+    the absolute timestamp (ms). A tuple: decoding builds many of these."""
 
     offset_delta: int = 0
     timestamp: int = -1
@@ -114,6 +114,7 @@ class RecordBatch:
     base_sequence: int = -1
     records: list[Record] = field(default_factory=list)
     size: int = 0
+    raw: bytes = b""
 
     @property
     def compression(self) -> int:
@@ -253,6 +254,10 @@ def _varint(n: int) -> bytes:
 
 
 def _read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    if pos < end:
+        b = buf[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
     result = 0
     shift = 0
     while True:
@@ -324,7 +329,7 @@ def _decode_one(buf: bytes, start: int, end: int, limit: int, with_records: bool
                        attributes=attributes, last_offset_delta=last_delta,
                        base_timestamp=base_ts, max_timestamp=max_ts, producer_id=producer_id,
                        producer_epoch=producer_epoch, base_sequence=base_seq, records=records,
-                       size=end - start)
+                       size=end - start, raw=buf[start:end])
 
 
 def _decode_record(buf: bytes, pos: int, end: int, base_ts: int) -> tuple[Record, int]:
@@ -340,6 +345,10 @@ def _decode_record(buf: bytes, pos: int, end: int, base_ts: int) -> tuple[Record
     nheaders, pos = _read_varint(buf, pos, rend)
     if nheaders < 0 or nheaders > rend - pos:
         raise _corrupt(f"header count {nheaders} out of range")
+    if not nheaders:
+        if pos != rend:
+            raise _corrupt("record length does not match its fields")
+        return Record(offset_delta, base_ts + ts_delta, key, value, ()), pos
     headers = []
     for _ in range(nheaders):
         hk, pos = _read_blob(buf, pos, rend)
@@ -353,8 +362,7 @@ def _decode_record(buf: bytes, pos: int, end: int, base_ts: int) -> tuple[Record
         headers.append((name, hv))
     if pos != rend:
         raise _corrupt("record length does not match its fields")
-    return Record(offset_delta=offset_delta, timestamp=base_ts + ts_delta, key=key, value=value,
-                  headers=tuple(headers)), pos
+    return Record(offset_delta, base_ts + ts_delta, key, value, tuple(headers)), pos
 
 
 def _read_blob(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:

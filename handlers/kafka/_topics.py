@@ -32,6 +32,8 @@ _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 MAX_HINTS = 64
 READ_CHUNK = 64
+"""Most entries read from storage at once; fewer when entries are large (see
+:meth:`PartitionLog.read`)."""
 LOG_START_REFRESH_S = 1.0
 
 
@@ -39,7 +41,7 @@ class BatchCache:
     """Encoded record batches by entry position, bounded in bytes (consumers reading the
     same data, or re-reading after a rebalance, are served without re-encoding)."""
 
-    def __init__(self, max_bytes: int = 32 * 1024 * 1024):
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024):
         self.max_bytes = max_bytes
         self.size = 0
         self._items: OrderedDict[tuple[str, Position], bytes] = OrderedDict()
@@ -85,6 +87,7 @@ class PartitionLog:
         self.producers: dict[int, ProducerState] = {}
         self._log_start = 0
         self._log_start_at = 0.0
+        self.avg_entry_size = 1024.0
 
     # -- offsets ---------------------------------------------------------------------------
 
@@ -134,7 +137,13 @@ class PartitionLog:
         size = 0
         retried = False
         while size < max_bytes:
-            entries = await self.topic.ml.read_entries(pos, READ_CHUNK)
+            # Read about as many entries as the byte budget holds (entries may be a
+            # megabyte each: reading 64 of them to return one would waste the read).
+            want = int(min(READ_CHUNK, max(1, (max_bytes - size) // max(self.avg_entry_size, 1.0) + 1)))
+            entries = await self.topic.ml.read_entries(pos, want)
+            if entries:
+                mean = sum(len(e.data) for e in entries) / len(entries)
+                self.avg_entry_size = 0.8 * self.avg_entry_size + 0.2 * mean
             if not entries:
                 if not out and not retried:
                     # The remembered position was past a ledger's end: search instead.
