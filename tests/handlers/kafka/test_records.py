@@ -147,3 +147,26 @@ def test_pulsar_message_without_event_time_reads_with_publish_time() -> None:
                                                       publish_time=4242))
     assert b.records == [rb.Record(offset_delta=0, timestamp=4242, key=b"k", value=b"p",
                                    headers=(("x", b"y"),))]
+
+
+def test_directly_written_single_metadata_matches_protobuf() -> None:
+    from core.format import pulsar_api_pb2 as pb
+    rng = random.Random(3)
+    for rec in _records(60, rng):
+        rec = rec._replace(timestamp=rng.choice([0, -1, 1_700_000_000_123]))
+        raw = _mapping._single_metadata(rec, True)
+        got = pb.SingleMessageMetadata.FromString(raw)
+        want = pb.SingleMessageMetadata(payload_size=len(rec.value or b""))
+        for name, value in rec.headers:
+            want.properties.add(key=name, value=_mapping._header_text(value))
+        if rec.key is not None:
+            text, b64 = _mapping._key_text(rec.key)
+            want.partition_key = text
+            if b64:
+                want.partition_key_b64_encoded = True
+        if rec.timestamp > 0:
+            want.event_time = rec.timestamp
+        if rec.value is None:
+            want.null_value = True
+        assert got == want
+        assert raw == want.SerializeToString()
