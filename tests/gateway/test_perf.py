@@ -344,3 +344,14 @@ def test_bench_end_to_end_counts_every_message_and_broker_cpu(broker, unique, tm
     assert case["cpu_s"] > 0 and case["cpu_us_per_msg"] > 0
     assert case["e2e_msg_per_s"] > 0
     assert case["publish_latency_ms"]["p99"] >= case["publish_latency_ms"]["p50"]
+
+
+@pytest.mark.parametrize("command", ["produce", "consume"])
+def test_missing_namespace_is_an_error_not_a_traceback(broker, command):
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "perf", command, "persistent://no-such/ns/t",
+         "-u", broker.pulsar_url, "-m", "1"],
+        capture_output=True, text=True, timeout=BOUND)
+    assert done.returncode == 1
+    assert "magnetar perf: error:" in done.stderr and "TopicNotFound" in done.stderr
+    assert "Traceback" not in done.stderr
