@@ -18,7 +18,9 @@ pulsar-lite (0.2.0) has no setting for syncing and never calls fsync or fdatasyn
 RocksDB write-ahead log is written, not synced), so its publish latency carries no disk
 sync. The table says so beside the ratios.
 
-It prints one table with the ratios Magnetar/peer and the issue's targets. Every loop is
+It prints one table with the ratios Magnetar/peer and the issue's targets.
+``MAGNETAR_BENCH_ROUNDS=N`` repeats every case N times (brokers in alternating order) and
+reports the medians; ``MAGNETAR_BENCH_DIR`` is where the data directories go. Every loop is
 bounded in count and in time; the whole bench takes about three minutes.
 """
 
@@ -29,6 +31,7 @@ import json
 import math
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -205,13 +208,15 @@ def _end_to_end(url: str, pid: int, topic: str, size: int, batching: bool, rate:
     }
 
 
-def _case(url: str, pid: int, size: int, batching: bool, workdir: Path) -> dict[str, Any]:
+def _case(url: str, pid: int, size: int, batching: bool, workdir: Path,
+          tag: str) -> dict[str, Any]:
     """Peak end to end, then publish latency at half of that rate, on fresh topics."""
     label = _label(size, batching)
     try:
-        peak = _end_to_end(url, pid, f"peak-{label}", size, batching, 0, PEAK_SECONDS, workdir)
+        peak = _end_to_end(url, pid, f"peak-{label}-{tag}", size, batching, 0, PEAK_SECONDS,
+                           workdir)
         half = peak["e2e_msg_per_s"] / 2
-        lat = _end_to_end(url, pid, f"half-{label}", size, batching, max(half, 1.0),
+        lat = _end_to_end(url, pid, f"half-{label}-{tag}", size, batching, max(half, 1.0),
                           LATENCY_SECONDS, workdir)
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
@@ -219,6 +224,23 @@ def _case(url: str, pid: int, size: int, batching: bool, workdir: Path) -> dict[
             "half_p50_ms": lat["publish_latency_ms"]["p50"],
             "half_p99_ms": lat["publish_latency_ms"]["p99"],
             "half_duplicates": lat["duplicates"], "half_lost": lat["lost"]}
+
+
+_MEDIANS = ("e2e_msg_per_s", "produce_msg_per_s", "cpu_us_per_msg", "half_rate",
+            "half_p50_ms", "half_p99_ms")
+_SUMS = ("acked", "unique", "duplicates", "lost", "half_duplicates", "half_lost", "cpu_s")
+
+
+def _combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rounds of one case: the median of each rate, CPU and latency figure, the sum of
+    every count (so one duplicate in any round shows)."""
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return runs[0]
+    out: dict[str, Any] = {k: statistics.median(r[k] for r in good) for k in _MEDIANS}
+    out.update({k: sum(r[k] for r in good) for k in _SUMS})
+    out["rounds"] = runs
+    return out
 
 
 def _label(size: int, batching: bool) -> str:
@@ -240,8 +262,9 @@ def _verdict(ok: bool) -> str:
 def run() -> dict[str, Any]:
     base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "."))
     base.mkdir(parents=True, exist_ok=True)
+    rounds = max(1, int(os.environ.get("MAGNETAR_BENCH_ROUNDS", "1")))
     print("\nPulsar: official client end to end, Magnetar standalone vs pulsar-lite "
-          "(journal fsync on)", flush=True)
+          f"(journal fsync on; {rounds} round{'s' if rounds > 1 else ''})", flush=True)
     with tempfile.TemporaryDirectory(dir=base, prefix="bench-pulsar-") as tmp, \
             contextlib.ExitStack() as stack:
         root = Path(tmp)
@@ -258,12 +281,21 @@ def run() -> dict[str, Any]:
             except Exception as exc:
                 results[name] = {"error": f"{type(exc).__name__}: {exc}"}
                 print(f"  {name}: {results[name]['error'][:300]}", flush=True)
-        for size in SIZES:
-            for batching in BATCHING:
-                for name, (url, pid) in brokers.items():
-                    case = _case(url, pid, size, batching, root / f"runs-{name}")
-                    results[name][_label(size, batching)] = case
-                    print(f"  {name} {_label(size, batching)}: {_short(case)}", flush=True)
+        runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for round_no in range(rounds):
+            for size in SIZES:
+                for batching in BATCHING:
+                    order = list(brokers.items())
+                    if round_no % 2:
+                        order.reverse()
+                    for name, (url, pid) in order:
+                        label = _label(size, batching)
+                        case = _case(url, pid, size, batching, root / f"runs-{name}",
+                                     f"r{round_no}")
+                        runs.setdefault((name, label), []).append(case)
+                        print(f"  {name} {label}: {_short(case)}", flush=True)
+        for (name, label), cases in runs.items():
+            results[name][label] = _combine(cases)
     load = os.getloadavg()
     _print_table(results, fsync)
     print(f"  load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on "
