@@ -751,7 +751,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     prod.add_argument("-bm", "--batch-max-messages", type=_pos_int, default=1000,
                       help="most messages in one batch (default 1000)")
     prod.add_argument("-b", "--batch-time-window", type=_nonneg_float, default=1.0, metavar="MS",
-                      help="longest batch publish delay in ms (default 1)")
+                      help="longest batch publish delay in whole ms (default 1)")
     prod.add_argument("-z", "--compression", type=str.upper, choices=COMPRESSIONS, default="NONE")
     prod.add_argument("-o", "--max-outstanding", type=_pos_int, default=1000,
                       help="most messages in flight per producer (default 1000)")
@@ -805,6 +805,12 @@ def run(args: argparse.Namespace) -> int:
     fn = getattr(args, "_perf_run", None)
     if fn is None:
         args._perf_parser.print_help(sys.stderr)
+        return 2
+    try:
+        import pulsar  # noqa: F401
+    except ImportError:
+        print("magnetar perf: error: needs the Pulsar client library "
+              "(pip install pulsar-client)", file=sys.stderr)
         return 2
     try:
         return int(fn(args))

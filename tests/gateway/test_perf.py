@@ -178,6 +178,12 @@ def test_bad_flags_are_usage_errors(bad, capsys):
     assert main(["perf", "produce", "t", *bad]) == 2
 
 
+def test_missing_client_library_is_reported(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "pulsar", None)
+    assert main(["perf", "produce", "t", "-m", "1"]) == 2
+    assert "pip install pulsar-client" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------------
 # Against a real broker
 
