@@ -157,6 +157,7 @@ class Subscription:
         self._rr = 0
         self._active: Consumer | None = None
         self._wake = trio.Event()
+        self._avg_messages_per_entry = 1.0
         self._closed = False
         self.msg_out = 0
         self.bytes_out = 0
@@ -433,7 +434,11 @@ class Subscription:
         receivers = self._receivers()
         if not receivers:
             return False
-        budget = min(MAX_READ_BATCH, sum(c.permits for c in receivers))
+        # Permits count messages and an entry may hold a batch of them: read as many entries
+        # as the permits cover at the average batch size seen, so that entries are not read
+        # only to wait in the replay set for permits.
+        permits = sum(c.permits for c in receivers)
+        budget = max(1, min(MAX_READ_BATCH, int(permits / self._avg_messages_per_entry)))
         allowed, until = self.topic.dispatch_allowance()
         if allowed is not None:
             if allowed == 0:
@@ -446,6 +451,9 @@ class Subscription:
         from_replay = len(entries)
         if len(entries) < budget and self.cursor.has_more():
             entries.extend(await self.cursor.read_entries(budget - len(entries)))
+        if entries:
+            mean = sum(e.num_messages for e in entries) / len(entries)
+            self._avg_messages_per_entry = 0.8 * self._avg_messages_per_entry + 0.2 * mean
         if not entries:
             self._tell_end_of_topic()
             return False
