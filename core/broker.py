@@ -17,6 +17,7 @@ import trio
 
 from core._bridge import NativeBridge
 from core.naming import NamespaceName, TopicName
+from core.nonpersistent import NonPersistentTopic
 from core.policies import PolicyStore, PreconditionError
 from core.schema import SchemaRegistry
 from core.stats import BrokerStats
@@ -115,6 +116,8 @@ class BrokerService:
                 int(self.config.get("defaultNumPartitions")))
 
     def _ml_exists(self, name: TopicName) -> bool:
+        if not name.persistent:
+            return False  # a non-persistent topic exists only while it is loaded
         return self.metadata.get(f"/managed-ledgers/{name.storage_name}") is not None
 
     async def partitioned_metadata(self, name: TopicName, *, create: bool = True) -> int:
@@ -124,7 +127,7 @@ class BrokerService:
         n = self.policies.partitions(name)
         if n or name.partition_index >= 0:
             return n if name.partition_index < 0 else 0
-        if create and name.local_name not in self.topics and not self._ml_exists(name):
+        if create and not self.topic_exists(name):
             allowed, kind, count = self._auto_create(pol)
             if allowed and kind == "partitioned":
                 self.policies.create_partitioned(name, count)
@@ -168,12 +171,19 @@ class BrokerService:
                 self.policies.partitions(name.partitioned_topic) > name.partition_index
             if not (create and (allowed or implicit_partition)):
                 raise TopicNotFoundError(f"Topic {name} does not exist")
+        return await self._load(name, pol)
+
+    async def _load(self, name: TopicName, pol: dict[str, Any]) -> PersistentTopic:
+        key = str(name)
         event = self._opening[key] = trio.Event()
         try:
             assert self.storage is not None and self._nursery is not None
             pol = self.policies.effective(name, pol)
-            ml = await self.storage.open(name.storage_name, self.ml_config(pol))
-            topic = PersistentTopic(self, name, ml, pol)
+            if name.persistent:
+                topic = PersistentTopic(self, name, await self.storage.open(name.storage_name,
+                                                                            self.ml_config(pol)), pol)
+            else:
+                topic = NonPersistentTopic(self, name, pol)
             await topic.start(self._nursery)
             self.topics[key] = topic
             return topic
@@ -184,7 +194,8 @@ class BrokerService:
     def topics_of_namespace(self, ns: NamespaceName, domain: str = "persistent") -> list[str]:
         if self.policies.get_namespace(ns) is None:
             raise NamespaceNotFoundError(f"Namespace {ns} does not exist")
-        names = self.metadata.children(f"/managed-ledgers/{ns}/{domain}")
+        # Non-persistent topics are listed while they are loaded, as Pulsar does.
+        names = self.metadata.children(f"/managed-ledgers/{ns}/{domain}") if domain == "persistent" else []
         found = {f"{domain}://{ns}/{unquote(n)}" for n in names}
         found.update(k for k in self.topics if k.startswith(f"{domain}://{ns}/"))
         return sorted(found)
@@ -205,6 +216,8 @@ class BrokerService:
                 self.topics.pop(str(name), None)
                 topic.disconnect_all()
                 await topic.close()
+            if not name.persistent:
+                return
             ml = await self.storage.open(name.storage_name,
                                          self.ml_config(self.namespace_policies(name.namespace_name)))
             await ml.delete()
@@ -223,6 +236,12 @@ class BrokerService:
         if self.topic_exists(name) or (name.partition_index < 0 and self.policies.partitions(name)):
             raise TopicExistsError("This topic already exists")
         assert self.storage is not None
+        if not name.persistent:
+            while str(name) in self._opening:
+                await self._opening[str(name)].wait()
+            if str(name) in self.topics:
+                raise TopicExistsError("This topic already exists")
+            return await self._load(name, self.namespace_policies(name.namespace_name))
         pol = self.policies.effective(name, self.namespace_policies(name.namespace_name))
         ml = await self.storage.open(name.storage_name, self.ml_config(pol))
         await ml.close()
@@ -285,6 +304,8 @@ class BrokerService:
                                        next_quota if quota_enabled else next_expiry))
             now = trio.current_time()
             for topic in list(self.topics.values()):
+                if not topic.name.persistent:
+                    continue
                 try:
                     if now >= next_expiry:
                         await topic.expire_messages()

@@ -24,6 +24,7 @@ from core.broker import BrokerService, NamespaceNotFoundError, TopicNotFoundErro
 from core.format import encode_broker_entry_metadata
 from core.format import pulsar_api_pb2 as pb
 from core.naming import InvalidNameError, NamespaceName, TopicName
+from core.nonpersistent import NotAllowedError
 from core.policies import NotFoundError
 from core.schema import IncompatibleSchemaError
 from core.storage import Position
@@ -83,6 +84,8 @@ def _server_error(exc: BaseException) -> int:
             return E.TopicTerminatedError
         case TopicClosedError():
             return E.ServiceNotReady
+        case NotAllowedError():
+            return E.NotAllowedError
     return E.UnknownError
 
 
@@ -465,7 +468,8 @@ class PulsarSession:
                                      partition=partition),
                     d.redelivery_count,
                     e.data,
-                    encode_broker_entry_metadata(e.publish_time, e.index) if bem else None,
+                    encode_broker_entry_metadata(e.publish_time, e.index if e.index >= 0 else None)
+                    if bem else None,
                     d.ack_set,
                 )
             except ProtocolError as exc:
@@ -566,6 +570,9 @@ class PulsarSession:
         if attached is None:
             return
         _, topic, sub = attached
+        if not topic.name.persistent:
+            self._error(cmd.request_id, E.NotAllowedError, "Seek is not allowed on a non-persistent topic")
+            return
         try:
             if cmd.HasField("message_publish_time"):
                 pos = await topic.ml.find_by_publish_time(cmd.message_publish_time) or _after_last(topic)
@@ -598,6 +605,10 @@ class PulsarSession:
         if attached is None:
             return
         consumer, topic, sub = attached
+        if not topic.name.persistent:
+            self._error(cmd.request_id, E.NotAllowedError,
+                        "GetLastMessageId is not allowed on a non-persistent topic")
+            return
         partition = topic.name.partition_index
         last = topic.ml.last_confirmed()
         if last is None:

@@ -1,0 +1,256 @@
+"""Non-persistent topics (``non-persistent://``) with the official pulsar-client against
+`magnetar standalone`: nothing stored, delivered only to the consumers connected when a
+message is published, within their permits."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from gateway._admin_cli import AdminClient, AdminError
+from tests._standalone import Standalone
+
+RECEIVE_MS = 10_000
+IDLE_MS = 1500
+NS = "public/default"
+
+SUB_TYPES = [pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Shared,
+             pulsar.ConsumerType.Failover, pulsar.ConsumerType.KeyShared]
+
+
+@pytest.fixture
+def client(standalone: Standalone) -> Iterator[pulsar.Client]:
+    c = pulsar.Client(standalone.pulsar_url, operation_timeout_seconds=15)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def admin(standalone: Standalone) -> AdminClient:
+    return AdminClient(standalone.addresses["web"][0], timeout=30)
+
+
+def _drain(consumer, *, idle_ms: int = IDLE_MS) -> list:
+    got = []
+    while True:
+        try:
+            msg = consumer.receive(timeout_millis=idle_ms)
+        except pulsar.Timeout:
+            return got
+        got.append(msg)
+        consumer.acknowledge(msg)
+
+
+def _np(name: str) -> str:
+    return f"non-persistent://{NS}/{name}"
+
+
+@pytest.mark.parametrize("sub_type", SUB_TYPES, ids=lambda t: str(t).rsplit(".", 1)[-1])
+@pytest.mark.parametrize("batching", [False, True])
+def test_connected_consumer_receives_every_subscription_type(client, unique, sub_type, batching):
+    topic = _np(f"types-{unique}")
+    consumer = client.subscribe(topic, "sub", consumer_type=sub_type)
+    producer = client.create_producer(topic, batching_enabled=batching, batching_max_messages=10,
+                                      batching_max_publish_delay_ms=5)
+    payloads = [f"m-{i}".encode() for i in range(50)]
+    for i, p in enumerate(payloads):
+        producer.send_async(p, None, partition_key=f"k{i % 5}")
+    producer.flush()
+    got = _drain(consumer)
+    assert [m.data() for m in got] == payloads
+    assert all(m.topic_name() == topic for m in got)
+
+
+def test_receipt_and_delivery_carry_pulsars_non_persistent_message_id(client, unique):
+    topic = _np(f"ids-{unique}")
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic, batching_enabled=False)
+    sent = producer.send(b"x")
+    msg = consumer.receive(timeout_millis=RECEIVE_MS)
+    assert msg.data() == b"x"
+    assert (sent.ledger_id(), sent.entry_id()) == (0, 0)
+    assert (msg.message_id().ledger_id(), msg.message_id().entry_id()) == (0, 0)
+
+
+def test_shared_consumers_split_messages_once(client, unique):
+    topic = _np(f"shared-{unique}")
+    consumers = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared) for _ in range(3)]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(90):
+        producer.send_async(str(i).encode(), None)
+    producer.flush()
+    per = [[m.data() for m in _drain(c)] for c in consumers]
+    assert sorted(int(d) for got in per for d in got) == list(range(90))
+    assert all(got for got in per)
+
+
+def test_every_subscription_gets_its_copy(client, unique):
+    topic = _np(f"fanout-{unique}")
+    a = client.subscribe(topic, "a")
+    b = client.subscribe(topic, "b", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(topic)
+    producer.send(b"one")
+    assert a.receive(timeout_millis=RECEIVE_MS).data() == b"one"
+    assert b.receive(timeout_millis=RECEIVE_MS).data() == b"one"
+
+
+def test_message_produced_without_consumer_is_not_delivered_later(client, unique):
+    topic = _np(f"late-{unique}")
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"nobody-listening")
+    consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+    producer.send(b"heard")
+    assert [m.data() for m in _drain(consumer)] == [b"heard"]
+    # The subscription lived only while it had a consumer: what was published meanwhile is gone.
+    consumer.close()
+    producer.send(b"while-away")
+    again = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+    producer.send(b"back")
+    assert [m.data() for m in _drain(again)] == [b"back"]
+
+
+def test_consumer_out_of_permits_loses_what_it_cannot_take(client, unique):
+    topic = _np(f"permits-{unique}")
+    consumer = client.subscribe(topic, "sub", receiver_queue_size=10)
+    producer = client.create_producer(topic, batching_enabled=False)
+    payloads = [f"p-{i}".encode() for i in range(40)]
+    for p in payloads:
+        producer.send(p)  # each receipt is immediate; the consumer is not reading
+    got = [m.data() for m in _drain(consumer)]
+    assert got == payloads[:10]
+    producer.send(b"after")
+    assert consumer.receive(timeout_millis=RECEIVE_MS).data() == b"after"
+
+
+def test_acks_and_negative_acks_are_accepted_and_ignored(client, unique):
+    topic = _np(f"acks-{unique}")
+    consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared,
+                                negative_ack_redelivery_delay_ms=100)
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"a")
+    producer.send(b"b")
+    first = consumer.receive(timeout_millis=RECEIVE_MS)
+    second = consumer.receive(timeout_millis=RECEIVE_MS)
+    consumer.acknowledge(first)
+    consumer.negative_acknowledge(second)
+    consumer.redeliver_unacknowledged_messages()
+    assert _drain(consumer) == []
+    producer.send(b"c")
+    assert consumer.receive(timeout_millis=RECEIVE_MS).data() == b"c"
+
+
+def test_seek_and_last_message_id_answer_not_allowed(client, unique):
+    topic = _np(f"seek-{unique}")
+    consumer = client.subscribe(topic, "sub")
+    with pytest.raises(pulsar.NotAllowedError):
+        consumer.seek(pulsar.MessageId.earliest)
+    with pytest.raises(pulsar.NotAllowedError):
+        consumer.get_last_message_id()
+    producer = client.create_producer(topic)
+    producer.send(b"still-works")
+    assert consumer.receive(timeout_millis=RECEIVE_MS).data() == b"still-works"
+
+
+def test_persistent_and_non_persistent_of_one_name_are_distinct(client, unique):
+    name = f"twin-{unique}"
+    np_consumer = client.subscribe(_np(name), "sub")
+    p_consumer = client.subscribe(f"persistent://{NS}/{name}", "sub")
+    client.create_producer(_np(name)).send(b"to-non-persistent")
+    client.create_producer(f"persistent://{NS}/{name}").send(b"to-persistent")
+    assert [m.data() for m in _drain(np_consumer)] == [b"to-non-persistent"]
+    assert [m.data() for m in _drain(p_consumer)] == [b"to-persistent"]
+
+
+def test_regex_consumer_over_non_persistent_topics(client, unique):
+    names = [_np(f"rx-{unique}-{i}") for i in range(3)]
+    producers = [client.create_producer(n, batching_enabled=False) for n in names]
+    persistent = client.create_producer(f"persistent://{NS}/rx-{unique}-p")
+    consumer = client.subscribe(re.compile(_np(f"rx-{unique}-.*")), "s",
+                                regex_subscription_mode=pulsar.RegexSubscriptionMode.NonPersistentOnly)
+    for i, p in enumerate(producers):
+        p.send(f"from-{i}".encode())
+    persistent.send(b"not-matched")
+    got = sorted(m.data() for m in _drain(consumer))
+    assert got == [b"from-0", b"from-1", b"from-2"]
+
+
+def test_regex_consumer_over_all_topics_sees_both_domains(client, unique):
+    names = [_np(f"rxa-{unique}-n"), f"persistent://{NS}/rxa-{unique}-p"]
+    producers = [client.create_producer(n, batching_enabled=False) for n in names]
+    consumer = client.subscribe(re.compile(f"{NS}/rxa-{unique}-.*"), "s",
+                                regex_subscription_mode=pulsar.RegexSubscriptionMode.AllTopics)
+    for p, n in zip(producers, names, strict=True):
+        p.send(n.encode())
+    got = sorted(m.data() for m in _drain(consumer))
+    assert got == sorted(n.encode() for n in names)
+
+
+def test_partitioned_non_persistent_topic(client, admin, unique):
+    topic = _np(f"parts-{unique}")
+    admin.put(f"/admin/v2/non-persistent/{NS}/parts-{unique}/partitions", 3)
+    assert client.get_topic_partitions(topic) == [f"{topic}-partition-{i}" for i in range(3)]
+    consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(topic, batching_enabled=False,
+                                      message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    for i in range(30):
+        producer.send(str(i).encode())
+    got = _drain(consumer)
+    assert sorted(int(m.data()) for m in got) == list(range(30))
+    assert {m.topic_name() for m in got} == {f"{topic}-partition-{i}" for i in range(3)}
+
+
+def test_admin_lists_and_reports_loaded_topic_and_subscription_lifetime(client, admin, unique):
+    topic = _np(f"admin-{unique}")
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for _ in range(5):
+        producer.send(b"m")
+    assert len(_drain(consumer)) == 5
+    assert topic in admin.get(f"/admin/v2/non-persistent/{NS}")
+    assert topic not in admin.get(f"/admin/v2/persistent/{NS}")
+    stats = admin.get(f"/admin/v2/non-persistent/{NS}/admin-{unique}/stats")
+    assert stats["msgInCounter"] == 5
+    assert stats["storageSize"] == 0
+    assert stats["subscriptions"]["sub"]["msgOutCounter"] == 5
+    assert stats["subscriptions"]["sub"]["msgBacklog"] == 0
+    consumer.close()
+    stats = admin.get(f"/admin/v2/non-persistent/{NS}/admin-{unique}/stats")
+    assert stats["subscriptions"] == {}
+
+
+def test_operations_needing_storage_are_refused_by_admin(client, admin, unique):
+    name = f"refused-{unique}"
+    client.create_producer(_np(name))
+    with pytest.raises(AdminError):
+        admin.post(f"/admin/v2/non-persistent/{NS}/{name}/terminate")
+    with pytest.raises(AdminError):
+        admin.put(f"/admin/v2/non-persistent/{NS}/{name}/subscription/s")
+
+
+def test_restart_keeps_nothing(tmp_path: Path, unique):
+    topic = _np(f"restart-{unique}")
+    with Standalone(tmp_path / "data") as server:
+        c = pulsar.Client(server.pulsar_url, operation_timeout_seconds=15)
+        try:
+            consumer = c.subscribe(topic, "sub")
+            producer = c.create_producer(topic, batching_enabled=False)
+            for i in range(5):
+                producer.send(f"before-{i}".encode())
+            assert len(_drain(consumer)) == 5
+        finally:
+            c.close()
+    with Standalone(tmp_path / "data") as server:
+        admin = AdminClient(server.addresses["web"][0], timeout=30)
+        assert admin.get(f"/admin/v2/non-persistent/{NS}") == []
+        c = pulsar.Client(server.pulsar_url, operation_timeout_seconds=15)
+        try:
+            consumer = c.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+            assert _drain(consumer) == []
+            c.create_producer(topic).send(b"after")
+            assert [m.data() for m in _drain(consumer)] == [b"after"]
+        finally:
+            c.close()
