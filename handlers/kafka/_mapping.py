@@ -29,9 +29,10 @@ from core.format import (
     Message,
     MessageMetadata,
     compress,
+    decode_entry,
     encode_entry,
     entry_from_messages,
-    messages_from_entry,
+    iter_batch,
 )
 from core.format import SNAPPY as P_SNAPPY
 from handlers.kafka import _records as rb
@@ -151,26 +152,32 @@ def entry_from_batch(batch: rb.RecordBatch, *, publish_time: int, producer_name:
     return encode_entry(metadata, raw)
 
 
-def _key_bytes(m: Message) -> bytes | None:
-    if m.key is None:
-        return None
-    if m.key_b64_encoded:
-        try:
-            return base64.b64decode(m.key, validate=True)
-        except (binascii.Error, ValueError):
-            return m.key.encode("utf-8")
-    return m.key.encode("utf-8")
-
-
 def records_from_entry(data: bytes, publish_time: int) -> list[rb.Record]:
-    messages = messages_from_entry(data)
-    return [rb.Record(
-        offset_delta=i,
-        timestamp=m.event_time or m.publish_time or publish_time,
-        key=_key_bytes(m),
-        value=None if m.null_value else m.payload,
-        headers=tuple((k, v.encode("utf-8")) for k, v in m.properties.items()),
-    ) for i, m in enumerate(messages)]
+    """The records of a stored entry, read straight from its per-message metadata."""
+    metadata, payload = decode_entry(data)
+    default_ts = metadata.publish_time or publish_time
+    out = []
+    for i, single in enumerate(iter_batch(metadata, payload)):
+        meta = single.metadata
+        if meta.compacted_out:
+            continue
+        key = None
+        if meta.HasField("partition_key"):
+            key = _key_of(meta.partition_key, meta.partition_key_b64_encoded)
+        headers = tuple((kv.key, kv.value.encode("utf-8")) for kv in meta.properties) \
+            if len(meta.properties) else ()
+        out.append(rb.Record(i, meta.event_time or default_ts, key,
+                             None if meta.null_value else single.payload, headers))
+    return out
+
+
+def _key_of(text: str, b64: bool) -> bytes:
+    if b64:
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            pass
+    return text.encode("utf-8")
 
 
 def batch_from_entry(data: bytes, *, index: int, num_messages: int, publish_time: int,

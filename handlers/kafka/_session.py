@@ -39,7 +39,7 @@ __all__ = ["KafkaSession", "MAX_IN_FLIGHT"]
 
 log = logging.getLogger(__name__)
 
-READ_SIZE = 65536
+READ_SIZE = 256 * 1024
 MAX_IN_FLIGHT = 256
 
 

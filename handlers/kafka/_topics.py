@@ -41,7 +41,7 @@ class BatchCache:
     """Encoded record batches by entry position, bounded in bytes (consumers reading the
     same data, or re-reading after a rebalance, are served without re-encoding)."""
 
-    def __init__(self, max_bytes: int = 64 * 1024 * 1024):
+    def __init__(self, max_bytes: int = 128 * 1024 * 1024):
         self.max_bytes = max_bytes
         self.size = 0
         self._items: OrderedDict[tuple[str, Position], bytes] = OrderedDict()
