@@ -1,0 +1,510 @@
+"""The ``magnetar`` PySpark data source: batch and streaming, read and write.
+
+Theory of operation
+-------------------
+Offsets are Kafka's: per topic-partition, the broker index of each message (an entry of
+``n`` messages whose last index is ``i`` holds offsets ``i-n+1 .. i``). The driver plans
+a read through the admin REST API (:mod:`spark._admin`): it finds the entry holding the
+start offset by binary search and cuts the range ``[start, end)`` at ledger boundaries,
+so a large backlog becomes one input partition per ledger. Each input partition names
+its first entry (ledger, entry, and that entry's first offset); the executor opens a
+Pulsar Reader just after the entry before it and numbers messages as they come: within an entry by
+batch index, and each new entry continues where the previous one ended. It stops at the
+range's end offset, so two input partitions never overlap and none leaves a gap.
+
+Streaming offsets are ``{topic: {partition: next_offset}}`` JSON, as Spark's Kafka source
+writes them; they live in the query's checkpoint, and a restarted query plans the same
+ranges again, which is what makes a file sink's output exactly once.
+
+The ``protocol`` column is derived from the producer name the entry carries: the Kafka
+handler names its producers ``kafka`` (no idempotent producer id) or ``kafka-<id>``;
+AMQP and MQTT handlers use ``amqp``/``amqp-*`` and ``mqtt``/``mqtt-*`` alike; anything
+else came from a Pulsar client (see :func:`protocol_of`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from ._admin import AdminClient, PartitionLayout, TopicName, split_topic_name
+
+__all__ = ["MagnetarDataSource", "SCHEMA", "protocol_of", "MagnetarPartition"]
+
+#: The columns every read yields.
+SCHEMA = (
+    "topic string, partition int, offset long, messageId string, key binary, value binary, "
+    "properties map<string,string>, publishTime timestamp, eventTime timestamp, "
+    "producerName string, protocol string"
+)
+
+#: Rows per Arrow batch handed to Spark.
+ARROW_BATCH_ROWS = 8192
+#: How long an executor waits for the next message of a range it knows is stored.
+READ_STALL_MS = 30_000
+#: Messages a Reader prefetches.
+RECEIVER_QUEUE = 5000
+
+_PROTOCOL_PREFIXES = (("kafka", "kafka"), ("amqp", "amqp"), ("mqtt", "mqtt"))
+_EARLIEST, _LATEST = -2, -1
+
+
+def protocol_of(producer_name: str | None) -> str:
+    """The protocol a message arrived by, from its entry's producer name.
+
+    ``kafka`` or ``kafka-<n>`` → ``"kafka"`` (and likewise ``amqp``, ``mqtt``); any other
+    name → ``"pulsar"``.
+
+    >>> protocol_of("kafka-7"), protocol_of("kafka"), protocol_of("standalone-0-3")
+    ('kafka', 'kafka', 'pulsar')
+    """
+    name = producer_name or ""
+    for prefix, protocol in _PROTOCOL_PREFIXES:
+        if name == prefix or name.startswith(prefix + "-"):
+            return protocol
+    return "pulsar"
+
+
+# --------------------------------------------------------------------------- options
+
+
+def _required(options: Mapping[str, str], key: str) -> str:
+    value = options.get(key)
+    if not value:
+        raise ValueError(f"option {key!r} is required by format('magnetar')")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class _TopicPartition:
+    label: str  # the topic column's value and the offsets' JSON key
+    partition: int
+    pulsar_topic: TopicName
+
+
+def _resolve_topics(options: Mapping[str, str], admin: AdminClient) -> list[str]:
+    if options.get("topics"):
+        return [t.strip() for t in options["topics"].split(",") if t.strip()]
+    pattern = options.get("topicsPattern") or options.get("topicspattern")
+    if not pattern:
+        raise ValueError("format('magnetar') needs option 'topics' or 'topicsPattern'")
+    anchor = split_topic_name(pattern.split("://", 1)[-1].rsplit("/", 1)[0] + "/x"
+                              if "/" in pattern else "x")
+    regex = re.compile(pattern)
+    return [t for t in admin.list_topics(anchor.tenant, anchor.namespace)
+            if regex.fullmatch(t) or regex.fullmatch(split_topic_name(t).local)]
+
+
+def _topic_partitions(topics: Sequence[str], admin: AdminClient) -> list[_TopicPartition]:
+    out = []
+    for label in topics:
+        name = split_topic_name(label)
+        n = admin.partitions(name)
+        if n == 0:
+            out.append(_TopicPartition(label, 0, name))
+        else:
+            out.extend(_TopicPartition(label, p, name.partition(p)) for p in range(n))
+    return out
+
+
+def _offset_spec(text: str | None, default: str) -> str | dict[str, dict[str, int]]:
+    text = (text or default).strip()
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise ValueError(f"offsets must be earliest, latest or JSON, got {text!r}") from None
+    if not isinstance(doc, dict) or not all(isinstance(v, dict) for v in doc.values()):
+        raise ValueError(f'offsets JSON must look like {{"topic": {{"0": 23}}}}, got {text!r}')
+    return {str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in doc.items()}
+
+
+def _offset_for(spec: str | dict[str, dict[str, int]], tp: _TopicPartition, layout: PartitionLayout,
+                *, absent: int) -> int:
+    if spec == "earliest":
+        value = _EARLIEST
+    elif spec == "latest":
+        value = _LATEST
+    else:
+        assert isinstance(spec, dict)
+        value = spec.get(tp.label, {}).get(str(tp.partition), absent)
+    if value == _EARLIEST:
+        return layout.earliest()
+    if value == _LATEST:
+        return layout.latest()
+    return value
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class MagnetarPartition(InputPartition):
+    """One range ``[from_offset, to_offset)`` of one topic-partition, read from one entry on."""
+
+    service_url: str
+    label: str
+    partition: int
+    pulsar_topic: str
+    ledger_id: int
+    entry_id: int
+    after_ledger_id: int  # the entry before the first one, -1 when it is the first stored
+    after_entry_id: int
+    base_offset: int
+    from_offset: int
+    to_offset: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", (self.label, self.partition, self.from_offset, self.to_offset))
+
+
+def _plan(service_url: str, tp: _TopicPartition, layout: PartitionLayout, lo: int, hi: int
+          ) -> list[MagnetarPartition]:
+    if hi <= lo:
+        return []
+    first = layout.find(lo)
+    if first is None:
+        return []
+    last = layout.find(hi - 1)
+    last = layout.total - 1 if last is None else last
+    starts = layout.ledger_starts(first, last)
+    out = []
+    for i, ordinal in enumerate(starts):
+        info = layout.info(ordinal)
+        start = max(lo, info.base_offset)
+        end = layout.info(starts[i + 1]).base_offset if i + 1 < len(starts) else hi
+        after = layout.position(ordinal - 1) if ordinal > 0 else (-1, -1)
+        if end > start:
+            out.append(MagnetarPartition(service_url, tp.label, tp.partition, tp.pulsar_topic.full,
+                                         info.ledger_id, info.entry_id, after[0], after[1],
+                                         info.base_offset, start, end))
+    return out
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+    return pa.schema([
+        ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+        ("messageId", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
+        ("properties", pa.map_(pa.string(), pa.string())), ("publishTime", ts),
+        ("eventTime", ts), ("producerName", pa.string()), ("protocol", pa.string()),
+    ])
+
+
+def read_partition(split: MagnetarPartition) -> Iterator[Any]:
+    """The rows of ``split`` as Arrow record batches, in offset order."""
+    import pulsar
+    import pyarrow as pa
+
+    schema = _arrow_schema()
+    client = pulsar.Client(split.service_url, operation_timeout_seconds=30)
+    try:
+        # Start after the entry before the first one (exclusive), which every broker
+        # answers alike; the very first stored entry is "earliest".
+        start = (pulsar.MessageId.earliest if split.after_ledger_id < 0
+                 else pulsar.MessageId(-1, split.after_ledger_id, split.after_entry_id, -1))
+        reader = client.create_reader(split.pulsar_topic, start, receiver_queue_size=RECEIVER_QUEUE)
+        cols: list[list[Any]] = [[] for _ in range(11)]
+        current: tuple[int, int] | None = None
+        base = split.base_offset
+        count = 0  # messages seen of the current entry
+        offset = split.from_offset - 1
+        while offset + 1 < split.to_offset:
+            try:
+                msg = reader.read_next(READ_STALL_MS)
+            except pulsar.Timeout:
+                raise RuntimeError(
+                    f"{split.pulsar_topic}: no message within {READ_STALL_MS} ms at offset "
+                    f"{offset + 1} (range ends at {split.to_offset})") from None
+            mid = msg.message_id()
+            position = (mid.ledger_id(), mid.entry_id())
+            if position != current:
+                if current is not None:
+                    base += count
+                current, count = position, 0
+            batch_index = mid.batch_index()
+            count = max(count, batch_index + 1, 1)
+            offset = base + max(batch_index, 0)
+            if offset < split.from_offset:
+                continue
+            if offset >= split.to_offset:
+                break
+            key = msg.partition_key()
+            event = msg.event_timestamp()
+            producer = msg.producer_name()
+            cols[0].append(split.label)
+            cols[1].append(split.partition)
+            cols[2].append(offset)
+            cols[3].append(f"{position[0]}:{position[1]}:{batch_index}")
+            cols[4].append(key.encode() if key else None)
+            cols[5].append(msg.data())
+            cols[6].append(list(msg.properties().items()))
+            cols[7].append(msg.publish_timestamp() * 1000)
+            cols[8].append(event * 1000 if event else None)
+            cols[9].append(producer)
+            cols[10].append(protocol_of(producer))
+            if len(cols[0]) >= ARROW_BATCH_ROWS:
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema)
+                cols = [[] for _ in range(11)]
+        if cols[0]:
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema)
+        reader.close()
+    finally:
+        client.close()
+
+
+class _Planner:
+    """Driver-side state shared by the batch and the streaming reader."""
+
+    def __init__(self, options: Mapping[str, str]):
+        self.options = dict(options)
+        self.service_url = _required(options, "serviceUrl")
+        self.admin = AdminClient(_required(options, "adminUrl"))
+
+    def topic_partitions(self) -> list[_TopicPartition]:
+        return _topic_partitions(_resolve_topics(self.options, self.admin), self.admin)
+
+    def layout(self, tp: _TopicPartition) -> PartitionLayout:
+        return PartitionLayout(self.admin, tp.pulsar_topic)
+
+
+class _BatchReader(DataSourceReader):
+    def __init__(self, options: Mapping[str, str]):
+        self.planner = _Planner(options)
+        self.starting = _offset_spec(options.get("startingOffsets"), "earliest")
+        self.ending = _offset_spec(options.get("endingOffsets"), "latest")
+
+    def partitions(self) -> Sequence[InputPartition]:
+        out: list[InputPartition] = []
+        for tp in self.planner.topic_partitions():
+            layout = self.planner.layout(tp)
+            lo = _offset_for(self.starting, tp, layout, absent=_EARLIEST)
+            hi = _offset_for(self.ending, tp, layout, absent=_LATEST)
+            out.extend(_plan(self.planner.service_url, tp, layout, lo, min(hi, layout.latest())))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, MagnetarPartition)
+        return read_partition(partition)
+
+
+class _StreamReader(DataSourceStreamReader):
+    def __init__(self, options: Mapping[str, str]):
+        self.planner = _Planner(options)
+        self.starting = _offset_spec(options.get("startingOffsets"), "latest")
+        limit = options.get("maxEntriesPerTrigger")
+        self.max_per_trigger = int(limit) if limit else None
+
+    def initialOffset(self) -> dict:
+        out: dict[str, dict[str, int]] = {}
+        for tp in self.planner.topic_partitions():
+            layout = self.planner.layout(tp)
+            out.setdefault(tp.label, {})[str(tp.partition)] = _offset_for(
+                self.starting, tp, layout, absent=_LATEST)
+        return out
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        from pyspark.sql.streaming.datasource import ReadMaxRows
+
+        ends: list[tuple[_TopicPartition, int, int]] = []
+        for tp in self.planner.topic_partitions():
+            layout = self.planner.layout(tp)
+            begin = start.get(tp.label, {}).get(str(tp.partition))
+            if begin is None:  # a partition that appeared since: read it from its start
+                begin = layout.earliest()
+            ends.append((tp, int(begin), max(int(begin), layout.latest())))
+        if isinstance(limit, ReadMaxRows):
+            ends = _share(ends, int(limit.maxRows))
+        out: dict[str, dict[str, int]] = {}
+        for tp, _, end in ends:
+            out.setdefault(tp.label, {})[str(tp.partition)] = end
+        return out
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        out: list[InputPartition] = []
+        for tp in self.planner.topic_partitions():
+            hi = end.get(tp.label, {}).get(str(tp.partition))
+            if hi is None:
+                continue
+            layout = self.planner.layout(tp)
+            lo = start.get(tp.label, {}).get(str(tp.partition))
+            lo = layout.earliest() if lo is None else lo
+            out.extend(_plan(self.planner.service_url, tp, layout, int(lo), int(hi)))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, MagnetarPartition)
+        return read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: progress lives in the query's checkpoint, not in the broker."""
+
+
+def _share(ends: list[tuple[_TopicPartition, int, int]], budget: int) -> list[tuple[_TopicPartition, int, int]]:
+    """Cap the total span at ``budget`` messages, shared evenly over the partitions."""
+    spans = [end - begin for _, begin, end in ends]
+    take = [0] * len(ends)
+    left = budget
+    while left > 0:
+        wanting = [i for i, s in enumerate(spans) if take[i] < s]
+        if not wanting:
+            break
+        share = max(1, left // len(wanting))
+        for i in wanting:
+            step = min(share, spans[i] - take[i], left)
+            take[i] += step
+            left -= step
+            if left == 0:
+                break
+    return [(tp, begin, begin + t) for (tp, begin, _), t in zip(ends, take)]
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _field(row: Any, name: str) -> Any:
+    try:
+        return row[name]
+    except (KeyError, ValueError, IndexError):
+        return None
+
+
+def _as_bytes(value: Any) -> bytes:
+    if value is None:
+        return b""
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)
+
+
+def write_rows(options: Mapping[str, str], rows: Iterator[Any]) -> int:
+    """Produce every row (``topic``, ``key``, ``value``, ``properties``); returns the count."""
+    import pulsar
+
+    service_url = _required(options, "serviceUrl")
+    default_topic = options.get("topic")
+    client = pulsar.Client(service_url, operation_timeout_seconds=30)
+    producers: dict[str, Any] = {}
+    failures: list[str] = []
+    sent = 0
+
+    def done(result: Any, _msg_id: Any) -> None:
+        if result != pulsar.Result.Ok:
+            failures.append(str(result))
+
+    try:
+        for row in rows:
+            topic = _field(row, "topic") or default_topic
+            if not topic:
+                raise ValueError("a row has no topic column value and option 'topic' is not set")
+            name = split_topic_name(str(topic)).full
+            producer = producers.get(name)
+            if producer is None:
+                producer = producers[name] = client.create_producer(
+                    name, batching_enabled=True, batching_max_publish_delay_ms=5,
+                    block_if_queue_full=True, max_pending_messages=10_000)
+            key = _field(row, "key")
+            props = _field(row, "properties") or {}
+            producer.send_async(
+                _as_bytes(_field(row, "value")), done,
+                properties={str(k): str(v) for k, v in dict(props).items()},
+                partition_key=(key.decode(errors="replace") if isinstance(key, (bytes, bytearray))
+                               else str(key)) if key is not None else None)
+            sent += 1
+        for producer in producers.values():
+            producer.flush()
+        if failures:
+            raise RuntimeError(f"{len(failures)} of {sent} messages were not stored: {failures[0]}")
+        return sent
+    finally:
+        for producer in producers.values():
+            producer.close()
+        client.close()
+
+
+@dataclass
+class _Written(WriterCommitMessage):
+    count: int
+
+
+class _BatchWriter(DataSourceWriter):
+    def __init__(self, options: Mapping[str, str]):
+        self.options = dict(options)
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return _Written(write_rows(self.options, iterator))
+
+
+class _StreamWriter(DataSourceStreamWriter):
+    def __init__(self, options: Mapping[str, str]):
+        self.options = dict(options)
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return _Written(write_rows(self.options, iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Messages are stored once each task's producer flushed; nothing is left to do."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Messages a failed task stored stay stored (at-least-once delivery)."""
+
+
+# --------------------------------------------------------------------------- the source
+
+
+class MagnetarDataSource(DataSource):
+    """``format("magnetar")``: Magnetar topics as a Spark source and sink.
+
+    Options: ``serviceUrl`` (``pulsar://host:6650``), ``adminUrl`` (``http://host:8080``),
+    ``topics`` (comma list) or ``topicsPattern`` (a regex over full or local names),
+    ``startingOffsets``/``endingOffsets`` (``earliest``, ``latest`` or JSON
+    ``{"topic": {"0": 42}}``, -2 for earliest and -1 for latest, as in Spark's Kafka
+    source), ``maxEntriesPerTrigger`` (messages per micro-batch, shared over
+    partitions), and for writes ``topic`` (used when a row has no ``topic`` column).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "magnetar"
+
+    def schema(self) -> StructType | str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _BatchReader(self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _StreamReader(self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return _BatchWriter(self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return _StreamWriter(self.options)
