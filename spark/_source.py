@@ -265,11 +265,11 @@ def read_partition(split: MagnetarPartition) -> Iterator[Any]:
             cols[10].append(protocol_of(producer))
             if len(cols[0]) >= ARROW_BATCH_ROWS:
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema)
+                    [pa.array(c, type=f.type) for c, f in zip(cols, schema, strict=True)], schema=schema)
                 cols = [[] for _ in range(11)]
         if cols[0]:
             yield pa.RecordBatch.from_arrays(
-                [pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema)
+                [pa.array(c, type=f.type) for c, f in zip(cols, schema, strict=True)], schema=schema)
         reader.close()
     finally:
         client.close()
@@ -383,7 +383,7 @@ def _share(ends: list[tuple[_TopicPartition, int, int]], budget: int) -> list[tu
             left -= step
             if left == 0:
                 break
-    return [(tp, begin, begin + t) for (tp, begin, _), t in zip(ends, take)]
+    return [(tp, begin, begin + t) for (tp, begin, _), t in zip(ends, take, strict=True)]
 
 
 # --------------------------------------------------------------------------- writing
