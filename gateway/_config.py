@@ -274,16 +274,6 @@ def _enum(name: str, default: str, doc: str, *choices: str) -> Key:
     return Key(name, "str", default, doc, "one of " + ", ".join(choices), _choice(*choices))
 
 
-def _under_data(*parts: str) -> Callable[[Mapping[str, Any]], str]:
-    def derive(values: Mapping[str, Any]) -> str:
-        return os.path.join(values["dataDirectory"], *parts)
-
-    return derive
-
-
-def _derive_ledger_dirs(values: Mapping[str, Any]) -> tuple[str, ...]:
-    return (os.path.join(values["dataDirectory"], "bookkeeper", "ledgers"),)
-
 
 def _derive_metadata_url(values: Mapping[str, Any]) -> str:
     return "sqlite:" + os.path.join(values["dataDirectory"], "metadata.db")
@@ -318,10 +308,6 @@ _KEY_LIST: tuple[Key, ...] = (
         "a comma-separated list of scheme://host:port", _listeners),
     _str("kafkaTenant", "public", "Tenant that Kafka topics live in."),
     _str("kafkaNamespace", "default", "Namespace that Kafka topics live in."),
-    Key("amqpListeners", "list", ("amqp://127.0.0.1:5672",),
-        "AMQP 0-9-1 listener URLs.", "a comma-separated list of scheme://host:port", _listeners),
-    Key("mqttListeners", "list", ("mqtt://127.0.0.1:1883",),
-        "MQTT listener URLs.", "a comma-separated list of scheme://host:port", _listeners),
     # --- messages and connections
     _int("maxMessageSize", 5242880, "Largest message (batch) payload accepted, in bytes.", 1024),
     _int("keepAliveIntervalSeconds", 30, "Interval of protocol-level keep-alive pings.", 0),
@@ -331,11 +317,6 @@ _KEY_LIST: tuple[Key, ...] = (
           "Kind of topic created automatically.", "partitioned", "non-partitioned"),
     _int("defaultNumPartitions", 1, "Partitions of an automatically created partitioned topic.", 1),
     _bool("brokerDeduplicationEnabled", False, "Message deduplication by producer sequence id."),
-    _bool("brokerDeleteInactiveTopicsEnabled", False,
-          "Delete topics with no producers, subscriptions or backlog "
-          "(Pulsar enables this; Magnetar does not by default)."),
-    _int("subscriptionExpirationTimeMinutes", 0,
-         "Delete subscriptions inactive for this long; 0 disables.", 0),
     # --- retention, TTL, backlog quota
     _int("defaultRetentionTimeInMinutes", 0,
          "Keep acknowledged messages this long; 0 none, -1 forever.", -1),
@@ -346,6 +327,8 @@ _KEY_LIST: tuple[Key, ...] = (
            "How often messages past their TTL are expired.", 0.0),
     _float("retentionCheckIntervalInSeconds", 120.0,
            "How often ledgers that every cursor passed and retention no longer needs are deleted.", 1.0),
+    _float("messageExpiryCheckIntervalInSeconds", 0.0,
+           "Magnetar's finer TTL check period; 0 uses messageExpiryCheckIntervalInMinutes.", 0.0),
     _float("backlogQuotaDefaultLimitGB", -1.0, "Default backlog quota per topic; -1 unlimited."),
     _bool("backlogQuotaCheckEnabled", True, "Enforce backlog quotas periodically."),
     _float("backlogQuotaCheckIntervalInSeconds", 60.0,
@@ -368,12 +351,6 @@ _KEY_LIST: tuple[Key, ...] = (
     # --- bookie
     _port("bookiePort", 3181, "Port of the (first) bookie server."),
     _int("standaloneBookies", 1, "Bookies started inside the standalone process.", 1, 16),
-    Key("journalDirectory", "str", "data/bookkeeper/journal",
-        "Bookie journal directory (default: <dataDirectory>/bookkeeper/journal).",
-        "a directory path", _nonempty, _under_data("bookkeeper", "journal")),
-    Key("ledgerDirectories", "list", ("data/bookkeeper/ledgers",),
-        "Bookie entry-log directories (default: <dataDirectory>/bookkeeper/ledgers).",
-        "a comma-separated list of directory paths", _nonempty, _derive_ledger_dirs),
     _bool("journalSyncData", True,
           "Sync the journal to disk (fdatasync) before acknowledging an add."),
     _int("journalMaxGroupWaitMSec", 2, "Longest wait to group journal writes into one sync.", 0),

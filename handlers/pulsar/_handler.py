@@ -47,7 +47,8 @@ class PulsarProtocolHandler:
         session = PulsarSession(self, stream)
         self.sessions.add(session)
         try:
-            await session.run()
+            with self.broker.stats.connection("pulsar"):
+                await session.run()
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
             log.debug("pulsar connection ended: %s", exc)
         except Exception:

@@ -37,6 +37,7 @@ from core.subscription import (
     SubType,
 )
 from core.topic import (
+    BacklogQuotaExceededError,
     PersistentTopic,
     Producer,
     ProducerAccessMode,
@@ -82,6 +83,10 @@ def _server_error(exc: BaseException) -> int:
             return E.IncompatibleSchema
         case TopicTerminatedError():
             return E.TopicTerminatedError
+        case BacklogQuotaExceededError(policy="producer_exception"):
+            return E.ProducerBlockedQuotaExceededException
+        case BacklogQuotaExceededError():
+            return E.ProducerBlockedQuotaExceededError
         case TopicClosedError():
             return E.ServiceNotReady
         case NotAllowedError():
@@ -163,6 +168,7 @@ class PulsarSession:
                         break
                     if isinstance(event, ev.ConnectionClosed):
                         return
+                    self.broker.stats.record_request("pulsar")
                     self._handle(event)
             except RemoteProtocolError as exc:
                 log.info("pulsar: closing connection: %s", exc)

@@ -153,7 +153,7 @@ def test_bookie_passes_flags_as_configuration(fake_runner, tmp_path, no_env):
     assert name == "_bookie"
     assert cfg.bookiePort == 13181
     assert cfg.metadataStoreUrl == "zk:127.0.0.1:2181/m"
-    assert cfg.journalDirectory == os.path.join(str(tmp_path), "bookkeeper", "journal")
+    assert cfg.dataDirectory == str(tmp_path)
 
 
 def test_config_error_prints_magnetar_error_and_exits_2(fake_runner, capsys, no_env):

@@ -31,8 +31,6 @@ EXPECTED_DEFAULTS = {
     "kafkaListeners": ("PLAINTEXT://127.0.0.1:9092",),
     "kafkaTenant": "public",
     "kafkaNamespace": "default",
-    "amqpListeners": ("amqp://127.0.0.1:5672",),
-    "mqttListeners": ("mqtt://127.0.0.1:1883",),
     "maxMessageSize": 5242880,
     "keepAliveIntervalSeconds": 30,
     "allowAutoTopicCreation": True,
@@ -51,10 +49,6 @@ EXPECTED_DEFAULTS = {
     "managedLedgerMinLedgerRolloverTimeMinutes": 10,
     "managedLedgerMaxSizePerLedgerMbytes": 2048,
     "managedLedgerDefaultMarkDeleteRateLimit": 1.0,
-    "subscriptionExpirationTimeMinutes": 0,
-    "brokerDeleteInactiveTopicsEnabled": False,
-    "journalDirectory": os.path.join("data", "bookkeeper", "journal"),
-    "ledgerDirectories": (os.path.join("data", "bookkeeper", "ledgers"),),
     "bookiePort": 3181,
     "journalSyncData": True,
     "journalMaxGroupWaitMSec": 2,
@@ -232,15 +226,8 @@ def test_get_with_default_and_mapping_access():
 def test_paths_derive_from_data_directory_unless_set():
     cfg = load_config(None, {"dataDirectory": "/srv/m"}, environ={})
     assert cfg.metadataStoreUrl == "sqlite:/srv/m/metadata.db"
-    assert cfg.journalDirectory == "/srv/m/bookkeeper/journal"
-    assert cfg.ledgerDirectories == ("/srv/m/bookkeeper/ledgers",)
-    cfg = load_config(
-        None,
-        {"dataDirectory": "/srv/m", "metadataStoreUrl": "memory:", "journalDirectory": "/fast/j"},
-        environ={},
-    )
+    cfg = load_config(None, {"dataDirectory": "/srv/m", "metadataStoreUrl": "memory:"}, environ={})
     assert cfg.metadataStoreUrl == "memory:"
-    assert cfg.journalDirectory == "/fast/j"
 
 
 def test_list_values_are_trimmed_and_empty_items_dropped():
@@ -256,7 +243,7 @@ def test_shipped_conf_files_load_cleanly(name, caplog):
     assert cfg.unknown == {}
     assert caplog.records == []
     assert cfg.bindAddress == "127.0.0.1"
-    for key in ("kafkaListeners", "amqpListeners", "mqttListeners"):
+    for key in ("kafkaListeners",):
         assert all(listener.host == "127.0.0.1" for listener in cfg.listeners(key))
 
 
