@@ -241,7 +241,7 @@ def _zigzag(n: int) -> int:
     return (n << 1) ^ (n >> 63)
 
 
-def _varint(n: int) -> bytes:
+def _varint_slow(n: int) -> bytes:
     z = _zigzag(n) & 0xFFFFFFFFFFFFFFFF
     if z < 0x80:
         return bytes((z,))
@@ -251,6 +251,19 @@ def _varint(n: int) -> bytes:
         z >>= 7
     out.append(z)
     return bytes(out)
+
+
+_SMALL = 1 << 14
+_SMALL_VARINTS = [_varint_slow(n) for n in range(_SMALL)]
+_MINUS_ONE = _varint_slow(-1)
+
+
+def _varint(n: int) -> bytes:
+    if 0 <= n < _SMALL:
+        return _SMALL_VARINTS[n]
+    if n == -1:
+        return _MINUS_ONE
+    return _varint_slow(n)
 
 
 def _read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -320,9 +333,7 @@ def _decode_one(buf: bytes, start: int, end: int, limit: int, with_records: bool
             pos, body_end = 0, len(body)
         if count > body_end - pos:
             raise _corrupt(f"{count} records cannot fit in {body_end - pos} bytes")
-        for _ in range(count):
-            rec, pos = _decode_record(body, pos, body_end, base_ts)
-            records.append(rec)
+        records, pos = _decode_records(body, pos, body_end, count, base_ts)
         if pos != body_end:
             raise _corrupt("unexpected bytes after the last record")
     return RecordBatch(base_offset=base_offset, partition_leader_epoch=leader_epoch,
@@ -332,23 +343,81 @@ def _decode_one(buf: bytes, start: int, end: int, limit: int, with_records: bool
                        size=end - start, raw=buf[start:end])
 
 
-def _decode_record(buf: bytes, pos: int, end: int, base_ts: int) -> tuple[Record, int]:
-    length, pos = _read_varint(buf, pos, end)
-    if length < 0 or pos + length > end:
-        raise _corrupt(f"record length {length} does not fit the batch")
-    rend = pos + length
-    pos += 1  # attributes (unused)
-    ts_delta, pos = _read_varint(buf, pos, rend)
-    offset_delta, pos = _read_varint(buf, pos, rend)
-    key, pos = _read_blob(buf, pos, rend)
-    value, pos = _read_blob(buf, pos, rend)
+def _decode_records(buf: bytes, pos: int, end: int, count: int,
+                    base_ts: int) -> tuple[list[Record], int]:
+    """``count`` records from ``pos``, every varint read inline (this loop is the hot path
+    of a produce). Each record must end exactly where its length says."""
+    out: list[Record] = []
+    append = out.append
+    try:
+        for _ in range(count):
+            fields = []
+            # length, then (after the attributes byte) timestampDelta, offsetDelta, keyLength
+            for step in range(4):
+                if step == 1:
+                    pos += 1  # attributes
+                b = buf[pos]
+                pos += 1
+                if b < 0x80:
+                    v = b
+                else:
+                    v = b & 0x7F
+                    shift = 7
+                    while True:
+                        b = buf[pos]
+                        pos += 1
+                        v |= (b & 0x7F) << shift
+                        if b < 0x80:
+                            break
+                        shift += 7
+                        if shift > 63:
+                            raise _corrupt("varint longer than 10 bytes")
+                fields.append((v >> 1) ^ -(v & 1))
+                if step == 0:
+                    length = fields[0]
+                    if length < 0 or pos + length > end:
+                        raise _corrupt(f"record length {length} does not fit the batch")
+                    rend = pos + length
+            _, ts_delta, offset_delta, klen = fields
+            if klen >= 0:
+                if pos + klen > rend:
+                    raise _corrupt("key runs past the end of its record")
+                key: bytes | None = buf[pos:pos + klen]
+                pos += klen
+            elif klen == -1:
+                key = None
+            else:
+                raise _corrupt(f"negative length {klen}")
+            b = buf[pos]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                vlen, pos = _read_varint(buf, pos, rend)
+            if vlen >= 0:
+                if pos + vlen > rend:
+                    raise _corrupt("value runs past the end of its record")
+                value: bytes | None = buf[pos:pos + vlen]
+                pos += vlen
+            elif vlen == -1:
+                value = None
+            else:
+                raise _corrupt(f"negative length {vlen}")
+            if pos < rend and buf[pos] == 0 and pos + 1 == rend:
+                append(Record(offset_delta, base_ts + ts_delta, key, value, ()))
+                pos = rend
+                continue
+            headers, pos = _read_headers(buf, pos, rend)
+            append(Record(offset_delta, base_ts + ts_delta, key, value, headers))
+    except IndexError:
+        raise _corrupt("record runs past the end of the batch") from None
+    return out, pos
+
+
+def _read_headers(buf: bytes, pos: int, rend: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
     nheaders, pos = _read_varint(buf, pos, rend)
     if nheaders < 0 or nheaders > rend - pos:
         raise _corrupt(f"header count {nheaders} out of range")
-    if not nheaders:
-        if pos != rend:
-            raise _corrupt("record length does not match its fields")
-        return Record(offset_delta, base_ts + ts_delta, key, value, ()), pos
     headers = []
     for _ in range(nheaders):
         hk, pos = _read_blob(buf, pos, rend)
@@ -362,7 +431,7 @@ def _decode_record(buf: bytes, pos: int, end: int, base_ts: int) -> tuple[Record
         headers.append((name, hv))
     if pos != rend:
         raise _corrupt("record length does not match its fields")
-    return Record(offset_delta, base_ts + ts_delta, key, value, tuple(headers)), pos
+    return tuple(headers), pos
 
 
 def _read_blob(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
@@ -386,6 +455,13 @@ def _blob(b: bytes | None) -> bytes:
 
 
 def _encode_record(rec: Record, base_ts: int) -> bytes:
+    if not rec.headers:
+        key, value = rec.key, rec.value
+        body = b"".join((b"\x00", _varint(rec.timestamp - base_ts), _varint(rec.offset_delta),
+                         _MINUS_ONE if key is None else _varint(len(key)) + key,
+                         _MINUS_ONE if value is None else _varint(len(value)), value or b"",
+                         b"\x00"))
+        return _varint(len(body)) + body
     parts = [b"\x00", _varint(rec.timestamp - base_ts), _varint(rec.offset_delta),
              _blob(rec.key), _blob(rec.value), _varint(len(rec.headers))]
     for name, value in rec.headers:
