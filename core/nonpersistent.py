@@ -235,12 +235,9 @@ class NonPersistentTopic(PersistentTopic):
 
     def __init__(self, broker: BrokerService, name: TopicName, policies: dict[str, Any]):
         super().__init__(broker, name, _NoLedger(broker.bridge, name.storage_name), policies)
-
-    @property
-    def msg_dropped(self) -> int:
-        """Messages dropped by the subscriptions that exist now."""
-        return sum(s.msg_dropped for s in self.subscriptions.values()
-                   if isinstance(s, NonPersistentSubscription))
+        #: Messages some subscription could not take (each subscription's share is its
+        #: own ``msg_dropped``), since the topic was loaded.
+        self.msg_dropped = 0
 
     @property
     def dedup_enabled(self) -> bool:
@@ -269,8 +266,8 @@ class NonPersistentTopic(PersistentTopic):
         self.broker.stats.record_publish(1, num_messages, len(entry))
         item = Entry(NON_PERSISTENT_POSITION, now, -1, num_messages, entry)
         for sub in list(self.subscriptions.values()):
-            if isinstance(sub, NonPersistentSubscription):
-                sub.push(item)
+            if isinstance(sub, NonPersistentSubscription) and not sub.push(item):
+                self.msg_dropped += num_messages
         callback(PublishResult(NON_PERSISTENT_POSITION, -1, now))
 
     async def subscribe(self, name: str, consumer: Consumer, sub_type: SubType, *,

@@ -7,10 +7,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pulsar
 import pytest
 
+from core.naming import TopicName
+from core.nonpersistent import NON_PERSISTENT_POSITION, NonPersistentTopic, NotAllowedError
+from core.stats import BrokerStats
+from core.storage import Position
+from core.subscription import Consumer, SubType
+from core.topic import PublishResult
 from gateway._admin_cli import AdminClient, AdminError
 from tests._standalone import Standalone
 
@@ -63,6 +70,25 @@ def test_connected_consumer_receives_every_subscription_type(client, unique, sub
     got = _drain(consumer)
     assert [m.data() for m in got] == payloads
     assert all(m.topic_name() == topic for m in got)
+
+
+def test_reader_from_earliest_or_latest_gets_what_is_published_while_it_reads(client, unique):
+    topic = _np(f"reader-{unique}")
+    client.create_producer(topic).send(b"before")
+    for start in (pulsar.MessageId.earliest, pulsar.MessageId.latest):
+        reader = client.create_reader(topic, start)
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"a")
+        producer.send(b"b")
+        got = []
+        while True:
+            try:
+                got.append(reader.read_next(IDLE_MS).data())
+            except pulsar.Timeout:
+                break
+        assert got == [b"a", b"b"]
+        reader.close()
+        producer.close()
 
 
 def test_receipt_and_delivery_carry_pulsars_non_persistent_message_id(client, unique):
@@ -254,3 +280,113 @@ def test_restart_keeps_nothing(tmp_path: Path, unique):
             assert [m.data() for m in _drain(consumer)] == [b"after"]
         finally:
             c.close()
+
+
+# -- the topic and subscription in process (no client): drops and what is refused --------------
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.got: list[tuple[str, bytes]] = []
+        self.active: dict[str, bool] = {}
+
+    def send_messages(self, consumer, deliveries) -> None:
+        self.got.extend((consumer.name, d.entry.data) for d in deliveries)
+
+    def active_consumer_changed(self, consumer, active) -> None:
+        self.active[consumer.name] = active
+
+    def reached_end_of_topic(self, consumer) -> None:
+        raise AssertionError("a non-persistent topic has no end")
+
+
+def _topic() -> NonPersistentTopic:
+    broker = SimpleNamespace(bridge=None, stats=BrokerStats(), config={})
+    return NonPersistentTopic(broker, TopicName.parse("non-persistent://public/default/unit"), {})
+
+
+def _publish(topic: NonPersistentTopic, data: bytes, num: int = 1) -> PublishResult:
+    results: list[PublishResult] = []
+    topic.publish(data, num, "p", 0, results.append)
+    assert len(results) == 1, "the receipt comes back at once"
+    return results[0]
+
+
+async def test_shared_subscription_drops_beyond_permits_and_keeps_nothing():
+    topic = _topic()
+    sink = _Sink()
+    c1, c2 = Consumer(1, "c1", sink), Consumer(2, "c2", sink)
+    sub = await topic.subscribe("s", c1, SubType.Shared)
+    await topic.subscribe("s", c2, SubType.Shared)
+    c1.flow(1)
+    c2.flow(2)
+    results = [_publish(topic, f"m{i}".encode()) for i in range(5)]
+    assert all(r.error is None and r.position == NON_PERSISTENT_POSITION for r in results)
+    assert sorted(sink.got) == [("c1", b"m0"), ("c2", b"m1"), ("c2", b"m2")]
+    assert sub.msg_dropped == 2 and topic.msg_dropped == 2
+    assert (c1.unacked, c2.unacked, sub.backlog(), len(sub.replay)) == ({}, {}, 0, 0)
+    sub.ack_individual(c1, [(NON_PERSISTENT_POSITION, None)])
+    sub.ack_cumulative(c1, NON_PERSISTENT_POSITION)
+    sub.redeliver(c2, None)
+    c1.flow(10)
+    assert len(sink.got) == 3, "nothing is kept to redeliver"
+    topic.consumer_closed(c1)
+    topic.consumer_closed(c2)
+    assert topic.subscriptions == {}
+
+
+async def test_batch_counts_its_messages_against_permits_and_drops():
+    topic = _topic()
+    sink = _Sink()
+    c = Consumer(1, "c", sink)
+    sub = await topic.subscribe("s", c, SubType.Exclusive)
+    c.flow(10)
+    _publish(topic, b"batch-of-ten", 10)
+    _publish(topic, b"batch-of-three", 3)
+    assert sink.got == [("c", b"batch-of-ten")]
+    assert sub.msg_dropped == 3 and c.permits == 0
+
+
+async def test_failover_drops_rather_than_pass_to_the_standby():
+    topic = _topic()
+    sink = _Sink()
+    active, standby = Consumer(1, "a", sink), Consumer(2, "b", sink)
+    sub = await topic.subscribe("s", active, SubType.Failover)
+    await topic.subscribe("s", standby, SubType.Failover)
+    assert sink.active == {"a": True, "b": False}
+    standby.flow(5)
+    _publish(topic, b"x")
+    assert sink.got == [] and sub.msg_dropped == 1
+    active.flow(5)
+    _publish(topic, b"y")
+    assert sink.got == [("a", b"y")]
+
+
+async def test_publish_without_subscriptions_reaches_nobody_and_counts_no_drop():
+    topic = _topic()
+    assert _publish(topic, b"x").error is None
+    assert topic.msg_in == 1 and topic.msg_dropped == 0 and topic.subscriptions == {}
+
+
+async def test_operations_that_need_storage_raise_not_allowed():
+    topic = _topic()
+    sub = await topic.subscribe("s", Consumer(1, "c", _Sink()), SubType.Exclusive)
+    with pytest.raises(NotAllowedError):
+        await sub.reset_to(Position(0, 0))
+    with pytest.raises(NotAllowedError):
+        await topic.terminate()
+    with pytest.raises(NotAllowedError):
+        await topic.create_subscription("other", None)
+    with pytest.raises(NotAllowedError):
+        await topic.durable_subscription("other")
+    with pytest.raises(NotAllowedError):
+        topic.start_compaction()
+    assert topic.ml.stats()["total_size"] == 0 and topic.ml.last_confirmed() is None
+
+
+async def test_closed_topic_refuses_publish_and_subscribe():
+    topic = _topic()
+    await topic.close()
+    assert _publish(topic, b"x").error is not None
+    with pytest.raises(Exception, match="closing"):
+        await topic.subscribe("s", Consumer(1, "c", _Sink()), SubType.Shared)
