@@ -5,6 +5,7 @@ message is published, within their permits."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -50,6 +51,21 @@ def _drain(consumer, *, idle_ms: int = IDLE_MS) -> list:
             return got
         got.append(msg)
         consumer.acknowledge(msg)
+
+
+def _consumers_of(admin: AdminClient, name: str, sub: str) -> int:
+    try:
+        stats = admin.get(f"/admin/v2/non-persistent/{NS}/{name}/stats")
+    except AdminError:
+        return 0
+    return len(stats["subscriptions"].get(sub, {}).get("consumers", []))
+
+
+def _wait_until(condition, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
 
 
 def _np(name: str) -> str:
@@ -112,6 +128,26 @@ def test_shared_consumers_split_messages_once(client, unique):
     per = [[m.data() for m in _drain(c)] for c in consumers]
     assert sorted(int(d) for got in per for d in got) == list(range(90))
     assert all(got for got in per)
+
+
+def test_key_shared_keeps_each_key_on_one_consumer_in_order(client, unique):
+    topic = _np(f"keys-{unique}")
+    consumers = [client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared) for _ in range(2)]
+    producer = client.create_producer(topic, batching_enabled=False)
+    keys = [f"key-{i}" for i in range(20)]
+    for round_ in range(5):
+        for k in keys:
+            producer.send_async(f"{k}:{round_}".encode(), None, partition_key=k)
+    producer.flush()
+    owner: dict[str, int] = {}
+    per_key: dict[str, list[int]] = {}
+    for n, c in enumerate(consumers):
+        for m in _drain(c):
+            k, r = m.data().decode().split(":")
+            assert owner.setdefault(k, n) == n, f"{k} went to two consumers"
+            per_key.setdefault(k, []).append(int(r))
+    assert per_key == {k: list(range(5)) for k in keys}
+    assert len(set(owner.values())) == 2
 
 
 def test_every_subscription_gets_its_copy(client, unique):
@@ -246,6 +282,27 @@ def test_admin_lists_and_reports_loaded_topic_and_subscription_lifetime(client, 
     consumer.close()
     stats = admin.get(f"/admin/v2/non-persistent/{NS}/admin-{unique}/stats")
     assert stats["subscriptions"] == {}
+
+
+def test_admin_create_unload_and_delete(client, admin, unique):
+    name = f"life-{unique}"
+    admin.put(f"/admin/v2/non-persistent/{NS}/{name}")
+    assert _np(name) in admin.get(f"/admin/v2/non-persistent/{NS}")
+    with pytest.raises(AdminError):
+        admin.put(f"/admin/v2/non-persistent/{NS}/{name}")
+    consumer = client.subscribe(_np(name), "sub")
+    producer = client.create_producer(_np(name), batching_enabled=False)
+    admin.put(f"/admin/v2/non-persistent/{NS}/{name}/unload")
+    # The clients reconnect to a fresh topic; publish once the consumer is back.
+    _wait_until(lambda: _consumers_of(admin, name, "sub") == 1)
+    producer.send(b"after-unload")
+    assert [m.data() for m in _drain(consumer)] == [b"after-unload"]
+    consumer.close()
+    producer.close()
+    admin.delete(f"/admin/v2/non-persistent/{NS}/{name}")
+    assert _np(name) not in admin.get(f"/admin/v2/non-persistent/{NS}")
+    with pytest.raises(AdminError):
+        admin.get(f"/admin/v2/non-persistent/{NS}/{name}/stats")
 
 
 def test_operations_needing_storage_are_refused_by_admin(client, admin, unique):
