@@ -22,6 +22,7 @@ class Standalone:
         self.data_dir = data_dir
         self.bookies = bookies
         self.conf = {"brokerServicePort": 0, "webServicePort": 0, "bookiePort": 0,
+                     "kafkaListeners": "PLAINTEXT://127.0.0.1:0",
                      "keepAliveIntervalSeconds": 30, **(conf or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.addresses: dict[str, list[str]] = {}
