@@ -82,8 +82,14 @@ def protocol_of(producer_name: str | None) -> str:
 # --------------------------------------------------------------------------- options
 
 
-def _required(options: Mapping[str, str], key: str) -> str:
+def _option(options: Mapping[str, str], key: str) -> str | None:
+    """An option by name, whatever its case (Spark hands options over lower-cased)."""
     value = options.get(key)
+    return options.get(key.lower()) if value is None else value
+
+
+def _required(options: Mapping[str, str], key: str) -> str:
+    value = _option(options, key)
     if not value:
         raise ValueError(f"option {key!r} is required by format('magnetar')")
     return value
@@ -97,9 +103,10 @@ class _TopicPartition:
 
 
 def _resolve_topics(options: Mapping[str, str], admin: AdminClient) -> list[str]:
-    if options.get("topics"):
-        return [t.strip() for t in options["topics"].split(",") if t.strip()]
-    pattern = options.get("topicsPattern") or options.get("topicspattern")
+    topics = _option(options, "topics")
+    if topics:
+        return [t.strip() for t in topics.split(",") if t.strip()]
+    pattern = _option(options, "topicsPattern")
     if not pattern:
         raise ValueError("format('magnetar') needs option 'topics' or 'topicsPattern'")
     anchor = split_topic_name(pattern.split("://", 1)[-1].rsplit("/", 1)[0] + "/x"
@@ -211,13 +218,19 @@ def _arrow_schema() -> Any:
     ])
 
 
+def _quiet_logger() -> Any:
+    import pulsar
+
+    return pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
+
+
 def read_partition(split: MagnetarPartition) -> Iterator[Any]:
     """The rows of ``split`` as Arrow record batches, in offset order."""
     import pulsar
     import pyarrow as pa
 
     schema = _arrow_schema()
-    client = pulsar.Client(split.service_url, operation_timeout_seconds=30)
+    client = pulsar.Client(split.service_url, operation_timeout_seconds=30, logger=_quiet_logger())
     try:
         # Start after the entry before the first one (exclusive), which every broker
         # answers alike; the very first stored entry is "earliest".
@@ -275,6 +288,13 @@ def read_partition(split: MagnetarPartition) -> Iterator[Any]:
         client.close()
 
 
+def _read(partition: InputPartition | None) -> Iterator[Any]:
+    # Spark reads one placeholder partition when planning found nothing to read.
+    if isinstance(partition, MagnetarPartition):
+        return read_partition(partition)
+    return iter(())
+
+
 class _Planner:
     """Driver-side state shared by the batch and the streaming reader."""
 
@@ -293,8 +313,8 @@ class _Planner:
 class _BatchReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]):
         self.planner = _Planner(options)
-        self.starting = _offset_spec(options.get("startingOffsets"), "earliest")
-        self.ending = _offset_spec(options.get("endingOffsets"), "latest")
+        self.starting = _offset_spec(_option(options, "startingOffsets"), "earliest")
+        self.ending = _offset_spec(_option(options, "endingOffsets"), "latest")
 
     def partitions(self) -> Sequence[InputPartition]:
         out: list[InputPartition] = []
@@ -306,15 +326,14 @@ class _BatchReader(DataSourceReader):
         return out
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, MagnetarPartition)
-        return read_partition(partition)
+        return _read(partition)
 
 
 class _StreamReader(DataSourceStreamReader):
     def __init__(self, options: Mapping[str, str]):
         self.planner = _Planner(options)
-        self.starting = _offset_spec(options.get("startingOffsets"), "latest")
-        limit = options.get("maxEntriesPerTrigger")
+        self.starting = _offset_spec(_option(options, "startingOffsets"), "latest")
+        limit = _option(options, "maxEntriesPerTrigger")
         self.max_per_trigger = int(limit) if limit else None
 
     def initialOffset(self) -> dict:
@@ -341,7 +360,7 @@ class _StreamReader(DataSourceStreamReader):
                 begin = layout.earliest()
             ends.append((tp, int(begin), max(int(begin), layout.latest())))
         if isinstance(limit, ReadMaxRows):
-            ends = _share(ends, int(limit.maxRows))
+            ends = _share(ends, int(limit.max_rows))
         out: dict[str, dict[str, int]] = {}
         for tp, _, end in ends:
             out.setdefault(tp.label, {})[str(tp.partition)] = end
@@ -360,8 +379,7 @@ class _StreamReader(DataSourceStreamReader):
         return out
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, MagnetarPartition)
-        return read_partition(partition)
+        return _read(partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: progress lives in the query's checkpoint, not in the broker."""
@@ -409,8 +427,8 @@ def write_rows(options: Mapping[str, str], rows: Iterator[Any]) -> int:
     import pulsar
 
     service_url = _required(options, "serviceUrl")
-    default_topic = options.get("topic")
-    client = pulsar.Client(service_url, operation_timeout_seconds=30)
+    default_topic = _option(options, "topic")
+    client = pulsar.Client(service_url, operation_timeout_seconds=30, logger=_quiet_logger())
     producers: dict[str, Any] = {}
     failures: list[str] = []
     sent = 0
