@@ -240,5 +240,5 @@ def test_streaming_restart_from_checkpoint_no_loss_no_duplicates(
         client.close()
     got = session.read.parquet(str(out)).collect()
     values = sorted(r.value for r in got)
-    assert values == sorted("v%d" % i for i in range(33))
+    assert values == sorted(f"v{i}" for i in range(33))
     assert len({(r.partition, r.offset) for r in got}) == 33
