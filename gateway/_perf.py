@@ -184,7 +184,7 @@ class SequenceTracker:
     >>> t = SequenceTracker()
     >>> pad = bytes(100)
     >>> for seq in (0, 1, 1, 3):
-    ...     t.observe(make_payload(100, 7, 0, seq, pad))
+    ...     _ = t.observe(make_payload(100, 7, 0, seq, pad))
     >>> t.unique, t.duplicates, t.gaps
     (3, 1, 1)
     """
@@ -272,6 +272,11 @@ class ConsumeOptions:
 
 @dataclass(slots=True, kw_only=True)
 class ProduceSummary:
+    """A produce run: messages sent, acknowledged by the broker and not (failed or still
+    unacknowledged at the end); the time from the start to the last receipt; publish
+    latency percentiles in ms (``mean p50 p95 p99 p99.9 max``); the wall-clock start
+    (``time.time()``) and the run id stamped into the payloads."""
+
     sent: int
     acked: int
     failed: int
@@ -288,6 +293,11 @@ class ProduceSummary:
 
 @dataclass(slots=True, kw_only=True)
 class ConsumeSummary:
+    """A consume run: deliveries, unique messages (tracked ones by sequence number plus
+    untracked ones), duplicates, gaps below each producer's highest sequence number; the
+    time from the first to the last delivery; end-to-end latency percentiles in ms; the
+    wall-clock times (``time.time()``) of the first and last delivery."""
+
     received: int
     unique: int
     duplicates: int

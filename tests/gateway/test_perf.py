@@ -3,6 +3,7 @@ histogram and sequence tracking it reports with."""
 
 from __future__ import annotations
 
+import doctest
 import io
 import json
 import math
@@ -47,6 +48,13 @@ def _readline(proc: subprocess.Popen, timeout: float = BOUND) -> str:
 
 # ----------------------------------------------------------------------------------
 # Histogram and tracker
+
+
+def test_doc_examples_run():
+    import gateway._perf
+
+    result = doctest.testmod(gateway._perf)
+    assert result.attempted >= 5 and result.failed == 0
 
 
 def test_histogram_exact_below_2048_us():
