@@ -211,6 +211,8 @@ register_command(Command(
 register_command(Command("version", "print the version", _version_arguments, _run_version))
 
 # Commands defined in their own modules register themselves when imported.
+import spark._cli  # noqa: E402, F401  (registers `magnetar spark`)
+
 from . import (  # noqa: E402
     _admin_cli,  # noqa: F401  (registers `magnetar admin`, `client` and `completion`)
     _perf,  # noqa: F401  (registers `magnetar perf`)

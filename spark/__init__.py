@@ -27,12 +27,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._admin import AdminError
-from ._source import SCHEMA, MagnetarDataSource, MagnetarPartition, protocol_of
-
 __all__ = ["SCHEMA", "AdminError", "MagnetarDataSource", "MagnetarPartition", "protocol_of", "register"]
+
+# PySpark is imported on first use, so that importing this package (the `magnetar spark`
+# command does) costs nothing.
+_LAZY = {"SCHEMA": "_source", "MagnetarDataSource": "_source", "MagnetarPartition": "_source",
+         "protocol_of": "_source", "AdminError": "_admin"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(session: Any) -> None:
     """Make ``format("magnetar")`` available in ``session`` (a ``SparkSession``)."""
+    from ._source import MagnetarDataSource
+
     session.dataSource.register(MagnetarDataSource)
