@@ -208,6 +208,32 @@ impl BookieClient {
         }
     }
 
+    /// Store each `(entry id, data)` of `entries` in `ledger` with the writer's `lac`, in one
+    /// ADD_BATCH frame. Resolves when the bookie has all of them durable; an error means none
+    /// of them may be counted as stored. The batch must fit one frame (see
+    /// [`proto::MAX_BATCH_ENTRIES`] and [`proto::MAX_FRAME_SIZE`]).
+    pub async fn add_batch(
+        &self,
+        ledger: u64,
+        lac: i64,
+        entries: Vec<(u64, Bytes)>,
+        recovery: bool,
+    ) -> Result<(), ClientError> {
+        let resp = self
+            .call(|request_id| Request::AddBatch {
+                request_id,
+                ledger,
+                lac,
+                recovery,
+                entries,
+            })
+            .await?;
+        match resp.body {
+            ResponseBody::Empty => Ok(()),
+            other => Err(unexpected(OpCode::AddBatch, &other)),
+        }
+    }
+
     /// Read entry `entry` of `ledger`. With `fence`, the bookie first fences the ledger durably.
     pub async fn read(
         &self,

@@ -56,7 +56,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::error::BookieError;
 use crate::journal::{
-    parse_record, sync_dir, JournalRecord, RecordError, RecordKind, RecordScanner, Scanned,
+    parse_record, sync_dir, EncodedEntries, JournalRecord, RecordError, RecordKind, RecordScanner, Scanned,
 };
 use crate::logindex::{self, IdxRecord};
 use crate::storage::LedgerStorage;
@@ -90,6 +90,29 @@ struct LedgerLog {
 }
 
 impl LedgerLog {
+    /// Append records already encoded in the record format, with one write.
+    fn append_encoded(&mut self, file: &File, entries: &EncodedEntries) -> Result<(), BookieError> {
+        let base = self.len;
+        file.write_all_at(&entries.encoded, base)
+            .map_err(|e| BookieError::io("append to", &self.path, e))?;
+        self.len += entries.encoded.len() as u64;
+        self.dirty = true;
+        self.unindexed.reserve(entries.records.len());
+        for &(entry, start, len) in &entries.records {
+            let off = base + start as u64;
+            self.unindexed.push(IdxRecord {
+                kind: RecordKind::Entry,
+                entry,
+                lac: entries.lac,
+                off,
+                len: u32::try_from(len).unwrap_or(u32::MAX),
+            });
+            self.index.insert(entry, (off, len));
+        }
+        self.lac = self.lac.max(entries.lac);
+        Ok(())
+    }
+
     fn append(&mut self, file: &File, record: &JournalRecord) -> Result<(u64, usize), BookieError> {
         let mut buf = Vec::with_capacity(record.encoded_len());
         record.encode(&mut buf);
@@ -325,6 +348,13 @@ impl LedgerStorage for EntryLogStorage {
             log.index.insert(entry, at);
             log.lac = log.lac.max(lac);
             Ok(())
+        })
+    }
+
+    fn add_encoded(&self, entries: &EncodedEntries) -> Result<(), BookieError> {
+        self.with_log(entries.ledger, |log| {
+            let file = self.handle(log)?;
+            log.append_encoded(&file, entries)
         })
     }
 

@@ -4,12 +4,19 @@
 //!
 //! Every mutation the bookie acknowledges (an entry add, a fence, a ledger delete) is first
 //! made durable here. One dedicated thread owns the current journal file. Callers queue a
-//! [`JournalRecord`] with a completion callback and return at once. The thread takes
-//! everything queued — up to `buffered_writes_threshold` bytes, waiting at most
-//! `max_group_wait` (counted from when the oldest queued record arrived) for more when the
-//! queue runs dry — encodes all of it into one buffer, issues ONE write and ONE `fdatasync`
-//! (when `sync_data`), and only then runs every completion of the batch, in queue order.
-//! Many adds therefore share one disk flush; this is what makes small synchronous adds cheap.
+//! [`JournalRecord`] (or a batch of them, [`Journal::submit_batch`]) with a completion
+//! callback and return at once. The thread takes everything queued — up to
+//! `buffered_writes_threshold` bytes — encodes all of it into one buffer, issues ONE write
+//! and ONE `fdatasync` (when `sync_data`), and only then runs every completion of the group,
+//! in queue order. Many adds therefore share one disk flush; this is what makes small
+//! synchronous adds cheap.
+//!
+//! When the queue runs dry, `flush_when_queue_empty` (on by default) writes the group at
+//! once: the write and fdatasync in progress are the batching window, since everything that
+//! arrives meanwhile queues up and forms the next group. A lone add on an idle disk so pays
+//! one fdatasync, not a fixed wait. Without it, the thread waits for more records until the
+//! oldest has waited `max_group_wait`. Either way a group is closed once its oldest record
+//! has waited `max_group_wait`, however fast records keep arriving.
 //!
 //! Files are `journal/<seq>.log`. When the current file reaches `max_size_mb` the thread
 //! syncs it, starts `<seq+1>.log` and reports the new sequence number. The owner checkpoints:
@@ -172,6 +179,51 @@ impl JournalRecord {
         dst.put_slice(&self.data);
         let crc = crc32c::crc32c(&dst[start + RECORD_HEADER_LEN..]);
         dst[start + 4..start + 8].copy_from_slice(&crc.to_be_bytes());
+    }
+}
+
+/// Entry records of one ledger, encoded once into one buffer in the record format, so the
+/// ledger storage and the journal both write the same bytes without encoding them again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedEntries {
+    /// The ledger every record belongs to.
+    pub ledger: u64,
+    /// The lac every record carries.
+    pub lac: i64,
+    /// The records, back to back.
+    pub encoded: Bytes,
+    /// Per record: its entry id, where it starts in `encoded` and how long it is.
+    pub records: Vec<(u64, usize, usize)>,
+}
+
+impl EncodedEntries {
+    /// Encode each `(entry id, data)` of `entries` as an entry record of `ledger` with `lac`.
+    pub fn new(ledger: u64, lac: i64, entries: Vec<(u64, Bytes)>) -> EncodedEntries {
+        let total = entries
+            .iter()
+            .map(|(_, d)| RECORD_HEADER_LEN + RECORD_FIXED_LEN + d.len())
+            .sum();
+        let mut buf = Vec::with_capacity(total);
+        let mut records = Vec::with_capacity(entries.len());
+        for (entry, data) in entries {
+            let start = buf.len();
+            JournalRecord::entry(ledger, entry, lac, data).encode(&mut buf);
+            records.push((entry, start, buf.len() - start));
+        }
+        EncodedEntries {
+            ledger,
+            lac,
+            encoded: Bytes::from(buf),
+            records,
+        }
+    }
+
+    /// The data of each record, as `(entry id, data)` (views of the encoded buffer).
+    pub fn entries(&self) -> impl Iterator<Item = (u64, Bytes)> + '_ {
+        self.records.iter().map(|&(entry, start, len)| {
+            let from = start + RECORD_HEADER_LEN + RECORD_FIXED_LEN;
+            (entry, self.encoded.slice(from..start + len))
+        })
     }
 }
 
@@ -556,6 +608,17 @@ enum Msg {
         done: Completion,
         queued: Instant,
     },
+    AppendBatch {
+        records: Vec<JournalRecord>,
+        done: Completion,
+        queued: Instant,
+    },
+    AppendEncoded {
+        encoded: Bytes,
+        records: u64,
+        done: Completion,
+        queued: Instant,
+    },
     Shutdown {
         ack: Sender<Result<(), String>>,
     },
@@ -634,6 +697,34 @@ impl Journal {
             queued: Instant::now(),
         };
         if let Err(crossbeam_channel::SendError(Msg::Append { done, .. })) = self.tx.send(msg) {
+            done(Err(BookieError::ShuttingDown));
+        }
+    }
+
+    /// Queue `records` as part of one group commit; `done` runs once, on the journal thread,
+    /// when all of them are durable (or with the failure). The records are written in order
+    /// and contiguously.
+    pub fn submit_batch(&self, records: Vec<JournalRecord>, done: Completion) {
+        let msg = Msg::AppendBatch {
+            records,
+            done,
+            queued: Instant::now(),
+        };
+        if let Err(crossbeam_channel::SendError(Msg::AppendBatch { done, .. })) = self.tx.send(msg) {
+            done(Err(BookieError::ShuttingDown));
+        }
+    }
+
+    /// Queue records already encoded (see [`EncodedEntries`]) as part of one group commit;
+    /// `done` runs once, on the journal thread, when they are durable (or with the failure).
+    pub fn submit_encoded(&self, entries: &EncodedEntries, done: Completion) {
+        let msg = Msg::AppendEncoded {
+            encoded: entries.encoded.clone(),
+            records: entries.records.len() as u64,
+            done,
+            queued: Instant::now(),
+        };
+        if let Err(crossbeam_channel::SendError(Msg::AppendEncoded { done, .. })) = self.tx.send(msg) {
             done(Err(BookieError::ShuttingDown));
         }
     }
@@ -729,7 +820,11 @@ impl Writer {
         // Anything queued behind a stop is failed rather than silently dropped.
         while let Ok(msg) = rx.try_recv() {
             match msg {
-                Msg::Append { done, .. } => done(Err(BookieError::ShuttingDown)),
+                Msg::Append { done, .. }
+                | Msg::AppendBatch { done, .. }
+                | Msg::AppendEncoded { done, .. } => {
+                    done(Err(BookieError::ShuttingDown))
+                }
                 Msg::Shutdown { ack } => {
                     let _ = ack.send(Ok(()));
                 }
@@ -741,28 +836,32 @@ impl Writer {
     fn serve(&mut self, rx: &Receiver<Msg>) {
         let mut buf: Vec<u8> = Vec::new();
         let mut dones: Vec<Completion> = Vec::new();
+        let mut records = 0u64;
         loop {
             let mut stop = None;
             let deadline = match rx.recv() {
-                Ok(Msg::Append {
-                    record,
-                    done,
-                    queued,
-                }) => {
-                    record.encode(&mut buf);
-                    dones.push(done);
-                    queued + self.config.max_group_wait
-                }
                 Ok(Msg::Shutdown { ack }) => {
                     self.finish(ack);
                     return;
                 }
                 Ok(Msg::Halt) | Err(_) => return,
+                Ok(msg) => match Self::take(msg, &mut buf, &mut dones, &mut records) {
+                    Ok(queued) => queued + self.config.max_group_wait,
+                    Err(s) => {
+                        stop = Some(s);
+                        Instant::now()
+                    }
+                },
             };
-            while buf.len() < self.config.buffered_writes_threshold {
+            while stop.is_none() && buf.len() < self.config.buffered_writes_threshold {
+                if self.config.flush_when_queue_empty && Instant::now() >= deadline {
+                    // Closed by age: what is still queued forms the next group.
+                    break;
+                }
                 let msg = match rx.try_recv() {
                     Ok(m) => m,
                     Err(TryRecvError::Disconnected) => break,
+                    Err(TryRecvError::Empty) if self.config.flush_when_queue_empty => break,
                     Err(TryRecvError::Empty) => match rx.recv_deadline(deadline) {
                         Ok(m) => m,
                         Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
@@ -770,19 +869,8 @@ impl Writer {
                         }
                     },
                 };
-                match msg {
-                    Msg::Append { record, done, .. } => {
-                        record.encode(&mut buf);
-                        dones.push(done);
-                    }
-                    Msg::Shutdown { ack } => {
-                        stop = Some(Stop::Shutdown(ack));
-                        break;
-                    }
-                    Msg::Halt => {
-                        stop = Some(Stop::Halt);
-                        break;
-                    }
+                if let Err(s) = Self::take(msg, &mut buf, &mut dones, &mut records) {
+                    stop = Some(s);
                 }
             }
             if matches!(stop, Some(Stop::Halt)) {
@@ -791,16 +879,19 @@ impl Writer {
                 }
                 return;
             }
-            let result = self.write_batch(&buf);
-            if result.is_ok() {
+            let result = if buf.is_empty() && dones.is_empty() {
+                Ok(())
+            } else {
+                self.write_batch(&buf)
+            };
+            if result.is_ok() && !dones.is_empty() {
                 self.counters.batches.fetch_add(1, Ordering::Relaxed);
-                self.counters
-                    .records
-                    .fetch_add(dones.len() as u64, Ordering::Relaxed);
+                self.counters.records.fetch_add(records, Ordering::Relaxed);
                 self.counters
                     .bytes
                     .fetch_add(buf.len() as u64, Ordering::Relaxed);
             }
+            records = 0;
             buf.clear();
             if buf.capacity() > MAX_IDLE_BUFFER.max(self.config.buffered_writes_threshold) {
                 // One outsized batch should not pin its buffer for the life of the bookie.
@@ -816,6 +907,54 @@ impl Writer {
                 self.finish(ack);
                 return;
             }
+        }
+    }
+
+    /// Add an append message to the group being built: returns when it was queued, or the
+    /// stop it asks for.
+    fn take(
+        msg: Msg,
+        buf: &mut Vec<u8>,
+        dones: &mut Vec<Completion>,
+        records: &mut u64,
+    ) -> Result<Instant, Stop> {
+        match msg {
+            Msg::Append {
+                record,
+                done,
+                queued,
+            } => {
+                record.encode(buf);
+                dones.push(done);
+                *records += 1;
+                Ok(queued)
+            }
+            Msg::AppendBatch {
+                records: batch,
+                done,
+                queued,
+            } => {
+                buf.reserve(batch.iter().map(JournalRecord::encoded_len).sum());
+                for r in &batch {
+                    r.encode(buf);
+                }
+                dones.push(done);
+                *records += batch.len() as u64;
+                Ok(queued)
+            }
+            Msg::AppendEncoded {
+                encoded,
+                records: count,
+                done,
+                queued,
+            } => {
+                buf.extend_from_slice(&encoded);
+                dones.push(done);
+                *records += count;
+                Ok(queued)
+            }
+            Msg::Shutdown { ack } => Err(Stop::Shutdown(ack)),
+            Msg::Halt => Err(Stop::Halt),
         }
     }
 

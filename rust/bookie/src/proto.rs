@@ -23,6 +23,12 @@
 //! | 2 | READ | `ledger u64`, `entry u64`, `flags u8` (bit 0: fence the ledger, then read) |
 //! | 3 | READ_LAC | `ledger u64`, `flags u8` (bit 0: fence the ledger, then read) |
 //! | 4 | DELETE_LEDGER | `ledger u64` |
+//! | 5 | ADD_BATCH | `ledger u64`, `lac i64`, `flags u8` (as ADD), `count u32`, then `count` times `entry u64`, `len u32`, `len` bytes of data |
+//!
+//! ADD_BATCH carries many entries of one ledger in one frame; the bookie journals them as one
+//! group and answers once, when all of them are durable (or with the first failure: the
+//! writer then treats every entry of the batch as not stored on this bookie). A batch holds
+//! at least one entry and at most [`MAX_BATCH_ENTRIES`].
 //!
 //! All integers are big-endian. Unknown flag bits are rejected.
 //!
@@ -30,7 +36,7 @@
 //!
 //! `u8 op | u64 BE request_id | u8 status | payload`, where `op` and `request_id` echo the
 //! request. Status codes: 0 OK, 1 NO_ENTRY, 2 NO_LEDGER, 3 FENCED, 4 BAD_REQUEST,
-//! 5 IO_ERROR. The payload of an OK response is empty for ADD and DELETE_LEDGER,
+//! 5 IO_ERROR. The payload of an OK response is empty for ADD, ADD_BATCH and DELETE_LEDGER,
 //! `lac i64 | data` for READ, and `lac i64` for READ_LAC (-1 when the bookie holds nothing
 //! for the ledger). Any other status carries a UTF-8 message (possibly empty).
 //!
@@ -59,6 +65,12 @@ pub const MAX_ENTRY_SIZE: usize = MAX_FRAME_SIZE - ADD_HEADER_LEN;
 
 /// Bytes before the data in an ADD body: op, request id, ledger, entry, lac, flags.
 const ADD_HEADER_LEN: usize = 1 + 8 + 8 + 8 + 8 + 1;
+/// Bytes before the first entry in an ADD_BATCH body: op, request id, ledger, lac, flags, count.
+pub const ADD_BATCH_HEADER_LEN: usize = 1 + 8 + 8 + 8 + 1 + 4;
+/// Bytes in front of each entry's data in an ADD_BATCH body: entry id and data length.
+pub const ADD_BATCH_ENTRY_OVERHEAD: usize = 8 + 4;
+/// The most entries one ADD_BATCH may carry.
+pub const MAX_BATCH_ENTRIES: usize = 65_536;
 /// Bytes before the data in a READ OK response body: op, request id, status, lac.
 const READ_RESPONSE_HEADER_LEN: usize = 1 + 8 + 1 + 8;
 const FLAG_RECOVERY: u8 = 0x01;
@@ -83,6 +95,8 @@ pub enum ProtoError {
     BadFlags { what: &'static str, flags: u8 },
     #[error("entry of {0} bytes exceeds the limit of {MAX_ENTRY_SIZE} bytes")]
     EntryTooLarge(usize),
+    #[error("ADD_BATCH of {entries} entries and {bytes} body bytes is empty or exceeds the limits ({MAX_BATCH_ENTRIES} entries, {MAX_FRAME_SIZE} bytes)")]
+    BadBatch { entries: usize, bytes: usize },
 }
 
 /// The operation a request asks for; echoed in its response.
@@ -93,6 +107,7 @@ pub enum OpCode {
     Read = 2,
     ReadLac = 3,
     DeleteLedger = 4,
+    AddBatch = 5,
 }
 
 impl OpCode {
@@ -103,6 +118,7 @@ impl OpCode {
             2 => Ok(OpCode::Read),
             3 => Ok(OpCode::ReadLac),
             4 => Ok(OpCode::DeleteLedger),
+            5 => Ok(OpCode::AddBatch),
             other => Err(ProtoError::UnknownOp(other)),
         }
     }
@@ -162,6 +178,15 @@ pub enum Request {
     },
     /// Remove the ledger and free its space.
     DeleteLedger { request_id: u64, ledger: u64 },
+    /// Store each `(entry id, data)` of `entries` in `ledger`, as many ADDs would, answered
+    /// once all are durable.
+    AddBatch {
+        request_id: u64,
+        ledger: u64,
+        lac: i64,
+        recovery: bool,
+        entries: Vec<(u64, Bytes)>,
+    },
 }
 
 impl Request {
@@ -171,7 +196,8 @@ impl Request {
             Request::Add { request_id, .. }
             | Request::Read { request_id, .. }
             | Request::ReadLac { request_id, .. }
-            | Request::DeleteLedger { request_id, .. } => *request_id,
+            | Request::DeleteLedger { request_id, .. }
+            | Request::AddBatch { request_id, .. } => *request_id,
         }
     }
 
@@ -182,15 +208,24 @@ impl Request {
             Request::Read { .. } => OpCode::Read,
             Request::ReadLac { .. } => OpCode::ReadLac,
             Request::DeleteLedger { .. } => OpCode::DeleteLedger,
+            Request::AddBatch { .. } => OpCode::AddBatch,
         }
     }
 
     /// Append this request as one whole frame (header included) to `dst`.
     pub fn encode(&self, dst: &mut BytesMut) -> Result<(), ProtoError> {
-        if let Request::Add { data, .. } = self {
-            if data.len() > MAX_ENTRY_SIZE {
+        match self {
+            Request::Add { data, .. } if data.len() > MAX_ENTRY_SIZE => {
                 return Err(ProtoError::EntryTooLarge(data.len()));
             }
+            Request::AddBatch { entries, .. }
+                if entries.is_empty()
+                    || entries.len() > MAX_BATCH_ENTRIES
+                    || self.body_len() > MAX_FRAME_SIZE =>
+            {
+                return Err(ProtoError::BadBatch { entries: entries.len(), bytes: self.body_len() });
+            }
+            _ => {}
         }
         let start = begin_frame(dst, self.body_len());
         let body = dst;
@@ -226,6 +261,25 @@ impl Request {
                 body.put_u8(if *fence { FLAG_FENCE } else { 0 });
             }
             Request::DeleteLedger { ledger, .. } => body.put_u64(*ledger),
+            Request::AddBatch {
+                ledger,
+                lac,
+                recovery,
+                entries,
+                ..
+            } => {
+                body.put_u64(*ledger);
+                body.put_i64(*lac);
+                body.put_u8(if *recovery { FLAG_RECOVERY } else { 0 });
+                // Bounded by MAX_BATCH_ENTRIES above.
+                body.put_u32(u32::try_from(entries.len()).unwrap_or(u32::MAX));
+                for (entry, data) in entries {
+                    body.put_u64(*entry);
+                    // Bounded by MAX_FRAME_SIZE above.
+                    body.put_u32(u32::try_from(data.len()).unwrap_or(u32::MAX));
+                    body.put_slice(data);
+                }
+            }
         }
         finish_frame(body, start);
         Ok(())
@@ -237,6 +291,10 @@ impl Request {
             Request::Read { .. } => 1 + 8 + 8 + 8 + 1,
             Request::ReadLac { .. } => 1 + 8 + 8 + 1,
             Request::DeleteLedger { .. } => 1 + 8 + 8,
+            Request::AddBatch { entries, .. } => {
+                ADD_BATCH_HEADER_LEN
+                    + entries.iter().map(|(_, d)| ADD_BATCH_ENTRY_OVERHEAD + d.len()).sum::<usize>()
+            }
         }
     }
 
@@ -293,6 +351,34 @@ impl Request {
                     ledger: body.get_u64(),
                 }
             }
+            OpCode::AddBatch => {
+                need(&body, 8 + 8 + 1 + 4, "ADD_BATCH request", total)?;
+                let ledger = body.get_u64();
+                let lac = body.get_i64();
+                let flags = body.get_u8();
+                check_flags(flags, FLAG_RECOVERY, "ADD_BATCH request")?;
+                let count = usize::try_from(body.get_u32()).unwrap_or(usize::MAX);
+                // Every entry takes at least its overhead: bound the count before allocating.
+                if count == 0 || count > MAX_BATCH_ENTRIES || count > body.len() / ADD_BATCH_ENTRY_OVERHEAD {
+                    return Err(ProtoError::BadBatch { entries: count, bytes: total });
+                }
+                let mut entries = Vec::with_capacity(count);
+                for _ in 0..count {
+                    need(&body, ADD_BATCH_ENTRY_OVERHEAD, "ADD_BATCH entry", total)?;
+                    let entry = body.get_u64();
+                    let len = usize::try_from(body.get_u32()).unwrap_or(usize::MAX);
+                    need(&body, len, "ADD_BATCH entry data", total)?;
+                    entries.push((entry, body.split_to(len)));
+                }
+                exact(&body, 0, "ADD_BATCH request", total)?;
+                Request::AddBatch {
+                    request_id,
+                    ledger,
+                    lac,
+                    recovery: flags & FLAG_RECOVERY != 0,
+                    entries,
+                }
+            }
         };
         Ok(req)
     }
@@ -301,7 +387,7 @@ impl Request {
 /// What a response carries after its status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResponseBody {
-    /// OK to ADD or DELETE_LEDGER.
+    /// OK to ADD, ADD_BATCH or DELETE_LEDGER.
     Empty,
     /// OK to READ: the lac stored with the entry, and its data.
     Read { lac: i64, data: Bytes },
@@ -398,6 +484,10 @@ impl Response {
         let rbody = match (status, op) {
             (Status::Ok, OpCode::Add) => {
                 exact(&body, 0, "ADD response", total)?;
+                ResponseBody::Empty
+            }
+            (Status::Ok, OpCode::AddBatch) => {
+                exact(&body, 0, "ADD_BATCH response", total)?;
                 ResponseBody::Empty
             }
             (Status::Ok, OpCode::DeleteLedger) => {

@@ -1,4 +1,4 @@
-//! The bookie server: ADD / READ / READ_LAC / DELETE_LEDGER over TCP.
+//! The bookie server: ADD / ADD_BATCH / READ / READ_LAC / DELETE_LEDGER over TCP.
 //!
 //! # Theory of operation
 //!
@@ -9,7 +9,7 @@
 //!
 //! Every mutation is applied to storage, then queued on the journal, and answered only when the
 //! journal reports it durable. Adds are answered straight from the journal thread's completion
-//! (no task per add). A connection holds at most [`MAX_IN_FLIGHT_BYTES`] of unanswered adds and
+//! (no task per add); an ADD_BATCH is journaled as one group and answered once. A connection holds at most [`MAX_IN_FLIGHT_BYTES`] of unanswered adds and
 //! unwritten responses, after which it is not read until some are written (back-pressure).
 //!
 //! Fencing: normal adds check the fence flag and queue their journal record under a shared
@@ -42,7 +42,7 @@ use tokio::task::JoinSet;
 
 use crate::entrylog::EntryLogStorage;
 use crate::error::BookieError;
-use crate::journal::{self, Journal, JournalRecord, JournalStats, RecordKind};
+use crate::journal::{self, EncodedEntries, Journal, JournalRecord, JournalStats, RecordKind};
 use crate::proto::{self, OpCode, Request, Response, ResponseBody, Status};
 use crate::storage::LedgerStorage;
 
@@ -69,6 +69,10 @@ pub struct JournalConfig {
     pub buffered_writes_threshold: usize,
     /// journalMaxSizeMB: a journal file is rotated once it reaches this size (default 2048).
     pub max_size_mb: u64,
+    /// journalFlushWhenQueueEmpty: write the group as soon as the queue runs dry instead of
+    /// waiting `max_group_wait` for more (default true: the write in progress is the
+    /// batching window, see [`crate::journal`]).
+    pub flush_when_queue_empty: bool,
 }
 
 impl Default for JournalConfig {
@@ -78,6 +82,7 @@ impl Default for JournalConfig {
             max_group_wait: Duration::from_millis(2),
             buffered_writes_threshold: 512 * 1024,
             max_size_mb: 2048,
+            flush_when_queue_empty: true,
         }
     }
 }
@@ -151,6 +156,49 @@ impl Core {
         }
         self.journal.submit(
             JournalRecord::entry(ledger, entry, lac, data),
+            Box::new(move |r| match r {
+                Ok(()) => done(Status::Ok, String::new()),
+                Err(e) => done(Status::IoError, e.to_string()),
+            }),
+        );
+        drop(guard);
+    }
+
+    /// Apply a batch of adds to one ledger and queue them on the journal as one group;
+    /// `done` gets the status of the whole batch.
+    fn add_batch(
+        &self,
+        ledger: u64,
+        lac: i64,
+        entries: Vec<(u64, Bytes)>,
+        recovery: bool,
+        done: impl FnOnce(Status, String) + Send + 'static,
+    ) {
+        let guard = self.order.read();
+        if self.halted.load(Ordering::SeqCst) {
+            drop(guard);
+            return done(Status::IoError, BookieError::ShuttingDown.to_string());
+        }
+        if !recovery {
+            match self.storage.is_fenced(ledger) {
+                Ok(false) => {}
+                Ok(true) => {
+                    drop(guard);
+                    return done(Status::Fenced, format!("ledger {ledger} is fenced"));
+                }
+                Err(e) => {
+                    drop(guard);
+                    return done(Status::IoError, e.to_string());
+                }
+            }
+        }
+        let encoded = EncodedEntries::new(ledger, lac, entries);
+        if let Err(e) = self.storage.add_encoded(&encoded) {
+            drop(guard);
+            return done(Status::IoError, e.to_string());
+        }
+        self.journal.submit_encoded(
+            &encoded,
             Box::new(move |r| match r {
                 Ok(()) => done(Status::Ok, String::new()),
                 Err(e) => done(Status::IoError, e.to_string()),
@@ -656,6 +704,28 @@ async fn handle_frame(
                     send_response(&tx, &resp, permit);
                 },
             );
+            true
+        }
+        Request::AddBatch {
+            request_id,
+            ledger,
+            lac,
+            recovery,
+            entries,
+        } => {
+            let bytes = entries.iter().map(|(_, d)| d.len()).sum();
+            let Some(permit) = budget.take(bytes).await else {
+                return false;
+            };
+            let tx = tx.clone();
+            core.add_batch(ledger, lac, entries, recovery, move |status, message| {
+                let resp = if status == Status::Ok {
+                    Response::ok(OpCode::AddBatch, request_id, ResponseBody::Empty)
+                } else {
+                    Response::error(OpCode::AddBatch, request_id, status, message)
+                };
+                send_response(&tx, &resp, permit);
+            });
             true
         }
         Request::Read {

@@ -27,6 +27,7 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 
 use crate::error::BookieError;
+use crate::journal::EncodedEntries;
 
 pub use crate::entrylog::EntryLogStorage;
 
@@ -39,6 +40,16 @@ pub trait LedgerStorage: Send + Sync {
     /// with it; the ledger's tracked lac becomes the max of its old value and `lac`. Storing
     /// an entry id again replaces the earlier copy. Need not be durable until [`flush`](Self::flush).
     fn add_entry(&self, ledger: u64, entry: u64, lac: i64, data: Bytes) -> Result<(), BookieError>;
+
+    /// Store every record of `entries` (entry records of one ledger, already encoded), as
+    /// [`add_entry`](Self::add_entry) would one by one. The default does exactly that; a
+    /// storage that keeps the record format writes the encoded bytes as they are.
+    fn add_encoded(&self, entries: &EncodedEntries) -> Result<(), BookieError> {
+        for (entry, data) in entries.entries() {
+            self.add_entry(entries.ledger, entry, entries.lac, data)?;
+        }
+        Ok(())
+    }
 
     /// The lac stored with the entry and its data, or `None` when the entry (or ledger) is
     /// absent. Implementations verify what they read and return an error rather than wrong data.

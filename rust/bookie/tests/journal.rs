@@ -20,6 +20,7 @@ fn config(max_group_wait_ms: u64, threshold: usize) -> JournalConfig {
         max_group_wait: Duration::from_millis(max_group_wait_ms),
         buffered_writes_threshold: threshold,
         max_size_mb: 2048,
+        flush_when_queue_empty: false,
     }
 }
 
@@ -130,6 +131,7 @@ fn rotation_reports_new_files_and_old_ones_can_go() {
     let (rot_tx, rot_rx) = mpsc::channel();
     let cfg = JournalConfig {
         max_size_mb: 1,
+        flush_when_queue_empty: false,
         ..config(0, 64 * 1024)
     };
     let j = Journal::open(
@@ -345,4 +347,45 @@ fn replay_starts_at_the_checkpoint_mark() {
         journal::read_mark(dir.path()),
         Err(BookieError::Corrupt { .. })
     ));
+}
+
+#[test]
+fn a_lone_record_is_written_at_once_when_flushing_on_an_empty_queue() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A group wait of a minute: only flushing when the queue runs dry answers in time.
+    let cfg = JournalConfig {
+        flush_when_queue_empty: true,
+        ..config(60_000, 1 << 20)
+    };
+    let j = Journal::open(dir.path(), cfg, 1, Box::new(|_| {})).expect("open");
+    let started = std::time::Instant::now();
+    write_all(&j, &records(1));
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "a lone record waited for the group wait"
+    );
+    assert_eq!(j.stats().batches, 1);
+    j.shutdown().expect("shutdown");
+}
+
+#[test]
+fn batches_and_encoded_entries_are_one_completion_each_and_replay_in_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let j = Journal::open(dir.path(), JournalConfig::default(), 1, Box::new(|_| {}))
+        .expect("open");
+    let first = records(10);
+    let entries: Vec<(u64, Bytes)> = (0..5).map(|e| (e, Bytes::from(format!("enc {e}")))).collect();
+    let encoded = journal::EncodedEntries::new(4, 7, entries.clone());
+    assert_eq!(encoded.entries().collect::<Vec<_>>(), entries);
+    let (tx, rx) = mpsc::channel();
+    let tx2 = tx.clone();
+    j.submit_batch(first.clone(), Box::new(move |r| tx.send(r.is_ok()).expect("send")));
+    j.submit_encoded(&encoded, Box::new(move |r| tx2.send(r.is_ok()).expect("send")));
+    assert!(rx.recv_timeout(WAIT).expect("batch completion"));
+    assert!(rx.recv_timeout(WAIT).expect("encoded completion"));
+    assert_eq!(j.stats().records, 15);
+    j.shutdown().expect("shutdown");
+    let mut expected = first;
+    expected.extend(entries.into_iter().map(|(e, d)| JournalRecord::entry(4, e, 7, d)));
+    assert_eq!(replay_all(dir.path()).expect("replay").0, expected);
 }

@@ -48,6 +48,20 @@ fn request() -> impl Strategy<Value = Request> {
         }),
         (any::<u64>(), any::<u64>())
             .prop_map(|(request_id, ledger)| Request::DeleteLedger { request_id, ledger }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<i64>(),
+            any::<bool>(),
+            proptest::collection::vec((any::<u64>(), data()), 1..6)
+        )
+            .prop_map(|(request_id, ledger, lac, recovery, entries)| Request::AddBatch {
+                request_id,
+                ledger,
+                lac,
+                recovery,
+                entries
+            }),
     ]
 }
 
@@ -56,7 +70,8 @@ fn op() -> impl Strategy<Value = OpCode> {
         Just(OpCode::Add),
         Just(OpCode::Read),
         Just(OpCode::ReadLac),
-        Just(OpCode::DeleteLedger)
+        Just(OpCode::DeleteLedger),
+        Just(OpCode::AddBatch)
     ]
 }
 
@@ -74,7 +89,7 @@ fn response() -> impl Strategy<Value = Response> {
     prop_oneof![
         (
             any::<u64>(),
-            prop_oneof![Just(OpCode::Add), Just(OpCode::DeleteLedger)]
+            prop_oneof![Just(OpCode::Add), Just(OpCode::DeleteLedger), Just(OpCode::AddBatch)]
         )
             .prop_map(|(id, op)| Response::ok(op, id, ResponseBody::Empty)),
         (any::<u64>(), any::<i64>(), data()).prop_map(|(id, lac, data)| Response::ok(
@@ -273,4 +288,43 @@ fn entry_over_the_limit_is_refused_by_the_encoder() {
     req.encode(&mut wire).expect("a maximal entry fits");
     let body = decode_frame(&mut wire).expect("frame").expect("whole");
     assert_eq!(Request::decode(body).expect("decode"), req);
+}
+
+#[test]
+fn add_batch_counts_are_checked_before_allocating() {
+    let frame = |body: &[u8]| {
+        let mut b = BytesMut::new();
+        b.put_u32(u32::try_from(body.len()).expect("fits"));
+        b.put_u32(crc32c::crc32c(body));
+        b.put_slice(body);
+        decode_frame(&mut b).expect("frame").expect("whole")
+    };
+    // count says a million entries, but the body has room for none.
+    let mut body = vec![5u8];
+    body.extend_from_slice(&[0; 8 + 8 + 8 + 1]);
+    body.extend_from_slice(&1_000_000u32.to_be_bytes());
+    assert!(matches!(
+        Request::decode(frame(&body)),
+        Err(ProtoError::BadBatch { .. })
+    ));
+    // An empty batch is refused both ways.
+    let mut empty = vec![5u8];
+    empty.extend_from_slice(&[0; 8 + 8 + 8 + 1 + 4]);
+    assert!(matches!(
+        Request::decode(frame(&empty)),
+        Err(ProtoError::BadBatch { .. })
+    ));
+    let req = Request::AddBatch { request_id: 1, ledger: 1, lac: -1, recovery: false, entries: Vec::new() };
+    assert!(matches!(req.encode(&mut BytesMut::new()), Err(ProtoError::BadBatch { .. })));
+    // An entry length running past the body is a truncation, not a panic.
+    let mut short = vec![5u8];
+    short.extend_from_slice(&[0; 8 + 8 + 8 + 1]);
+    short.extend_from_slice(&1u32.to_be_bytes());
+    short.extend_from_slice(&3u64.to_be_bytes());
+    short.extend_from_slice(&100u32.to_be_bytes());
+    short.extend_from_slice(b"abc");
+    assert!(matches!(
+        Request::decode(frame(&short)),
+        Err(ProtoError::Truncated { .. })
+    ));
 }

@@ -129,6 +129,24 @@ impl BookieTransport for BookiePool {
         })
     }
 
+    fn add_batch(
+        &self,
+        addr: &str,
+        ledger: u64,
+        lac: i64,
+        entries: Vec<(u64, Bytes)>,
+        recovery: bool,
+    ) -> BoxFuture<'_, Result<(), BookieError>> {
+        let addr = addr.to_string();
+        Box::pin(async move {
+            self.call(&addr, |c| {
+                let entries = entries.clone();
+                async move { c.add_batch(ledger, lac, entries, recovery).await }
+            })
+            .await
+        })
+    }
+
     fn read(&self, addr: &str, ledger: u64, entry: u64, fence: bool) -> BoxFuture<'_, Result<ReadEntry, BookieError>> {
         let addr = addr.to_string();
         Box::pin(async move {

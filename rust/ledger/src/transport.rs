@@ -91,6 +91,27 @@ pub trait BookieTransport: Send + Sync + 'static {
         recovery: bool,
     ) -> BoxFuture<'_, Result<(), BookieError>>;
 
+    /// Store each `(entry id, data)` of `entries` in `ledger`, as [`add`](Self::add) would
+    /// for each, in one request where the transport can. Resolves once all are stored; an
+    /// error means none of them may be counted as stored on this bookie. The default sends
+    /// the adds one after another.
+    fn add_batch(
+        &self,
+        addr: &str,
+        ledger: u64,
+        lac: i64,
+        entries: Vec<(u64, Bytes)>,
+        recovery: bool,
+    ) -> BoxFuture<'_, Result<(), BookieError>> {
+        let addr = addr.to_string();
+        Box::pin(async move {
+            for (entry, data) in entries {
+                self.add(&addr, ledger, entry, lac, data, recovery).await?;
+            }
+            Ok(())
+        })
+    }
+
     /// Read entry `entry` of `ledger`; with `fence`, fence the ledger on the bookie first.
     fn read(&self, addr: &str, ledger: u64, entry: u64, fence: bool) -> BoxFuture<'_, Result<ReadEntry, BookieError>>;
 

@@ -1,10 +1,13 @@
 //! The write path: striped adds, quorum acks, in-order confirmation, ensemble change, close.
 //!
 //! Theory of operation. Every add gets the next entry id and joins the pending queue; its
-//! framed bytes are sent, each as its own task, to the `Qw` slots of its write set. An
-//! answer is applied under the handle lock: an ack marks the slot, and the queue head is
-//! confirmed while it holds `Qa` acks, so confirmations and the last add confirmed advance
-//! strictly in entry-id order.
+//! framed bytes are sent to the `Qw` slots of its write set. A batch of adds
+//! ([`LedgerHandle::add_entries`]) takes consecutive ids under one lock and goes to each
+//! bookie as few ADD_BATCH requests (one task each, at most [`MAX_BATCH_BYTES`] of data per
+//! request), and only its last entry carries a completion: entries confirm in order, so the
+//! batch is done when its last entry is. An answer is applied under the handle lock: an ack
+//! marks the slot of every entry it covers, and the queue head is confirmed while it holds
+//! `Qa` acks, so confirmations and the last add confirmed advance strictly in entry-id order.
 //!
 //! When a bookie fails (I/O error, timeout, server error) its slot is marked failed and its
 //! epoch bumped, so late answers from it no longer count, and one ensemble-change task
@@ -30,6 +33,12 @@ use crate::metadata::LedgerState;
 use crate::quorum::{min_over_write_sets, write_set};
 use crate::transport::BookieError;
 
+/// The most entry bytes one ADD_BATCH request to a bookie carries; a larger batch of adds
+/// goes as several requests, pipelined.
+pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
+/// The most entries one ADD_BATCH request carries.
+pub const MAX_BATCH_ENTRIES: usize = 4096;
+
 impl LedgerHandle {
     /// Append one entry; resolves to its entry id once an ack quorum has stored it and
     /// every earlier entry is confirmed.
@@ -49,12 +58,14 @@ impl LedgerHandle {
                 entry::MAX_PAYLOAD
             )));
         }
-        let receivers: Vec<_> = entries.into_iter().map(|data| self.inner.submit(data)).collect();
-        let mut ids = Vec::with_capacity(receivers.len());
-        for rx in receivers {
-            ids.push(recv(rx).await?);
+        if entries.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(ids)
+        let count = entries.len() as u64;
+        let rx = self.inner.submit_batch(entries);
+        let last = recv(rx).await?;
+        let first = (last + 1).saturating_sub(count);
+        Ok((first..=last).collect())
     }
 
     /// Start an add without waiting: the entry id is assigned now, in call order, and the
@@ -160,6 +171,126 @@ impl HandleInner {
         rx
     }
 
+    /// Queue a batch of adds with consecutive entry ids and send it, grouped per bookie of
+    /// the write sets. The receiver resolves with the last entry's id once every entry of the
+    /// batch is confirmed, or with the error that broke the handle.
+    pub(crate) fn submit_batch(self: &Arc<Self>, entries: Vec<Bytes>) -> oneshot::Receiver<Result<u64>> {
+        let (tx, rx) = oneshot::channel();
+        let mut st = self.state.lock();
+        let refused = if !st.writable {
+            Some(LedgerError::ReadOnly)
+        } else if let Some(e) = &st.broken {
+            Some(e.clone())
+        } else if st.closing || st.closed {
+            Some(LedgerError::LedgerClosed)
+        } else {
+            None
+        };
+        if let Some(e) = refused {
+            let _ = tx.send(Err(e));
+            return rx;
+        }
+        let (ensemble, write_quorum) = (st.meta.ensemble_size, st.meta.write_quorum_size);
+        let mut per_slot: Vec<Vec<(u64, Bytes)>> = vec![Vec::new(); ensemble];
+        let last_index = entries.len().saturating_sub(1);
+        let mut done = Some(tx);
+        for (i, data) in entries.into_iter().enumerate() {
+            let entry = st.next_entry;
+            st.next_entry += 1;
+            st.pushed_length = st.pushed_length.saturating_add(u64::try_from(data.len()).unwrap_or(u64::MAX));
+            let length = st.pushed_length;
+            let framed = entry::encode(self.id, entry, length, &data);
+            for slot in write_set(entry, ensemble, write_quorum) {
+                if !st.failed_slots.contains(&slot) {
+                    if let Some(group) = per_slot.get_mut(slot) {
+                        group.push((entry, framed.clone()));
+                    }
+                }
+            }
+            let done = if i == last_index { done.take() } else { None };
+            st.pending.push_back(PendingAdd { entry, framed, length, acked: Vec::new(), done });
+        }
+        for (slot, group) in per_slot.into_iter().enumerate() {
+            let mut chunk: Vec<(u64, Bytes)> = Vec::new();
+            let mut bytes = 0usize;
+            for (entry, framed) in group {
+                if !chunk.is_empty()
+                    && (bytes + framed.len() > MAX_BATCH_BYTES || chunk.len() >= MAX_BATCH_ENTRIES)
+                {
+                    self.send_batch(&st, slot, std::mem::take(&mut chunk));
+                    bytes = 0;
+                }
+                bytes += framed.len();
+                chunk.push((entry, framed));
+            }
+            if !chunk.is_empty() {
+                self.send_batch(&st, slot, chunk);
+            }
+        }
+        rx
+    }
+
+    /// Send `entries` to the bookie in `slot`: one ADD_BATCH, or a plain ADD for one entry.
+    fn send_batch(self: &Arc<Self>, st: &State, slot: usize, mut entries: Vec<(u64, Bytes)>) {
+        if entries.len() == 1 {
+            if let Some((entry, framed)) = entries.pop() {
+                self.send(st, entry, slot, framed);
+            }
+            return;
+        }
+        let Some(addr) = st.meta.current_ensemble().get(slot).cloned() else { return };
+        let epoch = st.slot_epoch.get(slot).copied().unwrap_or(0);
+        let lac = st.lac;
+        let this = Arc::clone(self);
+        self.runtime.spawn(async move {
+            let ids: Vec<u64> = entries.iter().map(|(e, _)| *e).collect();
+            let result = this.bk.transport.add_batch(&addr, this.id, lac, entries, false).await;
+            this.on_batch_result(&ids, slot, epoch, &addr, result);
+        });
+    }
+
+    fn on_batch_result(
+        self: &Arc<Self>,
+        ids: &[u64],
+        slot: usize,
+        epoch: u64,
+        addr: &str,
+        result: Result<(), BookieError>,
+    ) {
+        let mut st = self.state.lock();
+        if st.broken.is_some() || st.slot_epoch.get(slot).copied() != Some(epoch) {
+            return;
+        }
+        match result {
+            Ok(()) => {
+                for &entry in ids {
+                    self.mark_acked(&mut st, entry, slot);
+                }
+                self.complete_ready(&mut st);
+            }
+            Err(BookieError::Fenced) => self.fail(&mut st, LedgerError::Fenced),
+            Err(BookieError::BadRequest(reason)) => self.fail(
+                &mut st,
+                LedgerError::Bookie(format!("bookie {addr} rejected a batch of {} entries: {reason}", ids.len())),
+            ),
+            Err(e) => {
+                log::warn!("ledger {}: bookie {addr} failed a batch of {} entries: {e}", self.id, ids.len());
+                self.bookie_failed(&mut st, slot, addr);
+            }
+        }
+    }
+
+    /// Record that the bookie in `slot` stored `entry`, if it is still pending.
+    fn mark_acked(&self, st: &mut State, entry: u64, slot: usize) {
+        let head = st.pending.front().map(|p| p.entry);
+        let index = head.and_then(|h| entry.checked_sub(h)).and_then(|i| usize::try_from(i).ok());
+        if let Some(p) = index.and_then(|i| st.pending.get_mut(i)) {
+            if p.entry == entry && !p.acked.contains(&slot) {
+                p.acked.push(slot);
+            }
+        }
+    }
+
     /// Send `entry` to the bookie in `slot` of the current ensemble.
     fn send(self: &Arc<Self>, st: &State, entry: u64, slot: usize, framed: Bytes) {
         let Some(addr) = st.meta.current_ensemble().get(slot).cloned() else { return };
@@ -186,13 +317,7 @@ impl HandleInner {
         }
         match result {
             Ok(()) => {
-                let head = st.pending.front().map(|p| p.entry);
-                let index = head.and_then(|h| entry.checked_sub(h)).and_then(|i| usize::try_from(i).ok());
-                if let Some(p) = index.and_then(|i| st.pending.get_mut(i)) {
-                    if p.entry == entry && !p.acked.contains(&slot) {
-                        p.acked.push(slot);
-                    }
-                }
+                self.mark_acked(&mut st, entry, slot);
                 self.complete_ready(&mut st);
             }
             Err(BookieError::Fenced) => self.fail(&mut st, LedgerError::Fenced),

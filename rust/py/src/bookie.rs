@@ -49,6 +49,7 @@ impl PyBookieServer {
                 max_group_wait: Duration::from_secs_f64(journal_max_group_wait_ms.max(0.0) / 1000.0),
                 buffered_writes_threshold: journal_buffered_writes_threshold,
                 max_size_mb: journal_max_size_mb,
+                ..JournalConfig::default()
             },
         };
         let server = py

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use magnetar_ledger::{BookKeeper, ClientConfig};
 use magnetar_stream::{
     BookKeeperStore, Cursor, Entry, InitialPosition, ManagedLedger, ManagedLedgerConfig,
@@ -102,6 +102,45 @@ fn ml_config(d: &Bound<'_, PyDict>) -> PyResult<ManagedLedgerConfig> {
     Ok(c)
 }
 
+/// Copy Python byte strings (bytes, or anything else holding bytes) into one buffer and
+/// return a view of it per entry.
+fn copy_batch(entries: &[Bound<'_, PyAny>]) -> PyResult<Vec<Bytes>> {
+    let mut owned: Vec<Option<Vec<u8>>> = Vec::with_capacity(entries.len());
+    let mut total = 0usize;
+    for e in entries {
+        match e.cast::<PyBytes>() {
+            Ok(b) => {
+                total += b.as_bytes().len();
+                owned.push(None);
+            }
+            Err(_) => {
+                let v: Vec<u8> = e.extract()?;
+                total += v.len();
+                owned.push(Some(v));
+            }
+        }
+    }
+    let mut buf = BytesMut::with_capacity(total);
+    let mut ends = Vec::with_capacity(entries.len());
+    for (e, o) in entries.iter().zip(&owned) {
+        match o {
+            Some(v) => buf.extend_from_slice(v),
+            None => buf.extend_from_slice(e.cast::<PyBytes>().map(|b| b.as_bytes()).unwrap_or_default()),
+        }
+        ends.push(buf.len());
+    }
+    let all = buf.freeze();
+    let mut start = 0;
+    Ok(ends
+        .into_iter()
+        .map(|end| {
+            let part = all.slice(start..end);
+            start = end;
+            part
+        })
+        .collect())
+}
+
 #[pyclass(module = "core._native", name = "ManagedLedgerFactory")]
 pub struct PyFactory {
     factory: Arc<ManagedLedgerFactory>,
@@ -149,11 +188,19 @@ impl PyManagedLedger {
         self.ml.name().to_string()
     }
 
-    fn add_entries(&self, queue: &CompletionQueue, token: u64, entries: Vec<Vec<u8>>, num_messages: Vec<u32>) -> PyResult<()> {
+    /// Entries are copied once, into one buffer for the whole batch, which the stored
+    /// entries then share.
+    fn add_entries(
+        &self,
+        queue: &CompletionQueue,
+        token: u64,
+        entries: Vec<Bound<'_, PyAny>>,
+        num_messages: Vec<u32>,
+    ) -> PyResult<()> {
         if entries.len() != num_messages.len() {
             return Err(PyValueError::new_err("entries and num_messages differ in length"));
         }
-        let batch: Vec<(Bytes, u32)> = entries.into_iter().map(Bytes::from).zip(num_messages).collect();
+        let batch = copy_batch(&entries)?.into_iter().zip(num_messages).collect();
         let ml = self.ml.clone();
         spawn(queue, token, async move { ml.add_entries(batch).await }, |py, results| {
             let list = PyList::empty(py);
