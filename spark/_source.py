@@ -109,10 +109,11 @@ def _resolve_topics(options: Mapping[str, str], admin: AdminClient) -> list[str]
     pattern = _option(options, "topicsPattern")
     if not pattern:
         raise ValueError("format('magnetar') needs option 'topics' or 'topicsPattern'")
-    anchor = split_topic_name(pattern.split("://", 1)[-1].rsplit("/", 1)[0] + "/x"
-                              if "/" in pattern else "x")
+    # The namespace is the pattern's text before its last '/' (public/default when none).
+    scope = pattern.split("://", 1)[-1].split("/")
+    tenant, namespace = (scope[0], scope[1]) if len(scope) >= 3 else ("public", "default")
     regex = re.compile(pattern)
-    return [t for t in admin.list_topics(anchor.tenant, anchor.namespace)
+    return [t for t in admin.list_topics(tenant, namespace)
             if regex.fullmatch(t) or regex.fullmatch(split_topic_name(t).local)]
 
 
@@ -224,6 +225,50 @@ def _quiet_logger() -> Any:
     return pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
 
 
+class _ColumnBuffer:
+    """Rows gathered column by column, handed over as one Arrow record batch."""
+
+    def __init__(self, split: MagnetarPartition, schema: Any, pa: Any):
+        self.split, self.schema, self.pa = split, schema, pa
+        self._reset()
+
+    def _reset(self) -> None:
+        self.rows = 0
+        self.offsets: list[int] = []
+        self.ids: list[str] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes] = []
+        self.props: list[list[tuple[str, str]]] = []
+        self.published: list[int | None] = []
+        self.events: list[int | None] = []
+        self.producers: list[str | None] = []
+        self.protocols: list[str | None] = []
+
+    def add(self, offset: int, message_id: str, key: str, value: bytes, props: dict[str, str],
+            published: int | None, event: int, producer: str | None, protocol: str | None) -> None:
+        self.rows += 1
+        self.offsets.append(offset)
+        self.ids.append(message_id)
+        self.keys.append(key.encode() if key else None)
+        self.values.append(value)
+        self.props.append(list(props.items()) if props else [])
+        self.published.append(published)
+        self.events.append(event * 1000 if event else None)
+        self.producers.append(producer)
+        self.protocols.append(protocol)
+
+    def flush(self) -> Any:
+        pa, n = self.pa, self.rows
+        columns = [[self.split.label] * n, [self.split.partition] * n, self.offsets, self.ids,
+                   self.keys, self.values, self.props, self.published, self.events,
+                   self.producers, self.protocols]
+        out = pa.RecordBatch.from_arrays(
+            [pa.array(c, type=f.type) for c, f in zip(columns, self.schema, strict=True)],
+            schema=self.schema)
+        self._reset()
+        return out
+
+
 def read_partition(split: MagnetarPartition) -> Iterator[Any]:
     """The rows of ``split`` as Arrow record batches, in offset order."""
     import pulsar
@@ -237,11 +282,12 @@ def read_partition(split: MagnetarPartition) -> Iterator[Any]:
         start = (pulsar.MessageId.earliest if split.after_ledger_id < 0
                  else pulsar.MessageId(-1, split.after_ledger_id, split.after_entry_id, -1))
         reader = client.create_reader(split.pulsar_topic, start, receiver_queue_size=RECEIVER_QUEUE)
-        cols: list[list[Any]] = [[] for _ in range(11)]
+        batch = _ColumnBuffer(split, schema, pa)
         current: tuple[int, int] | None = None
         base = split.base_offset
         count = 0  # messages seen of the current entry
         offset = split.from_offset - 1
+        publish = producer = protocol = None
         while offset + 1 < split.to_offset:
             try:
                 msg = reader.read_next(READ_STALL_MS)
@@ -255,6 +301,10 @@ def read_partition(split: MagnetarPartition) -> Iterator[Any]:
                 if current is not None:
                     base += count
                 current, count = position, 0
+                # What only the entry carries is the same for all of its messages.
+                publish = msg.publish_timestamp() * 1000
+                producer = msg.producer_name()
+                protocol = protocol_of(producer)
             batch_index = mid.batch_index()
             count = max(count, batch_index + 1, 1)
             offset = base + max(batch_index, 0)
@@ -262,27 +312,12 @@ def read_partition(split: MagnetarPartition) -> Iterator[Any]:
                 continue
             if offset >= split.to_offset:
                 break
-            key = msg.partition_key()
-            event = msg.event_timestamp()
-            producer = msg.producer_name()
-            cols[0].append(split.label)
-            cols[1].append(split.partition)
-            cols[2].append(offset)
-            cols[3].append(f"{position[0]}:{position[1]}:{batch_index}")
-            cols[4].append(key.encode() if key else None)
-            cols[5].append(msg.data())
-            cols[6].append(list(msg.properties().items()))
-            cols[7].append(msg.publish_timestamp() * 1000)
-            cols[8].append(event * 1000 if event else None)
-            cols[9].append(producer)
-            cols[10].append(protocol_of(producer))
-            if len(cols[0]) >= ARROW_BATCH_ROWS:
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(c, type=f.type) for c, f in zip(cols, schema, strict=True)], schema=schema)
-                cols = [[] for _ in range(11)]
-        if cols[0]:
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(c, type=f.type) for c, f in zip(cols, schema, strict=True)], schema=schema)
+            batch.add(offset, f"{position[0]}:{position[1]}:{batch_index}", msg.partition_key(),
+                      msg.data(), msg.properties(), publish, msg.event_timestamp(), producer, protocol)
+            if batch.rows >= ARROW_BATCH_ROWS:
+                yield batch.flush()
+        if batch.rows:
+            yield batch.flush()
         reader.close()
     finally:
         client.close()

@@ -8,9 +8,8 @@ import json
 import os
 import shutil
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,6 @@ from tests.conftest import skip_or_fail
 
 BROKER_CONF = {"messagingProtocols": "pulsar,kafka", "kafkaListeners": "PLAINTEXT://127.0.0.1:0"}
 REPO_ROOT = Path(__file__).resolve().parents[2]
-#: Bound on waiting for a streaming query to reach a state.
-QUERY_DEADLINE = 120.0
 
 
 def _spark_missing() -> str | None:
@@ -96,12 +93,3 @@ def reader(session: Any, broker: Standalone, topics: str, **options: str) -> Any
     for k, v in options.items():
         r = r.option(k, v)
     return r.load()
-
-
-def wait_for(predicate: Callable[[], bool], what: str, deadline: float = QUERY_DEADLINE) -> None:
-    """Poll ``predicate`` until true, failing after ``deadline`` seconds."""
-    end = time.monotonic() + deadline
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)

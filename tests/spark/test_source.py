@@ -13,7 +13,6 @@ from typing import Any
 import pulsar
 import pytest
 
-from spark import protocol_of
 from tests._standalone import Standalone
 from tests.spark.conftest import admin_url, create_partitioned, kafka_bootstrap, reader
 
@@ -85,6 +84,8 @@ def test_batch_read_every_column(session: Any, broker: Standalone, unique: str) 
     before = int(time.time() * 1000) - 1000
     expected = _produce_mixed(broker, topic)
     after = int(time.time() * 1000) + 1000
+    from spark import protocol_of
+
     df = reader(session, broker, topic)
     assert [f.name for f in df.schema.fields] == [
         "topic", "partition", "offset", "messageId", "key", "value", "properties",
@@ -137,6 +138,8 @@ def test_starting_and_ending_offsets(session: Any, broker: Standalone, unique: s
     assert offsets(startingOffsets=f'{{"{topic}": {{"0": -2}}}}',
                    endingOffsets=f'{{"{topic}": {{"0": 5}}}}') == list(range(5))
     assert offsets(startingOffsets="latest") == []
+    pattern = reader(session, broker, "", topicsPattern=f"persistent://public/default/range-{unique}")
+    assert pattern.count() == 20
     assert offsets(startingOffsets=f'{{"{topic}": {{"0": 40}}}}') == []
     values = {r.offset: bytes(r.value) for r in reader(session, broker, topic).collect()}
     assert values == {i: b"%d" % i for i in range(20)}
