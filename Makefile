@@ -9,7 +9,8 @@ PIP_CACHE_DIR ?= $(HOME)/.cache/pip
 export PIP_CACHE_DIR
 # Builds are reused across clones and CI runs on this machine.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/magnetar/target
-# Debian packages the test suites and the cluster mode need.
+# Debian packages the test suites and the cluster mode need (and a JRE for Spark when
+# there is no java).
 SYSTEM_PACKAGES := zookeeper
 APT_ENV := DEBIAN_FRONTEND=noninteractive
 
@@ -41,6 +42,7 @@ build: venv
 sysdeps:
 	@missing=""; \
 	for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
