@@ -130,6 +130,14 @@ class AdminClient:
                 names.add(m.group("base") if m else full)
         return sorted(names)
 
+    def schema(self, topic: TopicName) -> tuple[str, str] | None:
+        """The topic's latest schema as (type, definition), or None when it has none."""
+        local = urllib.parse.quote(topic.local, safe="")
+        doc = self._json(f"/admin/v2/schemas/{topic.tenant}/{topic.namespace}/{local}/schema", missing={})
+        if not doc or "type" not in doc:
+            return None
+        return str(doc["type"]).upper(), str(doc.get("data", ""))
+
     def ledgers(self, topic: TopicName) -> list[tuple[int, int]]:
         """``[(ledger_id, entries), ...]`` of the stored ledgers holding entries, in order."""
         doc = self._json(topic.rest_path + "/internalStats", missing={})

@@ -42,6 +42,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from ._admin import AdminClient, PartitionLayout, TopicName, split_topic_name
+from ._decode import Decoder, decoder_for
 
 __all__ = ["MagnetarDataSource", "SCHEMA", "protocol_of", "MagnetarPartition"]
 
@@ -176,13 +177,14 @@ class MagnetarPartition(InputPartition):
     base_offset: int
     from_offset: int
     to_offset: int
+    decoder: Decoder | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", (self.label, self.partition, self.from_offset, self.to_offset))
 
 
-def _plan(service_url: str, tp: _TopicPartition, layout: PartitionLayout, lo: int, hi: int
-          ) -> list[MagnetarPartition]:
+def _plan(service_url: str, tp: _TopicPartition, layout: PartitionLayout, lo: int, hi: int,
+          decoder: Decoder | None = None) -> list[MagnetarPartition]:
     if hi <= lo:
         return []
     first = layout.find(lo)
@@ -200,22 +202,24 @@ def _plan(service_url: str, tp: _TopicPartition, layout: PartitionLayout, lo: in
         if end > start:
             out.append(MagnetarPartition(service_url, tp.label, tp.partition, tp.pulsar_topic.full,
                                          info.ledger_id, info.entry_id, after[0], after[1],
-                                         info.base_offset, start, end))
+                                         info.base_offset, start, end, decoder))
     return out
 
 
 # --------------------------------------------------------------------------- reading
 
 
-def _arrow_schema() -> Any:
+def _arrow_schema(decoder: Decoder | None) -> Any:
     import pyarrow as pa
 
     ts = pa.timestamp("us", tz="UTC")
+    extra = list(zip((f[0] for f in decoder.fields), decoder.arrow_types(pa), strict=True)) if decoder else []
     return pa.schema([
         ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
         ("messageId", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
         ("properties", pa.map_(pa.string(), pa.string())), ("publishTime", ts),
         ("eventTime", ts), ("producerName", pa.string()), ("protocol", pa.string()),
+        *extra,
     ])
 
 
@@ -230,6 +234,7 @@ class _ColumnBuffer:
 
     def __init__(self, split: MagnetarPartition, schema: Any, pa: Any):
         self.split, self.schema, self.pa = split, schema, pa
+        self.state: dict[str, Any] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -243,6 +248,7 @@ class _ColumnBuffer:
         self.events: list[int | None] = []
         self.producers: list[str | None] = []
         self.protocols: list[str | None] = []
+        self.decoded: list[list[Any]] = [[] for _ in self.split.decoder.fields] if self.split.decoder else []
 
     def add(self, offset: int, message_id: str, key: str, value: bytes, props: dict[str, str],
             published: int | None, event: int, producer: str | None, protocol: str | None) -> None:
@@ -256,12 +262,15 @@ class _ColumnBuffer:
         self.events.append(event * 1000 if event else None)
         self.producers.append(producer)
         self.protocols.append(protocol)
+        if self.split.decoder is not None:
+            for column, v in zip(self.decoded, self.split.decoder.decode(value, self.state), strict=True):
+                column.append(v)
 
     def flush(self) -> Any:
         pa, n = self.pa, self.rows
         columns = [[self.split.label] * n, [self.split.partition] * n, self.offsets, self.ids,
                    self.keys, self.values, self.props, self.published, self.events,
-                   self.producers, self.protocols]
+                   self.producers, self.protocols, *self.decoded]
         out = pa.RecordBatch.from_arrays(
             [pa.array(c, type=f.type) for c, f in zip(columns, self.schema, strict=True)],
             schema=self.schema)
@@ -274,7 +283,7 @@ def read_partition(split: MagnetarPartition) -> Iterator[Any]:
     import pulsar
     import pyarrow as pa
 
-    schema = _arrow_schema()
+    schema = _arrow_schema(split.decoder)
     client = pulsar.Client(split.service_url, operation_timeout_seconds=30, logger=_quiet_logger())
     try:
         # Start after the entry before the first one (exclusive), which every broker
@@ -330,6 +339,27 @@ def _read(partition: InputPartition | None) -> Iterator[Any]:
     return iter(())
 
 
+_COLUMNS = frozenset(c.split()[0] for c in SCHEMA.split(", "))
+
+
+def _decoder(options: Mapping[str, str], admin: AdminClient) -> Decoder | None:
+    """The decoder of the topics' schema when ``decodeSchema`` is true (the first topic's
+    schema; every topic read must carry the same one)."""
+    if (_option(options, "decodeSchema") or "false").lower() != "true":
+        return None
+    found = None
+    for label in _resolve_topics(options, admin):
+        schema = admin.schema(split_topic_name(label))
+        if schema is None:
+            raise ValueError(f"decodeSchema=true but topic {label!r} has no schema")
+        if found is not None and schema != found:
+            raise ValueError(f"decodeSchema=true but topic {label!r} has another schema than the first")
+        found = schema
+    if found is None:
+        raise ValueError("decodeSchema=true but no topic matched")
+    return decoder_for(found[0], found[1], set(_COLUMNS))
+
+
 class _Planner:
     """Driver-side state shared by the batch and the streaming reader."""
 
@@ -337,6 +367,7 @@ class _Planner:
         self.options = dict(options)
         self.service_url = _required(options, "serviceUrl")
         self.admin = AdminClient(_required(options, "adminUrl"))
+        self.decoder = _decoder(options, self.admin)
 
     def topic_partitions(self) -> list[_TopicPartition]:
         return _topic_partitions(_resolve_topics(self.options, self.admin), self.admin)
@@ -357,7 +388,8 @@ class _BatchReader(DataSourceReader):
             layout = self.planner.layout(tp)
             lo = _offset_for(self.starting, tp, layout, absent=_EARLIEST)
             hi = _offset_for(self.ending, tp, layout, absent=_LATEST)
-            out.extend(_plan(self.planner.service_url, tp, layout, lo, min(hi, layout.latest())))
+            out.extend(_plan(self.planner.service_url, tp, layout, lo, min(hi, layout.latest()),
+                             self.planner.decoder))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -410,7 +442,7 @@ class _StreamReader(DataSourceStreamReader):
             layout = self.planner.layout(tp)
             lo = start.get(tp.label, {}).get(str(tp.partition))
             lo = layout.earliest() if lo is None else lo
-            out.extend(_plan(self.planner.service_url, tp, layout, int(lo), int(hi)))
+            out.extend(_plan(self.planner.service_url, tp, layout, int(lo), int(hi), self.planner.decoder))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -540,7 +572,8 @@ class MagnetarDataSource(DataSource):
     ``startingOffsets``/``endingOffsets`` (``earliest``, ``latest`` or JSON
     ``{"topic": {"0": 42}}``, -2 for earliest and -1 for latest, as in Spark's Kafka
     source), ``maxEntriesPerTrigger`` (messages per micro-batch, shared over
-    partitions), and for writes ``topic`` (used when a row has no ``topic`` column).
+    partitions), ``decodeSchema`` (``true``: the topic's JSON/Avro schema fields as
+    extra columns, see :mod:`spark._decode`), and for writes ``topic`` (used when a row has no ``topic`` column).
     """
 
     @classmethod
@@ -548,7 +581,8 @@ class MagnetarDataSource(DataSource):
         return "magnetar"
 
     def schema(self) -> StructType | str:
-        return SCHEMA
+        decoder = _decoder(self.options, AdminClient(_required(self.options, "adminUrl")))
+        return SCHEMA if decoder is None else f"{SCHEMA}, {decoder.ddl}"
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _BatchReader(self.options)

@@ -245,3 +245,27 @@ def test_streaming_restart_from_checkpoint_no_loss_no_duplicates(
     values = sorted(r.value for r in got)
     assert values == sorted(f"v{i}" for i in range(33))
     assert len({(r.partition, r.offset) for r in got}) == 33
+
+
+def test_decode_schema_json_and_avro(session: Any, broker: Standalone, unique: str) -> None:
+    from pulsar.schema import AvroSchema, Double, Integer, JsonSchema, Record, String
+
+    class Order(Record):
+        id = Integer()
+        item = String()
+        price = Double()
+
+    orders = [Order(id=i, item=f"item-{i}", price=i * 1.5) for i in range(6)]
+    client = pulsar.Client(broker.pulsar_url)
+    try:
+        for kind, schema in (("json", JsonSchema(Order)), ("avro", AvroSchema(Order))):
+            p = client.create_producer(f"orders-{kind}-{unique}", schema=schema)
+            for o in orders:
+                p.send(o)
+    finally:
+        client.close()
+    for kind in ("json", "avro"):
+        df = reader(session, broker, f"orders-{kind}-{unique}", decodeSchema="true")
+        assert df.schema.fieldNames()[-3:] == ["id", "item", "price"]
+        got = sorted((r.id, r.item, r.price) for r in df.collect())
+        assert got == [(o.id, o.item, o.price) for o in orders], kind
