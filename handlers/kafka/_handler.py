@@ -108,6 +108,8 @@ class KafkaProtocolHandler:
         bound: list[tuple[str, str, int]] = []
         for item in raw:
             scheme, host, port = _parse_listener(item)
+            if scheme.upper() != "PLAINTEXT":
+                raise ValueError(f"kafkaListeners: {item} uses {scheme}; only PLAINTEXT is served")
             opened = await trio.open_tcp_listeners(port, host=host or None)
             listeners.extend(opened)
             bound.append((scheme, host or "0.0.0.0", opened[0].socket.getsockname()[1]))
