@@ -322,6 +322,27 @@ def test_admin_create_unload_and_delete(client, admin, unique):
         admin.get(f"/admin/v2/non-persistent/{NS}/{name}/stats")
 
 
+def test_auto_creation_policy_applies_and_explicit_create_wins(standalone, client, admin, unique):
+    ns = f"public/np-{unique}"
+    admin.put(f"/admin/v2/namespaces/{ns}")
+    admin.post(f"/admin/v2/namespaces/{ns}/autoTopicCreation", {"allowAutoTopicCreation": False})
+    quick = pulsar.Client(standalone.pulsar_url, operation_timeout_seconds=3)
+    try:
+        with pytest.raises(pulsar.PulsarException):
+            quick.create_producer(f"non-persistent://{ns}/absent")
+    finally:
+        quick.close()
+    assert admin.get(f"/admin/v2/non-persistent/{ns}") == []
+    admin.put(f"/admin/v2/non-persistent/{ns}/made")
+    consumer = client.subscribe(f"non-persistent://{ns}/made", "sub")
+    client.create_producer(f"non-persistent://{ns}/made").send(b"ok")
+    assert [m.data() for m in _receive(consumer, 1)] == [b"ok"]
+    admin.post(f"/admin/v2/namespaces/{ns}/autoTopicCreation",
+               {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 2})
+    client.create_producer(f"non-persistent://{ns}/auto").close()
+    assert admin.get(f"/admin/v2/non-persistent/{ns}/auto/partitions")["partitions"] == 2
+
+
 def test_operations_needing_storage_are_refused_by_admin(client, admin, unique):
     name = f"refused-{unique}"
     client.create_producer(_np(name))
