@@ -54,8 +54,10 @@ class Decoder:
     def arrow_types(self, pa: Any) -> list[Any]:
         return [getattr(pa, arrow)() for _, _, arrow, _ in self.fields]
 
-    def decode(self, value: bytes, state: dict[str, Any]) -> list[Any]:
+    def decode(self, value: bytes | None, state: dict[str, Any]) -> list[Any]:
         """The field values of one message (all None when it does not decode)."""
+        if value is None:
+            return [None] * len(self.fields)
         try:
             if self.kind == "AVRO":
                 import fastavro

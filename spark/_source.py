@@ -242,7 +242,7 @@ class _ColumnBuffer:
         self.offsets: list[int] = []
         self.ids: list[str] = []
         self.keys: list[bytes | None] = []
-        self.values: list[bytes] = []
+        self.values: list[bytes | None] = []
         self.props: list[list[tuple[str, str]]] = []
         self.published: list[int | None] = []
         self.events: list[int | None] = []
@@ -250,7 +250,7 @@ class _ColumnBuffer:
         self.protocols: list[str | None] = []
         self.decoded: list[list[Any]] = [[] for _ in self.split.decoder.fields] if self.split.decoder else []
 
-    def add(self, offset: int, message_id: str, key: str, value: bytes, props: dict[str, str],
+    def add(self, offset: int, message_id: str, key: str, value: bytes | None, props: dict[str, str],
             published: int | None, event: int, producer: str | None, protocol: str | None) -> None:
         self.rows += 1
         self.offsets.append(offset)
@@ -291,6 +291,9 @@ def read_partition(split: MagnetarPartition) -> Iterator[Any]:
         start = (pulsar.MessageId.earliest if split.after_ledger_id < 0
                  else pulsar.MessageId(-1, split.after_ledger_id, split.after_entry_id, -1))
         reader = client.create_reader(split.pulsar_topic, start, receiver_queue_size=RECEIVER_QUEUE)
+        # The extension's reader hands out its messages without a per-message wrapper
+        # object; both have the same methods.
+        read_next = getattr(reader, "_reader", reader).read_next
         batch = _ColumnBuffer(split, schema, pa)
         current: tuple[int, int] | None = None
         base = split.base_offset
@@ -299,7 +302,7 @@ def read_partition(split: MagnetarPartition) -> Iterator[Any]:
         publish = producer = protocol = None
         while offset + 1 < split.to_offset:
             try:
-                msg = reader.read_next(READ_STALL_MS)
+                msg = read_next(READ_STALL_MS)
             except pulsar.Timeout:
                 raise RuntimeError(
                     f"{split.pulsar_topic}: no message within {READ_STALL_MS} ms at offset "
@@ -322,7 +325,8 @@ def read_partition(split: MagnetarPartition) -> Iterator[Any]:
             if offset >= split.to_offset:
                 break
             batch.add(offset, f"{position[0]}:{position[1]}:{batch_index}", msg.partition_key(),
-                      msg.data(), msg.properties(), publish, msg.event_timestamp(), producer, protocol)
+                      None if msg.has_null_value() else msg.data(), msg.properties(), publish,
+                      msg.event_timestamp(), producer, protocol)
             if batch.rows >= ARROW_BATCH_ROWS:
                 yield batch.flush()
         if batch.rows:

@@ -52,6 +52,7 @@ def _produce_mixed(broker: Standalone, topic: str) -> dict[bytes, dict[str, Any]
                   headers=[("h", b"v%d" % i)], timestamp=1_600_000_000_000 + i)
         expected[value] = {"key": b"kk%d" % (i % 3), "properties": {"h": f"v{i}"},
                            "eventTime": 1_600_000_000_000 + i, "protocol": "kafka"}
+    p.produce(topic, key=b"tombstone", value=None, partition=0)
     assert p.flush(10) == 0
     return expected
 
@@ -60,7 +61,8 @@ def _ms(ts: dt.datetime | None) -> int | None:
     return None if ts is None else round(ts.timestamp() * 1000)
 
 
-def _kafka_offsets(broker: Standalone, topic: str, partitions: int, n: int) -> dict[tuple[int, int], bytes]:
+def _kafka_offsets(broker: Standalone, topic: str, partitions: int, n: int
+                   ) -> dict[tuple[int, int], bytes | None]:
     """(partition, offset) → value, as a Kafka consumer sees the topic."""
     from confluent_kafka import Consumer, TopicPartition
 
@@ -68,7 +70,7 @@ def _kafka_offsets(broker: Standalone, topic: str, partitions: int, n: int) -> d
                   "enable.auto.commit": False})
     try:
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        got: dict[tuple[int, int], bytes] = {}
+        got: dict[tuple[int, int], bytes | None] = {}
         end = time.monotonic() + 30
         while len(got) < n and time.monotonic() < end:
             m = c.poll(0.5)
@@ -91,6 +93,11 @@ def test_batch_read_every_column(session: Any, broker: Standalone, unique: str) 
         "topic", "partition", "offset", "messageId", "key", "value", "properties",
         "publishTime", "eventTime", "producerName", "protocol"]
     rows = df.collect()
+    tombstones = [r for r in rows if r.value is None]
+    assert [(bytes(r.key), r.protocol) for r in tombstones] == [(b"tombstone", "kafka")]
+    kafka_view = _kafka_offsets(broker, topic, 2, len(rows))
+    assert {(r.partition, r.offset): None if r.value is None else bytes(r.value) for r in rows} == kafka_view
+    rows = [r for r in rows if r.value is not None]
     assert sorted(bytes(r.value) for r in rows) == sorted(expected)
     for r in rows:
         want = expected[bytes(r.value)]
@@ -106,12 +113,10 @@ def test_batch_read_every_column(session: Any, broker: Standalone, unique: str) 
         assert re.fullmatch(r"\d+:\d+:-?\d+", r.messageId)
     # Offsets are the Kafka ones: dense per partition and what a Kafka consumer sees.
     by_partition: dict[int, list[int]] = {}
-    for r in rows:
+    for r in [*rows, *tombstones]:
         by_partition.setdefault(r.partition, []).append(r.offset)
     for offsets in by_partition.values():
         assert sorted(offsets) == list(range(len(offsets)))
-    kafka_view = _kafka_offsets(broker, topic, 2, len(rows))
-    assert {(r.partition, r.offset): bytes(r.value) for r in rows} == kafka_view
 
 
 def test_starting_and_ending_offsets(session: Any, broker: Standalone, unique: str) -> None:
