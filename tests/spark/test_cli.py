@@ -1,0 +1,27 @@
+"""`magnetar spark`: the job list and refusing an unknown job (no Spark session needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway._cli import main
+
+
+def test_spark_list_names_every_job(capsys: pytest.CaptureFixture[str]) -> None:
+    from spark.jobs import JOBS
+
+    assert main(["spark", "list"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert listed == sorted(JOBS)
+
+
+def test_spark_submit_unknown_job_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spark", "submit", "no-such-job"]) == 2
+    assert "no Spark job 'no-such-job'" in capsys.readouterr().err
+
+
+def test_spark_submit_passes_arguments_to_the_job(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["spark", "submit", "top_keys", "--", "--help"])
+    assert exc.value.code == 0
+    assert "--topics" in capsys.readouterr().out
