@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
 with warnings.catch_warnings():
@@ -180,6 +180,7 @@ def _group_run(boot: str, topic: str, group: str, strategy: str) -> None:
         p.produce(topic, key=b"%d" % i, value=b"%d" % i)
     p.flush(DEADLINE)
     consumed: list[tuple[str, int, int]] = []
+    uncommitted: set[tuple[int, int]] = set()
     assignments: dict[str, set[int]] = {}
     lock = threading.Lock()
     stop = {"a": threading.Event(), "b": threading.Event()}
@@ -208,7 +209,13 @@ def _group_run(boot: str, topic: str, group: str, strategy: str) -> None:
                 continue
             with lock:
                 consumed.append((name, m.partition(), m.offset()))
-            c.commit(message=m, asynchronous=False)
+            try:
+                c.commit(message=m, asynchronous=False)
+            except KafkaException:
+                # A commit racing a rebalance (ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS)
+                # fails as in Kafka; that record may then be delivered again.
+                with lock:
+                    uncommitted.add((m.partition(), m.offset()))
             time.sleep(0.005)
         c.close()
 
@@ -229,8 +236,12 @@ def _group_run(boot: str, topic: str, group: str, strategy: str) -> None:
     stop["b"].set()
     tb.join(DEADLINE)
     keys = [(p_, o) for _, p_, o in consumed]
-    assert len(keys) == n, "nothing lost, nothing consumed twice after a commit"
-    assert len(set(keys)) == n
+    assert len(set(keys)) == n, "nothing lost"
+    twice = {k for k in keys if keys.count(k) > 1}
+    # Nothing consumed twice after a commit: a record is seen again only if its own
+    # commit failed or a later record of its partition was not committed before the move.
+    for part, offset in twice:
+        assert any(p_ == part and o >= offset for p_, o in uncommitted), (part, offset)
 
 
 @pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
