@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 
 from core.broker import NamespaceNotFoundError, TopicExistsError, TopicNotFoundError
 from core.naming import InvalidNameError, NamespaceName, TopicName
+from core.nonpersistent import NotAllowedError
 from core.policies import ConflictError, NotFoundError, PreconditionError
 from core.schema import IncompatibleSchemaError
 from core.subscription import ConsumerBusyError
@@ -68,6 +69,9 @@ def _status_of(exc: BaseException) -> int | None:
             return 404
         case ConflictError() | TopicExistsError():
             return 409
+        case NotAllowedError():
+            # Pulsar answers 405 for operations a non-persistent topic cannot support.
+            return 405
         case PreconditionError() | ProducerBusyError() | ConsumerBusyError() | TopicTerminatedError():
             return 412
         case IncompatibleSchemaError():

@@ -346,10 +346,12 @@ def test_auto_creation_policy_applies_and_explicit_create_wins(standalone, clien
 def test_operations_needing_storage_are_refused_by_admin(client, admin, unique):
     name = f"refused-{unique}"
     client.create_producer(_np(name))
-    with pytest.raises(AdminError):
+    with pytest.raises(AdminError) as refused:
         admin.post(f"/admin/v2/non-persistent/{NS}/{name}/terminate")
-    with pytest.raises(AdminError):
+    assert refused.value.status == 405
+    with pytest.raises(AdminError) as refused:
         admin.put(f"/admin/v2/non-persistent/{NS}/{name}/subscription/s")
+    assert refused.value.status == 405
 
 
 def test_restart_keeps_nothing(tmp_path: Path, unique):
