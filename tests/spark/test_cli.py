@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from gateway._cli import main
+from tests.conftest import skip_or_fail
 
 
 def test_spark_list_names_every_job(capsys: pytest.CaptureFixture[str]) -> None:
@@ -25,3 +28,19 @@ def test_spark_submit_passes_arguments_to_the_job(capsys: pytest.CaptureFixture[
         main(["spark", "submit", "top_keys", "--", "--help"])
     assert exc.value.code == 0
     assert "--topics" in capsys.readouterr().out
+
+
+def test_pyspark_finds_the_shim_package() -> None:
+    """Spark registers the DefaultSource of every importable ``pyspark_*`` module (SPARK-45917)."""
+    import pkgutil
+
+    if importlib.util.find_spec("pyspark") is None:
+        skip_or_fail("pyspark is not installed")
+    found = [m.name for m in pkgutil.iter_modules() if m.name.startswith("pyspark_")]
+    assert "pyspark_magnetar" in found
+    from pyspark.sql.datasource import DataSource
+
+    import pyspark_magnetar
+
+    assert issubclass(pyspark_magnetar.DefaultSource, DataSource)
+    assert pyspark_magnetar.DefaultSource.name() == "magnetar"
