@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from core.broker import NamespaceNotFoundError, TopicNotFoundError
+from core.format import EntryFormatError
 from core.naming import InvalidNameError
+from core.storage import Position, entry_metadata
 from core.topic import PublishResult
 from handlers.kafka import _mapping
 from handlers.kafka._codec import Data, RequestReceived
@@ -40,6 +42,7 @@ __all__ = ["handle_produce", "topic_error", "Pending"]
 log = logging.getLogger(__name__)
 
 RECENT_BATCHES = 5
+RECOVER_ENTRIES = 1024
 _BASE = struct.Struct(">q")
 SEQUENCE_MOD = 1 << 31
 
@@ -110,7 +113,8 @@ def publish_batch(plog: PartitionLog, batch: RecordBatch, pending: Pending) -> N
     n = len(batch.records)
     entry = _mapping.entry_from_batch(
         batch, publish_time=int(time.time() * 1000),
-        producer_name=f"kafka-{batch.producer_id}" if batch.producer_id >= 0 else "kafka",
+        producer_name=f"kafka-{batch.producer_id}-{batch.producer_epoch}"
+        if batch.producer_id >= 0 else "kafka",
         sequence_id=max(batch.base_sequence, 0))
 
     def done(result: PublishResult) -> None:
@@ -133,6 +137,60 @@ def publish_batch(plog: PartitionLog, batch: RecordBatch, pending: Pending) -> N
     cacheable = bool(batch.raw) and not batch.is_transactional and all(
         r[0] == i for i, r in enumerate(batch.records))
     plog.topic.publish(entry, n, None, 0, done)
+
+
+async def recover_producers(plog: PartitionLog) -> None:
+    """Read back the idempotent producers' last sequences from the partition's newest
+    entries (at most :data:`RECOVER_ENTRIES`), so that a retry crossing a broker restart
+    is still recognised. Each entry names its producer id and epoch and carries its first
+    sequence number."""
+    ml = plog.topic.ml
+    hw = plog.high_watermark()
+    start = max(plog.log_start_offset(fresh=True), hw - RECOVER_ENTRIES)
+    if start >= hw:
+        return
+    pos = await ml.find_by_index(start)
+    seen: dict[int, ProducerState] = {}
+    reads = 0
+    while pos is not None and reads < RECOVER_ENTRIES // 64 + 1:
+        entries = await ml.read_entries(pos, 64)
+        reads += 1
+        if not entries:
+            if start >= hw:
+                break
+            # past the end of a ledger: continue in the next one
+            pos = await ml.find_by_index(start)
+            entries = await ml.read_entries(pos, 64) if pos is not None else []
+            if not entries:
+                break
+        for e in entries:
+            try:
+                md = entry_metadata(e.data)
+            except EntryFormatError:
+                continue
+            parts = md.producer_name.split("-")
+            if len(parts) != 3 or parts[0] != "kafka":
+                continue
+            try:
+                pid, epoch = int(parts[1]), int(parts[2])
+            except ValueError:
+                continue
+            first = md.sequence_id
+            last = (first + e.num_messages - 1) % SEQUENCE_MOD
+            st = seen.get(pid)
+            if st is None or epoch > st.epoch:
+                st = seen[pid] = ProducerState(epoch, last)
+            st.last_sequence = last
+            done = Pending()
+            done.done(e.index - e.num_messages + 1)
+            st.recent[(first, last)] = done
+            while len(st.recent) > RECENT_BATCHES:
+                st.recent.popitem(last=False)
+        last_pos = entries[-1].position
+        pos = Position(last_pos.ledger_id, last_pos.entry_id + 1)
+        start = entries[-1].index + 1
+    for pid, st in seen.items():
+        plog.producers.setdefault(pid, st)
 
 
 async def handle_produce(h: KafkaProtocolHandler, req: RequestReceived
@@ -182,6 +240,14 @@ async def _produce_partition(h: KafkaProtocolHandler, topic: str, pd: Any, acks:
     try:
         plog = await h.topics.log(topic, pd.index, create=h.auto_create_on_produce)
         batches = decode_batches(records, max_uncompressed_size=h.max_uncompressed_size)
+        if plog.recovery is None:
+            plog.recovery = trio.Event()
+            try:
+                await recover_producers(plog)
+            finally:
+                plog.recovery.set()
+        elif not plog.recovery.is_set():
+            await plog.recovery.wait()
     except Exception as exc:
         return topic_error(exc), []
     pendings: list[Pending] = []

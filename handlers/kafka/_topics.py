@@ -88,6 +88,7 @@ class PartitionLog:
         self._log_start = 0
         self._log_start_at = 0.0
         self.avg_entry_size = 1024.0
+        self.recovery: Any = None  # set while/after producer state is read back
 
     # -- offsets ---------------------------------------------------------------------------
 

@@ -190,6 +190,10 @@ def test_broker_restart_keeps_offsets(tmp_path_factory: pytest.TempPathFactory, 
     try:
         with Wire(bootstrap(s.addresses)) as w:
             w.call(PRODUCE, 9, produce_body(topic, batch([b"a", b"b", b"c"])))
+            pid = w.call(INIT_PID, 4, Data(transactional_id=None, transaction_timeout_ms=60000))
+            kw = {"producer_id": pid.producer_id, "producer_epoch": pid.producer_epoch}
+            first = part(w.call(PRODUCE, 9, produce_body(topic, batch([b"d"], base_sequence=0, **kw))))
+            assert first.base_offset == 3
     finally:
         s.kill()
     s = Standalone(data, conf=conf).start()
@@ -197,8 +201,13 @@ def test_broker_restart_keeps_offsets(tmp_path_factory: pytest.TempPathFactory, 
         with Wire(bootstrap(s.addresses)) as w:
             resp = w.call(FETCH, 12, fetch_body(topic, 1))
             p = resp.responses[0].partitions[0]
-            assert p.high_watermark == 3
-            [b] = decode_batches(p.records)
+            assert p.high_watermark == 4
+            b = decode_batches(p.records)[0]
             assert b.base_offset == 0 and [r.value for r in b.records] == [b"a", b"b", b"c"]
+            # The idempotent producer's retry after the restart is recognised, not stored.
+            again = part(w.call(PRODUCE, 9, produce_body(topic, batch([b"d"], base_sequence=0, **kw))))
+            assert (again.error_code, again.base_offset) == (0, 3)
+            nxt = part(w.call(PRODUCE, 9, produce_body(topic, batch([b"e"], base_sequence=1, **kw))))
+            assert (nxt.error_code, nxt.base_offset) == (0, 4)
     finally:
         s.kill()
