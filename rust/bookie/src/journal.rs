@@ -14,9 +14,9 @@
 //! When the queue runs dry, `flush_when_queue_empty` (on by default) writes the group at
 //! once: the write and fdatasync in progress are the batching window, since everything that
 //! arrives meanwhile queues up and forms the next group. A lone add on an idle disk so pays
-//! one fdatasync, not a fixed wait. Without it, the thread waits for more records until the
-//! oldest has waited `max_group_wait`. Either way a group is closed once its oldest record
-//! has waited `max_group_wait`, however fast records keep arriving.
+//! one fdatasync, not a fixed wait; a journal that falls behind writes bigger groups, up to
+//! the threshold, and so catches up. Without it, the thread waits for more records until
+//! the oldest has waited `max_group_wait`.
 //!
 //! Files are `journal/<seq>.log`. When the current file reaches `max_size_mb` the thread
 //! syncs it, starts `<seq+1>.log` and reports the new sequence number. The owner checkpoints:
@@ -854,10 +854,6 @@ impl Writer {
                 },
             };
             while stop.is_none() && buf.len() < self.config.buffered_writes_threshold {
-                if self.config.flush_when_queue_empty && Instant::now() >= deadline {
-                    // Closed by age: what is still queued forms the next group.
-                    break;
-                }
                 let msg = match rx.try_recv() {
                     Ok(m) => m,
                     Err(TryRecvError::Disconnected) => break,
