@@ -1,9 +1,14 @@
 //! The append path: one queue, drained by one task, written as pipelined batches.
 //!
 //! `add_entries` queues a request and, if no drain task runs, spawns one. The drain task
-//! takes everything queued (up to [`MAX_ROUND_ENTRIES`]), assigns each entry its broker
-//! metadata in queue order, and writes the round to the current ledger, splitting it where
-//! the ledger fills up and rolling over in between. If the ledger fails (not enough
+//! takes everything queued (up to [`MAX_ROUND_ENTRIES`]) as a round, assigns each entry its
+//! broker metadata in queue order, and writes the round to the current ledger. A round that
+//! fits the current ledger is handed to it at once and the task goes on with the next
+//! round while it is in flight (up to [`MAX_ROUNDS_IN_FLIGHT`]): the ledger takes entry ids
+//! in call order and confirms them in order, so rounds are confirmed and answered in queue
+//! order. A round that does not fit (the ledger is full or missing) waits for the rounds in
+//! flight, then is written on its own, split where the ledger fills up, rolling over in
+//! between. If the ledger fails (not enough
 //! bookies, a bookie error), the ledger is sealed at what it confirmed, a new ledger is
 //! created and the unconfirmed rest of the round is written again, once; a second failure
 //! fails the rest of the round and the indexes it would have taken are reused by the next
@@ -27,6 +32,48 @@ use crate::store::{Ledger, LedgerStoreError};
 
 /// Most entries one drain round takes from the queue.
 pub const MAX_ROUND_ENTRIES: usize = 10_000;
+
+/// Most rounds one managed ledger has handed to its ledger and not seen confirmed yet.
+pub const MAX_ROUNDS_IN_FLIGHT: usize = 16;
+
+type WriteFuture = std::pin::Pin<
+    Box<dyn std::future::Future<Output = std::result::Result<Vec<u64>, LedgerStoreError>> + Send>,
+>;
+
+/// A round handed to the current ledger, waiting for its confirmation.
+struct InFlight {
+    round: Vec<PendingAdd>,
+    prepared: Vec<Prepared>,
+    handle: Arc<dyn Ledger>,
+    ledger: u64,
+    /// The entry id the ledger gives the round's first entry.
+    first_id: u64,
+    write: WriteFuture,
+}
+
+enum Submitted {
+    InFlight(InFlight),
+    /// Refused at once (the managed ledger is closed); the callers have their answer.
+    Answered,
+    /// The round does not fit the current ledger as it is: write it with nothing in flight.
+    SlowPath(Vec<PendingAdd>, Vec<Prepared>),
+}
+
+/// Answer each request of a round from the confirmed results, in order; the requests past
+/// what was confirmed get `err`.
+fn answer(round: Vec<PendingAdd>, done: &[AddResult], err: Option<StreamError>, name: &str) {
+    let mut at = 0;
+    for req in round {
+        let n = req.entries.len();
+        let reply = if at + n <= done.len() {
+            Ok(done[at..at + n].to_vec())
+        } else {
+            Err(err.clone().unwrap_or_else(|| StreamError::Closed(name.to_string())))
+        };
+        at += n;
+        let _ = req.tx.send(reply);
+    }
+}
 
 pub(crate) struct PendingAdd {
     entries: Vec<(Bytes, u32)>,
@@ -95,7 +142,9 @@ impl ManagedLedger {
             q.pending.push_back(req);
             !std::mem::replace(&mut q.running, true)
         };
-        if spawn {
+        if !spawn {
+            self.add_queued.notify_one();
+        } else {
             let started = match (self.arc(), tokio::runtime::Handle::try_current()) {
                 (Ok(me), Ok(rt)) => {
                     rt.spawn(async move { me.drain().await });
@@ -133,40 +182,180 @@ impl ManagedLedger {
         r.pop().ok_or_else(|| StreamError::Closed(self.name.clone()))
     }
 
-    async fn drain(self: Arc<Self>) {
-        loop {
-            let round = {
-                let mut q = self.queue.lock();
-                match q.pending.pop_front() {
-                    None => {
-                        q.running = false;
-                        self.writer_idle.notify_waiters();
-                        return;
+    /// Take the next round off the queue: a rollover, or adds merged up to
+    /// [`MAX_ROUND_ENTRIES`]. `None` when nothing is queued.
+    fn next_round(&self) -> Option<Round> {
+        let mut q = self.queue.lock();
+        match q.pending.pop_front()? {
+            Request::Rollover(tx) => Some(Round::Rollover(tx)),
+            Request::Add(first) => {
+                let mut count = first.entries.len();
+                let mut taken = vec![first];
+                while let Some(Request::Add(next)) = q.pending.front() {
+                    if count + next.entries.len() > MAX_ROUND_ENTRIES {
+                        break;
                     }
-                    Some(Request::Rollover(tx)) => Round::Rollover(tx),
-                    Some(Request::Add(first)) => {
-                        let mut count = first.entries.len();
-                        let mut taken = vec![first];
-                        while let Some(Request::Add(next)) = q.pending.front() {
-                            if count + next.entries.len() > MAX_ROUND_ENTRIES {
-                                break;
-                            }
-                            count += next.entries.len();
-                            if let Some(Request::Add(req)) = q.pending.pop_front() {
-                                taken.push(req);
-                            }
-                        }
-                        Round::Adds(taken)
+                    count += next.entries.len();
+                    if let Some(Request::Add(req)) = q.pending.pop_front() {
+                        taken.push(req);
                     }
                 }
-            };
-            match round {
-                Round::Adds(adds) => self.write_round(adds).await,
-                Round::Rollover(tx) => {
-                    let _ = tx.send(self.rollover_if_due().await);
-                }
+                Some(Round::Adds(taken))
             }
         }
+    }
+
+    async fn drain(self: Arc<Self>) {
+        let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+        loop {
+            if in_flight.len() < MAX_ROUNDS_IN_FLIGHT {
+                match self.next_round() {
+                    Some(Round::Adds(adds)) => {
+                        match self.submit_round(adds, &in_flight) {
+                            Submitted::InFlight(item) => in_flight.push_back(item),
+                            Submitted::Answered => {}
+                            Submitted::SlowPath(adds, prepared) => {
+                                self.settle_all(&mut in_flight).await;
+                                self.write_round(adds, prepared).await;
+                            }
+                        }
+                        continue;
+                    }
+                    Some(Round::Rollover(tx)) => {
+                        self.settle_all(&mut in_flight).await;
+                        let _ = tx.send(self.rollover_if_due().await);
+                        continue;
+                    }
+                    None => {}
+                }
+            }
+            let room = in_flight.len() < MAX_ROUNDS_IN_FLIGHT;
+            let Some(head) = in_flight.front_mut() else {
+                let mut q = self.queue.lock();
+                if q.pending.is_empty() {
+                    q.running = false;
+                    self.writer_idle.notify_waiters();
+                    return;
+                }
+                continue;
+            };
+            if room {
+                // Wait for the oldest write, or for more appends to put in flight beside it.
+                let completed = tokio::select! {
+                    biased;
+                    result = &mut head.write => Some(result),
+                    () = self.add_queued.notified() => None,
+                };
+                if let Some(result) = completed {
+                    if let Some(item) = in_flight.pop_front() {
+                        self.settle(item, result, &mut in_flight).await;
+                    }
+                }
+            } else if let Some(mut item) = in_flight.pop_front() {
+                let result = (&mut item.write).await;
+                self.settle(item, result, &mut in_flight).await;
+            }
+        }
+    }
+
+    /// Assign the round's entries their metadata and, when the whole round fits the current
+    /// ledger, hand it to the ledger now (ids are taken in call order) without waiting.
+    fn submit_round(&self, round: Vec<PendingAdd>, in_flight: &VecDeque<InFlight>) -> Submitted {
+        if let Err(e) = self.check_open() {
+            for req in round {
+                let _ = req.tx.send(Err(e.clone()));
+            }
+            return Submitted::Answered;
+        }
+        let prepared = self.prepare(&round);
+        let handle = {
+            let now = self.config.clock.now_ms();
+            let st = self.state.lock();
+            match &st.current {
+                Some(h) if !self.is_full(&st, now) => h.clone(),
+                _ => return Submitted::SlowPath(round, prepared),
+            }
+        };
+        let lid = handle.id();
+        if self.chunk_len(lid, &prepared) < prepared.len() {
+            return Submitted::SlowPath(round, prepared);
+        }
+        let first_id = match in_flight.back() {
+            Some(last) if last.ledger == lid => last.first_id + last.prepared.len() as u64,
+            Some(_) => return Submitted::SlowPath(round, prepared),
+            None => self.state.lock().ledgers.get(&lid).map_or(0, |i| i.entries),
+        };
+        let data: Vec<Bytes> = prepared.iter().map(|p| p.stored.clone()).collect();
+        let ledger = handle.clone();
+        let mut write: WriteFuture = Box::pin(async move { ledger.add_entries(data).await });
+        // Poll once here so the ledger takes the entry ids now, in round order; the drain
+        // task polls it again (with its own waker) until it completes.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if let std::task::Poll::Ready(result) = write.as_mut().poll(&mut cx) {
+            write = Box::pin(std::future::ready(result));
+        }
+        Submitted::InFlight(InFlight { round, prepared, handle, ledger: lid, first_id, write })
+    }
+
+    /// Wait for every round in flight and settle each, in order.
+    async fn settle_all(&self, in_flight: &mut VecDeque<InFlight>) {
+        while let Some(mut item) = in_flight.pop_front() {
+            let result = (&mut item.write).await;
+            self.settle(item, result, in_flight).await;
+        }
+    }
+
+    /// Confirm and answer a round whose write completed. If it failed, the rounds behind it
+    /// (on the same ledger, so failed too) are collected and everything unconfirmed is
+    /// written again in order, as one round, the way a failed round is retried.
+    async fn settle(
+        &self,
+        item: InFlight,
+        result: std::result::Result<Vec<u64>, LedgerStoreError>,
+        in_flight: &mut VecDeque<InFlight>,
+    ) {
+        let n = item.prepared.len();
+        let mut done: Vec<AddResult> = Vec::with_capacity(n);
+        let err: StreamError = match result {
+            Ok(ids) if ids.len() == n => {
+                self.confirm(item.ledger, &item.prepared, &ids, &mut done);
+                answer(item.round, &done, None, &self.name);
+                return;
+            }
+            Err(e) => e.into(),
+            Ok(ids) => StreamError::Corrupt(format!("ledger {} confirmed {} entries of {n}", item.ledger, ids.len())),
+        };
+        let lac = item.handle.last_add_confirmed();
+        let acked = (lac + 1 - entries_i64(item.first_id)).clamp(0, entries_i64(n as u64));
+        let acked = usize::try_from(acked).unwrap_or(0);
+        if acked > 0 {
+            let ids: Vec<u64> = (item.first_id..item.first_id + acked as u64).collect();
+            self.confirm(item.ledger, &item.prepared[..acked], &ids, &mut done);
+        }
+        log::warn!("managed ledger {}: ledger {} failed after {acked} of {n} entries: {err}", self.name, item.ledger);
+        let mut round = item.round;
+        let mut rest: Vec<Prepared> = item.prepared.into_iter().skip(acked).collect();
+        while let Some(mut later) = in_flight.pop_front() {
+            // Ids are confirmed in order, so nothing behind a failed round was confirmed.
+            let _ = (&mut later.write).await;
+            round.extend(later.round);
+            rest.extend(later.prepared);
+        }
+        let (more, failed) = if matches!(err, StreamError::Ledger(LedgerStoreError::Fenced(_))) {
+            // Another owner recovered our ledger: it owns the topic now (see write_prepared).
+            self.state.lock().status = MlStatus::Fenced;
+            (Vec::new(), Some(StreamError::Fenced(self.name.clone())))
+        } else {
+            self.abandon_current(item.handle).await;
+            self.write_prepared(&rest, true).await
+        };
+        if failed.is_some() {
+            if let Some(first_failed) = rest.get(more.len()) {
+                self.state.lock().assign_index = first_failed.first_index();
+            }
+        }
+        done.extend(more);
+        answer(round, &done, failed, &self.name);
     }
 
     pub(crate) async fn wait_writer_idle(&self) {
@@ -193,51 +382,40 @@ impl ManagedLedger {
         }
     }
 
-    async fn write_round(&self, round: Vec<PendingAdd>) {
-        if let Err(e) = self.check_open() {
-            for req in round {
-                let _ = req.tx.send(Err(e.clone()));
-            }
-            return;
-        }
+    /// Give each entry of the round its broker metadata, in queue order.
+    fn prepare(&self, round: &[PendingAdd]) -> Vec<Prepared> {
         let now = self.config.clock.now_ms();
-        let prepared: Vec<Prepared> = {
-            let mut st = self.state.lock();
-            let mut out = Vec::new();
-            for req in &round {
-                for (payload, n) in &req.entries {
-                    let publish = now.max(st.last_publish_ms);
-                    st.last_publish_ms = publish;
-                    let index = st.assign_index + u64::from(*n) - 1;
-                    st.assign_index += u64::from(*n);
-                    let header = EntryHeader { num_messages: *n, publish_time_ms: publish, index };
-                    out.push(Prepared { stored: header.encode(payload), payload: payload.clone(), header });
-                }
+        let mut st = self.state.lock();
+        let mut out = Vec::with_capacity(round.iter().map(|r| r.entries.len()).sum());
+        for req in round {
+            for (payload, n) in &req.entries {
+                let publish = now.max(st.last_publish_ms);
+                st.last_publish_ms = publish;
+                let index = st.assign_index + u64::from(*n) - 1;
+                st.assign_index += u64::from(*n);
+                let header = EntryHeader { num_messages: *n, publish_time_ms: publish, index };
+                out.push(Prepared { stored: header.encode(payload), payload: payload.clone(), header });
             }
-            out
-        };
-        let (done, err) = self.write_prepared(&prepared).await;
+        }
+        out
+    }
+
+    /// Write a prepared round with nothing else in flight: split where the ledger fills up,
+    /// roll over, and retry once on a new ledger (see the module docs).
+    async fn write_round(&self, round: Vec<PendingAdd>, prepared: Vec<Prepared>) {
+        let (done, err) = self.write_prepared(&prepared, false).await;
         if err.is_some() {
             if let Some(first_failed) = prepared.get(done.len()) {
                 self.state.lock().assign_index = first_failed.first_index();
             }
         }
-        let mut at = 0;
-        for req in round {
-            let n = req.entries.len();
-            let reply = if at + n <= done.len() {
-                Ok(done[at..at + n].to_vec())
-            } else {
-                Err(err.clone().unwrap_or_else(|| StreamError::Closed(self.name.clone())))
-            };
-            at += n;
-            let _ = req.tx.send(reply);
-        }
+        answer(round, &done, err, &self.name);
     }
 
-    async fn write_prepared(&self, prepared: &[Prepared]) -> (Vec<AddResult>, Option<StreamError>) {
+    /// Write `prepared` in order; `retried` when a ledger already failed under these entries
+    /// (one more failure then fails the rest).
+    async fn write_prepared(&self, prepared: &[Prepared], mut retried: bool) -> (Vec<AddResult>, Option<StreamError>) {
         let mut done: Vec<AddResult> = Vec::with_capacity(prepared.len());
-        let mut retried = false;
         while done.len() < prepared.len() {
             let rest = &prepared[done.len()..];
             let handle = match self.writable_ledger(rest[0].first_index()).await {

@@ -197,6 +197,8 @@ pub struct ManagedLedger {
     cursor_create_lock: tokio::sync::Mutex<()>,
     pub(crate) trim_scheduled: std::sync::atomic::AtomicBool,
     pub(crate) writer_idle: tokio::sync::Notify,
+    /// Signalled when an append is queued for a drain task that is already running.
+    pub(crate) add_queued: tokio::sync::Notify,
     /// Dropped on close, which ends every receiver's wait with an error.
     pub(crate) new_entries: Mutex<Option<watch::Sender<u64>>>,
     pub(crate) cursors: Mutex<BTreeMap<String, Arc<Cursor>>>,
@@ -264,6 +266,7 @@ impl ManagedLedger {
             cursor_create_lock: tokio::sync::Mutex::new(()),
             trim_scheduled: std::sync::atomic::AtomicBool::new(false),
             writer_idle: tokio::sync::Notify::new(),
+            add_queued: tokio::sync::Notify::new(),
             new_entries: Mutex::new(Some(tx)),
             cursors: Mutex::new(BTreeMap::new()),
             me: me.clone(),

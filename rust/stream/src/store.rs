@@ -46,7 +46,10 @@ pub enum LedgerStoreError {
 pub trait Ledger: Send + Sync + 'static {
     /// The ledger id.
     fn id(&self) -> u64;
-    /// Append `entries` in order; returns their entry ids, or fails as a whole.
+    /// Append `entries` in order; returns their entry ids, or fails as a whole. The ledger
+    /// takes the entry ids when the returned future is first polled, so calls polled one
+    /// after another are pipelined: written in that order, and a call is confirmed only
+    /// once every earlier one is (a failure fails every later call too).
     fn add_entries(&self, entries: Vec<Bytes>) -> BoxFuture<'_, Result<Vec<u64>, LedgerStoreError>>;
     /// Read the entries `first..=last` (all must be confirmed).
     fn read_entries(&self, first: u64, last: u64) -> BoxFuture<'_, Result<Vec<(u64, Bytes)>, LedgerStoreError>>;

@@ -437,6 +437,53 @@ async fn failed_ledger_is_replaced_and_adds_retried() {
 }
 
 #[tokio::test]
+async fn a_failure_in_flight_retries_the_rounds_behind_it_in_order() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/pipelined-fail", env.config(1_000_000)).await.unwrap();
+    let first = ml.add_entries(payloads(0..2)).await.unwrap();
+    let before = first[0].position.ledger_id;
+    env.store.fail_next_adds(1);
+    // Three rounds (each too big to merge with the next) go in flight on the same ledger;
+    // the first fails, which fails the others, and all three are written again, in order.
+    let (a, b, c) = tokio::join!(
+        ml.add_entries(payloads(2..6002)),
+        ml.add_entries(payloads(6002..12002)),
+        ml.add_entries(payloads(12002..18002)),
+    );
+    let all: Vec<_> = [a.unwrap(), b.unwrap(), c.unwrap()].concat();
+    assert_eq!(all.iter().map(|r| r.index).collect::<Vec<_>>(), (2..18002).collect::<Vec<u64>>());
+    assert!(all.iter().all(|r| r.position.ledger_id != before), "written to a new ledger");
+    assert!(all.windows(2).all(|w| w[0].position < w[1].position));
+    let read = ml.read_entries(all[0].position, 20_000).await.unwrap();
+    assert_eq!(read.len(), 18_000);
+    assert_eq!(read.last().map(|e| e.index), Some(18_001));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_in_flight_keep_index_and_position_order() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/pipelined", env.config(1_000_000)).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..200u32 {
+        let ml = ml.clone();
+        tasks.push(tokio::spawn(async move { ml.add_entries(payloads(i * 10..i * 10 + 10)).await }));
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        let r = t.await.unwrap().unwrap();
+        // One call's entries are contiguous.
+        assert!(r.windows(2).all(|w| w[1].index == w[0].index + 1));
+        results.extend(r);
+    }
+    results.sort_by_key(|r| r.index);
+    assert_eq!(results.iter().map(|r| r.index).collect::<Vec<_>>(), (0..2000).collect::<Vec<u64>>());
+    assert!(results.windows(2).all(|w| w[0].position < w[1].position), "positions follow indexes");
+    assert_eq!(ml.stats().entries_added, 2000);
+}
+
+#[tokio::test]
 async fn a_fenced_ledger_fences_the_managed_ledger() {
     let env = Env::new();
     let f = env.factory();
