@@ -298,7 +298,7 @@ _KEY_LIST: tuple[Key, ...] = (
         "sqlite:PATH, memory: or zk:host:port[,host:port][/chroot]", _metadata_url,
         _derive_metadata_url),
     # --- protocols and listeners
-    Key("messagingProtocols", "list", ("pulsar",),
+    Key("messagingProtocols", "list", ("pulsar", "kafka"),
         "Protocol handlers to load: pulsar, kafka, amqp, mqtt, or module:Class.",
         "a comma-separated list of protocol names or module:Class"),
     Key("kafkaListeners", "list", ("PLAINTEXT://127.0.0.1:9092",),
