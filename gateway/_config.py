@@ -299,7 +299,7 @@ _KEY_LIST: tuple[Key, ...] = (
         _derive_metadata_url),
     # --- protocols and listeners
     Key("messagingProtocols", "list", ("pulsar", "kafka"),
-        "Protocol handlers to load: pulsar, kafka, amqp, mqtt, or module:Class.",
+        "Protocol handlers to load: pulsar, kafka, or module:Class for your own.",
         "a comma-separated list of protocol names or module:Class"),
     Key("kafkaListeners", "list", ("PLAINTEXT://127.0.0.1:9092",),
         "Kafka listener URLs.", "a comma-separated list of scheme://host:port", _listeners),
