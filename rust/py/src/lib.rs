@@ -6,6 +6,11 @@
 
 use pyo3::prelude::*;
 
+/// The native core allocates and frees many small buffers per entry from several threads;
+/// mimalloc serves those with less locking than the system allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod bookie;
 mod completions;
 mod errors;
