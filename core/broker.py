@@ -60,6 +60,8 @@ class BrokerService:
         self.schemas = SchemaRegistry(self)
         self.pulsar_service_url = ""
         self.web_service_url = ""
+        # In-process bookies (standalone), for their metrics.
+        self.bookies: list[Any] = []
         self._nursery: trio.Nursery | None = None
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -154,6 +154,33 @@ class BrokerCollector(Collector):
         yield opened
         yield active
         yield requests
+        yield from _bookie_families(cluster, getattr(self.broker, "bookies", []))
+
+
+def _bookie_families(cluster: str, bookies: list[Any]) -> Iterator[Metric]:
+    """The journal of each in-process bookie: group commits, entries, bytes, and its
+    fdatasync latency (BookKeeper's JOURNAL_SYNC, as a summary in milliseconds)."""
+    labels = ["cluster", "bookie"]
+    groups = CounterMetricFamily("bookie_journal_JOURNAL_GROUP_COMMITS", "Journal group commits", labels=labels)
+    records = CounterMetricFamily("bookie_journal_JOURNAL_ADD_ENTRY", "Journal records written", labels=labels)
+    written = CounterMetricFamily("bookie_journal_JOURNAL_WRITE_BYTES", "Journal bytes written", labels=labels)
+    sync_max = GaugeMetricFamily("bookie_journal_JOURNAL_SYNC_max", "Longest journal fdatasync (ms)",
+                                 labels=labels)
+    sync = Metric("bookie_journal_JOURNAL_SYNC", "Journal fdatasync latency (ms)", "summary")
+    for bookie in bookies:
+        st = bookie.stats()
+        if not st:
+            continue
+        values = [cluster, bookie.address]
+        groups.add_metric(values, st["journal_batches"])
+        records.add_metric(values, st["journal_records"])
+        written.add_metric(values, st["journal_bytes"])
+        sync_max.add_metric(values, st["journal_sync_micros_max"] / 1000.0)
+        sync.add_sample("bookie_journal_JOURNAL_SYNC_count", dict(zip(labels, values, strict=True)),
+                        st["journal_syncs"])
+        sync.add_sample("bookie_journal_JOURNAL_SYNC_sum", dict(zip(labels, values, strict=True)),
+                        st["journal_sync_micros_total"] / 1000.0)
+    yield from (groups, records, written, sync, sync_max)
 
 
 class _Families:

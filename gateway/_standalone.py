@@ -76,6 +76,7 @@ async def serve(cfg: Any, bookies: int, *,
             started_bookies.append(bookie)
             register_bookie(metadata, bookie.address)
         broker = BrokerService(cfg, metadata)
+        broker.bookies = started_bookies
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
             addresses: dict[str, list[str]] = {"bookies": [b.address for b in started_bookies]}

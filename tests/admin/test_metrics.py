@@ -87,3 +87,18 @@ def test_http_requests_are_counted(server: Standalone, admin: AdminClient) -> No
     admin.get("/admin/v2/clusters")
     second = value(scrape(server), "magnetar_requests_total", cluster="standalone", protocol="http")
     assert second == first + 2  # the admin call and the second scrape
+
+
+def test_bookie_journal_metrics_count_durable_adds(server: Standalone, ns: str,
+                                                   client: pulsar.Client) -> None:
+    bookie = server.addresses["bookies"][0]
+    before = scrape(server)
+    syncs_before = value(before, "bookie_journal_JOURNAL_SYNC_count", bookie=bookie)
+    adds_before = value(before, "bookie_journal_JOURNAL_ADD_ENTRY_total", bookie=bookie)
+    producer = client.create_producer(f"persistent://{ns}/journal", batching_enabled=False)
+    for _ in range(5):
+        producer.send(b"durable")
+    after = scrape(server)
+    assert value(after, "bookie_journal_JOURNAL_ADD_ENTRY_total", bookie=bookie) >= adds_before + 5
+    assert value(after, "bookie_journal_JOURNAL_SYNC_count", bookie=bookie) > syncs_before
+    assert value(after, "bookie_journal_JOURNAL_SYNC_sum", bookie=bookie) > 0

@@ -65,7 +65,7 @@
 //! ```
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, IoSlice, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -86,9 +86,6 @@ pub const RECORD_HEADER_LEN: usize = 8;
 pub const RECORD_FIXED_LEN: usize = 1 + 8 + 8 + 8;
 /// The largest record body replay accepts.
 pub const MAX_RECORD_BODY: usize = RECORD_FIXED_LEN + MAX_ENTRY_SIZE;
-
-/// A batch buffer larger than this (and than the write threshold) is released after use.
-const MAX_IDLE_BUFFER: usize = 4 * 1024 * 1024;
 
 /// The subdirectory of the data dir that holds journal files.
 pub const JOURNAL_DIR: &str = "journal";
@@ -634,6 +631,10 @@ pub struct JournalStats {
     pub records: u64,
     /// Bytes written.
     pub bytes: u64,
+    /// fdatasync calls made, their total and their longest duration in microseconds.
+    pub syncs: u64,
+    pub sync_micros_total: u64,
+    pub sync_micros_max: u64,
 }
 
 #[derive(Default)]
@@ -641,6 +642,9 @@ struct Counters {
     batches: AtomicU64,
     records: AtomicU64,
     bytes: AtomicU64,
+    syncs: AtomicU64,
+    sync_micros_total: AtomicU64,
+    sync_micros_max: AtomicU64,
 }
 
 /// The running journal: a handle to its thread.
@@ -735,6 +739,9 @@ impl Journal {
             batches: self.counters.batches.load(Ordering::Relaxed),
             records: self.counters.records.load(Ordering::Relaxed),
             bytes: self.counters.bytes.load(Ordering::Relaxed),
+            syncs: self.counters.syncs.load(Ordering::Relaxed),
+            sync_micros_total: self.counters.sync_micros_total.load(Ordering::Relaxed),
+            sync_micros_max: self.counters.sync_micros_max.load(Ordering::Relaxed),
         }
     }
 
@@ -809,6 +816,54 @@ struct Writer {
     on_rotate: RotateHook,
 }
 
+/// The bytes of one group commit, in order: records encoded here, and batches that arrive
+/// encoded, which are written from their own buffers (one vectored write, no copy).
+#[derive(Default)]
+struct Group {
+    parts: Vec<Bytes>,
+    /// Records encoded here since the last encoded batch.
+    tail: Vec<u8>,
+    len: usize,
+}
+
+impl Group {
+    fn record(&mut self, record: &JournalRecord) {
+        let before = self.tail.len();
+        record.encode(&mut self.tail);
+        self.len += self.tail.len() - before;
+    }
+
+    fn encoded(&mut self, encoded: Bytes) {
+        if !self.tail.is_empty() {
+            self.parts.push(Bytes::from(std::mem::take(&mut self.tail)));
+        }
+        self.len += encoded.len();
+        self.parts.push(encoded);
+    }
+
+    fn finish(&mut self) -> Vec<Bytes> {
+        if !self.tail.is_empty() {
+            self.parts.push(Bytes::from(std::mem::take(&mut self.tail)));
+        }
+        std::mem::take(&mut self.parts)
+    }
+}
+
+/// Write every part, in order, with as few vectored writes as the system allows.
+fn write_all_parts(file: &mut File, parts: &[Bytes]) -> std::io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)).collect();
+    let mut rest: &mut [IoSlice<'_>] = &mut slices;
+    while !rest.is_empty() {
+        match file.write_vectored(rest) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 enum Stop {
     Shutdown(Sender<Result<(), String>>),
     Halt,
@@ -834,7 +889,7 @@ impl Writer {
     }
 
     fn serve(&mut self, rx: &Receiver<Msg>) {
-        let mut buf: Vec<u8> = Vec::new();
+        let mut buf = Group::default();
         let mut dones: Vec<Completion> = Vec::new();
         let mut records = 0u64;
         loop {
@@ -853,7 +908,7 @@ impl Writer {
                     }
                 },
             };
-            while stop.is_none() && buf.len() < self.config.buffered_writes_threshold {
+            while stop.is_none() && buf.len < self.config.buffered_writes_threshold {
                 let msg = match rx.try_recv() {
                     Ok(m) => m,
                     Err(TryRecvError::Disconnected) => break,
@@ -875,24 +930,22 @@ impl Writer {
                 }
                 return;
             }
-            let result = if buf.is_empty() && dones.is_empty() {
+            let parts = buf.finish();
+            let result = if parts.is_empty() && dones.is_empty() {
                 Ok(())
             } else {
-                self.write_batch(&buf)
+                self.write_batch(&parts)
             };
             if result.is_ok() && !dones.is_empty() {
                 self.counters.batches.fetch_add(1, Ordering::Relaxed);
                 self.counters.records.fetch_add(records, Ordering::Relaxed);
                 self.counters
                     .bytes
-                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                    .fetch_add(buf.len as u64, Ordering::Relaxed);
             }
             records = 0;
-            buf.clear();
-            if buf.capacity() > MAX_IDLE_BUFFER.max(self.config.buffered_writes_threshold) {
-                // One outsized batch should not pin its buffer for the life of the bookie.
-                buf = Vec::new();
-            }
+            buf = Group::default();
+            drop(parts);
             for d in dones.drain(..) {
                 d(result.clone().map_err(BookieError::JournalFailed));
             }
@@ -910,7 +963,7 @@ impl Writer {
     /// stop it asks for.
     fn take(
         msg: Msg,
-        buf: &mut Vec<u8>,
+        buf: &mut Group,
         dones: &mut Vec<Completion>,
         records: &mut u64,
     ) -> Result<Instant, Stop> {
@@ -920,7 +973,7 @@ impl Writer {
                 done,
                 queued,
             } => {
-                record.encode(buf);
+                buf.record(&record);
                 dones.push(done);
                 *records += 1;
                 Ok(queued)
@@ -930,9 +983,8 @@ impl Writer {
                 done,
                 queued,
             } => {
-                buf.reserve(batch.iter().map(JournalRecord::encoded_len).sum());
                 for r in &batch {
-                    r.encode(buf);
+                    buf.record(r);
                 }
                 dones.push(done);
                 *records += batch.len() as u64;
@@ -944,7 +996,7 @@ impl Writer {
                 done,
                 queued,
             } => {
-                buf.extend_from_slice(&encoded);
+                buf.encoded(encoded);
                 dones.push(done);
                 *records += count;
                 Ok(queued)
@@ -955,18 +1007,23 @@ impl Writer {
     }
 
     /// One write and (when configured) one fdatasync for the whole batch.
-    fn write_batch(&mut self, buf: &[u8]) -> Result<(), String> {
+    fn write_batch(&mut self, parts: &[Bytes]) -> Result<(), String> {
         if let Some(f) = &self.failed {
             return Err(f.clone());
         }
         let path = file_path(&self.data_dir, self.seq);
-        let mut res = self.file.write_all(buf);
+        let mut res = write_all_parts(&mut self.file, parts);
         if res.is_ok() && self.config.sync_data {
+            let started = std::time::Instant::now();
             res = self.file.sync_data();
+            let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+            self.counters.sync_micros_total.fetch_add(micros, Ordering::Relaxed);
+            self.counters.sync_micros_max.fetch_max(micros, Ordering::Relaxed);
         }
         match res {
             Ok(()) => {
-                self.file_len += buf.len() as u64;
+                self.file_len += parts.iter().map(|p| p.len() as u64).sum::<u64>();
                 *self.position.lock() = (self.seq, self.file_len);
                 Ok(())
             }

@@ -65,6 +65,22 @@ impl PyBookieServer {
         self.address.clone()
     }
 
+    /// The journal's counters: group commits, records and bytes written, and fdatasync
+    /// count, total and longest time in microseconds.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let d = pyo3::types::PyDict::new(py);
+        if let Some(server) = &self.server {
+            let s = server.journal_stats();
+            d.set_item("journal_batches", s.batches)?;
+            d.set_item("journal_records", s.records)?;
+            d.set_item("journal_bytes", s.bytes)?;
+            d.set_item("journal_syncs", s.syncs)?;
+            d.set_item("journal_sync_micros_total", s.sync_micros_total)?;
+            d.set_item("journal_sync_micros_max", s.sync_micros_max)?;
+        }
+        Ok(d)
+    }
+
     /// Stop serving: in-flight adds finish, the journal and ledger storage are synced, files
     /// closed. Idempotent.
     fn shutdown(&mut self, py: Python<'_>) -> PyResult<()> {
