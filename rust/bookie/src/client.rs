@@ -5,7 +5,7 @@
 //! A [`BookieClient`] owns one connection and two tokio tasks. Callers encode their request
 //! into a frame, register a completion under a fresh request id in the pending table, and hand
 //! the frame to the writer task through a bounded queue (back-pressure when the socket is slow).
-//! The writer takes everything queued and sends it with one write. The reader task decodes
+//! The writer takes everything queued and sends it with vectored writes, from the frames' own buffers. The reader task decodes
 //! responses and completes the pending request with the same id; responses may arrive in any
 //! order. A request not answered within the request timeout is removed from the table and fails
 //! with [`ClientError::Timeout`]. When the connection dies (read error, EOF, write error, or a
@@ -31,7 +31,7 @@ use crate::proto::{self, OpCode, Request, Response, ResponseBody, Status};
 
 /// Frames queued towards the writer before callers wait.
 const WRITE_QUEUE_FRAMES: usize = 1024;
-/// The writer stops coalescing queued frames into one write past this many bytes.
+/// The writer stops gathering queued frames into one vectored write past this many bytes.
 const MAX_COALESCED_WRITE: usize = 1024 * 1024;
 /// Initial read buffer size.
 const READ_BUFFER: usize = 64 * 1024;
@@ -353,21 +353,22 @@ fn unexpected(op: OpCode, body: &ResponseBody) -> ClientError {
 }
 
 async fn write_loop(mut wr: OwnedWriteHalf, mut queue: mpsc::Receiver<Bytes>, shared: Arc<Shared>) {
-    let mut batch = BytesMut::new();
+    let mut frames: Vec<Bytes> = Vec::new();
     while let Some(first) = queue.recv().await {
-        let result = if first.len() >= MAX_COALESCED_WRITE {
-            wr.write_all(&first).await
-        } else {
-            batch.clear();
-            batch.extend_from_slice(&first);
-            while batch.len() < MAX_COALESCED_WRITE {
-                match queue.try_recv() {
-                    Ok(more) => batch.extend_from_slice(&more),
-                    Err(_) => break,
+        let mut queued = first.len();
+        frames.push(first);
+        while queued < MAX_COALESCED_WRITE {
+            match queue.try_recv() {
+                Ok(more) => {
+                    queued += more.len();
+                    frames.push(more);
                 }
+                Err(_) => break,
             }
-            wr.write_all(&batch).await
-        };
+        }
+        // The frames go out from their own buffers, with vectored writes: no copy here.
+        let result = write_frames(&mut wr, &frames).await;
+        frames.clear();
         if let Err(e) = result {
             shared.fail_all(ClientError::Io(format!("write: {e}")));
             return;
@@ -375,6 +376,20 @@ async fn write_loop(mut wr: OwnedWriteHalf, mut queue: mpsc::Receiver<Bytes>, sh
     }
     // Every clone is gone: half-close so the bookie sees the end of our requests.
     let _ = wr.shutdown().await;
+}
+
+/// Write every frame, in order.
+async fn write_frames(wr: &mut OwnedWriteHalf, frames: &[Bytes]) -> std::io::Result<()> {
+    let mut slices: Vec<std::io::IoSlice<'_>> = frames.iter().map(|f| std::io::IoSlice::new(f)).collect();
+    let mut rest: &mut [std::io::IoSlice<'_>] = &mut slices;
+    while !rest.is_empty() {
+        let n = wr.write_vectored(rest).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        std::io::IoSlice::advance_slices(&mut rest, n);
+    }
+    Ok(())
 }
 
 async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>) {
