@@ -217,6 +217,7 @@ def _file_sink_query(session: Any, broker: Standalone, topic: str, out: Path, ck
     finally:
         q.stop()
     assert q.exception() is None
+    assert all(p["numInputRows"] <= 7 for p in q.recentProgress)  # maxEntriesPerTrigger
 
 
 def test_streaming_restart_from_checkpoint_no_loss_no_duplicates(
