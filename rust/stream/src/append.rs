@@ -48,6 +48,8 @@ struct InFlight {
     ledger: u64,
     /// The entry id the ledger gives the round's first entry.
     first_id: u64,
+    /// Stored bytes of the round.
+    bytes: u64,
     write: WriteFuture,
 }
 
@@ -277,7 +279,12 @@ impl ManagedLedger {
             }
         };
         let lid = handle.id();
-        if self.chunk_len(lid, &prepared) < prepared.len() {
+        // Rounds in flight count towards the ledger's size limits as if confirmed.
+        let (flying, flying_bytes) = in_flight
+            .iter()
+            .filter(|f| f.ledger == lid)
+            .fold((0u64, 0u64), |(n, b), f| (n + f.prepared.len() as u64, b + f.bytes));
+        if self.chunk_len_after(lid, &prepared, flying, flying_bytes) < prepared.len() {
             return Submitted::SlowPath(round, prepared);
         }
         let first_id = match in_flight.back() {
@@ -286,6 +293,7 @@ impl ManagedLedger {
             None => self.state.lock().ledgers.get(&lid).map_or(0, |i| i.entries),
         };
         let data: Vec<Bytes> = prepared.iter().map(|p| p.stored.clone()).collect();
+        let bytes = data.iter().map(|d| d.len() as u64).sum();
         let ledger = handle.clone();
         let mut write: WriteFuture = Box::pin(async move { ledger.add_entries(data).await });
         // Poll once here so the ledger takes the entry ids now, in round order; the drain
@@ -294,7 +302,7 @@ impl ManagedLedger {
         if let std::task::Poll::Ready(result) = write.as_mut().poll(&mut cx) {
             write = Box::pin(std::future::ready(result));
         }
-        Submitted::InFlight(InFlight { round, prepared, handle, ledger: lid, first_id, write })
+        Submitted::InFlight(InFlight { round, prepared, handle, ledger: lid, first_id, bytes, write })
     }
 
     /// Wait for every round in flight and settle each, in order.
@@ -473,9 +481,16 @@ impl ManagedLedger {
 
     /// How many of `rest` go to ledger `lid` before it is full.
     fn chunk_len(&self, lid: u64, rest: &[Prepared]) -> usize {
+        self.chunk_len_after(lid, rest, 0, 0)
+    }
+
+    /// [`chunk_len`](Self::chunk_len) with `in_flight_entries` entries of
+    /// `in_flight_bytes` bytes already handed to the ledger and not confirmed yet.
+    fn chunk_len_after(&self, lid: u64, rest: &[Prepared], in_flight_entries: u64, in_flight_bytes: u64) -> usize {
         let now = self.config.clock.now_ms();
         let st = self.state.lock();
         let (entries, size) = st.ledgers.get(&lid).map_or((0, 0), |i| (i.entries, i.size));
+        let (entries, size) = (entries + in_flight_entries, size + in_flight_bytes);
         let young = now.saturating_sub(st.current_created_ms) < duration_ms(self.config.min_rollover_time);
         let cap = if young {
             rest.len()

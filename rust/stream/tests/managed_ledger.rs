@@ -484,6 +484,27 @@ async fn concurrent_appends_in_flight_keep_index_and_position_order() {
 }
 
 #[tokio::test]
+async fn rounds_in_flight_do_not_overfill_a_ledger() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/pipelined-full", env.config(15_000)).await.unwrap();
+    // Three rounds (each too big to merge with the next) queued at once: the third does not
+    // fit beside the two in flight, so it goes to the next ledger.
+    let (a, b, c) = tokio::join!(
+        ml.add_entries(payloads(0..6000)),
+        ml.add_entries(payloads(6000..12000)),
+        ml.add_entries(payloads(12000..18000)),
+    );
+    let all: Vec<_> = [a.unwrap(), b.unwrap(), c.unwrap()].concat();
+    let mut per_ledger = std::collections::BTreeMap::new();
+    for r in &all {
+        *per_ledger.entry(r.position.ledger_id).or_insert(0u32) += 1;
+    }
+    assert!(per_ledger.values().all(|n| *n <= 15_000), "{per_ledger:?}");
+    assert_eq!(all.iter().map(|r| r.index).collect::<Vec<_>>(), (0..18_000).collect::<Vec<u64>>());
+}
+
+#[tokio::test]
 async fn a_fenced_ledger_fences_the_managed_ledger() {
     let env = Env::new();
     let f = env.factory();
