@@ -6,7 +6,7 @@
 //! - [`proto`] — the wire protocol, a sans-IO codec (frames, requests, responses);
 //! - [`journal`] — the write-ahead log with group commit that makes adds durable;
 //! - [`storage`] — the [`LedgerStorage`] trait, with [`MemStorage`] and [`EntryLogStorage`];
-//! - [`server`] — [`BookieServer`], serving ADD / READ / READ_LAC / DELETE_LEDGER over TCP;
+//! - [`server`] — [`BookieServer`], serving ADD / ADD_BATCH / READ / READ_LAC / DELETE_LEDGER over TCP;
 //! - [`client`] — [`BookieClient`], one multiplexed connection to a bookie.
 //!
 //! The `magnetar-bookie` binary runs one bookie as its own process.
