@@ -147,6 +147,34 @@ async fn round_trip_on_three_bookies_stripes_entries() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_and_concurrent_batches_are_split_pipelined_and_confirmed_in_order() {
+    let cluster = Cluster::start(3).await;
+    let bk = cluster.client();
+    let lh = bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
+    // 3 MiB in one call: several ADD_BATCH requests per bookie.
+    let big: Vec<Bytes> = (0..24u8).map(|i| Bytes::from(vec![i; 128 * 1024])).collect();
+    let ids = bounded("big batch", lh.add_entries(big.clone())).await.unwrap();
+    assert_eq!(ids, (0..24).collect::<Vec<u64>>());
+    // Concurrent calls: each gets consecutive ids, and together they cover the range.
+    let calls = (0..8u64).map(|c| {
+        let lh = lh.clone();
+        tokio::spawn(async move { lh.add_entries((c * 50..c * 50 + 50).map(payload).collect()).await })
+    });
+    let mut got = Vec::new();
+    for call in calls {
+        let ids = call.await.unwrap().unwrap();
+        assert!(ids.windows(2).all(|w| w[1] == w[0] + 1));
+        got.extend(ids);
+    }
+    got.sort_unstable();
+    assert_eq!(got, (24..424).collect::<Vec<u64>>());
+    assert_eq!(lh.last_add_confirmed(), 423);
+    let read = lh.read_entries(0, 23).await.unwrap();
+    assert_eq!(read.into_iter().map(|(_, d)| d).collect::<Vec<_>>(), big);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_enough_bookies() {
     let cluster = Cluster::start(2).await;
     let err = cluster.client().create_ledger(3, 2, 2, BTreeMap::new()).await.err().unwrap();
