@@ -233,10 +233,10 @@ class GroupCoordinator:
 
     async def join(self, req: RequestReceived) -> Data:
         b = req.body
-        g = self.group(b.group_id)
-        assert g is not None
         if not b.group_id:
             return _join_error(ErrorCode.INVALID_GROUP_ID, b.member_id)
+        g = self.group(b.group_id)
+        assert g is not None
         if not MIN_SESSION_TIMEOUT_MS <= b.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
             return _join_error(ErrorCode.INVALID_SESSION_TIMEOUT, b.member_id)
         protocols = [(p.name, p.metadata) for p in b.protocols]

@@ -10,6 +10,11 @@ One record batch is one entry; each record one message of it:
 * CreateTime ↔ event time; LogAppendTime (and any record without an event time) ↔ the
   entry's publish time.
 
+A Kafka consumer reading a batch shortly after it was produced through Kafka is served the
+producer's own bytes from the batch cache (only the base offset rewritten), so what the
+mapping cannot carry (binary or null header values, duplicate header names) reaches it
+intact; from storage it reads the mapped form.
+
 The Kafka offset of a message is its broker index: an entry holding ``n`` messages whose
 last index is ``i`` is the batch with base offset ``i - n + 1``.
 """

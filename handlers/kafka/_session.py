@@ -6,9 +6,8 @@ fetch long poll, a JoinGroup or SyncGroup waiting for the rest of the group) doe
 order-sensitive part inline (a produce hands its entries to the topics right away) and
 waits in a task of its own, so the connection keeps reading. Kafka requires responses in
 request order: each request takes a slot in a queue, the writer sends slots from the
-head as they fill. At most :data:`MAX_IN_FLIGHT` requests, and
-:data:`MAX_IN_FLIGHT_BYTES` of request bytes, are open per connection; past that the
-reader stops reading, which is the back-pressure a client sees.
+head as they fill. At most :data:`MAX_IN_FLIGHT` requests are open per connection; past
+that the reader stops reading, which is the back-pressure a client sees.
 
 A frame whose size prefix is negative or too large, or whose body does not decode, ends
 the connection (after nothing is allocated for it); an unknown API key or version is
@@ -42,16 +41,13 @@ log = logging.getLogger(__name__)
 
 READ_SIZE = 256 * 1024
 MAX_IN_FLIGHT = 256
-MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
-"""Request bytes a connection may have open before its reader stops reading."""
 
 
 class _Slot:
-    __slots__ = ("data", "size")
+    __slots__ = ("data",)
 
-    def __init__(self, data: bytes | None = None, size: int = 0):
+    def __init__(self, data: bytes | None = None):
         self.data = data
-        self.size = size
 
 
 class KafkaSession:
@@ -62,8 +58,6 @@ class KafkaSession:
         self._slots: deque[_Slot] = deque()
         self._ready = trio.Event()
         self._room = trio.Semaphore(MAX_IN_FLIGHT)
-        self._open_bytes = 0
-        self._drained = trio.Event()
         self._nursery: trio.Nursery | None = None
 
     async def run(self) -> None:
@@ -78,9 +72,6 @@ class KafkaSession:
 
     async def _reader(self) -> None:
         while True:
-            while self._open_bytes > MAX_IN_FLIGHT_BYTES:
-                self._drained = trio.Event()
-                await self._drained.wait()
             data = await self.stream.receive_some(READ_SIZE)
             if not data:
                 return
@@ -108,8 +99,7 @@ class KafkaSession:
         if isinstance(result, Data):
             self._push(_Slot(self.codec.send_response(req, result)))
             return
-        slot = _Slot(size=req.size)
-        self._open_bytes += req.size
+        slot = _Slot()
         self._slots.append(slot)
         assert self._nursery is not None
         self._nursery.start_soon(self._complete, req, slot, result)
@@ -134,12 +124,8 @@ class KafkaSession:
             out: list[bytes] = []
             slots = self._slots
             while slots and slots[0].data is not None:
-                slot = slots.popleft()
-                out.append(slot.data)  # type: ignore[arg-type]
-                self._open_bytes -= slot.size
+                out.append(slots.popleft().data)  # type: ignore[arg-type]
                 self._room.release()
-            if self._open_bytes <= MAX_IN_FLIGHT_BYTES:
-                self._drained.set()
             if out:
                 await self.stream.send_all(b"".join(out))
 
