@@ -54,7 +54,7 @@ SCHEMA = (
 )
 
 #: Rows per Arrow batch handed to Spark.
-ARROW_BATCH_ROWS = 8192
+ARROW_BATCH_ROWS = 32768
 #: How long an executor waits for the next message of a range it knows is stored.
 READ_STALL_MS = 30_000
 #: Messages a Reader prefetches.
