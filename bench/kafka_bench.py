@@ -282,7 +282,7 @@ def _broker_cases(name: str, bootstrap: str, pid: int) -> dict[str, Any]:
 
 
 def run() -> dict[str, Any]:
-    base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "."))
+    base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "bench/results"))
     base.mkdir(parents=True, exist_ok=True)
     print("\nKafka: confluent-kafka end to end, Magnetar standalone (journal fsync on) vs "
           "Tansu (memory storage)", flush=True)

@@ -262,7 +262,7 @@ def _verdict(ok: bool) -> str:
 
 
 def run() -> dict[str, Any]:
-    base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "."))
+    base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "bench/results"))
     base.mkdir(parents=True, exist_ok=True)
     rounds = max(1, int(os.environ.get("MAGNETAR_BENCH_ROUNDS", str(ROUNDS))))
     print("\nPulsar: official client end to end, Magnetar standalone vs pulsar-lite "

@@ -127,7 +127,7 @@ def _spark(url: str, admin: str, topic: str) -> dict[str, Any]:
 
 
 def run() -> dict[str, Any]:
-    base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "."))
+    base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "bench/results"))
     base.mkdir(parents=True, exist_ok=True)
     topic = "spark-bench"
     with tempfile.TemporaryDirectory(dir=base, prefix="bench-spark-") as tmp:

@@ -136,7 +136,7 @@ async def _append_case(root: Path, bookies: int, size: int) -> dict[str, float]:
 
 
 def run() -> dict[str, Any]:
-    base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "."))
+    base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "bench/results"))
     base.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base, prefix="bench-storage-") as tmp:
         root = Path(tmp)
