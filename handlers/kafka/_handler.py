@@ -12,6 +12,7 @@ from typing import Any
 
 import trio
 
+from handlers._serve import run_session
 from handlers.kafka import _admin, _fetch, _produce
 from handlers.kafka._codec import DEFAULT_MAX_REQUEST_SIZE, Data, RequestReceived
 from handlers.kafka._group import GroupCoordinator
@@ -136,13 +137,4 @@ class KafkaProtocolHandler:
             task_status.started(list(self.addresses))
 
     async def _connection(self, stream: trio.SocketStream) -> None:
-        session = KafkaSession(self, stream)
-        self.sessions.add(session)
-        try:
-            await session.run()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
-            log.debug("kafka connection ended: %s", exc)
-        except Exception:
-            log.exception("kafka connection failed")
-        finally:
-            self.sessions.discard(session)
+        await run_session("kafka", self.broker, self.sessions, KafkaSession(self, stream))

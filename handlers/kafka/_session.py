@@ -92,6 +92,7 @@ class KafkaSession:
                 await self._handle(event)
 
     async def _handle(self, req: RequestReceived) -> None:
+        self.handler.broker.stats.record_request("kafka")
         result = await self.handler.dispatch(req)
         if result is None:
             self._room.release()

@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from handlers._serve import run_session
 from handlers.pulsar._session import PulsarSession
 
 __all__ = ["PulsarProtocolHandler"]
@@ -44,14 +45,4 @@ class PulsarProtocolHandler:
             task_status.started([self.service_url])
 
     async def _connection(self, stream: trio.SocketStream) -> None:
-        session = PulsarSession(self, stream)
-        self.sessions.add(session)
-        try:
-            with self.broker.stats.connection("pulsar"):
-                await session.run()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
-            log.debug("pulsar connection ended: %s", exc)
-        except Exception:
-            log.exception("pulsar connection failed")
-        finally:
-            self.sessions.discard(session)
+        await run_session("pulsar", self.broker, self.sessions, PulsarSession(self, stream))

@@ -102,3 +102,24 @@ def test_bookie_journal_metrics_count_durable_adds(server: Standalone, ns: str,
     assert value(after, "bookie_journal_JOURNAL_ADD_ENTRY_total", bookie=bookie) >= adds_before + 5
     assert value(after, "bookie_journal_JOURNAL_SYNC_count", bookie=bookie) > syncs_before
     assert value(after, "bookie_journal_JOURNAL_SYNC_sum", bookie=bookie) > 0
+
+
+def test_connections_and_requests_are_counted_per_protocol(server: Standalone, client: pulsar.Client,
+                                                           ns: str) -> None:
+    import socket
+    import struct
+
+    client.create_producer(f"persistent://{ns}/counted").send(b"x")
+    # One Kafka ApiVersions v0 request over a raw socket.
+    host, port = server.addresses["kafka"][0].removeprefix("PLAINTEXT://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        body = struct.pack(">hhih", 18, 0, 7, 4) + b"test"
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        (size,) = struct.unpack(">i", sock.recv(4))
+        assert size > 0
+        m = scrape(server)
+        assert value(m, "magnetar_connections_active", protocol="kafka") >= 1
+    assert value(m, "magnetar_connections_active", protocol="pulsar") >= 1
+    assert value(m, "magnetar_requests_total", protocol="pulsar") >= 3
+    assert value(m, "magnetar_requests_total", protocol="kafka") >= 1
+    assert value(m, "magnetar_connections_opened_total", protocol="kafka") >= 1
