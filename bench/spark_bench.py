@@ -57,8 +57,11 @@ def _produce(url: str, topic: str) -> float:
         deadline = t0 + PHASE_DEADLINE
         for i in range(MESSAGES):
             p.send_async(payload, done, partition_key=f"key-{i % KEYS}")
-            if i % 100_000 == 0 and time.monotonic() > deadline:
-                raise RuntimeError(f"producing {MESSAGES} messages took over {PHASE_DEADLINE} s")
+            if i % 10_000 == 0:
+                if failures:
+                    raise RuntimeError(f"{len(failures)} sends failed: {failures[0]}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"producing {MESSAGES} messages took over {PHASE_DEADLINE} s")
         p.flush()
         if failures:
             raise RuntimeError(f"{len(failures)} sends failed: {failures[0]}")
