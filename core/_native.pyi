@@ -41,6 +41,7 @@ class BookieServer:
         journal_max_group_wait_ms: float = 2.0,
         journal_buffered_writes_threshold: int = 524288,
         journal_max_size_mb: int = 2048,
+        journal_flush_when_queue_empty: bool = True,
     ) -> BookieServer: ...
     @property
     def address(self) -> str: ...

@@ -35,6 +35,7 @@ def start_bookie(cfg: Any, data_dir: str, port: int) -> Any:
         journal_max_group_wait_ms=float(cfg.get("journalMaxGroupWaitMSec")),
         journal_buffered_writes_threshold=int(cfg.get("journalBufferedWritesThreshold")),
         journal_max_size_mb=int(cfg.get("journalMaxSizeMB")),
+        journal_flush_when_queue_empty=bool(cfg.get("journalFlushWhenQueueEmpty")),
     )
     with open(port_file, "w") as f:
         f.write(bookie.address.rsplit(":", 1)[1])

@@ -353,6 +353,10 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("standaloneBookies", 1, "Bookies started inside the standalone process.", 1, 16),
     _bool("journalSyncData", True,
           "Sync the journal to disk (fdatasync) before acknowledging an add."),
+    _bool("journalFlushWhenQueueEmpty", True,
+          "Write the journal as soon as its queue runs dry instead of waiting "
+          "journalMaxGroupWaitMSec: the write in progress is the batching window "
+          "(BookKeeper defaults to false; Magnetar to true for latency)."),
     _int("journalMaxGroupWaitMSec", 2, "Longest wait to group journal writes into one sync.", 0),
     _int("journalBufferedWritesThreshold", 524288,
          "Bytes buffered before a grouped journal write is flushed early.", 0),

@@ -52,6 +52,7 @@ EXPECTED_DEFAULTS = {
     "bookiePort": 3181,
     "journalSyncData": True,
     "journalMaxGroupWaitMSec": 2,
+    "journalFlushWhenQueueEmpty": True,
     "journalBufferedWritesThreshold": 524288,
     "journalMaxSizeMB": 2048,
     "standaloneBookies": 1,

@@ -28,7 +28,8 @@ fn resolve(host: &str, port: u16) -> PyResult<SocketAddr> {
 impl PyBookieServer {
     #[new]
     #[pyo3(signature = (data_dir, host, port, journal_sync_data=true, journal_max_group_wait_ms=2.0,
-                        journal_buffered_writes_threshold=524288, journal_max_size_mb=2048))]
+                        journal_buffered_writes_threshold=524288, journal_max_size_mb=2048,
+                        journal_flush_when_queue_empty=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -39,6 +40,7 @@ impl PyBookieServer {
         journal_max_group_wait_ms: f64,
         journal_buffered_writes_threshold: usize,
         journal_max_size_mb: u64,
+        journal_flush_when_queue_empty: bool,
     ) -> PyResult<Self> {
         let bind = resolve(host, port)?;
         let config = BookieConfig {
@@ -49,7 +51,7 @@ impl PyBookieServer {
                 max_group_wait: Duration::from_secs_f64(journal_max_group_wait_ms.max(0.0) / 1000.0),
                 buffered_writes_threshold: journal_buffered_writes_threshold,
                 max_size_mb: journal_max_size_mb,
-                ..JournalConfig::default()
+                flush_when_queue_empty: journal_flush_when_queue_empty,
             },
         };
         let server = py
