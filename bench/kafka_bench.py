@@ -40,6 +40,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench._proc import cpu_seconds, free_port
+
 SIZES = (100, 1024)
 PEAK_SECONDS = 5.0
 LATENCY_SECONDS = 4.0
@@ -56,20 +58,9 @@ TARGET_CPU_RATIO = 1.0
 TARGET_P99_MS = 20.0
 
 REPO = Path(__file__).resolve().parent.parent
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 _HEAD = struct.Struct(">qd")  # sequence number, send time (s since the epoch)
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tansu_binary() -> Path:
@@ -101,7 +92,7 @@ def tansu_broker(root: Path) -> Iterator[tuple[str, int]]:
     """Tansu with memory storage on a free port: (bootstrap address, pid)."""
     base = root / "tansu"
     base.mkdir()
-    port = _free_port()
+    port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     with open(base / "broker.log", "wb") as log:
         proc = subprocess.Popen(
@@ -227,7 +218,7 @@ def _end_to_end(bootstrap: str, pid: int, topic: str, size: int, seconds: float,
     t = threading.Thread(target=consume)
     t.start()
     time.sleep(0.5)  # the consumer's first fetch is in place before producing starts
-    cpu0 = _cpu_seconds(pid)
+    cpu0 = cpu_seconds(pid)
     t0 = time.monotonic()
     proc = _run_producer(bootstrap, topic, size, seconds, rate, 5 if rate == 0 else 1)
     try:
@@ -245,7 +236,7 @@ def _end_to_end(bootstrap: str, pid: int, topic: str, size: int, seconds: float,
     stop.set()
     t.join(10)
     c.close()
-    cpu = _cpu_seconds(pid) - cpu0
+    cpu = cpu_seconds(pid) - cpu0
     unique = len(seen)
     elapsed = max((stats["last"] or time.monotonic()) - t0, 1e-9)
     latencies.sort()

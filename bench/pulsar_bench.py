@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench._proc import cpu_seconds, free_port
 from bench.storage_bench import raw_fsync
 from gateway._perf import ConsumeOptions, ConsumeStats, consume
 from tests._standalone import Standalone
@@ -65,20 +66,8 @@ TARGET_CPU_RATIO = 0.5
 TARGET_P99_FSYNCS = 3.0
 
 REPO = Path(__file__).resolve().parent.parent
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads) in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pulsar_lite_binary() -> Path:
@@ -107,7 +96,7 @@ def pulsar_lite_broker(root: Path) -> Iterator[tuple[str, int]]:
     base.mkdir()
     config = base / "pulsar-lite.toml"
     config.write_text("[metrics]\nenabled = false\n")
-    port = _free_port()
+    port = free_port()
     with open(base / "broker.log", "wb") as log:
         proc = subprocess.Popen(
             [str(pulsar_lite_binary()), "--addr", f"127.0.0.1:{port}", "--db-path",
@@ -174,7 +163,7 @@ def _end_to_end(url: str, pid: int, topic: str, size: int, batching: bool, rate:
     try:
         if not ready.wait(READY_TIMEOUT) or failure:
             raise RuntimeError(f"consumer did not subscribe: {failure[:1]}")
-        cpu0 = _cpu_seconds(pid)
+        cpu0 = cpu_seconds(pid)
         produced = _run_producer(url, topic, size, batching, rate, seconds, workdir)
         # Wait for the consumer to catch up; stop once quiet for QUIET_SECONDS.
         deadline = time.monotonic() + CATCH_UP_SECONDS
@@ -189,7 +178,7 @@ def _end_to_end(url: str, pid: int, topic: str, size: int, batching: bool, rate:
             elif time.monotonic() - last_change > QUIET_SECONDS:
                 break
             time.sleep(0.02)
-        cpu1 = _cpu_seconds(pid)
+        cpu1 = cpu_seconds(pid)
     finally:
         stop.set()
         thread.join(READY_TIMEOUT)

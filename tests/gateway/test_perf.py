@@ -347,9 +347,10 @@ def test_consume_duration_bounds_an_idle_consumer(broker, unique):
 
 
 def test_bench_end_to_end_counts_every_message_and_broker_cpu(broker, unique, tmp_path):
-    from bench.pulsar_bench import _cpu_seconds, _end_to_end
+    from bench._proc import cpu_seconds
+    from bench.pulsar_bench import _end_to_end
 
-    assert _cpu_seconds(os.getpid()) > 0
+    assert cpu_seconds(os.getpid()) > 0
     assert broker.proc is not None
     case = _end_to_end(broker.pulsar_url, broker.proc.pid, f"bench-{unique}", 100, True, 2000,
                        1.0, tmp_path)
