@@ -122,6 +122,23 @@ impl Core {
         Ok(mark)
     }
 
+    /// Whether an add to `ledger` may proceed: not while shutting down, and not on a fenced
+    /// ledger unless it is a recovery add. Called with the `order` lock held, so a fence
+    /// cannot slip between this check and the add.
+    fn admit(&self, ledger: u64, recovery: bool) -> Result<(), (Status, String)> {
+        if self.halted.load(Ordering::SeqCst) {
+            return Err((Status::IoError, BookieError::ShuttingDown.to_string()));
+        }
+        if recovery {
+            return Ok(());
+        }
+        match self.storage.is_fenced(ledger) {
+            Ok(false) => Ok(()),
+            Ok(true) => Err((Status::Fenced, format!("ledger {ledger} is fenced"))),
+            Err(e) => Err((Status::IoError, e.to_string())),
+        }
+    }
+
     /// Apply an add to storage and queue it on the journal; `done` gets the final status.
     fn add(
         &self,
@@ -133,22 +150,9 @@ impl Core {
         done: impl FnOnce(Status, String) + Send + 'static,
     ) {
         let guard = self.order.read();
-        if self.halted.load(Ordering::SeqCst) {
+        if let Err((status, reason)) = self.admit(ledger, recovery) {
             drop(guard);
-            return done(Status::IoError, BookieError::ShuttingDown.to_string());
-        }
-        if !recovery {
-            match self.storage.is_fenced(ledger) {
-                Ok(false) => {}
-                Ok(true) => {
-                    drop(guard);
-                    return done(Status::Fenced, format!("ledger {ledger} is fenced"));
-                }
-                Err(e) => {
-                    drop(guard);
-                    return done(Status::IoError, e.to_string());
-                }
-            }
+            return done(status, reason);
         }
         if let Err(e) = self.storage.add_entry(ledger, entry, lac, data.clone()) {
             drop(guard);
@@ -175,22 +179,9 @@ impl Core {
         done: impl FnOnce(Status, String) + Send + 'static,
     ) {
         let guard = self.order.read();
-        if self.halted.load(Ordering::SeqCst) {
+        if let Err((status, reason)) = self.admit(ledger, recovery) {
             drop(guard);
-            return done(Status::IoError, BookieError::ShuttingDown.to_string());
-        }
-        if !recovery {
-            match self.storage.is_fenced(ledger) {
-                Ok(false) => {}
-                Ok(true) => {
-                    drop(guard);
-                    return done(Status::Fenced, format!("ledger {ledger} is fenced"));
-                }
-                Err(e) => {
-                    drop(guard);
-                    return done(Status::IoError, e.to_string());
-                }
-            }
+            return done(status, reason);
         }
         let encoded = EncodedEntries::new(ledger, lac, entries);
         if let Err(e) = self.storage.add_encoded(&encoded) {
