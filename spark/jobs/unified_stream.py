@@ -19,6 +19,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+# ISO-8601 with milliseconds and the zone offset ("Z" for UTC): Spark's datetime pattern,
+# whose offset letter is X repeated three times.
+ISO_TIMESTAMP = "yyyy-MM-dd'T'HH:mm:ss.SSS" + "X" * 3
+
 __all__ = ["counts_per_window", "as_messages", "build_query", "main"]
 
 
@@ -42,8 +46,8 @@ def as_messages(counts: Any) -> Any:
     return counts.select(
         F.concat_ws("/", "protocol", F.coalesce("key", F.lit(""))).alias("key"),
         F.to_json(F.struct(
-            F.date_format("windowStart", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("windowStart"),
-            F.date_format("windowEnd", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("windowEnd"),
+            F.date_format("windowStart", ISO_TIMESTAMP).alias("windowStart"),
+            F.date_format("windowEnd", ISO_TIMESTAMP).alias("windowEnd"),
             "protocol", "key", "count")).alias("value"),
     )
 
