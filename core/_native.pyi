@@ -42,6 +42,7 @@ class BookieServer:
         journal_buffered_writes_threshold: int = 524288,
         journal_max_size_mb: int = 2048,
         journal_flush_when_queue_empty: bool = True,
+        journal_pre_alloc_size_mb: int = 16,
     ) -> BookieServer: ...
     @property
     def address(self) -> str: ...

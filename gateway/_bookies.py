@@ -36,6 +36,7 @@ def start_bookie(cfg: Any, data_dir: str, port: int) -> Any:
         journal_buffered_writes_threshold=int(cfg.get("journalBufferedWritesThreshold")),
         journal_max_size_mb=int(cfg.get("journalMaxSizeMB")),
         journal_flush_when_queue_empty=bool(cfg.get("journalFlushWhenQueueEmpty")),
+        journal_pre_alloc_size_mb=int(cfg.get("journalPreAllocSizeMB")),
     )
     with open(port_file, "w") as f:
         f.write(bookie.address.rsplit(":", 1)[1])

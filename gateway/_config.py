@@ -357,6 +357,9 @@ _KEY_LIST: tuple[Key, ...] = (
           "Write the journal as soon as its queue runs dry instead of waiting "
           "journalMaxGroupWaitMSec: the write in progress is the batching window "
           "(BookKeeper defaults to false; Magnetar to true for latency)."),
+    _int("journalPreAllocSizeMB", 16,
+         "Extend the journal file with zeros this far ahead of the write position, so a group "
+         "commit's fdatasync needs no file-system metadata commit (0: off).", 0),
     _int("journalMaxGroupWaitMSec", 2, "Longest wait to group journal writes into one sync.", 0),
     _int("journalBufferedWritesThreshold", 524288,
          "Bytes buffered before a grouped journal write is flushed early.", 0),

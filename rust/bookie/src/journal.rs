@@ -18,6 +18,17 @@
 //! the threshold, and so catches up. Without it, the thread waits for more records until
 //! the oldest has waited `max_group_wait`.
 //!
+//! # Preallocation
+//!
+//! With `pre_alloc_size_mb` (journalPreAllocSizeMB) set, the thread extends the current file
+//! with zeros, in steps of that size, ahead of the write position, and writes records over
+//! those zeros. A group commit's fdatasync then only flushes data into blocks the file
+//! system has already allocated and written: it needs no metadata (size, extent) commit, so
+//! it does not wait behind other files' pending data the way an append's fdatasync does on
+//! a journaling file system. A file is cut back to its records when it is rotated or the
+//! journal shuts down; after a crash the newest file ends in zeros, which replay reads as
+//! the end of the records (an all-zero remainder is padding, never a record).
+//!
 //! Files are `journal/<seq>.log`. When the current file reaches `max_size_mb` the thread
 //! syncs it, starts `<seq+1>.log` and reports the new sequence number. The owner checkpoints:
 //! it takes [`Journal::position`], flushes the ledger storage, records the position with
@@ -66,6 +77,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufReader, IoSlice, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -490,10 +502,14 @@ pub fn replay(
                 Scanned::End => break,
                 Scanned::Bad { off, error } => {
                     let reason = describe(&error);
+                    let rest = scanner.rest_from(off)?;
+                    if rest.iter().all(|&b| b == 0) {
+                        // Preallocated space never written: the records end here.
+                        break;
+                    }
                     if !newest {
                         return Err(BookieError::corrupt(&path, off, reason));
                     }
-                    let rest = scanner.rest_from(off)?;
                     if let Some(good) = good_record_after(&rest, 0) {
                         return Err(BookieError::corrupt(
                             &path,
@@ -677,6 +693,7 @@ impl Journal {
             file,
             seq: first_seq,
             file_len: 0,
+            allocated: 0,
             failed: None,
             position: position.clone(),
             on_rotate,
@@ -795,9 +812,12 @@ impl Drop for Journal {
 
 fn create_file(data_dir: &Path, seq: u64) -> Result<File, BookieError> {
     let path = file_path(data_dir, seq);
+    // Not in append mode: writes go at the file position, which may lie before the
+    // preallocated end. The file is new, so that position is its start.
     let file = OpenOptions::new()
         .create(true)
-        .append(true)
+        .truncate(true)
+        .write(true)
         .open(&path)
         .map_err(|e| BookieError::io("create journal", &path, e))?;
     sync_dir(&data_dir.join(JOURNAL_DIR))?;
@@ -811,6 +831,8 @@ struct Writer {
     file: File,
     seq: u64,
     file_len: u64,
+    /// The file's length on disk: `file_len` plus the zeros preallocated after it.
+    allocated: u64,
     failed: Option<String>,
     position: Arc<Mutex<(u64, u64)>>,
     on_rotate: RotateHook,
@@ -1012,7 +1034,10 @@ impl Writer {
             return Err(f.clone());
         }
         let path = file_path(&self.data_dir, self.seq);
-        let mut res = write_all_parts(&mut self.file, parts);
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        let mut res = self
+            .preallocate(self.file_len + len)
+            .and_then(|()| write_all_parts(&mut self.file, parts));
         if res.is_ok() && self.config.sync_data {
             let started = std::time::Instant::now();
             res = self.file.sync_data();
@@ -1023,7 +1048,8 @@ impl Writer {
         }
         match res {
             Ok(()) => {
-                self.file_len += parts.iter().map(|p| p.len() as u64).sum::<u64>();
+                self.file_len += len;
+                self.allocated = self.allocated.max(self.file_len);
                 *self.position.lock() = (self.seq, self.file_len);
                 Ok(())
             }
@@ -1036,6 +1062,36 @@ impl Writer {
         }
     }
 
+    /// With preallocation on, make sure the file holds zeros up to at least `end`: extend
+    /// it by whole steps of `pre_alloc_size_mb`, written (not just reserved) so that later
+    /// writes over them change no file-system metadata. The zeros become durable with the
+    /// group commit that follows.
+    fn preallocate(&mut self, end: u64) -> std::io::Result<()> {
+        let step = self.config.pre_alloc_size_mb.saturating_mul(1024 * 1024);
+        if step == 0 || end <= self.allocated {
+            return Ok(());
+        }
+        let target = end.div_ceil(step).saturating_mul(step);
+        let zeros = vec![0u8; 1024 * 1024];
+        let mut at = self.allocated;
+        while at < target {
+            let n = usize::try_from((target - at).min(zeros.len() as u64)).unwrap_or(zeros.len());
+            self.file.write_all_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
+        self.allocated = target;
+        Ok(())
+    }
+
+    /// Cut the preallocated zeros off the current file, leaving just its records.
+    fn trim_preallocated(&mut self) -> std::io::Result<()> {
+        if self.allocated > self.file_len {
+            self.file.set_len(self.file_len)?;
+            self.allocated = self.file_len;
+        }
+        Ok(())
+    }
+
     fn maybe_rotate(&mut self) {
         let limit = self.config.max_size_mb.max(1).saturating_mul(1024 * 1024);
         if self.file_len < limit {
@@ -1043,8 +1099,8 @@ impl Writer {
         }
         let next = self.seq + 1;
         let rotated = self
-            .file
-            .sync_all()
+            .trim_preallocated()
+            .and_then(|()| self.file.sync_all())
             .map_err(|e| BookieError::io("sync journal", &file_path(&self.data_dir, self.seq), e))
             .and_then(|()| create_file(&self.data_dir, next));
         match rotated {
@@ -1052,6 +1108,7 @@ impl Writer {
                 self.file = file;
                 self.seq = next;
                 self.file_len = 0;
+                self.allocated = 0;
                 *self.position.lock() = (next, 0);
                 (self.on_rotate)(next);
             }
@@ -1062,7 +1119,7 @@ impl Writer {
     fn finish(&mut self, ack: Sender<Result<(), String>>) {
         let res = match &self.failed {
             Some(f) => Err(f.clone()),
-            None => self.file.sync_all().map_err(|e| {
+            None => self.trim_preallocated().and_then(|()| self.file.sync_all()).map_err(|e| {
                 format!(
                     "syncing journal {}: {e}",
                     file_path(&self.data_dir, self.seq).display()

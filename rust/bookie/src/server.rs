@@ -73,6 +73,11 @@ pub struct JournalConfig {
     /// waiting `max_group_wait` for more (default true: the write in progress is the
     /// batching window, see [`crate::journal`]).
     pub flush_when_queue_empty: bool,
+    /// journalPreAllocSizeMB: the journal file is extended with zeros this far ahead of the
+    /// write position (default 16; 0 turns it off), so a group commit's fdatasync overwrites
+    /// blocks that already exist and needs no file-system metadata commit (see
+    /// [`crate::journal`]).
+    pub pre_alloc_size_mb: u64,
 }
 
 impl Default for JournalConfig {
@@ -83,6 +88,7 @@ impl Default for JournalConfig {
             buffered_writes_threshold: 512 * 1024,
             max_size_mb: 2048,
             flush_when_queue_empty: true,
+            pre_alloc_size_mb: 16,
         }
     }
 }

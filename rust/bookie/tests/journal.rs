@@ -21,6 +21,7 @@ fn config(max_group_wait_ms: u64, threshold: usize) -> JournalConfig {
         buffered_writes_threshold: threshold,
         max_size_mb: 2048,
         flush_when_queue_empty: false,
+        pre_alloc_size_mb: 1,
     }
 }
 
@@ -174,6 +175,89 @@ fn journal_with(dir: &Path, recs: &[JournalRecord]) -> std::path::PathBuf {
     journal::file_path(dir, 1)
 }
 
+const MIB: u64 = 1024 * 1024;
+
+#[test]
+fn a_preallocated_file_is_cut_back_to_its_records_on_shutdown() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recs = records(5);
+    let j = Journal::open(dir.path(), config(0, 1), 1, Box::new(|_| {})).expect("open");
+    write_all(&j, &recs);
+    let path = journal::file_path(dir.path(), 1);
+    // While running, the file reaches past its records by whole preallocation steps.
+    assert_eq!(fs::metadata(&path).expect("meta").len(), MIB);
+    j.shutdown().expect("shutdown");
+    let written: usize = recs.iter().map(|r| r.encoded_len()).sum();
+    assert_eq!(fs::metadata(&path).expect("meta").len(), written as u64);
+    let (got, outcome) = replay_all(dir.path()).expect("replay");
+    assert_eq!(got, recs);
+    assert_eq!(outcome.torn_tail_bytes, 0);
+}
+
+#[test]
+fn preallocation_grows_in_steps_as_records_pass_the_end() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let j = Journal::open(dir.path(), config(0, 1), 1, Box::new(|_| {})).expect("open");
+    let big = Bytes::from(vec![0x5au8; 700 * 1024]);
+    let recs: Vec<JournalRecord> = (0..3).map(|i| JournalRecord::entry(9, i, -1, big.clone())).collect();
+    write_all(&j, &recs);
+    let path = journal::file_path(dir.path(), 1);
+    assert_eq!(fs::metadata(&path).expect("meta").len(), 3 * MIB);
+    j.halt();
+    let (got, outcome) = replay_all(dir.path()).expect("replay");
+    assert_eq!(got, recs);
+    assert_eq!(outcome.torn_tail_bytes, 0);
+}
+
+#[test]
+fn after_a_crash_the_preallocated_zeros_end_the_records_quietly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recs = records(4);
+    let j = Journal::open(dir.path(), config(0, 1), 1, Box::new(|_| {})).expect("open");
+    write_all(&j, &recs);
+    j.halt();
+    let path = journal::file_path(dir.path(), 1);
+    assert_eq!(fs::metadata(&path).expect("meta").len(), MIB, "the zeros stay after a crash");
+    let (got, outcome) = replay_all(dir.path()).expect("replay");
+    assert_eq!(got, recs);
+    assert_eq!(outcome.torn_tail_bytes, 0);
+}
+
+#[test]
+fn a_record_torn_over_preallocated_zeros_is_dropped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recs = records(3);
+    let j = Journal::open(dir.path(), config(0, 1), 1, Box::new(|_| {})).expect("open");
+    write_all(&j, &recs);
+    j.halt();
+    // A fourth record of which only the first half reached the disk before the crash.
+    let path = journal::file_path(dir.path(), 1);
+    let written: usize = recs.iter().map(|r| r.encoded_len()).sum();
+    let mut torn = Vec::new();
+    JournalRecord::entry(1, 3, 2, Bytes::from_static(b"never acknowledged")).encode(&mut torn);
+    let f = OpenOptions::new().write(true).open(&path).expect("open");
+    std::os::unix::fs::FileExt::write_all_at(&f, &torn[..torn.len() / 2], written as u64)
+        .expect("write");
+    let (got, outcome) = replay_all(dir.path()).expect("the torn record is dropped");
+    assert_eq!(got, recs);
+    assert!(outcome.torn_tail_bytes > 0);
+}
+
+#[test]
+fn zeros_in_the_middle_are_corruption_not_padding() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recs = records(3);
+    let path = journal_with(dir.path(), &recs);
+    let mut raw = fs::read(&path).expect("read");
+    let first_len = recs[0].encoded_len();
+    raw[first_len..first_len + recs[1].encoded_len()].fill(0);
+    fs::write(&path, &raw).expect("write");
+    assert!(matches!(
+        replay_all(dir.path()),
+        Err(BookieError::Corrupt { .. })
+    ));
+}
+
 #[test]
 fn garbage_after_the_last_record_is_a_torn_tail() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -277,9 +361,12 @@ proptest! {
         let last = recs[recs.len() - 1].encoded_len() as u64;
         let keep = len - last + cut.index(usize::try_from(last).expect("small")) as u64;
         OpenOptions::new().write(true).open(&path).expect("open").set_len(keep).expect("truncate");
+        let kept = fs::read(&path).expect("read")[usize::try_from(len - last).expect("small")..].to_vec();
         let (got, outcome) = replay_all(dir.path()).expect("replay");
         prop_assert_eq!(&got[..], &recs[..recs.len() - 1]);
-        prop_assert_eq!(outcome.torn_tail_bytes, keep - (len - last));
+        // A cut that leaves only zeros (the high bytes of the length) reads as padding.
+        let torn = if kept.iter().all(|&b| b == 0) { 0 } else { kept.len() as u64 };
+        prop_assert_eq!(outcome.torn_tail_bytes, torn);
     }
 }
 

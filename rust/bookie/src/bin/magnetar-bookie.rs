@@ -3,7 +3,8 @@
 //! ```text
 //! magnetar-bookie --data-dir DIR [--bind 127.0.0.1:3181] [--journal-sync-data true|false]
 //!                 [--journal-max-group-wait-ms 2] [--journal-buffered-writes-threshold 524288]
-//!                 [--journal-max-size-mb 2048] [--log-level info]
+//!                 [--journal-max-size-mb 2048] [--journal-pre-alloc-size-mb 16]
+//!                 [--log-level info]
 //! ```
 //!
 //! Prints `listening on ADDR` on stdout once it accepts connections (so `--bind 127.0.0.1:0`
@@ -20,7 +21,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 const USAGE: &str = "usage: magnetar-bookie --data-dir DIR [--bind ADDR] [--journal-sync-data BOOL] \
 [--journal-max-group-wait-ms MS] [--journal-buffered-writes-threshold BYTES] [--journal-max-size-mb MB] \
-[--log-level LEVEL]";
+[--journal-pre-alloc-size-mb MB] [--log-level LEVEL]";
 
 struct StderrLogger;
 
@@ -79,6 +80,9 @@ fn parse_args() -> Result<(BookieConfig, log::LevelFilter), String> {
             }
             "--journal-max-size-mb" => {
                 journal.max_size_mb = value.parse().map_err(|_| bad("expected megabytes"))?
+            }
+            "--journal-pre-alloc-size-mb" => {
+                journal.pre_alloc_size_mb = value.parse().map_err(|_| bad("expected megabytes"))?
             }
             "--log-level" => {
                 level = value
