@@ -11,6 +11,7 @@ __all__ = [
     "__version__", "BookieError", "BookieServer", "CompletionQueue", "Cursor", "CursorNotFoundError",
     "FencedError", "LedgerClosedError", "ManagedLedger", "ManagedLedgerFactory",
     "MetadataError", "NativeError", "NoSuchLedgerError", "NotEnoughBookiesError",
+    "kafka_batch_from_entry", "kafka_entry_from_batch",
 ]
 
 @final
@@ -113,3 +114,17 @@ class Cursor:
     def backlog(self) -> int: ...
     def has_more(self) -> bool: ...
     def flush(self, queue: CompletionQueue, token: int) -> None: ...
+
+def kafka_entry_from_batch(
+    batch: bytes, producer_name: str, sequence_id: int, publish_time: int
+) -> tuple[bytes, int, bool] | None:
+    """The entry storing the one Kafka record batch ``batch`` holds: (entry, records,
+    contiguous offset deltas), or None for a compressed, control or non-v2 batch. A
+    malformed batch raises ValueError."""
+
+def kafka_batch_from_entry(
+    entry: bytes, index: int, num_messages: int, publish_time: int
+) -> bytes | None:
+    """The Kafka record batch for a stored entry whose last message has broker index
+    ``index``; None for an entry left to the caller (compressed, encrypted, damaged, or not
+    in canonical form)."""

@@ -15,6 +15,10 @@ producer's own bytes from the batch cache (only the base offset rewritten), so w
 mapping cannot carry (binary or null header values, duplicate header names) reaches it
 intact; from storage it reads the mapped form.
 
+An uncompressed, non-transactional batch is converted by the native core in one pass
+(:func:`native_entry`), writing the same bytes :func:`entry_from_batch` writes; the others
+are decoded record by record here.
+
 The Kafka offset of a message is its broker index: an entry holding ``n`` messages whose
 last index is ``i`` is the batch with base offset ``i - n + 1``.
 """
@@ -26,6 +30,7 @@ import binascii
 import struct
 from collections.abc import Sequence
 
+from core import _native
 from core.format import (
     LZ4,
     NONE,
@@ -41,8 +46,10 @@ from core.format import (
 )
 from core.format import SNAPPY as P_SNAPPY
 from handlers.kafka import _records as rb
+from handlers.kafka._errors import ErrorCode, RemoteProtocolError
 
-__all__ = ["entry_from_batch", "batch_from_entry", "messages_from_batch", "records_from_entry"]
+__all__ = ["entry_from_batch", "batch_from_entry", "messages_from_batch", "records_from_entry",
+           "native_entry", "producer_name_of"]
 
 # Kafka codec -> the entry compression it is stored with.
 _TO_PULSAR = {rb.NONE: NONE, rb.GZIP: ZLIB, rb.SNAPPY: P_SNAPPY, rb.LZ4: LZ4, rb.ZSTD: ZSTD}
@@ -157,6 +164,27 @@ def entry_from_batch(batch: rb.RecordBatch, *, publish_time: int, producer_name:
     return encode_entry(metadata, raw)
 
 
+def producer_name_of(batch: rb.RecordBatch) -> str:
+    """The producer name an entry of ``batch`` carries: idempotent producers are told
+    apart by id and epoch."""
+    if batch.producer_id >= 0:
+        return f"kafka-{batch.producer_id}-{batch.producer_epoch}"
+    return "kafka"
+
+
+def native_entry(batch: rb.RecordBatch, *, publish_time: int) -> tuple[bytes, int, bool] | None:
+    """``(entry, records, contiguous)`` for a batch decoded without its records, converted
+    by the native core; None for a batch it leaves to :func:`entry_from_batch` (compressed,
+    transactional or control). ``contiguous``: the records' offset deltas run 0, 1, 2, ..."""
+    if batch.is_transactional or batch.is_control or batch.compression != rb.NONE:
+        return None
+    try:
+        return _native.kafka_entry_from_batch(batch.raw, producer_name_of(batch),
+                                              max(batch.base_sequence, 0), publish_time)
+    except ValueError as exc:
+        raise RemoteProtocolError(str(exc), ErrorCode.CORRUPT_MESSAGE) from None
+
+
 def records_from_entry(data: bytes, publish_time: int) -> list[rb.Record]:
     """The records of a stored entry, read straight from its per-message metadata."""
     metadata, payload = decode_entry(data)
@@ -187,7 +215,20 @@ def _key_of(text: str, b64: bool) -> bytes:
 
 def batch_from_entry(data: bytes, *, index: int, num_messages: int, publish_time: int,
                      compression: int = rb.NONE) -> bytes:
-    """The record batch a fetch returns for the entry whose last message has ``index``."""
+    """The record batch a fetch returns for the entry whose last message has ``index``.
+    An uncompressed batch of an uncompressed entry comes from the native core (the same
+    bytes); the rest is built here."""
+    if compression == rb.NONE:
+        native = _native.kafka_batch_from_entry(data, index, num_messages, publish_time)
+        if native is not None:
+            return native
+    return python_batch_from_entry(data, index=index, num_messages=num_messages,
+                                   publish_time=publish_time, compression=compression)
+
+
+def python_batch_from_entry(data: bytes, *, index: int, num_messages: int, publish_time: int,
+                            compression: int = rb.NONE) -> bytes:
+    """:func:`batch_from_entry` decoded and encoded record by record."""
     records: Sequence[rb.Record] = records_from_entry(data, publish_time)
     base = index - num_messages + 1
     if not records:

@@ -31,7 +31,7 @@ from core.topic import PublishResult
 from handlers.kafka import _mapping
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, RemoteProtocolError
-from handlers.kafka._records import RecordBatch, decode_batches
+from handlers.kafka._records import RecordBatch, decode_batches, with_records
 from handlers.kafka._topics import PartitionLog, ProducerState
 
 if TYPE_CHECKING:
@@ -108,14 +108,20 @@ def _note_sequence(plog: PartitionLog, batch: RecordBatch, pending: Pending) -> 
         st.recent.popitem(last=False)
 
 
-def publish_batch(plog: PartitionLog, batch: RecordBatch, pending: Pending) -> None:
-    """Store one batch as one entry; ``pending`` completes with its base offset."""
-    n = len(batch.records)
-    entry = _mapping.entry_from_batch(
-        batch, publish_time=int(time.time() * 1000),
-        producer_name=f"kafka-{batch.producer_id}-{batch.producer_epoch}"
-        if batch.producer_id >= 0 else "kafka",
-        sequence_id=max(batch.base_sequence, 0))
+def publish_batch(plog: PartitionLog, batch: RecordBatch, pending: Pending,
+                  native: tuple[bytes, int, bool] | None = None) -> None:
+    """Store one batch as one entry; ``pending`` completes with its base offset. ``native``
+    is the entry the native core built for it (:func:`_mapping.native_entry`); without it,
+    ``batch`` carries its decoded records."""
+    if native is not None:
+        entry, n, contiguous = native
+    else:
+        n = len(batch.records)
+        entry = _mapping.entry_from_batch(
+            batch, publish_time=int(time.time() * 1000),
+            producer_name=_mapping.producer_name_of(batch),
+            sequence_id=max(batch.base_sequence, 0))
+        contiguous = all(r[0] == i for i, r in enumerate(batch.records))
 
     def done(result: PublishResult) -> None:
         if result.error is not None:
@@ -134,9 +140,22 @@ def publish_batch(plog: PartitionLog, batch: RecordBatch, pending: Pending) -> N
             # offset (outside the CRC) changes.
             plog.owner.cache.put((plog.key, result.position), _BASE.pack(base) + batch.raw[8:])
 
-    cacheable = bool(batch.raw) and not batch.is_transactional and all(
-        r[0] == i for i, r in enumerate(batch.records))
+    cacheable = bool(batch.raw) and not batch.is_transactional and contiguous
     plog.topic.publish(entry, n, None, 0, done)
+
+
+def _prepare(batches: list[RecordBatch], limit: int
+             ) -> list[tuple[RecordBatch, tuple[bytes, int, bool] | None]]:
+    """Each batch with its natively built entry, or with its records decoded when the
+    native core leaves it to Python. Every batch is checked before any is stored."""
+    now = int(time.time() * 1000)
+    out = []
+    for batch in batches:
+        native = None if batch.is_control else _mapping.native_entry(batch, publish_time=now)
+        if native is None:
+            batch = with_records(batch, max_uncompressed_size=limit)
+        out.append((batch, native))
+    return out
 
 
 async def recover_producers(plog: PartitionLog) -> None:
@@ -239,7 +258,8 @@ async def _produce_partition(h: KafkaProtocolHandler, topic: str, pd: Any, acks:
         return ErrorCode.MESSAGE_TOO_LARGE, []
     try:
         plog = await h.topics.log(topic, pd.index, create=h.auto_create_on_produce)
-        batches = decode_batches(records, max_uncompressed_size=h.max_uncompressed_size)
+        batches = _prepare(decode_batches(records, max_uncompressed_size=h.max_uncompressed_size,
+                                          records=False), h.max_uncompressed_size)
         if plog.recovery is None:
             plog.recovery = trio.Event()
             try:
@@ -251,8 +271,8 @@ async def _produce_partition(h: KafkaProtocolHandler, topic: str, pd: Any, acks:
     except Exception as exc:
         return topic_error(exc), []
     pendings: list[Pending] = []
-    for batch in batches:
-        if not batch.records:
+    for batch, native in batches:
+        if not batch.record_count:
             continue
         if batch.is_control:
             return ErrorCode.INVALID_RECORD, pendings
@@ -275,6 +295,6 @@ async def _produce_partition(h: KafkaProtocolHandler, topic: str, pd: Any, acks:
         pending = Pending()
         if batch.producer_id >= 0:
             _note_sequence(plog, batch, pending)
-        publish_batch(plog, batch, pending)
+        publish_batch(plog, batch, pending, native)
         pendings.append(pending)
     return 0, pendings

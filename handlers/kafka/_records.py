@@ -56,6 +56,7 @@ __all__ = [
     "Record",
     "RecordBatch",
     "decode_batches",
+    "with_records",
     "encode_batch",
     "encode_control_batch",
     "compress",
@@ -113,6 +114,7 @@ class RecordBatch:
     producer_epoch: int = -1
     base_sequence: int = -1
     records: list[Record] = field(default_factory=list)
+    record_count: int = 0
     size: int = 0
     raw: bytes = b""
 
@@ -340,7 +342,13 @@ def _decode_one(buf: bytes, start: int, end: int, limit: int, with_records: bool
                        attributes=attributes, last_offset_delta=last_delta,
                        base_timestamp=base_ts, max_timestamp=max_ts, producer_id=producer_id,
                        producer_epoch=producer_epoch, base_sequence=base_seq, records=records,
-                       size=end - start, raw=buf[start:end])
+                       record_count=count, size=end - start, raw=buf[start:end])
+
+
+def with_records(batch: RecordBatch, *,
+                 max_uncompressed_size: int = DEFAULT_MAX_UNCOMPRESSED_SIZE) -> RecordBatch:
+    """``batch`` (decoded without its records) with its records decoded."""
+    return _decode_one(batch.raw, 0, len(batch.raw), max_uncompressed_size, True)
 
 
 def _decode_records(buf: bytes, pos: int, end: int, count: int,

@@ -14,6 +14,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod bookie;
 mod completions;
 mod errors;
+mod kafka;
 mod meta;
 mod runtime;
 mod stream;
@@ -27,5 +28,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::PyFactory>()?;
     m.add_class::<stream::PyManagedLedger>()?;
     m.add_class::<stream::PyCursor>()?;
+    m.add_function(wrap_pyfunction!(kafka::kafka_entry_from_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(kafka::kafka_batch_from_entry, m)?)?;
     Ok(())
 }

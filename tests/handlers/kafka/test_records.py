@@ -11,6 +11,7 @@ import crc32c
 import pytest
 import snappy
 
+from core import _native
 from core.format import messages_from_entry
 from handlers.kafka import _mapping
 from handlers.kafka import _records as rb
@@ -170,3 +171,163 @@ def test_directly_written_single_metadata_matches_protobuf() -> None:
             want.null_value = True
         assert got == want
         assert raw == want.SerializeToString()
+
+
+# -- the native conversion -----------------------------------------------------------------------
+
+
+def _header_only(raw: bytes) -> rb.RecordBatch:
+    [batch] = rb.decode_batches(raw, records=False)
+    return batch
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_native_entry_is_byte_for_byte_the_python_entry(seed: int) -> None:
+    """Batches of 1..40 records with text and binary keys, headers (binary, null and
+    repeated names), null and empty values, CreateTime and LogAppendTime: the native
+    converter writes exactly the entry the Python mapping writes."""
+    rng = random.Random(seed)
+    for _ in range(40):
+        recs = _records(rng.randint(1, 40), rng)
+        if rng.random() < 0.3:
+            name = rng.choice(["dup", "x"])
+            recs[0] = recs[0]._replace(headers=((name, b"first"), ("mid", None), (name, b"\xfflast")))
+        recs = [r._replace(key=f"key-{i}".encode()) if r.key is not None and i % 2 else r
+                for i, r in enumerate(recs)]
+        raw = rb.encode_batch(recs, base_offset=0, producer_id=rng.choice([-1, 7]),
+                              producer_epoch=2, base_sequence=rng.choice([-1, 0, 30]),
+                              log_append_time=rng.choice([None, 1_700_000_000_999]))
+        header = _header_only(raw)
+        native = _mapping.native_entry(header, publish_time=1234)
+        assert native is not None
+        entry, n, contiguous = native
+        full = rb.with_records(header)
+        want = _mapping.entry_from_batch(full, publish_time=1234,
+                                         producer_name=_mapping.producer_name_of(full),
+                                         sequence_id=max(full.base_sequence, 0))
+        assert entry == want
+        assert n == len(recs) and contiguous
+
+
+def test_native_entry_reports_gaps_and_leaves_compressed_batches_to_python() -> None:
+    recs = [rb.Record(offset_delta=0, value=b"a"), rb.Record(offset_delta=3, value=b"b")]
+    _, n, contiguous = _mapping.native_entry(
+        _header_only(rb.encode_batch(recs, base_offset=0)), publish_time=1)  # type: ignore[misc]
+    assert (n, contiguous) == (2, False)
+    for codec in CODECS[1:]:
+        zipped = _header_only(rb.encode_batch(recs, base_offset=0, compression=codec))
+        assert _mapping.native_entry(zipped, publish_time=1) is None
+
+
+def test_native_entry_refuses_corrupt_records_as_corrupt_message() -> None:
+    rng = random.Random(5)
+    raw = bytearray(rb.encode_batch(_records(4, rng), base_offset=0))
+    raw[rb.BATCH_HEADER_SIZE + 1] ^= 0x7F  # inside the first record
+    raw[17:21] = struct.pack(">I", crc32c.crc32c(bytes(raw[21:])))
+    with pytest.raises(RemoteProtocolError) as python:
+        rb.decode_batches(bytes(raw))
+    with pytest.raises(RemoteProtocolError) as native:
+        _mapping.native_entry(_header_only(bytes(raw)), publish_time=1)
+    assert native.value.code == python.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_fuzzed_batches_are_refused_alike_by_native_and_python() -> None:
+    """Whatever a mutated batch holds, the native converter accepts exactly the batches the
+    Python decoder accepts, and then writes the same entry."""
+    rng = random.Random(17)
+    seeds = [rb.encode_batch(_records(6, rng), base_offset=0) for _ in range(4)]
+    for _ in range(2000):
+        raw = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 3)):
+            pos = rng.randrange(rb.BATCH_HEADER_SIZE, len(raw))
+            raw[pos] = rng.randrange(256)
+        raw[17:21] = struct.pack(">I", crc32c.crc32c(bytes(raw[21:])))
+        try:
+            [full] = rb.decode_batches(bytes(raw))
+        except RemoteProtocolError:
+            with pytest.raises(RemoteProtocolError):
+                _mapping.native_entry(_header_only(bytes(raw)), publish_time=1)
+            continue
+        native = _mapping.native_entry(_header_only(bytes(raw)), publish_time=1)
+        assert native is not None
+        assert native[0] == _mapping.entry_from_batch(
+            full, publish_time=1, producer_name=_mapping.producer_name_of(full),
+            sequence_id=max(full.base_sequence, 0))
+
+
+def _pulsar_entries(rng: random.Random) -> list[bytes]:
+    """Entries as Pulsar producers and the other protocols write them: plain and batched,
+    text and base64 keys, properties, event times or none, null values."""
+    from core.format import Message, encode_broker_entry_metadata, entry_from_messages
+    out = []
+    for i in range(60):
+        msgs = []
+        for j in range(rng.randint(1, 6)):
+            raw_key = rng.choice([None, b"k", rng.randbytes(5), f"key-{j}".encode()])
+            b64 = raw_key is not None and not raw_key.isascii()
+            msgs.append(Message(
+                payload=rng.randbytes(rng.randint(0, 50)),
+                key=None if raw_key is None else (
+                    base64.b64encode(raw_key).decode() if b64 else raw_key.decode()),
+                key_b64_encoded=b64,
+                properties={f"p{n}": rng.choice(["", "v", "ünï"]) for n in range(rng.randint(0, 3))},
+                event_time=rng.choice([None, 1_700_000_000_000 + j]),
+                null_value=rng.random() < 0.1))
+        entry = entry_from_messages(msgs, producer_name="p", sequence_id=i,
+                                    publish_time=rng.choice([0, 1_600_000_000_000]),
+                                    batched=rng.choice([None, True]))
+        if i % 3 == 0:
+            entry = encode_broker_entry_metadata(1_650_000_000_000, 100 + i) + entry
+        out.append(entry)
+    return out
+
+
+def test_native_fetch_batch_is_byte_for_byte_the_python_batch() -> None:
+    rng = random.Random(11)
+    entries = _pulsar_entries(rng)
+    for _ in range(20):
+        recs = _records(rng.randint(1, 12), rng)
+        [batch] = rb.decode_batches(rb.encode_batch(recs, base_offset=0))
+        entries.append(_mapping.entry_from_batch(batch, publish_time=77))
+    for entry in entries:
+        n = len(messages_from_entry(entry))
+        native = _native.kafka_batch_from_entry(entry, 500, n, 42)
+        assert native is not None
+        assert native == _mapping.python_batch_from_entry(entry, index=500, num_messages=n,
+                                                          publish_time=42)
+
+
+def test_native_fetch_leaves_compressed_and_damaged_entries_to_python() -> None:
+    from core.format import LZ4, Message, entry_from_messages
+    zipped = entry_from_messages([Message(payload=b"x" * 100), Message(payload=b"y")],
+                                 producer_name="p", sequence_id=0, publish_time=1,
+                                 compression=LZ4)
+    assert _native.kafka_batch_from_entry(zipped, 1, 2, 1) is None
+    assert _mapping.batch_from_entry(zipped, index=1, num_messages=2, publish_time=1) == \
+        _mapping.python_batch_from_entry(zipped, index=1, num_messages=2, publish_time=1)
+    good = _pulsar_entries(random.Random(2))[1]
+    assert _native.kafka_batch_from_entry(good[:-1], 1, 1, 1) is None  # checksum
+
+
+def test_fuzzed_entries_read_alike_natively_and_in_python() -> None:
+    from core.format import EntryFormatError
+    rng = random.Random(23)
+    seeds = _pulsar_entries(rng)
+    for _ in range(2000):
+        raw = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 3)):
+            pos = rng.randrange(len(raw))
+            raw[pos] = rng.randrange(256)
+        # Keep the checksum right, so that the metadata and batch parsers are exercised.
+        at = 6 + struct.unpack_from(">I", raw, 2)[0] if raw[:2] == b"\x0e\x02" else 0
+        if raw[at:at + 2] == b"\x0e\x01":
+            raw[at + 2:at + 6] = struct.pack(">I", crc32c.crc32c(bytes(raw[at + 6:])))
+        native = _native.kafka_batch_from_entry(bytes(raw), 9, 3, 5)
+        try:
+            want = _mapping.python_batch_from_entry(bytes(raw), index=9, num_messages=3,
+                                                    publish_time=5)
+        except (EntryFormatError, RemoteProtocolError, UnicodeDecodeError, ValueError):
+            assert native is None
+            continue
+        if native is not None:
+            assert native == want
