@@ -135,6 +135,14 @@ def _setup_logging(cfg: Config) -> None:
     setup_logging(cfg.logLevel, cfg.logFormat)
 
 
+def _setup_server(cfg: Config) -> None:
+    """What every long-running server command does first."""
+    from ._process import disable_transparent_huge_pages
+
+    _setup_logging(cfg)
+    disable_transparent_huge_pages()
+
+
 # --------------------------------------------------------------------------------------
 # Built-in commands
 
@@ -155,7 +163,7 @@ def _run_standalone(args: argparse.Namespace) -> int:
     if args.data_dir is not None:
         flags["dataDirectory"] = args.data_dir
     cfg = load_command_config(args, flags)
-    _setup_logging(cfg)
+    _setup_server(cfg)
     from . import _standalone
 
     return int(_standalone.run(cfg, args))
@@ -178,7 +186,7 @@ def _run_bookie(args: argparse.Namespace) -> int:
     if args.metadata_store_url is not None:
         flags["metadataStoreUrl"] = args.metadata_store_url
     cfg = load_command_config(args, flags)
-    _setup_logging(cfg)
+    _setup_server(cfg)
     from . import _bookie
 
     return int(_bookie.run(cfg, args))

@@ -287,3 +287,24 @@ def test_other_exceptions_propagate(fake_runner, no_env):
     sys.modules["gateway._bookie"].run = fail  # type: ignore[attr-defined]
     with pytest.raises(RuntimeError, match="bug"):
         main(["bookie"])
+
+
+def _thp_enabled(pid: int) -> str:
+    with open(f"/proc/{pid}/status") as f:
+        return next(line.split()[1] for line in f if line.startswith("THP_enabled:"))
+
+
+def test_the_standalone_process_runs_without_transparent_huge_pages(tmp_path):
+    from tests._standalone import Standalone
+
+    assert _thp_enabled(os.getpid()) == "1", "this test needs a process with THP allowed"
+    with Standalone(tmp_path / "data") as s:
+        assert s.proc is not None
+        assert _thp_enabled(s.proc.pid) == "0"
+
+
+def test_disabling_transparent_huge_pages_reports_the_outcome():
+    code = ("from gateway._process import disable_transparent_huge_pages as d; "
+            "print(d(), open('/proc/self/status').read().split('THP_enabled:')[1].split()[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "0"]
