@@ -15,6 +15,11 @@ import trio
 from handlers._serve import run_session
 from handlers.kafka import _admin, _fetch, _produce
 from handlers.kafka._codec import DEFAULT_MAX_REQUEST_SIZE, Data, RequestReceived
+from handlers.kafka._fetch_session import (
+    DEFAULT_CACHE_SLOTS,
+    DEFAULT_EVICTION_MS,
+    FetchSessionCache,
+)
 from handlers.kafka._group import GroupCoordinator
 from handlers.kafka._session import KafkaSession
 from handlers.kafka._topics import KafkaTopics
@@ -49,6 +54,10 @@ class KafkaProtocolHandler:
                                   str(config.get("kafkaNamespace") or "default"))
         self.groups = GroupCoordinator(self)
         self.txns = TxnCoordinator(self)
+        # Kafka's own broker keys for the fetch session cache (KIP-227).
+        self.fetch_sessions = FetchSessionCache(
+            int(config.get("max.incremental.fetch.session.cache.slots", DEFAULT_CACHE_SLOTS)),
+            float(config.get("min.incremental.fetch.session.eviction.ms", DEFAULT_EVICTION_MS)))
         self.node_id = 0
         self.cluster_id = str(broker.cluster)
         self.advertised_host = "127.0.0.1"
