@@ -225,6 +225,8 @@ async def handle_delete_records(h: KafkaProtocolHandler, req: RequestReceived) -
                 if offset > start:
                     h.broker.metadata.put(h.topics.log_start_path(plog.topic.name),
                                           json.dumps(offset).encode())
+                    await h.groups.follow_log_start(t.name, p.partition_index, offset)
+                    await h.topics.trim_deleted(plog)
                 res.low_watermark = plog.log_start_offset(fresh=True)
             except Exception as exc:
                 res.error_code = topic_error(exc)

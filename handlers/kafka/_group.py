@@ -22,7 +22,9 @@ Static members are removed when their session expires or by LeaveGroup v3+ namin
 instance id.
 
 Committed offsets are durable: one metadata-store document per group holds them all
-(written on each commit, read back when the group is first used after a restart), and
+(written on each commit, read back when the group is first used after a restart). An
+OffsetCommit covering many partitions is one write of that document, so a crash keeps
+all of it or none; memory changes only after the write succeeded. And
 each committed partition also carries a durable subscription named after the group whose
 mark-delete position follows the committed offset, so the group shows in Magnetar's topic
 stats as a subscription with its backlog.
@@ -107,6 +109,9 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     rebalance_deadline: float = 0.0
     offsets: dict[tuple[str, int], tuple[int, str | None]] = field(default_factory=dict)
+    # Read back from the store: the subscriptions may lag the offsets (a crash after the
+    # document was written), so they are moved up when the group is next used.
+    cursors_pending: bool = False
 
     def static_member(self, instance_id: str | None) -> Member | None:
         """The member registered under a ``group.instance.id`` (KIP-345), if any."""
@@ -167,11 +172,14 @@ class GroupCoordinator:
             doc = json.loads(got[0])
             for topic, partition, offset, meta in doc.get("offsets", []):
                 g.offsets[(topic, int(partition))] = (int(offset), meta)
+            g.cursors_pending = bool(g.offsets)
         self.groups[group_id] = g
         return g
 
-    def _persist(self, g: Group) -> None:
-        doc = {"offsets": [[t, p, o, m] for (t, p), (o, m) in sorted(g.offsets.items())]}
+    def _persist(self, g: Group, offsets: dict[tuple[str, int], tuple[int, str | None]]) -> None:
+        """Write the group's document with ``offsets``: one metadata-store write, so a
+        crash leaves either the old document or the new one, never a part of a commit."""
+        doc = {"offsets": [[t, p, o, m] for (t, p), (o, m) in sorted(offsets.items())]}
         self.h.broker.metadata.put(self._path(g.group_id), json.dumps(doc).encode())
 
     def stored_group_ids(self) -> list[str]:
@@ -281,6 +289,7 @@ class GroupCoordinator:
             return _join_error(ErrorCode.INVALID_GROUP_ID, b.member_id)
         g = self.group(b.group_id)
         assert g is not None
+        await self._recover_cursors(g)
         if not MIN_SESSION_TIMEOUT_MS <= b.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
             return _join_error(ErrorCode.INVALID_SESSION_TIMEOUT, b.member_id)
         protocols = [(p.name, p.metadata) for p in b.protocols]
@@ -416,8 +425,17 @@ class GroupCoordinator:
 
     # -- offsets ---------------------------------------------------------------------------------
 
+    async def _recover_cursors(self, g: Group) -> None:
+        if g.cursors_pending:
+            g.cursors_pending = False
+            for (topic, partition), (offset, _) in sorted(g.offsets.items()):
+                await self._move_cursor(g.group_id, topic, partition, offset)
+
     async def commit(self, req: RequestReceived) -> Data:
         b = req.body
+        g = self.group(b.group_id, create=False) if b.group_id else None
+        if g is not None:
+            await self._recover_cursors(g)
         error = self._check_commit(b.group_id, b.generation_id_or_member_epoch, b.member_id,
                                    b.group_instance_id if req.api_version >= 7 else None)
         return await self.store_offsets(b.group_id, b.topics, error)
@@ -443,28 +461,40 @@ class GroupCoordinator:
         return 0
 
     async def store_offsets(self, group_id: str, topics: list[Any], error: int) -> Data:
-        out = []
+        """Record one OffsetCommit (or a committed transaction's offsets) all or nothing:
+        the group's new offsets go to the store in one write of its document, and only
+        once that write has succeeded do they replace the ones in memory; a failed write
+        fails every partition of the request (COORDINATOR_NOT_AVAILABLE, which clients
+        retry) and changes nothing. The subscriptions follow afterwards."""
         g = self.group(group_id) if not error else None
-        changed: list[tuple[str, int, int]] = []
+        codes: dict[tuple[str, int], int] = {}
+        staged: dict[tuple[str, int], tuple[int, str | None]] = {}
         for t in topics:
-            parts = []
             for p in t.partitions:
-                code = error
-                if not code:
-                    try:
-                        self.h.topics.topic_name(t.name)
-                        g.offsets[(t.name, p.partition_index)] = (  # type: ignore[union-attr]
-                            p.committed_offset, p.committed_metadata)
-                        changed.append((t.name, p.partition_index, p.committed_offset))
-                    except Exception as exc:
-                        code = topic_error(exc)
-                parts.append(Data(partition_index=p.partition_index, error_code=code))
-            out.append(Data(name=t.name, partitions=parts))
-        if changed and g is not None:
-            self._persist(g)
-            for topic, partition, offset in changed:
+                key = (t.name, p.partition_index)
+                codes[key] = error
+                if error:
+                    continue
+                try:
+                    self.h.topics.topic_name(t.name)
+                except Exception as exc:
+                    codes[key] = topic_error(exc)
+                    continue
+                staged[key] = (p.committed_offset, p.committed_metadata)
+        if staged and g is not None:
+            try:
+                self._persist(g, {**g.offsets, **staged})
+            except Exception as exc:
+                log.warning("kafka group %s: offset commit not stored: %r", group_id, exc)
+                codes = dict.fromkeys(codes, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                staged = {}
+            g.offsets.update(staged)
+            for (topic, partition), (offset, _) in staged.items():
                 await self._move_cursor(group_id, topic, partition, offset)
-        return Data(throttle_time_ms=0, topics=out)
+        return Data(throttle_time_ms=0, topics=[
+            Data(name=t.name, partitions=[Data(partition_index=p.partition_index,
+                                               error_code=codes[(t.name, p.partition_index)])
+                                          for p in t.partitions]) for t in topics])
 
     async def _move_cursor(self, group_id: str, topic: str, partition: int, offset: int) -> None:
         """Mark-delete the group's subscription up to the last entry wholly below ``offset``."""
@@ -488,6 +518,15 @@ class GroupCoordinator:
                 sub.ack_cumulative(None, target)
         except Exception as exc:
             log.debug("kafka group %s: cursor of %s-%d not moved: %s", group_id, topic, partition, exc)
+
+    async def follow_log_start(self, topic: str, partition: int, log_start: int) -> None:
+        """DeleteRecords moved the partition's log start: the subscriptions of the groups
+        reading it move past the deleted records (which no Kafka client can read any
+        more), so that they do not keep those records' ledgers in storage."""
+        for group_id in sorted(set(self.groups) | set(self.stored_group_ids())):
+            g = self.group(group_id, create=False)
+            if g is not None and (topic, partition) in g.offsets:
+                await self._move_cursor(group_id, topic, partition, log_start)
 
     def fetch_offsets(self, req: RequestReceived) -> Data:
         b = req.body

@@ -265,3 +265,73 @@ async def test_static_member_expires_and_leaves_by_instance_id(
         assert g.state == EMPTY and not g.members
         fresh = await gc.join(_static_join("ia"))
         assert fresh.error_code == 0 and fresh.member_id != a
+
+
+# -- atomic offset commits ----------------------------------------------------------------------
+
+
+class _Crash(Exception):
+    """The process dying at an injected point."""
+
+
+class _FailingStore(MemoryMetadataStore):
+    """A metadata store whose next writes fail, as a crash or a lost store would."""
+
+    fail = False
+
+    def put(self, path: str, data: bytes, expected_version: int | None = None, *,
+            ephemeral: bool = False) -> int:
+        if self.fail:
+            raise OSError("injected: metadata store unavailable")
+        return super().put(path, data, expected_version, ephemeral=ephemeral)
+
+
+def _commit_all(offset: int, partitions: int = 4) -> RequestReceived:
+    return _req(8, 8, group_id="g", generation_id_or_member_epoch=-1, member_id="",
+                group_instance_id=None, topics=[
+                    Data(name="t", partitions=[Data(partition_index=i, committed_offset=offset,
+                                                    committed_metadata=None)
+                                               for i in range(partitions)])])
+
+
+def _committed(gc: GroupCoordinator) -> list[int]:
+    got = gc.fetch_offsets(_req(9, 7, group_id="g", topics=None, require_stable=False))
+    return [p.committed_offset for t in got.topics for p in t.partitions]
+
+
+async def test_a_multi_partition_commit_is_all_or_nothing() -> None:
+    store = _FailingStore()
+    h: Any = SimpleNamespace(broker=SimpleNamespace(metadata=store),
+                             topics=SimpleNamespace(topic_name=lambda name: name))
+    moved: list[tuple[str, int, int]] = []
+
+    async def crash_after_first_cursor(group_id: str, topic: str, partition: int, offset: int) -> None:
+        # A crash after the commit was stored, while the subscriptions follow.
+        if moved and offset == 9:
+            raise _Crash
+        moved.append((topic, partition, offset))
+
+    async def follow(group_id: str, topic: str, partition: int, offset: int) -> None:
+        moved.append((topic, partition, offset))
+
+    gc = GroupCoordinator(h)
+    gc._move_cursor = crash_after_first_cursor  # type: ignore[method-assign]
+    assert all(p.error_code == 0 for p in (await gc.commit(_commit_all(5))).topics[0].partitions)
+
+    # The store fails the write: every partition fails, nothing changes, here or stored.
+    store.fail = True
+    failed = await gc.commit(_commit_all(7))
+    assert {p.error_code for p in failed.topics[0].partitions} == {ErrorCode.COORDINATOR_NOT_AVAILABLE}
+    assert _committed(gc) == [5, 5, 5, 5]
+    store.fail = False
+
+    # The process dies between the stored commit and the subscriptions: after a restart
+    # every partition has the new offset, and the subscriptions catch up on first use.
+    with pytest.raises(_Crash):
+        await gc.commit(_commit_all(9))
+    restarted = GroupCoordinator(h)
+    moved.clear()
+    restarted._move_cursor = follow  # type: ignore[method-assign]
+    assert _committed(restarted) == [9, 9, 9, 9]
+    await restarted.commit(_commit_all(9, partitions=0))
+    assert sorted(moved) == [("t", i, 9) for i in range(4)]
