@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 import warnings
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +14,9 @@ from handlers.kafka._codec import Data
 from handlers.kafka._errors import ErrorCode
 from handlers.kafka._fetch_session import MAX_EPOCH, FetchSessionCache, next_epoch
 from handlers.kafka._records import decode_batches
-from tests.handlers.kafka._wire import Wire
+from tests._standalone import Standalone
+from tests.handlers.kafka._wire import Wire, bootstrap
+from tests.handlers.kafka.conftest import KAFKA_CONF
 from tests.handlers.kafka.test_wire import FETCH, PRODUCE, batch, produce_body
 
 with warnings.catch_warnings():
@@ -191,3 +195,42 @@ def test_kafka_python_consumes_through_an_incremental_session(boot: str, unique:
     finally:
         consumer.close()
         producer.close()
+
+
+def test_a_full_session_cache_leaves_new_clients_sessionless(tmp_path: Path, unique: str) -> None:
+    """With max.incremental.fetch.session.cache.slots=1 the first consumer holds the only
+    slot; the second is told (session id 0) to keep sending full fetches, and both read
+    everything."""
+    topic = f"slots-{unique}"
+    server = Standalone(tmp_path, conf={**KAFKA_CONF,
+                                        "max.incremental.fetch.session.cache.slots": 1}).start()
+    consumers: list[Any] = []
+    try:
+        boot = bootstrap(server.addresses)
+        producer = KafkaProducer(bootstrap_servers=boot)
+        for i in range(10):
+            producer.send(topic, value=b"m%d" % i, partition=0)
+        producer.flush(15)
+        producer.close()
+        for _ in range(2):
+            c = KafkaConsumer(bootstrap_servers=boot, auto_offset_reset="earliest",
+                              enable_auto_commit=False, fetch_max_wait_ms=100)
+            c.assign([KTopicPartition(topic, 0)])
+            got: list[bytes] = []
+            for _ in range(100):
+                for records in c.poll(timeout_ms=200).values():
+                    got.extend(r.value for r in records)
+                if len(got) >= 10:
+                    break
+            assert got == [b"m%d" % i for i in range(10)]
+            consumers.append(c)
+        # One more poll each, so that both have asked for a session since the other's.
+        for c in consumers:
+            c.poll(timeout_ms=200)
+        ids = [h.next_metadata.session_id for c in consumers
+               for h in c._fetcher._session_handlers.values()]  # noqa: SLF001
+        assert ids[0] != 0 and ids[1:] == [0]
+    finally:
+        for c in consumers:
+            c.close()
+        server.kill()
