@@ -302,11 +302,15 @@ class KafkaTopics:
 
     async def trim_deleted(self, plog: PartitionLog) -> None:
         """Delete from storage the ledgers wholly below the partition's DeleteRecords
-        offset, as soon as no subscription needs them any more."""
-        floor = plog.deleted_before()
-        if floor > 0:
-            await plog.topic.ml.trim_below(floor)
-            plog.log_start_offset(fresh=True)
+        offset, as soon as no subscription needs them any more (a failure is logged and
+        retried by :meth:`run_trimmer`: the log start itself is already recorded)."""
+        try:
+            floor = plog.deleted_before()
+            if floor > 0:
+                await plog.topic.ml.trim_below(floor)
+                plog.log_start_offset(fresh=True)
+        except Exception as exc:
+            log.warning("kafka: trimming %s below its log start: %r", plog.key, exc)
 
     async def run_trimmer(self, interval: float) -> None:
         """Retry :meth:`trim_deleted` on the open partitions every ``interval`` seconds
@@ -314,12 +318,8 @@ class KafkaTopics:
         while True:
             await trio.sleep(interval)
             for plog in list(self.logs.values()):
-                if plog.topic is not self.broker.topics.get(plog.key):
-                    continue
-                try:
+                if plog.topic is self.broker.topics.get(plog.key):
                     await self.trim_deleted(plog)
-                except Exception as exc:
-                    log.warning("kafka: trimming %s below its log start: %r", plog.key, exc)
 
     def forget(self, kafka_name: str) -> None:
         for key in [k for k in self.logs if k.split("\x00", 1)[0] == kafka_name]:
