@@ -9,9 +9,9 @@ applies them, and DescribeConfigs reports them back:
 Kafka config       Magnetar topic policy                     note
 ================== ========================================= ==========================
 retention.ms       retention_policies.retentionTimeInMinutes whole minutes (rounded up);
-                                                             -1 keeps data forever
+                                                             -1 (or unset) no time limit
 retention.bytes    retention_policies.retentionSizeInMB      whole MiB (rounded up);
-                                                             -1 is no size limit
+                                                             -1 (or unset) no size limit
 max.message.bytes  max_message_size (``maxMessageSize``)     largest record batch
 cleanup.policy     (none)                                    only ``delete``
 ================== ========================================= ==========================
@@ -129,11 +129,9 @@ def _ceil_div(n: int, d: int) -> int:
     return -(-n // d)
 
 
-def apply(policies: dict[str, Any], changes: Iterable[tuple[str, str | None]],
-          defaults: dict[str, Any]) -> None:
+def apply(policies: dict[str, Any], changes: Iterable[tuple[str, str | None]]) -> None:
     """Apply validated ``(name, value)`` changes to a topic's policies (mutating them); a
-    value of None removes the topic's own setting. ``defaults`` are the effective policies
-    without the topic's own (the other half of a retention policy comes from there)."""
+    value of None removes the topic's own setting."""
     for name, value in changes:
         if name == "max.message.bytes":
             if value is None:
@@ -141,27 +139,25 @@ def apply(policies: dict[str, Any], changes: Iterable[tuple[str, str | None]],
             else:
                 policies[MAX_MESSAGE_SIZE] = int(value)
         elif name in ("retention.ms", "retention.bytes"):
-            _apply_retention(policies, name, value, defaults)
+            _apply_retention(policies, name, value)
 
 
-def _apply_retention(policies: dict[str, Any], name: str, value: str | None,
-                     defaults: dict[str, Any]) -> None:
+def _apply_retention(policies: dict[str, Any], name: str, value: str | None) -> None:
+    """Kafka limits retention by time and by size, each unlimited unless set; a Magnetar
+    retention policy always has both halves. So the half a Kafka client has not set is
+    unlimited (-1), and the one it set decides. Removing a half makes it unlimited again;
+    when both are, the topic goes back to its namespace's retention."""
     key = "retentionTimeInMinutes" if name == "retention.ms" else "retentionSizeInMB"
-    base = dict(defaults.get(RETENTION) or {})
-    current = dict(policies.get(RETENTION) or base)
+    current = dict(policies.get(RETENTION) or {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
     if value is None:
-        if key in base:
-            current[key] = base[key]
-        else:
-            current.pop(key, None)
+        current[key] = -1
+        if all(v == -1 for v in current.values()):
+            policies.pop(RETENTION, None)
+            return
     else:
         n = int(value)
-        unit = MINUTE_MS if name == "retention.ms" else MIB
-        current[key] = -1 if n < 0 else _ceil_div(n, unit)
-    if current == base:
-        policies.pop(RETENTION, None)
-    else:
-        policies[RETENTION] = current
+        current[key] = -1 if n < 0 else _ceil_div(n, MINUTE_MS if name == "retention.ms" else MIB)
+    policies[RETENTION] = current
 
 
 def topic_values(topic_policies: dict[str, Any], effective: dict[str, Any],
@@ -223,12 +219,11 @@ class TopicConfigs:
         every config not given goes back to its default), then reopen its loaded
         partitions so the storage takes the new retention at once."""
         policies = self.h.broker.policies
-        defaults = self._namespace_policies(name)
         changes = list(given)
         if replace:
             named = {k for k, _ in changes}
             changes += [(k, None) for k in TOPIC_CONFIGS if k not in named]
-        policies.update_topic_policies(name, lambda p: apply(p, changes, defaults))
+        policies.update_topic_policies(name, lambda p: apply(p, changes))
         self.h.broker.refresh_policies(name.namespace_name)
         n = policies.partitions(name)
         for part in [name.partition(i) for i in range(n)] if n else [name]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.request
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,11 +24,17 @@ from handlers.kafka._codec import Data
 from handlers.kafka._configs import ConfigError, apply, validate
 from handlers.kafka._errors import ErrorCode
 from tests._standalone import Standalone
-from tests.handlers.kafka.test_clients import DEADLINE
+from tests.handlers.kafka._wire import Wire, bootstrap
+from tests.handlers.kafka.conftest import KAFKA_CONF
+from tests.handlers.kafka.test_clients import DEADLINE, wait_for
+from tests.handlers.kafka.test_delete_records import _ledgers
+from tests.handlers.kafka.test_wire import PRODUCE, batch, produce_body
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource as KConfigResource
+    from kafka.admin import ConfigResourceType
     from kafka.admin import NewTopic as KNewTopic
     from kafka.errors import InvalidConfigurationError
 
@@ -63,15 +70,20 @@ def test_invalid_configs(name: str, value: str | None, message: str) -> None:
 
 
 def test_retention_maps_onto_the_retention_policy() -> None:
-    ns = {"retention_policies": {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}}
     pol: dict[str, Any] = {}
-    apply(pol, [("retention.ms", "90001"), ("max.message.bytes", "1000")], ns)
-    assert pol == {"retention_policies": {"retentionTimeInMinutes": 2, "retentionSizeInMB": 0},
+    # The half a Kafka client leaves unset is unlimited, as in Kafka.
+    apply(pol, [("retention.ms", "90001"), ("max.message.bytes", "1000")])
+    assert pol == {"retention_policies": {"retentionTimeInMinutes": 2, "retentionSizeInMB": -1},
                    "max_message_size": 1000}
-    apply(pol, [("retention.bytes", "-1")], ns)
-    assert pol["retention_policies"] == {"retentionTimeInMinutes": 2, "retentionSizeInMB": -1}
-    apply(pol, [("retention.ms", None), ("retention.bytes", None), ("max.message.bytes", None)], ns)
+    apply(pol, [("retention.bytes", str(5 * 1024 * 1024 + 1))])
+    assert pol["retention_policies"] == {"retentionTimeInMinutes": 2, "retentionSizeInMB": 6}
+    apply(pol, [("retention.ms", None)])
+    assert pol["retention_policies"] == {"retentionTimeInMinutes": -1, "retentionSizeInMB": 6}
+    # Both halves removed: back to the namespace's retention.
+    apply(pol, [("retention.bytes", None), ("max.message.bytes", None)])
     assert pol == {}
+    apply(pol, [("retention.ms", "-1"), ("retention.bytes", "-1")])
+    assert pol == {"retention_policies": {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}}
 
 
 # -- real clients ---------------------------------------------------------------------------
@@ -158,8 +170,6 @@ def test_kafka_python_create_with_configs_and_alter(kafka_broker: Standalone, bo
             admin.create_topics([KNewTopic(f"{topic}-x", 1, 1,
                                            topic_configs={"cleanup.policy": "compact"})])
         # kafka-python's alter_configs resends the configs already set with the new one.
-        from kafka.admin import ConfigResource as KConfigResource
-        from kafka.admin import ConfigResourceType
         admin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, topic,
                                              configs={"max.message.bytes": "10000"})])
         assert _rest(kafka_broker, base + "/maxMessageSize") == 10000
@@ -169,7 +179,6 @@ def test_kafka_python_create_with_configs_and_alter(kafka_broker: Standalone, bo
 
 
 def test_describe_configs_of_an_unknown_topic(boot: str, unique: str) -> None:
-    from tests.handlers.kafka._wire import Wire
     with Wire(boot) as w:
         resp = w.call(32, 4, Data(resources=[Data(resource_type=2, resource_name=f"nope-{unique}",
                                                   configuration_keys=None)],
@@ -179,7 +188,6 @@ def test_describe_configs_of_an_unknown_topic(boot: str, unique: str) -> None:
 
 def test_alter_configs_replaces_the_topics_configs(kafka_broker: Standalone, boot: str,
                                                     unique: str) -> None:
-    from tests.handlers.kafka._wire import Wire
     topic = f"cfg-replace-{unique}"
     admin = AdminClient({"bootstrap.servers": boot})
     admin.create_topics([NewTopic(topic, 1, config={"retention.ms": "-1"})])[topic].result(DEADLINE)
@@ -199,3 +207,26 @@ def test_alter_configs_replaces_the_topics_configs(kafka_broker: Standalone, boo
         bad = alter({"retention.ms": "-5"})
         assert bad.error_code == ErrorCode.INVALID_CONFIG and "retention.ms" in bad.error_message
         assert _rest(kafka_broker, base + "/maxMessageSize") == 5000
+
+
+def test_retention_configs_are_applied_by_the_storage(tmp_path: Path, unique: str) -> None:
+    """The namespace keeps nothing that has been consumed (retention 0); a topic created
+    with retention.ms=-1 keeps its ledgers while a topic without it loses them."""
+    server = Standalone(tmp_path, conf={**KAFKA_CONF, "managedLedgerMaxEntriesPerLedger": 5,
+                                        "managedLedgerMinLedgerRolloverTimeMinutes": 0,
+                                        "retentionCheckIntervalInSeconds": 1}).start()
+    try:
+        boot = bootstrap(server.addresses)
+        kept, plain = f"keep-{unique}", f"plain-{unique}"
+        admin = AdminClient({"bootstrap.servers": boot})
+        for topic, config in [(kept, {"retention.ms": "-1"}), (plain, {})]:
+            admin.create_topics([NewTopic(topic, 1, config=config)])[topic].result(DEADLINE)
+        # Written in this order, the kept topic is checked first in every retention pass.
+        with Wire(boot) as w:
+            for topic in (kept, plain):
+                for i in range(20):
+                    w.call(PRODUCE, 9, produce_body(topic, batch([b"r%d" % i])))
+        wait_for(lambda: len(_ledgers(server, plain)) <= 2)
+        assert len(_ledgers(server, kept)) >= 4
+    finally:
+        server.kill()
