@@ -216,18 +216,21 @@ class TopicConfigs:
     async def store(self, name: TopicName, given: Sequence[tuple[str, str | None]], *,
                     replace: bool = False) -> None:
         """Apply validated changes to the topic's policies (``replace``: AlterConfigs,
-        every config not given goes back to its default), then reopen its loaded
-        partitions so the storage takes the new retention at once."""
+        every config not given goes back to its default). Loaded partitions take them at
+        once; when the retention changed they are reopened, since the storage reads its
+        retention when it opens."""
         policies = self.h.broker.policies
         changes = list(given)
         if replace:
             named = {k for k, _ in changes}
             changes += [(k, None) for k in TOPIC_CONFIGS if k not in named]
-        policies.update_topic_policies(name, lambda p: apply(p, changes))
+        before = policies.topic_policies(name).get(RETENTION)
+        after = policies.update_topic_policies(name, lambda p: apply(p, changes)).get(RETENTION)
         self.h.broker.refresh_policies(name.namespace_name)
-        n = policies.partitions(name)
-        for part in [name.partition(i) for i in range(n)] if n else [name]:
-            await self.h.broker.unload_topic(part)
+        if before != after:
+            n = policies.partitions(name)
+            for part in [name.partition(i) for i in range(n)] if n else [name]:
+                await self.h.broker.unload_topic(part)
 
 
 def validate_all(configs: Iterable[Any]) -> list[tuple[str, str]]:
