@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from handlers.kafka._codec import Data
+from handlers.kafka._codec import Data, KafkaConnection
 from handlers.kafka._errors import ErrorCode
 from handlers.kafka._fetch_session import MAX_EPOCH, FetchSessionCache, next_epoch
 from handlers.kafka._records import decode_batches
 from tests._standalone import Standalone
 from tests.handlers.kafka._wire import Wire, bootstrap
 from tests.handlers.kafka.conftest import KAFKA_CONF
+from tests.handlers.kafka.test_codec import FIXTURES
 from tests.handlers.kafka.test_wire import FETCH, PRODUCE, batch, produce_body
 
 with warnings.catch_warnings():
@@ -108,6 +109,19 @@ def test_zero_slots_means_no_sessions() -> None:
     cache = FetchSessionCache(slots=0)
     ctx = cache.context(0, 0, _topics("t", {0: 0}), [], 0)
     assert ctx.session_id == 0 and ctx.error == 0 and ctx.wanted
+
+
+@pytest.mark.parametrize(("client", "epoch"), [("confluent", -1), ("kafkapython", 0)])
+def test_what_each_client_asks_for(client: str, epoch: int) -> None:
+    """The golden Fetch frames: librdkafka sends sessionless full fetches (id 0, epoch
+    -1); kafka-python's first fetch opens a session (id 0, epoch 0)."""
+    conn = KafkaConnection()
+    conn.receive_data((FIXTURES / f"{client}_fetch_v12.bin").read_bytes())
+    req = conn.next_event()
+    assert (req.body.session_id, req.body.session_epoch) == (0, epoch)
+    ctx = FetchSessionCache().context(req.body.session_id, req.body.session_epoch,
+                                      req.body.topics, req.body.forgotten_topics_data, 0)
+    assert (ctx.session is not None) == (epoch == 0) and ctx.wanted
 
 
 # -- the wire ------------------------------------------------------------------------------
