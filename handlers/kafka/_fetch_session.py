@@ -26,8 +26,9 @@ The epoch the broker expects next goes 1, 2, ... and wraps from 2^31-1 back to 1
 :class:`FetchSessionCache` is bounded (``max.incremental.fetch.session.cache.slots``,
 Kafka's default 1000; each session takes one slot). A new session that finds the cache
 full evicts, like Kafka's, the least recently used session that has been idle at least
-``min.incremental.fetch.session.eviction.ms`` (120 s), else the least recently used one
-holding fewer partitions than the newcomer; when neither exists the new session is not
+``min.incremental.fetch.session.eviction.ms`` (120 s), else the smallest session (the
+least recently used of those) if it holds fewer partitions than the newcomer; when
+neither exists the new session is not
 created and the response carries session id 0, which tells the client to keep sending
 full fetches. An evicted session's next incremental fetch gets FETCH_SESSION_ID_NOT_FOUND
 and the client opens a new one.
@@ -202,7 +203,8 @@ class FetchSessionCache:
         victim = next((s for s in self.sessions.values()
                        if now_ms - s.last_used_ms >= self.eviction_ms), None)
         if victim is None:
-            victim = next((s for s in self.sessions.values() if len(s.partitions) < size), None)
+            smallest = min(self.sessions.values(), key=lambda s: (len(s.partitions), s.last_used_ms))
+            victim = smallest if len(smallest.partitions) < size else None
         if victim is None:
             return False
         del self.sessions[victim.session_id]

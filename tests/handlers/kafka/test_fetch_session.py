@@ -105,6 +105,14 @@ def test_cache_is_bounded_and_evicts_idle_then_smaller_sessions() -> None:
     assert d and set(cache.sessions) == {c, d}
 
 
+def test_the_smallest_session_makes_room_for_a_bigger_one() -> None:
+    cache = FetchSessionCache(slots=2, rng=random.Random(3))
+    big = cache.context(0, 0, _topics("t", {0: 0, 1: 0, 2: 0}), [], 0).session_id
+    small = cache.context(0, 0, _topics("u", {0: 0}), [], 1_000).session_id
+    new = cache.context(0, 0, _topics("v", {0: 0, 1: 0}), [], 2_000).session_id
+    assert new and set(cache.sessions) == {big, new} and small not in cache.sessions
+
+
 def test_zero_slots_means_no_sessions() -> None:
     cache = FetchSessionCache(slots=0)
     ctx = cache.context(0, 0, _topics("t", {0: 0}), [], 0)
