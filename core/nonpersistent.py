@@ -113,6 +113,9 @@ class _NoLedger(ManagedLedger):
     async def trim(self) -> None:
         return None
 
+    async def trim_below(self, floor: int) -> None:
+        return None
+
     async def check_rollover(self) -> bool:
         return False
 

@@ -45,6 +45,7 @@ TOPIC_POLICY_KEYS = (
     "publishMaxMessageRate",
     "topicDispatchRate",
     "replication_clusters",
+    "max_message_size",
 )
 
 

@@ -308,6 +308,10 @@ _KEY_LIST: tuple[Key, ...] = (
         "a comma-separated list of scheme://host:port", _listeners),
     _str("kafkaTenant", "public", "Tenant that Kafka topics live in."),
     _str("kafkaNamespace", "default", "Namespace that Kafka topics live in."),
+    _int("max.incremental.fetch.session.cache.slots", 1000,
+         "Kafka incremental fetch sessions (KIP-227) kept at once; 0 disables them.", 0),
+    _int("min.incremental.fetch.session.eviction.ms", 120000,
+         "Idle time after which a Kafka fetch session may be evicted for a new one.", 0),
     # --- messages and connections
     _int("maxMessageSize", 5242880, "Largest message (batch) payload accepted, in bytes.", 1024),
     _int("keepAliveIntervalSeconds", 30, "Interval of protocol-level keep-alive pings.", 0),

@@ -19,7 +19,7 @@ from core.schema import STRATEGIES
 
 from ._common import RestError, body_int, body_object, json_body
 
-__all__ = ["PolicySpec", "POLICY_SPECS", "BACKLOG_QUOTA_TYPES", "BACKLOG_POLICIES"]
+__all__ = ["PolicySpec", "POLICY_SPECS", "TOPIC_POLICY_SPECS", "BACKLOG_QUOTA_TYPES", "BACKLOG_POLICIES"]
 
 BACKLOG_QUOTA_TYPES = ("destination_storage", "message_age")
 BACKLOG_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
@@ -155,6 +155,11 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
     PolicySpec("maxConsumers", "max_consumers_per_topic", _max_count("maxConsumers")),
     PolicySpec("dispatchRate", "topicDispatchRate", _DISPATCH),
     PolicySpec("publishRate", "publishMaxMessageRate", _PUBLISH),
+)
+
+#: Policies a topic has but a namespace does not (Pulsar's topic-level ``maxMessageSize``).
+TOPIC_POLICY_SPECS: tuple[PolicySpec, ...] = (
+    PolicySpec("maxMessageSize", "max_message_size", _max_count("maxMessageSize")),
 )
 
 

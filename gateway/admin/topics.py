@@ -15,7 +15,7 @@ from starlette.routing import Route
 from core.naming import NamespaceName, TopicName
 
 from ._common import RestError, body_int, endpoint, json_body, namespace_of, query_bool, topic_of
-from ._policies import POLICY_SPECS, PolicySpec, backlog_quota_body, read_body
+from ._policies import POLICY_SPECS, TOPIC_POLICY_SPECS, PolicySpec, backlog_quota_body, read_body
 from ._stats import Rates, internal_stats, merge_partition_stats, topic_stats
 from .namespaces import namespace_topics
 
@@ -355,7 +355,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
             Route(f"{base}/{{topic}}/replication", get_replication, methods=["GET"]),
             Route(f"{base}/{{topic}}/replication", set_replication, methods=["POST"]),
         ]
-        for spec in POLICY_SPECS:
+        for spec in POLICY_SPECS + TOPIC_POLICY_SPECS:
             out += policy_routes(base, spec)
         out += [
             Route(f"{base}/{{topic}}", create_topic, methods=["PUT"]),

@@ -1,6 +1,6 @@
 """Cluster and topic administration: ApiVersions, Metadata, FindCoordinator,
-CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs,
-DescribeCluster.
+CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeCluster (the
+configs APIs are in :mod:`handlers.kafka._configs`).
 
 This broker is the only node Kafka clients see (node id ``kafkaNodeId``, 0): it leads
 every partition and coordinates every group and transaction. Replication is the ledger's
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from core.broker import TopicNotFoundError
 from core.naming import InvalidNameError, TopicName
 from handlers.kafka._codec import Data, RequestReceived, api_versions_table, topic_uuid
+from handlers.kafka._configs import SOURCE_DYNAMIC_TOPIC, ConfigError, config_entry, validate_all
 from handlers.kafka._errors import ErrorCode
 from handlers.kafka._produce import topic_error
 
@@ -30,16 +31,8 @@ __all__ = [
     "handle_delete_topics",
     "handle_create_partitions",
     "handle_delete_records",
-    "handle_describe_configs",
     "handle_describe_cluster",
 ]
-
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
-
 
 def handle_api_versions(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
     return Data(error_code=0, api_keys=api_versions_table(), throttle_time_ms=0)
@@ -134,6 +127,12 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
             res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
             res.error_message = f"Topic '{t.name}' already exists."
             continue
+        try:
+            configs = validate_all(t.configs)
+        except ConfigError as exc:
+            res.error_code = exc.code
+            res.error_message = str(exc)
+            continue
         if not b.validate_only:
             try:
                 h.topics.create(name, n)
@@ -141,9 +140,17 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
                 res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
                 res.error_message = str(exc)
                 continue
+            if configs:
+                await h.configs.store(name, configs)
         res.topic_id = topic_uuid(str(name))
         res.num_partitions = n
         res.replication_factor = 1
+        if b.validate_only:
+            given = dict(configs)
+            res.configs = [config_entry(k, given.get(k, v), SOURCE_DYNAMIC_TOPIC if k in given else s)
+                           for k, v, s in h.configs.values(name)]
+        else:
+            res.configs = [config_entry(k, v, s) for k, v, s in h.configs.values(name)]
     return Data(throttle_time_ms=0, topics=out)
 
 
@@ -167,6 +174,7 @@ async def handle_delete_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
                     pass  # a partition never written to has no storage yet
             if partitioned:
                 h.broker.metadata.delete(_partitioned_path(name))
+            h.broker.policies.delete_topic_policies(name)
         except Exception as exc:
             res.error_code = topic_error(exc)
             res.error_message = str(exc)
@@ -217,81 +225,13 @@ async def handle_delete_records(h: KafkaProtocolHandler, req: RequestReceived) -
                 if offset > start:
                     h.broker.metadata.put(h.topics.log_start_path(plog.topic.name),
                                           json.dumps(offset).encode())
+                    await h.groups.follow_log_start(t.name, p.partition_index, offset)
+                    await h.topics.trim_deleted(plog)
                 res.low_watermark = plog.log_start_offset(fresh=True)
             except Exception as exc:
                 res.error_code = topic_error(exc)
         out.append(Data(name=t.name, partitions=parts))
     return Data(throttle_time_ms=0, topics=out)
-
-
-def _topic_configs(h: KafkaProtocolHandler, name: TopicName) -> list[tuple[str, str, int]]:
-    pol = h.broker.namespace_policies(name.namespace_name)
-    retention = pol.get("retention_policies") or {}
-    minutes = int(retention.get("retentionTimeInMinutes",
-                                h.config.get("defaultRetentionTimeInMinutes")))
-    size_mb = int(retention.get("retentionSizeInMB", h.config.get("defaultRetentionSizeInMB")))
-    src = SOURCE_DEFAULT
-    return [
-        ("cleanup.policy", "delete", src),
-        ("compression.type", "producer", src),
-        ("max.message.bytes", str(h.max_message_size), SOURCE_STATIC_BROKER),
-        ("message.timestamp.type", "CreateTime", src),
-        ("min.insync.replicas", str(h.config.get("managedLedgerDefaultAckQuorum")), SOURCE_STATIC_BROKER),
-        ("retention.ms", str(-1 if minutes < 0 else minutes * 60_000), src),
-        ("retention.bytes", str(-1 if size_mb < 0 else size_mb * 1024 * 1024), src),
-    ]
-
-
-def _broker_configs(h: KafkaProtocolHandler) -> list[tuple[str, str, int]]:
-    src = SOURCE_STATIC_BROKER
-    return [
-        ("auto.create.topics.enable", str(bool(h.config.get("allowAutoTopicCreation"))).lower(), src),
-        ("broker.id", str(h.node_id), src),
-        ("default.replication.factor", "1", src),
-        ("message.max.bytes", str(h.max_message_size), src),
-        ("num.partitions", str(max(1, int(h.config.get("defaultNumPartitions")))), src),
-    ]
-
-
-async def handle_describe_configs(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
-    out = []
-    for r in req.body.resources:
-        res = Data(error_code=0, error_message=None, resource_type=r.resource_type,
-                   resource_name=r.resource_name, configs=[])
-        out.append(res)
-        items: list[tuple[str, str, int]]
-        try:
-            if r.resource_type == RESOURCE_TOPIC:
-                name = h.topics.topic_name(r.resource_name)
-                if not h.topics.partition_count(name):
-                    res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    res.error_message = f"Topic '{r.resource_name}' does not exist."
-                    continue
-                items = _topic_configs(h, name)
-            elif r.resource_type == RESOURCE_BROKER:
-                if r.resource_name not in ("", str(h.node_id)):
-                    res.error_code = ErrorCode.INVALID_REQUEST
-                    res.error_message = f"Unknown broker {r.resource_name}"
-                    continue
-                items = _broker_configs(h)
-            else:
-                res.error_code = ErrorCode.INVALID_REQUEST
-                res.error_message = f"Resource type {r.resource_type} is not supported"
-                continue
-        except Exception as exc:
-            res.error_code = topic_error(exc)
-            res.error_message = str(exc)
-            continue
-        keys = set(r.configuration_keys) if r.configuration_keys is not None else None
-        res.configs = [_config_entry(k, v, s, req.api_version) for k, v, s in items
-                       if keys is None or k in keys]
-    return Data(throttle_time_ms=0, results=out)
-
-
-def _config_entry(name: str, value: str, source: int, version: int) -> Data:
-    return Data(name=name, value=value, read_only=source != SOURCE_DYNAMIC_TOPIC,
-                is_default=source == SOURCE_DEFAULT, config_source=source, is_sensitive=False,
-                synonyms=[], config_type=0, documentation=None)
 
 
 def handle_describe_cluster(h: KafkaProtocolHandler, req: RequestReceived) -> Data:

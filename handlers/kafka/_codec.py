@@ -191,6 +191,32 @@ def _api(key: int, name: str, versions: str, flexible: int,
 
 _THROTTLE = F("throttle_time_ms", "int32", "0+")
 
+
+def _alter_configs_request(*, incremental: bool) -> list[Field]:
+    """AlterConfigs and IncrementalAlterConfigs (KIP-339) requests: the latter adds each
+    config's operation."""
+    operation = [F("config_operation", "int8")] if incremental else []
+    return [
+        F("resources", "[]", "0+",
+          F("resource_type", "int8"),
+          F("resource_name", "string"),
+          F("configs", "[]", "0+",
+            F("name", "string"),
+            *operation,
+            F("value", "string", nullable="0+"))),
+        F("validate_only", "bool"),
+    ]
+
+
+_ALTER_CONFIGS_RESPONSE = [
+    _THROTTLE,
+    F("responses", "[]", "0+",
+      F("error_code", "int16"),
+      F("error_message", "string", nullable="0+"),
+      F("resource_type", "int8"),
+      F("resource_name", "string")),
+]
+
 # Protocol guide, "The Messages": one entry per API key, fields in wire order.
 APIS: dict[int, ApiSpec] = {a.key: a for a in [
     _api(0, "Produce", "3-9", 9, [
@@ -628,6 +654,8 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
             F("config_type", "int8", "3+"),
             F("documentation", "string", "3+", nullable="0+"))),
     ]),
+    _api(33, "AlterConfigs", "0-2", 2, _alter_configs_request(incremental=False),
+         _ALTER_CONFIGS_RESPONSE),
     _api(37, "CreatePartitions", "0-3", 2, [
         F("topics", "[]", "0+",
           F("name", "string"),
@@ -651,6 +679,8 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
           F("group_id", "string"),
           F("error_code", "int16")),
     ]),
+    _api(44, "IncrementalAlterConfigs", "0-1", 1, _alter_configs_request(incremental=True),
+         _ALTER_CONFIGS_RESPONSE),
     _api(60, "DescribeCluster", "0-1", 0, [
         F("include_cluster_authorized_operations", "bool"),
         F("endpoint_type", "int8", "1+", default=1),

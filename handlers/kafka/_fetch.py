@@ -8,6 +8,10 @@ goes through the native index. Transactions are written only when they commit, s
 last stable offset is the high watermark and a read_committed consumer has no aborted
 transactions to skip.
 
+From v7 a Fetch may run in an incremental fetch session (KIP-227, see
+:mod:`handlers.kafka._fetch_session`): the session supplies the partitions and offsets,
+and the response keeps only the partitions with news.
+
 ListOffsets: -2 is the log start, -1 the high watermark, -3 the record with the largest
 timestamp (the last); any other value the first record whose timestamp is at or after
 it, found by publish time through the native time index and then by record time among
@@ -17,13 +21,14 @@ the entries from there.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
 from handlers.kafka import _mapping
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode
+from handlers.kafka._fetch_session import FetchContext, full_fetch
 from handlers.kafka._produce import topic_error
 from handlers.kafka._topics import PartitionLog
 
@@ -40,9 +45,15 @@ MAX_WAIT_MS = 30_000
 
 
 async def handle_fetch(h: KafkaProtocolHandler, req: RequestReceived
-                       ) -> Callable[[], Awaitable[Data]]:
+                       ) -> Data | Callable[[], Awaitable[Data]]:
     body = req.body
-    wanted = [(t.topic, p) for t in body.topics for p in t.partitions]
+    if req.api_version >= 7:
+        ctx = h.fetch_sessions.context(body.session_id, body.session_epoch, body.topics,
+                                       body.forgotten_topics_data, trio.current_time() * 1000.0)
+    else:
+        ctx = FetchContext(full_fetch(body.topics))
+    if ctx.error:
+        return Data(throttle_time_ms=0, error_code=ctx.error, session_id=0, responses=[])
     max_wait = min(max(body.max_wait_ms, 0), MAX_WAIT_MS) / 1000.0
     min_bytes = max(body.min_bytes, 0)
     max_bytes = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
@@ -50,20 +61,20 @@ async def handle_fetch(h: KafkaProtocolHandler, req: RequestReceived
     async def run() -> Data:
         deadline = trio.current_time() + max_wait
         logs: dict[tuple[str, int], PartitionLog | BaseException] = {}
-        for topic, p in wanted:
+        for topic, partition, _, _ in ctx.wanted:
             try:
-                logs[(topic, p.partition)] = await h.topics.log(topic, p.partition, create=False)
+                logs[(topic, partition)] = await h.topics.log(topic, partition, create=False)
             except Exception as exc:
-                logs[(topic, p.partition)] = exc
+                logs[(topic, partition)] = exc
         topics = {id(v.topic): v.topic for v in logs.values() if isinstance(v, PartitionLog)}
         while True:
             woken = trio.Event()
             for t in topics.values():
                 t.add_entry_listener(woken.set)
             try:
-                responses, total, errors = await _fetch_once(h, wanted, logs, max_bytes)
+                parts, total, errors = await _fetch_once(ctx.wanted, logs, max_bytes)
                 if total >= min_bytes or errors or trio.current_time() >= deadline:
-                    return _response(responses)
+                    return _response(ctx.session_id, h.fetch_sessions.respond(ctx, parts))
                 with trio.move_on_at(deadline):
                     await woken.wait()
             finally:
@@ -73,23 +84,26 @@ async def handle_fetch(h: KafkaProtocolHandler, req: RequestReceived
     return run
 
 
-def _response(responses: dict[str, list[Data]]) -> Data:
-    return Data(throttle_time_ms=0, error_code=0, session_id=0,
+def _response(session_id: int, parts: list[tuple[tuple[str, int], Data]]) -> Data:
+    responses: dict[str, list[Data]] = {}
+    for (topic, _), part in parts:
+        responses.setdefault(topic, []).append(part)
+    return Data(throttle_time_ms=0, error_code=0, session_id=session_id,
                 responses=[Data(topic=t, partitions=ps) for t, ps in responses.items()])
 
 
-async def _fetch_once(h: KafkaProtocolHandler, wanted: list[tuple[str, Any]],
+async def _fetch_once(wanted: list[tuple[str, int, int, int]],
                       logs: dict[tuple[str, int], PartitionLog | BaseException],
-                      max_bytes: int) -> tuple[dict[str, list[Data]], int, bool]:
-    responses: dict[str, list[Data]] = {}
+                      max_bytes: int) -> tuple[list[tuple[tuple[str, int], Data]], int, bool]:
+    out: list[tuple[tuple[str, int], Data]] = []
     total = 0
     errors = False
-    for topic, p in wanted:
-        plog = logs[(topic, p.partition)]
-        part = Data(partition_index=p.partition, error_code=0, high_watermark=-1,
+    for topic, partition, offset, partition_max_bytes in wanted:
+        plog = logs[(topic, partition)]
+        part = Data(partition_index=partition, error_code=0, high_watermark=-1,
                     last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
                     preferred_read_replica=-1, records=None)
-        responses.setdefault(topic, []).append(part)
+        out.append(((topic, partition), part))
         if not isinstance(plog, PartitionLog):
             part.error_code = topic_error(plog)
             errors = True
@@ -100,7 +114,6 @@ async def _fetch_once(h: KafkaProtocolHandler, wanted: list[tuple[str, Any]],
         part.last_stable_offset = hw
         part.log_start_offset = start
         part.aborted_transactions = []
-        offset = p.fetch_offset
         if offset < start or offset > hw:
             start = plog.log_start_offset(fresh=True)
             part.log_start_offset = start
@@ -108,7 +121,7 @@ async def _fetch_once(h: KafkaProtocolHandler, wanted: list[tuple[str, Any]],
                 part.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 errors = True
                 continue
-        budget = min(p.partition_max_bytes, max_bytes - total)
+        budget = min(partition_max_bytes, max_bytes - total)
         if budget <= 0 and total > 0:
             part.records = b""
             continue
@@ -120,7 +133,7 @@ async def _fetch_once(h: KafkaProtocolHandler, wanted: list[tuple[str, Any]],
             continue
         part.records = data
         total += len(data)
-    return responses, total, errors
+    return out, total, errors
 
 
 async def handle_list_offsets(h: KafkaProtocolHandler, req: RequestReceived) -> Data:

@@ -13,8 +13,18 @@ SyncGroup waits for the leader's assignment. Heartbeats keep a member alive and 
 (REBALANCE_IN_PROGRESS) to rejoin. The broker never looks inside the protocol metadata:
 the clients' range, roundrobin and cooperative-sticky assignors all run on the leader.
 
+Static membership (KIP-345): a member that joins with a ``group.instance.id`` keeps its
+place across restarts. Rejoining with an empty member id while its old incarnation is
+still in the group (within the session timeout), it gets a new member id, the old one's
+assignment and, in a stable group, no rebalance; the old member id is fenced
+(FENCED_INSTANCE_ID on its JoinGroup, SyncGroup, Heartbeat, OffsetCommit and LeaveGroup).
+Static members are removed when their session expires or by LeaveGroup v3+ naming their
+instance id.
+
 Committed offsets are durable: one metadata-store document per group holds them all
-(written on each commit, read back when the group is first used after a restart), and
+(written on each commit, read back when the group is first used after a restart). An
+OffsetCommit covering many partitions is one write of that document, so a crash keeps
+all of it or none; memory changes only after the write succeeded. And
 each committed partition also carries a durable subscription named after the group whose
 mark-delete position follows the committed offset, so the group shows in Magnetar's topic
 stats as a subscription with its backlog.
@@ -99,6 +109,21 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     rebalance_deadline: float = 0.0
     offsets: dict[tuple[str, int], tuple[int, str | None]] = field(default_factory=dict)
+    # Read back from the store: the subscriptions may lag the offsets (a crash after the
+    # document was written), so they are moved up when the group is next used.
+    cursors_pending: bool = False
+
+    def static_member(self, instance_id: str | None) -> Member | None:
+        """The member registered under a ``group.instance.id`` (KIP-345), if any."""
+        if instance_id is None:
+            return None
+        return next((m for m in self.members.values() if m.group_instance_id == instance_id), None)
+
+    def fenced(self, member_id: str, instance_id: str | None) -> bool:
+        """Whether ``member_id`` is a stale incarnation of a static member: the instance id
+        now belongs to another member id (FENCED_INSTANCE_ID)."""
+        m = self.static_member(instance_id)
+        return m is not None and m.member_id != member_id
 
     def transition(self, to: str) -> None:
         if to != self.state and to not in TRANSITIONS[self.state]:
@@ -147,11 +172,14 @@ class GroupCoordinator:
             doc = json.loads(got[0])
             for topic, partition, offset, meta in doc.get("offsets", []):
                 g.offsets[(topic, int(partition))] = (int(offset), meta)
+            g.cursors_pending = bool(g.offsets)
         self.groups[group_id] = g
         return g
 
-    def _persist(self, g: Group) -> None:
-        doc = {"offsets": [[t, p, o, m] for (t, p), (o, m) in sorted(g.offsets.items())]}
+    def _persist(self, g: Group, offsets: dict[tuple[str, int], tuple[int, str | None]]) -> None:
+        """Write the group's document with ``offsets``: one metadata-store write, so a
+        crash leaves either the old document or the new one, never a part of a commit."""
+        doc = {"offsets": [[t, p, o, m] for (t, p), (o, m) in sorted(offsets.items())]}
         self.h.broker.metadata.put(self._path(g.group_id), json.dumps(doc).encode())
 
     def stored_group_ids(self) -> list[str]:
@@ -199,17 +227,41 @@ class GroupCoordinator:
             g.leader = members[0].member_id
         g.transition(COMPLETING)
         now = trio.current_time()
-        listing = [Data(member_id=m.member_id, group_instance_id=m.group_instance_id,
-                        metadata=m.metadata_for(g.protocol_name)) for m in members]
         for m in members:
             m.joining = False
             m.deadline = now + m.session_timeout
-            m.join_response = Data(
-                throttle_time_ms=0, error_code=0, generation_id=g.generation,
-                protocol_type=g.protocol_type, protocol_name=g.protocol_name, leader=g.leader,
-                skip_assignment=False, member_id=m.member_id,
-                members=listing if m.member_id == g.leader else [])
+            m.join_response = self._join_result(g, m)
             m.join_done.set()
+
+    @staticmethod
+    def _join_result(g: Group, m: Member, *, skip_assignment: bool = False) -> Data:
+        """The JoinGroup response of ``m``: the leader gets every member's metadata.
+        ``skip_assignment`` (v9) tells a static leader that rejoined a stable group to
+        keep the current assignment rather than compute one."""
+        listing = [Data(member_id=x.member_id, group_instance_id=x.group_instance_id,
+                        metadata=x.metadata_for(g.protocol_name)) for x in g.members.values()]
+        return Data(throttle_time_ms=0, error_code=0, generation_id=g.generation,
+                    protocol_type=g.protocol_type, protocol_name=g.protocol_name, leader=g.leader,
+                    skip_assignment=skip_assignment, member_id=m.member_id,
+                    members=listing if m.member_id == g.leader else [])
+
+    def _replace_static(self, g: Group, old: Member, new: Member) -> None:
+        """A static member rejoined with a new member id: the new one takes the old one's
+        place (assignment, leadership); the old one's pending calls fail with
+        FENCED_INSTANCE_ID, as do its later ones."""
+        del g.members[old.member_id]
+        new.assignment = old.assignment
+        if g.leader == old.member_id:
+            g.leader = new.member_id
+        if old.joining:
+            old.join_response = _join_error(ErrorCode.FENCED_INSTANCE_ID, old.member_id)
+            old.join_done.set()
+            new.joining = True
+        if old.sync_done is not None:
+            old.sync_error = ErrorCode.FENCED_INSTANCE_ID
+            old.sync_done.set()
+        if g.state == COMPLETING:
+            self._prepare(g)
 
     def _remove(self, g: Group, m: Member) -> None:
         g.members.pop(m.member_id, None)
@@ -237,6 +289,7 @@ class GroupCoordinator:
             return _join_error(ErrorCode.INVALID_GROUP_ID, b.member_id)
         g = self.group(b.group_id)
         assert g is not None
+        await self._recover_cursors(g)
         if not MIN_SESSION_TIMEOUT_MS <= b.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
             return _join_error(ErrorCode.INVALID_SESSION_TIMEOUT, b.member_id)
         protocols = [(p.name, p.metadata) for p in b.protocols]
@@ -245,15 +298,22 @@ class GroupCoordinator:
                 or not any(n == pn for n, _ in protocols for m in g.members.values()
                            for pn, _ in m.protocols))):
             return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, b.member_id)
+        instance = b.group_instance_id if req.api_version >= 5 else None
+        old: Member | None = None
         if b.member_id:
+            if g.fenced(b.member_id, instance):
+                return _join_error(ErrorCode.FENCED_INSTANCE_ID, b.member_id)
             m = g.members.get(b.member_id)
             if m is None:
                 return _join_error(ErrorCode.UNKNOWN_MEMBER_ID, b.member_id)
         else:
-            m = Member(member_id=f"{req.client_id or 'member'}-{uuid.uuid4()}",
-                       group_instance_id=b.group_instance_id, client_id=req.client_id or "",
+            m = Member(member_id=f"{instance or req.client_id or 'member'}-{uuid.uuid4()}",
+                       group_instance_id=instance, client_id=req.client_id or "",
                        client_host="/127.0.0.1", session_timeout=0, rebalance_timeout=0,
                        protocol_type=b.protocol_type, protocols=[])
+            old = g.static_member(instance)
+            if old is not None:
+                self._replace_static(g, old, m)
             g.members[m.member_id] = m
             if g.protocol_type is None or len(g.members) == 1:
                 g.protocol_type = b.protocol_type
@@ -262,6 +322,14 @@ class GroupCoordinator:
         m.rebalance_timeout = rebalance / 1000.0
         m.protocols = protocols
         m.protocol_type = b.protocol_type
+        if old is not None and g.state == STABLE \
+                and any(n == g.protocol_name for n, _ in protocols):
+            # KIP-345: a static member back within its session timeout takes its old
+            # place (and assignment) without a rebalance.
+            log.info("kafka group %s: static member %s rejoined as %s", g.group_id, instance,
+                     m.member_id)
+            m.deadline = trio.current_time() + m.session_timeout
+            return self._join_result(g, m, skip_assignment=m.member_id == g.leader)
         m.joining = True
         m.join_done = trio.Event()
         m.join_response = None
@@ -275,6 +343,8 @@ class GroupCoordinator:
     async def sync(self, req: RequestReceived) -> Data:
         b = req.body
         g = self.group(b.group_id, create=False)
+        if g is not None and g.fenced(b.member_id, b.group_instance_id if req.api_version >= 3 else None):
+            return _sync(ErrorCode.FENCED_INSTANCE_ID)
         m = g.members.get(b.member_id) if g is not None else None
         if g is None or m is None:
             return _sync(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -305,6 +375,8 @@ class GroupCoordinator:
     def heartbeat(self, req: RequestReceived) -> Data:
         b = req.body
         g = self.group(b.group_id, create=False)
+        if g is not None and g.fenced(b.member_id, b.group_instance_id if req.api_version >= 3 else None):
+            return Data(throttle_time_ms=0, error_code=ErrorCode.FENCED_INSTANCE_ID)
         m = g.members.get(b.member_id) if g is not None else None
         if g is None or m is None:
             return Data(throttle_time_ms=0, error_code=ErrorCode.UNKNOWN_MEMBER_ID)
@@ -316,38 +388,66 @@ class GroupCoordinator:
         return Data(throttle_time_ms=0, error_code=0)
 
     def leave(self, req: RequestReceived) -> Data:
+        """LeaveGroup; from v3 a batch of members, each named by member id, by
+        ``group.instance.id`` or both (an admin removing static members names only the
+        instance id). Errors are then per member and the top-level code stays NONE."""
         b = req.body
         g = self.group(b.group_id, create=False)
-        ids = [x.member_id for x in b.members] if req.api_version >= 3 else [b.member_id]
+        ids = [(x.member_id, x.group_instance_id) for x in b.members] if req.api_version >= 3 \
+            else [(b.member_id, None)]
         results = []
         top = 0
-        for member_id in ids:
-            m = g.members.get(member_id) if g is not None else None
-            if g is None or m is None:
-                results.append(Data(member_id=member_id, group_instance_id=None,
-                                    error_code=ErrorCode.UNKNOWN_MEMBER_ID))
-                top = top or ErrorCode.UNKNOWN_MEMBER_ID
+        for member_id, instance in ids:
+            code, m = self._leaving(g, member_id, instance)
+            results.append(Data(member_id=member_id, group_instance_id=instance, error_code=code))
+            if code or m is None or g is None:
+                top = top or code
                 continue
-            log.info("kafka group %s: member %s left", g.group_id, member_id)
+            log.info("kafka group %s: member %s left", g.group_id, m.member_id)
             self._remove(g, m)
-            results.append(Data(member_id=member_id, group_instance_id=m.group_instance_id,
-                                error_code=0))
         if req.api_version >= 3:
             top = 0
         return Data(throttle_time_ms=0, error_code=top, members=results)
 
+    @staticmethod
+    def _leaving(g: Group | None, member_id: str, instance: str | None) -> tuple[int, Member | None]:
+        if g is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, None
+        if instance is not None:
+            m = g.static_member(instance)
+            if m is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID, None
+            if member_id and m.member_id != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID, None
+            return 0, m
+        m = g.members.get(member_id)
+        return (0, m) if m is not None else (ErrorCode.UNKNOWN_MEMBER_ID, None)
+
     # -- offsets ---------------------------------------------------------------------------------
+
+    async def _recover_cursors(self, g: Group) -> None:
+        if g.cursors_pending:
+            g.cursors_pending = False
+            for (topic, partition), (offset, _) in sorted(g.offsets.items()):
+                await self._move_cursor(g.group_id, topic, partition, offset)
 
     async def commit(self, req: RequestReceived) -> Data:
         b = req.body
-        error = self._check_commit(b.group_id, b.generation_id_or_member_epoch, b.member_id)
+        g = self.group(b.group_id, create=False) if b.group_id else None
+        if g is not None:
+            await self._recover_cursors(g)
+        error = self._check_commit(b.group_id, b.generation_id_or_member_epoch, b.member_id,
+                                   b.group_instance_id if req.api_version >= 7 else None)
         return await self.store_offsets(b.group_id, b.topics, error)
 
-    def _check_commit(self, group_id: str, generation: int, member_id: str) -> int:
+    def _check_commit(self, group_id: str, generation: int, member_id: str,
+                      instance: str | None) -> int:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
         g = self.group(group_id)
         assert g is not None
+        if g.fenced(member_id, instance):
+            return ErrorCode.FENCED_INSTANCE_ID
         if generation < 0 and not member_id:
             return 0 if not g.members else ErrorCode.ILLEGAL_GENERATION
         m = g.members.get(member_id)
@@ -361,28 +461,40 @@ class GroupCoordinator:
         return 0
 
     async def store_offsets(self, group_id: str, topics: list[Any], error: int) -> Data:
-        out = []
+        """Record one OffsetCommit (or a committed transaction's offsets) all or nothing:
+        the group's new offsets go to the store in one write of its document, and only
+        once that write has succeeded do they replace the ones in memory; a failed write
+        fails every partition of the request (COORDINATOR_NOT_AVAILABLE, which clients
+        retry) and changes nothing. The subscriptions follow afterwards."""
         g = self.group(group_id) if not error else None
-        changed: list[tuple[str, int, int]] = []
+        codes: dict[tuple[str, int], int] = {}
+        staged: dict[tuple[str, int], tuple[int, str | None]] = {}
         for t in topics:
-            parts = []
             for p in t.partitions:
-                code = error
-                if not code:
-                    try:
-                        self.h.topics.topic_name(t.name)
-                        g.offsets[(t.name, p.partition_index)] = (  # type: ignore[union-attr]
-                            p.committed_offset, p.committed_metadata)
-                        changed.append((t.name, p.partition_index, p.committed_offset))
-                    except Exception as exc:
-                        code = topic_error(exc)
-                parts.append(Data(partition_index=p.partition_index, error_code=code))
-            out.append(Data(name=t.name, partitions=parts))
-        if changed and g is not None:
-            self._persist(g)
-            for topic, partition, offset in changed:
+                key = (t.name, p.partition_index)
+                codes[key] = error
+                if error:
+                    continue
+                try:
+                    self.h.topics.topic_name(t.name)
+                except Exception as exc:
+                    codes[key] = topic_error(exc)
+                    continue
+                staged[key] = (p.committed_offset, p.committed_metadata)
+        if staged and g is not None:
+            try:
+                self._persist(g, {**g.offsets, **staged})
+            except Exception as exc:
+                log.warning("kafka group %s: offset commit not stored: %r", group_id, exc)
+                codes = dict.fromkeys(codes, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                staged = {}
+            g.offsets.update(staged)
+            for (topic, partition), (offset, _) in staged.items():
                 await self._move_cursor(group_id, topic, partition, offset)
-        return Data(throttle_time_ms=0, topics=out)
+        return Data(throttle_time_ms=0, topics=[
+            Data(name=t.name, partitions=[Data(partition_index=p.partition_index,
+                                               error_code=codes[(t.name, p.partition_index)])
+                                          for p in t.partitions]) for t in topics])
 
     async def _move_cursor(self, group_id: str, topic: str, partition: int, offset: int) -> None:
         """Mark-delete the group's subscription up to the last entry wholly below ``offset``."""
@@ -406,6 +518,15 @@ class GroupCoordinator:
                 sub.ack_cumulative(None, target)
         except Exception as exc:
             log.debug("kafka group %s: cursor of %s-%d not moved: %s", group_id, topic, partition, exc)
+
+    async def follow_log_start(self, topic: str, partition: int, log_start: int) -> None:
+        """DeleteRecords moved the partition's log start: the subscriptions of the groups
+        reading it move past the deleted records (which no Kafka client can read any
+        more), so that they do not keep those records' ledgers in storage."""
+        for group_id in sorted(set(self.groups) | set(self.stored_group_ids())):
+            g = self.group(group_id, create=False)
+            if g is not None and (topic, partition) in g.offsets:
+                await self._move_cursor(group_id, topic, partition, log_start)
 
     def fetch_offsets(self, req: RequestReceived) -> Data:
         b = req.body

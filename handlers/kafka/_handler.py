@@ -13,8 +13,13 @@ from typing import Any
 import trio
 
 from handlers._serve import run_session
-from handlers.kafka import _admin, _fetch, _produce
+from handlers.kafka import _admin, _configs, _fetch, _produce
 from handlers.kafka._codec import DEFAULT_MAX_REQUEST_SIZE, Data, RequestReceived
+from handlers.kafka._fetch_session import (
+    DEFAULT_CACHE_SLOTS,
+    DEFAULT_EVICTION_MS,
+    FetchSessionCache,
+)
 from handlers.kafka._group import GroupCoordinator
 from handlers.kafka._session import KafkaSession
 from handlers.kafka._topics import KafkaTopics
@@ -48,7 +53,12 @@ class KafkaProtocolHandler:
         self.topics = KafkaTopics(broker, str(config.get("kafkaTenant") or "public"),
                                   str(config.get("kafkaNamespace") or "default"))
         self.groups = GroupCoordinator(self)
+        self.configs = _configs.TopicConfigs(self)
         self.txns = TxnCoordinator(self)
+        # Kafka's own broker keys for the fetch session cache (KIP-227).
+        self.fetch_sessions = FetchSessionCache(
+            int(config.get("max.incremental.fetch.session.cache.slots", DEFAULT_CACHE_SLOTS)),
+            float(config.get("min.incremental.fetch.session.eviction.ms", DEFAULT_EVICTION_MS)))
         self.node_id = 0
         self.cluster_id = str(broker.cluster)
         self.advertised_host = "127.0.0.1"
@@ -83,9 +93,11 @@ class KafkaProtocolHandler:
             25: lambda h, r: h.txns.add_offsets(r),
             26: lambda h, r: partial(h.txns.end_txn, r),
             28: lambda h, r: h.txns.txn_offset_commit(r),
-            32: _admin.handle_describe_configs,
+            32: _configs.handle_describe_configs,
+            33: _configs.handle_alter_configs,
             37: _admin.handle_create_partitions,
             42: lambda h, r: partial(h.groups.delete, r),
+            44: _configs.handle_incremental_alter_configs,
             60: _admin.handle_describe_cluster,
         }
 
@@ -133,6 +145,8 @@ class KafkaProtocolHandler:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.groups.run)
             nursery.start_soon(self.txns.run)
+            nursery.start_soon(self.topics.run_trimmer,
+                               float(self.config.get("retentionCheckIntervalInSeconds") or 120.0))
             await nursery.start(partial(trio.serve_listeners, self._connection, listeners))
             task_status.started(list(self.addresses))
 

@@ -258,6 +258,9 @@ async def _produce_partition(h: KafkaProtocolHandler, topic: str, pd: Any, acks:
         return ErrorCode.MESSAGE_TOO_LARGE, []
     try:
         plog = await h.topics.log(topic, pd.index, create=h.auto_create_on_produce)
+        limit = plog.topic.policies.get("max_message_size")
+        if limit is not None and len(records) > limit:
+            return ErrorCode.MESSAGE_TOO_LARGE, []
         batches = _prepare(decode_batches(records, max_uncompressed_size=h.max_uncompressed_size,
                                           records=False), h.max_uncompressed_size)
         if plog.recovery is None:

@@ -6,7 +6,8 @@ is. A Pulsar topic that is not partitioned shows to Kafka clients as one partiti
 
 :class:`PartitionLog` is the Kafka view of one partition: offsets are broker indexes
 (the high watermark is the managed ledger's next index, the log start the first index
-still stored, raised by DeleteRecords), and reads go offset → position through the
+still stored, raised by DeleteRecords: the ledgers wholly below it are then deleted from
+storage once no subscription needs them), and reads go offset → position through the
 native offset index, remembering where the previous read ended so that a consumer
 reading on does not search again.
 """
@@ -14,11 +15,14 @@ reading on does not search again.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
+
+import trio
 
 from core.broker import BrokerService, TopicNotFoundError
 from core.naming import InvalidNameError, TopicName
@@ -27,6 +31,8 @@ from core.topic import PersistentTopic
 from handlers.kafka import _mapping
 
 __all__ = ["KafkaTopics", "PartitionLog", "ProducerState", "BatchCache"]
+
+log = logging.getLogger(__name__)
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -293,6 +299,27 @@ class KafkaTopics:
                 continue
             found.setdefault(str(t), t)
         return [found[k] for k in sorted(found)]
+
+    async def trim_deleted(self, plog: PartitionLog) -> None:
+        """Delete from storage the ledgers wholly below the partition's DeleteRecords
+        offset, as soon as no subscription needs them any more (a failure is logged and
+        retried by :meth:`run_trimmer`: the log start itself is already recorded)."""
+        try:
+            floor = plog.deleted_before()
+            if floor > 0:
+                await plog.topic.ml.trim_below(floor)
+                plog.log_start_offset(fresh=True)
+        except Exception as exc:
+            log.warning("kafka: trimming %s below its log start: %r", plog.key, exc)
+
+    async def run_trimmer(self, interval: float) -> None:
+        """Retry :meth:`trim_deleted` on the open partitions every ``interval`` seconds
+        (a subscription that held ledgers back may have moved on since)."""
+        while True:
+            await trio.sleep(interval)
+            for plog in list(self.logs.values()):
+                if plog.topic is self.broker.topics.get(plog.key):
+                    await self.trim_deleted(plog)
 
     def forget(self, kafka_name: str) -> None:
         for key in [k for k in self.logs if k.split("\x00", 1)[0] == kafka_name]:

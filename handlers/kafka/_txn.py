@@ -240,6 +240,13 @@ class TxnCoordinator:
             failed = failed or p.error
         if failed:
             return Data(throttle_time_ms=0, error_code=ErrorCode.UNKNOWN_SERVER_ERROR)
+        # All of a group's offsets in the transaction are one commit (one write), later
+        # TxnOffsetCommits of a partition overriding earlier ones.
+        by_group: dict[str, list[Any]] = {}
         for group_id, topics in offsets:
-            await self.h.groups.store_offsets(group_id, topics, 0)
-        return Data(throttle_time_ms=0, error_code=0)
+            by_group.setdefault(group_id, []).extend(topics)
+        for group_id, topics in by_group.items():
+            stored = await self.h.groups.store_offsets(group_id, topics, 0)
+            if any(p.error_code for t in stored.topics for p in t.partitions):
+                failed = ErrorCode.UNKNOWN_SERVER_ERROR
+        return Data(throttle_time_ms=0, error_code=failed)

@@ -318,6 +318,11 @@ impl PyManagedLedger {
         spawn(queue, token, async move { ml.trim().await.map(|_| ()) }, none);
     }
 
+    fn trim_below(&self, queue: &CompletionQueue, token: u64, floor: u64) {
+        let ml = self.ml.clone();
+        spawn(queue, token, async move { ml.trim_below(floor).await.map(|_| ()) }, none);
+    }
+
     fn close(&self, queue: &CompletionQueue, token: u64) {
         let ml = self.ml.clone();
         spawn(queue, token, async move { ml.close().await }, none);

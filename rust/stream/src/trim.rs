@@ -19,6 +19,17 @@ impl ManagedLedger {
     /// Delete the ledgers that every durable cursor has passed and retention does not
     /// need; returns their ids.
     pub async fn trim(&self) -> Result<Vec<u64>> {
+        self.trim_with(None).await
+    }
+
+    /// As [`ManagedLedger::trim`], and also delete, whatever retention says, the ledgers
+    /// whose messages all have an index below `floor` (records deleted by an explicit
+    /// request, such as Kafka's DeleteRecords) once every durable cursor has passed them.
+    pub async fn trim_below(&self, floor: u64) -> Result<Vec<u64>> {
+        self.trim_with(Some(floor)).await
+    }
+
+    async fn trim_with(&self, floor: Option<u64>) -> Result<Vec<u64>> {
         let _trimming = self.trim_lock.lock().await;
         self.check_open()?;
         let slowest_ledger = {
@@ -49,7 +60,11 @@ impl ManagedLedger {
                     Some(t) => now.saturating_sub(info.timestamp) >= duration_ms(t),
                 };
                 let over_quota = quota.is_some_and(|q| total - freed > q);
-                if info.entries == 0 || expired || over_quota {
+                // The next ledger starts where this one ends (`limit` is never past the last).
+                let below_floor = floor.is_some_and(|f| {
+                    st.ledgers.range(id + 1..).next().is_some_and(|(_, next)| next.first_index <= f)
+                });
+                if info.entries == 0 || expired || over_quota || below_floor {
                     out.push(*id);
                     freed += info.size;
                 } else {

@@ -377,6 +377,27 @@ async fn trim_deletes_exactly_consumed_ledgers() {
 }
 
 #[tokio::test]
+async fn trim_below_drops_ledgers_under_the_floor_whatever_retention_once_cursors_pass() {
+    let env = Env::new();
+    let f = env.factory();
+    let cfg = ManagedLedgerConfig { retention_time: None, retention_size_mb: -1, ..env.config(2) };
+    let ml = f.open("t/trim-below", cfg).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(payloads(0..6)).await.unwrap();
+    let ledger_of = |i: usize| added[i].position.ledger_id;
+    // The cursor has consumed nothing: it holds every ledger.
+    assert!(ml.trim_below(3).await.unwrap().is_empty());
+    c.mark_delete(added[5].position).await.unwrap();
+    // Retention keeps consumed data forever, but messages 0..3 were deleted: the ledger
+    // of messages 0 and 1 goes; the one holding message 2 (and 3) stays.
+    assert!(ml.trim().await.unwrap().is_empty());
+    assert_eq!(ml.trim_below(3).await.unwrap(), vec![ledger_of(0)]);
+    let ids: Vec<u64> = ml.ledgers_info().iter().map(|i| i.ledger_id).collect();
+    assert_eq!(ids[0], ledger_of(2));
+    assert!(!env.store.ledger_ids().contains(&ledger_of(0)));
+}
+
+#[tokio::test]
 async fn retention_keeps_consumed_ledgers_until_it_expires() {
     let env = Env::new();
     let f = env.factory();

@@ -43,7 +43,8 @@ def test_golden_frames_exist_for_both_clients() -> None:
     names = {p.name for p in GOLDEN}
     for client in ("kafkapython", "confluent"):
         for api in ("apiversions", "metadata", "produce", "fetch", "joingroup", "syncgroup",
-                    "offsetcommit", "offsetfetch", "findcoordinator"):
+                    "offsetcommit", "offsetfetch", "findcoordinator", "createtopics",
+                    "incrementalalterconfigs"):
             assert any(n.startswith(f"{client}_{api}_v") for n in names), (client, api)
 
 

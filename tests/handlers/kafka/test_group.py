@@ -3,6 +3,8 @@ session expiry and rebalance timeouts, without a broker."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -151,3 +153,185 @@ async def test_commit_checks_generation_and_member() -> None:
     fetched = again.fetch_offsets(_req(9, 7, group_id="g", topics=[
         Data(name="t", partition_indexes=[0, 1])], require_stable=False))
     assert [p.committed_offset for p in fetched.topics[0].partitions] == [5, -1]
+
+
+# -- static membership (KIP-345) ---------------------------------------------------------------
+
+
+def _static_join(instance: str, member_id: str = "", version: int = 9) -> RequestReceived:
+    return _req(11, version, group_id="g", session_timeout_ms=10_000, rebalance_timeout_ms=5_000,
+                member_id=member_id, group_instance_id=instance, protocol_type="consumer",
+                protocols=[Data(name="range", metadata=instance.encode())], reason=None)
+
+
+async def _two_static_members(gc: GroupCoordinator, nursery: trio.Nursery) -> tuple[str, str]:
+    a = await gc.join(_static_join("ia"))
+    await gc.sync(_sync(a.member_id, a.generation_id, [Data(member_id=a.member_id, assignment=b"all")]))
+    got: dict[str, Data] = {}
+
+    async def join_b() -> None:
+        got["b"] = await gc.join(_static_join("ib"))
+
+    nursery.start_soon(join_b)
+    await trio.sleep(0.5)
+    a2 = await gc.join(_static_join("ia", a.member_id))
+    await trio.sleep(0.1)
+    b = got["b"]
+    assert b.error_code == 0 and a2.error_code == 0, (a2, b)
+    sync_b: dict[str, Data] = {}
+
+    async def sync_follower() -> None:
+        sync_b["r"] = await gc.sync(_sync(b.member_id, b.generation_id))
+
+    nursery.start_soon(sync_follower)
+    await trio.sleep(0.1)
+    await gc.sync(_sync(a.member_id, a2.generation_id, [Data(member_id=a.member_id, assignment=b"p0"),
+                                                        Data(member_id=b.member_id, assignment=b"p1")]))
+    await trio.sleep(0.1)
+    assert sync_b["r"].assignment == b"p1" and gc.groups["g"].state == STABLE, sync_b
+    return a.member_id, b.member_id
+
+
+@asynccontextmanager
+async def _static_group() -> AsyncIterator[tuple[GroupCoordinator, str, str]]:
+    """A running coordinator with the stable group g of static members ia and ib."""
+    gc = _coordinator()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(gc.run)
+        a, b = await _two_static_members(gc, nursery)
+        yield gc, a, b
+        nursery.cancel_scope.cancel()
+
+
+async def test_static_member_rejoins_without_a_rebalance_and_fences_its_old_id(
+        autojump_clock: trio.testing.MockClock) -> None:
+    async with _static_group() as (gc, a, b):
+        g = gc.groups["g"]
+        generation = g.generation
+        # b restarts (no LeaveGroup, as static members do) and is back within its session.
+        await trio.sleep(3)
+        back = await gc.join(_static_join("ib"))
+        assert back.error_code == 0 and back.member_id != b
+        assert back.generation_id == generation and g.state == STABLE
+        assert back.leader == a and back.members == [] and not back.skip_assignment
+        synced = await gc.sync(_req(14, 5, group_id="g", generation_id=generation,
+                                    member_id=back.member_id, group_instance_id="ib",
+                                    protocol_type="consumer", protocol_name="range", assignments=[]))
+        assert synced.error_code == 0 and synced.assignment == b"p1"
+        # a saw no rebalance.
+        assert gc.heartbeat(_hb(a, generation)).error_code == 0
+        # The old incarnation is fenced everywhere.
+        old_hb = _req(12, 4, group_id="g", generation_id=generation, member_id=b, group_instance_id="ib")
+        assert gc.heartbeat(old_hb).error_code == ErrorCode.FENCED_INSTANCE_ID
+        old_sync = _req(14, 5, group_id="g", generation_id=generation, member_id=b,
+                        group_instance_id="ib", protocol_type="consumer", protocol_name="range",
+                        assignments=[])
+        assert (await gc.sync(old_sync)).error_code == ErrorCode.FENCED_INSTANCE_ID
+        assert (await gc.join(_static_join("ib", b))).error_code == ErrorCode.FENCED_INSTANCE_ID
+        gc.h.topics = SimpleNamespace(topic_name=lambda name: name)
+        commit = await gc.commit(_req(8, 8, group_id="g", generation_id_or_member_epoch=generation,
+                                      member_id=b, group_instance_id="ib", topics=[Data(
+                                          name="t", partitions=[Data(partition_index=0, committed_offset=1,
+                                                                     committed_metadata=None)])]))
+        assert commit.topics[0].partitions[0].error_code == ErrorCode.FENCED_INSTANCE_ID
+        leave = gc.leave(_req(13, 5, group_id="g", members=[
+            Data(member_id=b, group_instance_id="ib", reason=None)]))
+        assert leave.error_code == 0 and leave.members[0].error_code == ErrorCode.FENCED_INSTANCE_ID
+        assert g.state == STABLE and len(g.members) == 2
+
+
+async def test_static_leader_rejoin_is_told_to_skip_assignment(
+        autojump_clock: trio.testing.MockClock) -> None:
+    async with _static_group() as (gc, a, b):
+        back = await gc.join(_static_join("ia"))
+        assert back.leader == back.member_id and back.skip_assignment
+        assert {m.group_instance_id for m in back.members} == {"ia", "ib"}
+        assert gc.groups["g"].state == STABLE
+
+
+async def test_static_member_expires_and_leaves_by_instance_id(
+        autojump_clock: trio.testing.MockClock) -> None:
+    async with _static_group() as (gc, a, b):
+        g = gc.groups["g"]
+        # An admin removes ib by instance id alone (member id empty): a rebalance follows.
+        leave = gc.leave(_req(13, 5, group_id="g", members=[
+            Data(member_id="", group_instance_id="ib", reason=None),
+            Data(member_id="", group_instance_id="nobody", reason=None)]))
+        assert [m.error_code for m in leave.members] == [0, ErrorCode.UNKNOWN_MEMBER_ID]
+        assert g.state == PREPARING and b not in g.members
+        # a stops heartbeating: past its session timeout it is gone too, and the
+        # instance id no longer fences anybody.
+        await trio.sleep(20)
+        assert g.state == EMPTY and not g.members
+        fresh = await gc.join(_static_join("ia"))
+        assert fresh.error_code == 0 and fresh.member_id != a
+
+
+# -- atomic offset commits ----------------------------------------------------------------------
+
+
+class _Crash(Exception):
+    """The process dying at an injected point."""
+
+
+class _FailingStore(MemoryMetadataStore):
+    """A metadata store whose next writes fail, as a crash or a lost store would."""
+
+    fail = False
+
+    def put(self, path: str, data: bytes, expected_version: int | None = None, *,
+            ephemeral: bool = False) -> int:
+        if self.fail:
+            raise OSError("injected: metadata store unavailable")
+        return super().put(path, data, expected_version, ephemeral=ephemeral)
+
+
+def _commit_all(offset: int, partitions: int = 4) -> RequestReceived:
+    return _req(8, 8, group_id="g", generation_id_or_member_epoch=-1, member_id="",
+                group_instance_id=None, topics=[
+                    Data(name="t", partitions=[Data(partition_index=i, committed_offset=offset,
+                                                    committed_metadata=None)
+                                               for i in range(partitions)])])
+
+
+def _committed(gc: GroupCoordinator) -> list[int]:
+    got = gc.fetch_offsets(_req(9, 7, group_id="g", topics=None, require_stable=False))
+    return [p.committed_offset for t in got.topics for p in t.partitions]
+
+
+async def test_a_multi_partition_commit_is_all_or_nothing() -> None:
+    store = _FailingStore()
+    h: Any = SimpleNamespace(broker=SimpleNamespace(metadata=store),
+                             topics=SimpleNamespace(topic_name=lambda name: name))
+    moved: list[tuple[str, int, int]] = []
+
+    async def crash_after_first_cursor(group_id: str, topic: str, partition: int, offset: int) -> None:
+        # A crash after the commit was stored, while the subscriptions follow.
+        if moved and offset == 9:
+            raise _Crash
+        moved.append((topic, partition, offset))
+
+    async def follow(group_id: str, topic: str, partition: int, offset: int) -> None:
+        moved.append((topic, partition, offset))
+
+    gc = GroupCoordinator(h)
+    gc._move_cursor = crash_after_first_cursor  # type: ignore[method-assign]
+    assert all(p.error_code == 0 for p in (await gc.commit(_commit_all(5))).topics[0].partitions)
+
+    # The store fails the write: every partition fails, nothing changes, here or stored.
+    store.fail = True
+    failed = await gc.commit(_commit_all(7))
+    assert {p.error_code for p in failed.topics[0].partitions} == {ErrorCode.COORDINATOR_NOT_AVAILABLE}
+    assert _committed(gc) == [5, 5, 5, 5]
+    store.fail = False
+
+    # The process dies between the stored commit and the subscriptions: after a restart
+    # every partition has the new offset, and the subscriptions catch up on first use.
+    with pytest.raises(_Crash):
+        await gc.commit(_commit_all(9))
+    restarted = GroupCoordinator(h)
+    moved.clear()
+    restarted._move_cursor = follow  # type: ignore[method-assign]
+    assert _committed(restarted) == [9, 9, 9, 9]
+    await restarted.commit(_commit_all(9, partitions=0))
+    assert sorted(moved) == [("t", i, 9) for i in range(4)]

@@ -1,0 +1,366 @@
+"""Kafka topic configs as Magnetar topic policies.
+
+A Kafka topic's configs (set by CreateTopics, AlterConfigs or IncrementalAlterConfigs)
+are stored as the Magnetar topic's own policies, so the admin REST API shows them
+(``/admin/v2/persistent/t/ns/x/retention``, ``.../maxMessageSize``) and the storage
+applies them, and DescribeConfigs reports them back:
+
+================== ========================================= ==========================
+Kafka config       Magnetar topic policy                     note
+================== ========================================= ==========================
+retention.ms       retention_policies.retentionTimeInMinutes whole minutes (rounded up);
+                                                             -1 (or unset) no time limit
+retention.bytes    retention_policies.retentionSizeInMB      whole MiB (rounded up);
+                                                             -1 (or unset) no size limit
+max.message.bytes  max_message_size (``maxMessageSize``)     largest record batch
+cleanup.policy     (none)                                    only ``delete``
+================== ========================================= ==========================
+
+Retention in Magnetar is Pulsar's: it bounds how long (and how much) data that every
+subscription has consumed is kept. ``cleanup.policy=compact`` is refused, since Magnetar
+does not compact topics by itself. Any other name, and a value that is not a valid
+number for its key, is INVALID_CONFIG with a message naming it, as Kafka answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from core.naming import TopicName
+from handlers.kafka._codec import Data, RequestReceived
+from handlers.kafka._errors import ErrorCode, ProtocolError
+from handlers.kafka._produce import topic_error
+
+if TYPE_CHECKING:
+    from handlers.kafka._handler import KafkaProtocolHandler
+
+__all__ = [
+    "ConfigError",
+    "TOPIC_CONFIGS",
+    "known",
+    "validate",
+    "apply",
+    "topic_values",
+    "TopicConfigs",
+    "validate_all",
+    "config_entry",
+    "handle_alter_configs",
+    "handle_incremental_alter_configs",
+    "handle_describe_configs",
+    "OP_SET",
+    "OP_DELETE",
+    "OP_APPEND",
+    "OP_SUBTRACT",
+]
+
+OP_SET = 0
+OP_DELETE = 1
+OP_APPEND = 2
+OP_SUBTRACT = 3
+
+RETENTION = "retention_policies"
+MAX_MESSAGE_SIZE = "max_message_size"
+MINUTE_MS = 60_000
+MIB = 1024 * 1024
+INT32_MAX = 0x7FFFFFFF
+INT64_MAX = (1 << 63) - 1
+
+
+class ConfigError(ProtocolError):
+    """An unknown config name or an invalid value: INVALID_CONFIG."""
+
+    def __init__(self, message: str):
+        super().__init__(message, ErrorCode.INVALID_CONFIG)
+
+
+@dataclass(frozen=True, slots=True)
+class _Long:
+    """A numeric config: its least allowed value and its largest."""
+
+    minimum: int
+    maximum: int = INT64_MAX
+
+    def parse(self, name: str, value: str) -> int:
+        try:
+            n = int(value.strip())
+        except ValueError:
+            raise ConfigError(f"Invalid value {value} for configuration {name}: "
+                              "Not a number of type LONG") from None
+        if not self.minimum <= n <= self.maximum:
+            raise ConfigError(f"Invalid value {value} for configuration {name}: "
+                              f"Value must be at least {self.minimum}")
+        return n
+
+
+TOPIC_CONFIGS: dict[str, _Long | None] = {
+    "retention.ms": _Long(-1),
+    "retention.bytes": _Long(-1),
+    "max.message.bytes": _Long(0, INT32_MAX),
+    "cleanup.policy": None,
+}
+"""The topic configs Magnetar applies; ``None`` marks the list-valued cleanup.policy."""
+
+
+def known(name: str) -> _Long | None:
+    """The kind of a config Magnetar applies (ConfigError for any other name)."""
+    if name not in TOPIC_CONFIGS:
+        raise ConfigError(f"Unknown topic config name: {name} (Magnetar applies "
+                          f"{', '.join(sorted(TOPIC_CONFIGS))})")
+    return TOPIC_CONFIGS[name]
+
+
+def validate(name: str, value: str | None) -> str:
+    """The canonical value of one config (ConfigError when unknown or invalid)."""
+    kind = known(name)
+    if value is None:
+        raise ConfigError(f"Null value not supported for topic config: {name}")
+    if kind is not None:
+        return str(kind.parse(name, value))
+    policies = [p.strip() for p in value.split(",") if p.strip()]
+    if policies != ["delete"]:
+        raise ConfigError(f"Invalid value {value} for configuration cleanup.policy: "
+                          "Magnetar supports cleanup.policy=delete only (no log compaction)")
+    return "delete"
+
+
+def _ceil_div(n: int, d: int) -> int:
+    return -(-n // d)
+
+
+def apply(policies: dict[str, Any], changes: Iterable[tuple[str, str | None]]) -> None:
+    """Apply validated ``(name, value)`` changes to a topic's policies (mutating them); a
+    value of None removes the topic's own setting."""
+    for name, value in changes:
+        if name == "max.message.bytes":
+            if value is None:
+                policies.pop(MAX_MESSAGE_SIZE, None)
+            else:
+                policies[MAX_MESSAGE_SIZE] = int(value)
+        elif name in ("retention.ms", "retention.bytes"):
+            _apply_retention(policies, name, value)
+
+
+def _apply_retention(policies: dict[str, Any], name: str, value: str | None) -> None:
+    """Kafka limits retention by time and by size, each unlimited unless set; a Magnetar
+    retention policy always has both halves. So the half a Kafka client has not set is
+    unlimited (-1), and the one it set decides. Removing a half makes it unlimited again;
+    when both are, the topic goes back to its namespace's retention."""
+    key = "retentionTimeInMinutes" if name == "retention.ms" else "retentionSizeInMB"
+    current = dict(policies.get(RETENTION) or {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+    if value is None:
+        current[key] = -1
+        if all(v == -1 for v in current.values()):
+            policies.pop(RETENTION, None)
+            return
+    else:
+        n = int(value)
+        current[key] = -1 if n < 0 else _ceil_div(n, MINUTE_MS if name == "retention.ms" else MIB)
+    policies[RETENTION] = current
+
+
+def topic_values(topic_policies: dict[str, Any], effective: dict[str, Any],
+                 default_minutes: int, default_mb: int, default_max_message: int
+                 ) -> list[tuple[str, str, bool]]:
+    """(name, value, set on the topic itself) of every config DescribeConfigs reports."""
+    retention = effective.get(RETENTION) or {}
+    own_retention = topic_policies.get(RETENTION) or {}
+    minutes = int(retention.get("retentionTimeInMinutes", default_minutes))
+    size_mb = int(retention.get("retentionSizeInMB", default_mb))
+    max_message = topic_policies.get(MAX_MESSAGE_SIZE)
+    return [
+        ("cleanup.policy", "delete", False),
+        ("max.message.bytes", str(max_message if max_message is not None else default_max_message),
+         max_message is not None),
+        ("retention.ms", str(-1 if minutes < 0 else minutes * MINUTE_MS),
+         "retentionTimeInMinutes" in own_retention),
+        ("retention.bytes", str(-1 if size_mb < 0 else size_mb * MIB),
+         "retentionSizeInMB" in own_retention),
+    ]
+
+
+# --------------------------------------------------------------------------- the APIs
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+
+class TopicConfigs:
+    """Reads and writes one handler's topic configs through the broker's policies."""
+
+    def __init__(self, h: KafkaProtocolHandler):
+        self.h = h
+
+    def _namespace_policies(self, name: TopicName) -> dict[str, Any]:
+        return dict(self.h.broker.namespace_policies(name.namespace_name))
+
+    def values(self, name: TopicName) -> list[tuple[str, str, int]]:
+        """(name, value, config source) of every topic config DescribeConfigs reports."""
+        policies = self.h.broker.policies
+        ns = self._namespace_policies(name)
+        cfg = self.h.config
+        found = topic_values(policies.topic_policies(name), policies.effective(name, ns),
+                             int(cfg.get("defaultRetentionTimeInMinutes")),
+                             int(cfg.get("defaultRetentionSizeInMB")), self.h.max_message_size)
+        out = [(k, v, SOURCE_DYNAMIC_TOPIC if own else SOURCE_DEFAULT) for k, v, own in found]
+        out.append(("compression.type", "producer", SOURCE_DEFAULT))
+        out.append(("message.timestamp.type", "CreateTime", SOURCE_DEFAULT))
+        out.append(("min.insync.replicas", str(cfg.get("managedLedgerDefaultAckQuorum")),
+                    SOURCE_STATIC_BROKER))
+        return sorted(out)
+
+    async def store(self, name: TopicName, given: Sequence[tuple[str, str | None]], *,
+                    replace: bool = False) -> None:
+        """Apply validated changes to the topic's policies (``replace``: AlterConfigs,
+        every config not given goes back to its default). Loaded partitions take them at
+        once; when the retention changed they are reopened, since the storage reads its
+        retention when it opens."""
+        policies = self.h.broker.policies
+        changes = list(given)
+        if replace:
+            named = {k for k, _ in changes}
+            changes += [(k, None) for k in TOPIC_CONFIGS if k not in named]
+        before = policies.topic_policies(name).get(RETENTION)
+        after = policies.update_topic_policies(name, lambda p: apply(p, changes)).get(RETENTION)
+        self.h.broker.refresh_policies(name.namespace_name)
+        if before != after:
+            n = policies.partitions(name)
+            for part in [name.partition(i) for i in range(n)] if n else [name]:
+                await self.h.broker.unload_topic(part)
+
+
+def validate_all(configs: Iterable[Any]) -> list[tuple[str, str]]:
+    """Validated ``(name, value)`` pairs of a request's configs (ConfigError on the
+    first bad one)."""
+    return [(c.name, validate(c.name, c.value)) for c in configs]
+
+
+def _resource_error(res: Data, code: int, message: str) -> None:
+    res.error_code = code
+    res.error_message = message
+
+
+def _topic_of(h: KafkaProtocolHandler, r: Any, res: Data) -> TopicName | None:
+    """The existing topic a config resource names; None (and an error on ``res``)
+    when the resource is not a topic, or no such topic exists."""
+    if r.resource_type == RESOURCE_BROKER:
+        _resource_error(res, ErrorCode.INVALID_REQUEST,
+                        "Broker configs are static in Magnetar (set them in the broker's conf)")
+        return None
+    if r.resource_type != RESOURCE_TOPIC:
+        _resource_error(res, ErrorCode.INVALID_REQUEST, f"Resource type {r.resource_type} is not supported")
+        return None
+    try:
+        name = h.topics.topic_name(r.resource_name)
+    except Exception as exc:
+        _resource_error(res, topic_error(exc), str(exc))
+        return None
+    if not h.topics.partition_count(name):
+        _resource_error(res, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        f"Topic '{r.resource_name}' does not exist.")
+        return None
+    return name
+
+
+async def _alter(h: KafkaProtocolHandler, req: RequestReceived,
+                 changes_of: Callable[[Any], list[tuple[str, str | None]]], *, replace: bool) -> Data:
+    """The shared body of AlterConfigs and IncrementalAlterConfigs: per resource, the
+    validated changes are stored (unless ``validate_only``) or the error is reported."""
+    out = []
+    for r in req.body.resources:
+        res = Data(error_code=0, error_message=None, resource_type=r.resource_type,
+                   resource_name=r.resource_name)
+        out.append(res)
+        name = _topic_of(h, r, res)
+        if name is None:
+            continue
+        try:
+            changes = changes_of(r)
+            if len({k for k, _ in changes}) != len(changes):
+                raise ProtocolError("A config was named twice in one resource", ErrorCode.INVALID_REQUEST)
+            if not req.body.validate_only:
+                await h.configs.store(name, changes, replace=replace)
+        except ProtocolError as exc:
+            _resource_error(res, exc.code, str(exc))
+    return Data(throttle_time_ms=0, responses=out)
+
+
+async def handle_alter_configs(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    """AlterConfigs (key 33): the given configs replace all of the topic's own."""
+    return await _alter(h, req, lambda r: list(validate_all(r.configs)), replace=True)
+
+
+async def handle_incremental_alter_configs(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    """IncrementalAlterConfigs (key 44, KIP-339): SET and DELETE per config; APPEND and
+    SUBTRACT apply to list configs only, and the one list config Magnetar applies
+    (cleanup.policy) has a single allowed value."""
+    return await _alter(h, req, lambda r: [(c.name, _incremental(c.name, c.config_operation, c.value))
+                                           for c in r.configs], replace=False)
+
+
+def _incremental(name: str, op: int, value: str | None) -> str | None:
+    """The new value (None: back to the default) of one IncrementalAlterConfigs entry."""
+    kind = known(name)
+    if op == OP_SET:
+        return validate(name, value)
+    if op == OP_DELETE:
+        return None
+    if op not in (OP_APPEND, OP_SUBTRACT):
+        raise ConfigError(f"Unknown config operation {op} for {name}")
+    if kind is not None:
+        raise ConfigError(f"Config value append/subtract is not allowed for config {name} "
+                          "(not a list)")
+    items = {x.strip() for x in (value or "").split(",") if x.strip()}
+    if op == OP_SUBTRACT:
+        if "delete" in items:
+            raise ConfigError(f"Invalid value {value} for configuration {name}: "
+                              "Magnetar topics keep cleanup.policy=delete")
+        return "delete"
+    return validate(name, ",".join(sorted(items | {"delete"})))
+
+
+def _broker_configs(h: KafkaProtocolHandler) -> list[tuple[str, str, int]]:
+    src = SOURCE_STATIC_BROKER
+    return [
+        ("auto.create.topics.enable", str(bool(h.config.get("allowAutoTopicCreation"))).lower(), src),
+        ("broker.id", str(h.node_id), src),
+        ("default.replication.factor", "1", src),
+        ("max.incremental.fetch.session.cache.slots", str(h.fetch_sessions.slots), src),
+        ("message.max.bytes", str(h.max_message_size), src),
+        ("num.partitions", str(max(1, int(h.config.get("defaultNumPartitions")))), src),
+    ]
+
+
+async def handle_describe_configs(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    out = []
+    for r in req.body.resources:
+        res = Data(error_code=0, error_message=None, resource_type=r.resource_type,
+                   resource_name=r.resource_name, configs=[])
+        out.append(res)
+        items: list[tuple[str, str, int]]
+        if r.resource_type == RESOURCE_BROKER:
+            if r.resource_name not in ("", str(h.node_id)):
+                _resource_error(res, ErrorCode.INVALID_REQUEST, f"Unknown broker {r.resource_name}")
+                continue
+            items = _broker_configs(h)
+        else:
+            name = _topic_of(h, r, res)
+            if name is None:
+                continue
+            items = h.configs.values(name)
+        keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+        res.configs = [config_entry(k, v, s) for k, v, s in items if keys is None or k in keys]
+    return Data(throttle_time_ms=0, results=out)
+
+
+def config_entry(name: str, value: str, source: int) -> Data:
+    """One config of a DescribeConfigs (or CreateTopics v5+) response; the topic configs
+    that AlterConfigs can change are the ones not read-only."""
+    return Data(name=name, value=value,
+                read_only=source == SOURCE_STATIC_BROKER or name not in TOPIC_CONFIGS,
+                is_default=source == SOURCE_DEFAULT, config_source=source, is_sensitive=False,
+                synonyms=[], config_type=0, documentation=None)

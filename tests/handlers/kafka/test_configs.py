@@ -1,0 +1,232 @@
+"""Topic configs: given at CreateTopics or altered later, stored as Magnetar topic
+policies, reported by DescribeConfigs and the admin REST API, and applied."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+)
+
+from handlers.kafka._codec import Data
+from handlers.kafka._configs import ConfigError, apply, validate
+from handlers.kafka._errors import ErrorCode
+from tests._standalone import Standalone
+from tests.handlers.kafka._wire import Wire, bootstrap
+from tests.handlers.kafka.conftest import KAFKA_CONF
+from tests.handlers.kafka.test_clients import DEADLINE, wait_for
+from tests.handlers.kafka.test_delete_records import _ledgers
+from tests.handlers.kafka.test_wire import PRODUCE, batch, produce_body
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource as KConfigResource
+    from kafka.admin import ConfigResourceType
+    from kafka.admin import NewTopic as KNewTopic
+    from kafka.errors import InvalidConfigurationError
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:kafka")
+
+
+def _rest(server: Standalone, path: str) -> Any:
+    with urllib.request.urlopen(server.addresses["web"][0] + path, timeout=DEADLINE) as r:
+        body = r.read()
+    return json.loads(body) if body else None
+
+
+def _describe(admin: AdminClient, topic: str) -> dict[str, Any]:
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    return dict(admin.describe_configs([res])[res].result(DEADLINE))
+
+
+# -- the mapping ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("segment.bytes", "1", "Unknown topic config name: segment.bytes"),
+    ("retention.ms", "soon", "Not a number"),
+    ("retention.ms", "-2", "at least -1"),
+    ("max.message.bytes", "-1", "at least 0"),
+    ("cleanup.policy", "compact", "delete only"),
+    ("retention.bytes", None, "Null value"),
+])
+def test_invalid_configs(name: str, value: str | None, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        validate(name, value)
+    assert err.value.code == ErrorCode.INVALID_CONFIG
+
+
+def test_retention_maps_onto_the_retention_policy() -> None:
+    pol: dict[str, Any] = {}
+    # The half a Kafka client leaves unset is unlimited, as in Kafka.
+    apply(pol, [("retention.ms", "90001"), ("max.message.bytes", "1000")])
+    assert pol == {"retention_policies": {"retentionTimeInMinutes": 2, "retentionSizeInMB": -1},
+                   "max_message_size": 1000}
+    apply(pol, [("retention.bytes", str(5 * 1024 * 1024 + 1))])
+    assert pol["retention_policies"] == {"retentionTimeInMinutes": 2, "retentionSizeInMB": 6}
+    apply(pol, [("retention.ms", None)])
+    assert pol["retention_policies"] == {"retentionTimeInMinutes": -1, "retentionSizeInMB": 6}
+    # Both halves removed: back to the namespace's retention.
+    apply(pol, [("retention.bytes", None), ("max.message.bytes", None)])
+    assert pol == {}
+    apply(pol, [("retention.ms", "-1"), ("retention.bytes", "-1")])
+    assert pol == {"retention_policies": {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}}
+
+
+# -- real clients ---------------------------------------------------------------------------
+
+
+def test_create_topic_configs_are_stored_described_and_applied(
+        kafka_broker: Standalone, boot: str, unique: str) -> None:
+    topic = f"cfg-{unique}"
+    admin = AdminClient({"bootstrap.servers": boot})
+    configs = {"retention.ms": "7200000", "retention.bytes": str(3 * 1024 * 1024),
+               "max.message.bytes": "2048", "cleanup.policy": "delete"}
+    admin.create_topics([NewTopic(topic, 2, config=configs)])[topic].result(DEADLINE)
+
+    described = _describe(admin, topic)
+    for key, value in configs.items():
+        assert described[key].value == value
+    assert described["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert described["max.message.bytes"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+
+    base = f"/admin/v2/persistent/public/default/{topic}"
+    assert _rest(kafka_broker, base + "/retention") == {"retentionTimeInMinutes": 120,
+                                                         "retentionSizeInMB": 3}
+    assert _rest(kafka_broker, base + "/maxMessageSize") == 2048
+
+    # max.message.bytes bounds a record batch on this topic (not on others).
+    p = Producer({"bootstrap.servers": boot, "linger.ms": 0, "message.max.bytes": 1_000_000})
+    errors: list[Any] = []
+    for target, value in [(topic, b"x" * 4096), (topic, b"small"), (f"other-{unique}", b"x" * 4096)]:
+        p.produce(target, value=value, partition=0, on_delivery=lambda e, m: errors.append(e))
+        assert p.flush(DEADLINE) == 0
+    codes = [e.code() if e is not None else None for e in errors]
+    assert codes == [KafkaError.MSG_SIZE_TOO_LARGE, None, None]
+
+
+def test_create_topic_invalid_configs_and_validate_only(boot: str, unique: str) -> None:
+    admin = AdminClient({"bootstrap.servers": boot})
+    bad = f"cfg-bad-{unique}"
+    with pytest.raises(KafkaException) as err:
+        admin.create_topics([NewTopic(bad, 1, config={"no.such.config": "1"})])[bad].result(DEADLINE)
+    assert err.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "no.such.config" in err.value.args[0].str()
+    with pytest.raises(KafkaException) as err:
+        admin.create_topics([NewTopic(bad, 1, config={"retention.ms": "x"})])[bad].result(DEADLINE)
+    assert err.value.args[0].code() == KafkaError.INVALID_CONFIG
+    # Neither attempt created the topic; nor does a valid validate_only request.
+    checked = f"cfg-dry-{unique}"
+    admin.create_topics([NewTopic(checked, 1, config={"retention.ms": "60000"})],
+                        validate_only=True)[checked].result(DEADLINE)
+    topics = admin.list_topics(timeout=DEADLINE).topics
+    assert bad not in topics and checked not in topics
+
+
+def test_incremental_alter_configs(kafka_broker: Standalone, boot: str, unique: str) -> None:
+    topic = f"cfg-alter-{unique}"
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, 1, config={"max.message.bytes": "4096"})])[topic].result(DEADLINE)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "600000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("max.message.bytes", None, incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([res])[res].result(DEADLINE)
+    described = _describe(admin, topic)
+    assert described["retention.ms"].value == "600000"
+    assert described["max.message.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+    base = f"/admin/v2/persistent/public/default/{topic}"
+    assert _rest(kafka_broker, base + "/retention")["retentionTimeInMinutes"] == 10
+    assert _rest(kafka_broker, base + "/maxMessageSize") is None
+
+    bad = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.APPEND)])
+    with pytest.raises(KafkaException) as err:
+        admin.incremental_alter_configs([bad])[bad].result(DEADLINE)
+    assert err.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+
+def test_kafka_python_create_with_configs_and_alter(kafka_broker: Standalone, boot: str,
+                                                    unique: str) -> None:
+    topic = f"cfg-kp-{unique}"
+    admin = KafkaAdminClient(bootstrap_servers=boot)
+    try:
+        admin.create_topics([KNewTopic(topic, 1, 1, topic_configs={"retention.bytes": "-1"})])
+        base = f"/admin/v2/persistent/public/default/{topic}"
+        assert _rest(kafka_broker, base + "/retention")["retentionSizeInMB"] == -1
+        with pytest.raises(InvalidConfigurationError):
+            admin.create_topics([KNewTopic(f"{topic}-x", 1, 1,
+                                           topic_configs={"cleanup.policy": "compact"})])
+        # kafka-python's alter_configs resends the configs already set with the new one.
+        admin.alter_configs([KConfigResource(ConfigResourceType.TOPIC, topic,
+                                             configs={"max.message.bytes": "10000"})])
+        assert _rest(kafka_broker, base + "/maxMessageSize") == 10000
+        assert _rest(kafka_broker, base + "/retention")["retentionSizeInMB"] == -1
+    finally:
+        admin.close()
+
+
+def test_describe_configs_of_an_unknown_topic(boot: str, unique: str) -> None:
+    with Wire(boot) as w:
+        resp = w.call(32, 4, Data(resources=[Data(resource_type=2, resource_name=f"nope-{unique}",
+                                                  configuration_keys=None)],
+                                  include_synonyms=False, include_documentation=False))
+        assert resp.results[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_alter_configs_replaces_the_topics_configs(kafka_broker: Standalone, boot: str,
+                                                    unique: str) -> None:
+    topic = f"cfg-replace-{unique}"
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, 1, config={"retention.ms": "-1"})])[topic].result(DEADLINE)
+    base = f"/admin/v2/persistent/public/default/{topic}"
+    with Wire(boot) as w:
+        def alter(configs: dict[str, str], validate_only: bool = False) -> Data:
+            return w.call(33, 2, Data(resources=[Data(
+                resource_type=2, resource_name=topic,
+                configs=[Data(name=k, value=v) for k, v in configs.items()])],
+                validate_only=validate_only)).responses[0]
+
+        assert alter({"max.message.bytes": "5000"}, validate_only=True).error_code == 0
+        assert _rest(kafka_broker, base + "/maxMessageSize") is None
+        assert alter({"max.message.bytes": "5000"}).error_code == 0
+        assert _rest(kafka_broker, base + "/maxMessageSize") == 5000
+        assert _rest(kafka_broker, base + "/retention") is None
+        bad = alter({"retention.ms": "-5"})
+        assert bad.error_code == ErrorCode.INVALID_CONFIG and "retention.ms" in bad.error_message
+        assert _rest(kafka_broker, base + "/maxMessageSize") == 5000
+
+
+def test_retention_configs_are_applied_by_the_storage(tmp_path: Path, unique: str) -> None:
+    """The namespace keeps nothing that has been consumed (retention 0); a topic created
+    with retention.ms=-1 keeps its ledgers while a topic without it loses them."""
+    server = Standalone(tmp_path, conf={**KAFKA_CONF, "managedLedgerMaxEntriesPerLedger": 5,
+                                        "managedLedgerMinLedgerRolloverTimeMinutes": 0,
+                                        "retentionCheckIntervalInSeconds": 1}).start()
+    try:
+        boot = bootstrap(server.addresses)
+        kept, plain = f"keep-{unique}", f"plain-{unique}"
+        admin = AdminClient({"bootstrap.servers": boot})
+        for topic, config in [(kept, {"retention.ms": "-1"}), (plain, {})]:
+            admin.create_topics([NewTopic(topic, 1, config=config)])[topic].result(DEADLINE)
+        # Written in this order, the kept topic is checked first in every retention pass.
+        with Wire(boot) as w:
+            for topic in (kept, plain):
+                for i in range(20):
+                    w.call(PRODUCE, 9, produce_body(topic, batch([b"r%d" % i])))
+        wait_for(lambda: len(_ledgers(server, plain)) <= 2)
+        assert len(_ledgers(server, kept)) >= 4
+    finally:
+        server.kill()
