@@ -57,9 +57,12 @@ _Position = tuple[int, int]
 
 @final
 class ManagedLedgerFactory:
-    """Opens managed ledgers whose ledgers live on the bookies listed in `metadata_store`."""
+    """Opens managed ledgers whose ledgers live on the bookies listed in `metadata_store`.
+    With `local_bookies`, bookies running in this process are called directly, not over TCP."""
 
-    def __new__(cls, metadata_store: object, request_timeout_ms: int = 30000) -> ManagedLedgerFactory: ...
+    def __new__(
+        cls, metadata_store: object, request_timeout_ms: int = 30000, local_bookies: bool = True
+    ) -> ManagedLedgerFactory: ...
     def open(self, queue: CompletionQueue, token: int, name: str, config: dict[str, Any]) -> None:
         """Completes with a ManagedLedger."""
     def shutdown(self) -> None: ...

@@ -333,18 +333,24 @@ impl BookieClient {
             inner.reader.abort();
             return Err(err);
         }
-        let message = match &resp.body {
-            ResponseBody::Message(m) => m.clone(),
-            _ => String::new(),
-        };
-        match resp.status {
-            Status::Ok => Ok(resp),
-            Status::NoEntry => Err(ClientError::NoEntry),
-            Status::NoLedger => Err(ClientError::NoLedger),
-            Status::Fenced => Err(ClientError::Fenced),
-            Status::BadRequest => Err(ClientError::BadRequest(message)),
-            Status::IoError => Err(ClientError::Server(message)),
-        }
+        check_status(resp.status, &resp.body)?;
+        Ok(resp)
+    }
+}
+
+/// What a response's status means to the caller: `Ok(())` for OK, else the error it names.
+pub(crate) fn check_status(status: Status, body: &ResponseBody) -> Result<(), ClientError> {
+    let message = || match body {
+        ResponseBody::Message(m) => m.clone(),
+        _ => String::new(),
+    };
+    match status {
+        Status::Ok => Ok(()),
+        Status::NoEntry => Err(ClientError::NoEntry),
+        Status::NoLedger => Err(ClientError::NoLedger),
+        Status::Fenced => Err(ClientError::Fenced),
+        Status::BadRequest => Err(ClientError::BadRequest(message())),
+        Status::IoError => Err(ClientError::Server(message())),
     }
 }
 

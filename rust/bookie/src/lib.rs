@@ -51,6 +51,7 @@ pub mod client;
 pub mod entrylog;
 pub mod error;
 pub mod journal;
+pub mod local;
 mod logindex;
 pub mod proto;
 pub mod server;

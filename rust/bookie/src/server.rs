@@ -28,7 +28,7 @@
 use std::fs::File;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,8 +103,9 @@ pub struct BookieConfig {
     pub journal: JournalConfig,
 }
 
-/// The state shared by connections, the checkpointer and the server handle.
-struct Core {
+/// The state shared by connections, the checkpointer, in-process callers
+/// ([`crate::local`]) and the server handle.
+pub(crate) struct Core {
     storage: Arc<dyn LedgerStorage>,
     journal: Journal,
     /// Shared by adds between their fence check and their journal enqueue; exclusive for fences
@@ -113,6 +114,8 @@ struct Core {
     halted: AtomicBool,
     data_dir: PathBuf,
     checkpoint_lock: Mutex<()>,
+    /// TCP connections accepted since start.
+    connections: AtomicU64,
 }
 
 impl Core {
@@ -146,7 +149,7 @@ impl Core {
     }
 
     /// Apply an add to storage and queue it on the journal; `done` gets the final status.
-    fn add(
+    pub(crate) fn add(
         &self,
         ledger: u64,
         entry: u64,
@@ -176,7 +179,7 @@ impl Core {
 
     /// Apply a batch of adds to one ledger and queue them on the journal as one group;
     /// `done` gets the status of the whole batch.
-    fn add_batch(
+    pub(crate) fn add_batch(
         &self,
         ledger: u64,
         lac: i64,
@@ -205,7 +208,7 @@ impl Core {
     }
 
     /// Fence `ledger` and wait until the fence is durable.
-    async fn fence(&self, ledger: u64) -> Result<(), BookieError> {
+    pub(crate) async fn fence(&self, ledger: u64) -> Result<(), BookieError> {
         let (tx, rx) = oneshot::channel();
         {
             let _exclusive = self.order.write();
@@ -222,7 +225,7 @@ impl Core {
     }
 
     /// Delete `ledger` and wait until the delete is durable.
-    async fn delete_ledger(&self, ledger: u64) -> Result<(), BookieError> {
+    pub(crate) async fn delete_ledger(&self, ledger: u64) -> Result<(), BookieError> {
         let (tx, rx) = oneshot::channel();
         {
             let _exclusive = self.order.write();
@@ -238,7 +241,7 @@ impl Core {
         rx.await.map_err(|_| BookieError::ShuttingDown)?
     }
 
-    fn read_entry(&self, request_id: u64, ledger: u64, entry: u64) -> Response {
+    pub(crate) fn read_entry(&self, request_id: u64, ledger: u64, entry: u64) -> Response {
         let found = self.storage.get_entry(ledger, entry).and_then(|e| match e {
             Some(x) => Ok(Ok(x)),
             None => self.storage.has_ledger(ledger).map(Err),
@@ -266,7 +269,7 @@ impl Core {
         }
     }
 
-    fn read_lac(&self, request_id: u64, ledger: u64) -> Response {
+    pub(crate) fn read_lac(&self, request_id: u64, ledger: u64) -> Response {
         match self.storage.lac(ledger) {
             Ok(lac) => Response::ok(
                 OpCode::ReadLac,
@@ -397,6 +400,7 @@ impl BookieServer {
             halted: AtomicBool::new(false),
             data_dir: config.data_dir.clone(),
             checkpoint_lock: Mutex::new(()),
+            connections: AtomicU64::new(0),
         });
         let listener = TcpListener::bind(config.bind)
             .await
@@ -435,6 +439,7 @@ impl BookieServer {
                 source: e,
             })?;
         let (stop, stop_rx) = watch::channel(false);
+        crate::local::register(&local_addr.to_string(), &core);
         let serve = tokio::spawn(accept_loop(listener, core.clone(), stop_rx));
         log::info!("bookie listening on {local_addr}");
         Ok(BookieServer {
@@ -450,6 +455,12 @@ impl BookieServer {
     /// The address the server listens on (with the real port when bound to port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// TCP connections accepted since start (callers in this process that reach the
+    /// bookie through [`crate::local`] make none).
+    pub fn connections_accepted(&self) -> u64 {
+        self.core.connections.load(Ordering::Relaxed)
     }
 
     /// What the journal has written since start.
@@ -469,6 +480,7 @@ impl BookieServer {
 
     /// Stops accepting, finishes in-flight adds, syncs the journal and storage, closes files.
     pub async fn shutdown(mut self) -> Result<(), BookieError> {
+        crate::local::unregister(&self.local_addr.to_string(), &self.core);
         let _ = self.stop.send(true);
         if let Some(serve) = self.serve.take() {
             let _ = serve.await;
@@ -496,6 +508,7 @@ impl BookieServer {
 impl Drop for BookieServer {
     fn drop(&mut self) {
         // Without shutdown: stop as a crash would. No more storage writes or journal records.
+        crate::local::unregister(&self.local_addr.to_string(), &self.core);
         if let Some(serve) = self.serve.take() {
             let _ = self.stop.send(true);
             serve.abort();
@@ -516,6 +529,7 @@ async fn accept_loop(listener: TcpListener, core: Arc<Core>, mut stop: watch::Re
             _ = stop.changed() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    core.connections.fetch_add(1, Ordering::Relaxed);
                     conns.spawn(serve_connection(stream, peer, core.clone(), stop.clone()));
                 }
                 Err(e) => {

@@ -34,6 +34,10 @@ pub struct ClientConfig {
     pub quarantine: Duration,
     /// How many entries one `read_entries` call fetches concurrently.
     pub read_parallelism: usize,
+    /// Call bookies that run in this process directly instead of over TCP (see
+    /// `magnetar_bookie::local`). Off by default, so that a client talks TCP to every bookie
+    /// unless its owner asks otherwise.
+    pub local_bookies: bool,
 }
 
 impl Default for ClientConfig {
@@ -42,6 +46,7 @@ impl Default for ClientConfig {
             request_timeout: Duration::from_secs(10),
             quarantine: Duration::from_secs(60),
             read_parallelism: 32,
+            local_bookies: false,
         }
     }
 }
@@ -100,9 +105,11 @@ pub struct BookKeeper {
 
 impl BookKeeper {
     /// A client that reaches bookies over TCP, one connection per bookie, reconnected on
-    /// demand.
+    /// demand (and, with `config.local_bookies`, the bookies of this process directly).
     pub fn new(meta: Arc<dyn MetadataStore>, config: ClientConfig) -> BookKeeper {
-        let transport = Arc::new(crate::pool::BookiePool::new(config.request_timeout));
+        let mut pool = crate::pool::BookiePool::new(config.request_timeout);
+        pool.local_bookies = config.local_bookies;
+        let transport = Arc::new(pool);
         Self::with_transport(meta, config, transport)
     }
 

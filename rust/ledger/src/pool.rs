@@ -1,4 +1,5 @@
-//! [`BookiePool`]: the TCP transport, one [`BookieClient`] per bookie address.
+//! [`BookiePool`]: the TCP transport, one [`BookieClient`] per bookie address; with
+//! `local_bookies`, bookies of this process are called directly instead.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -6,6 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use magnetar_bookie::client::{BookieClient, ClientError};
+use magnetar_bookie::local::{self, LocalBookie};
 use parking_lot::Mutex;
 
 use crate::transport::{BookieError, BookieTransport, BoxFuture, ReadEntry};
@@ -46,12 +48,14 @@ struct Conn {
 pub struct BookiePool {
     request_timeout: Duration,
     slots: Mutex<HashMap<String, Slot>>,
+    /// Call bookies of this process directly ([`magnetar_bookie::local`]).
+    pub local_bookies: bool,
 }
 
 impl BookiePool {
     /// A pool whose requests (and connects) give up after `request_timeout`.
     pub fn new(request_timeout: Duration) -> Self {
-        BookiePool { request_timeout, slots: Mutex::new(HashMap::new()) }
+        BookiePool { request_timeout, slots: Mutex::new(HashMap::new()), local_bookies: false }
     }
 
     fn slot(&self, addr: &str) -> Slot {
@@ -83,6 +87,26 @@ impl BookiePool {
         let mut guard = slot.lock().await;
         if guard.0 == generation {
             guard.1 = None;
+        }
+    }
+
+    /// The bookie serving `addr` in this process, when local calls are on and there is one.
+    fn local(&self, addr: &str) -> Option<LocalBookie> {
+        if self.local_bookies {
+            local::find(addr)
+        } else {
+            None
+        }
+    }
+
+    /// A local call, bounded by the request timeout as a TCP request is.
+    async fn local_call<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, ClientError>>,
+    ) -> Result<T, BookieError> {
+        match tokio::time::timeout(self.request_timeout, call).await {
+            Ok(r) => r.map_err(BookieError::from),
+            Err(_) => Err(BookieError::Timeout),
         }
     }
 
@@ -121,6 +145,9 @@ impl BookieTransport for BookiePool {
     ) -> BoxFuture<'_, Result<(), BookieError>> {
         let addr = addr.to_string();
         Box::pin(async move {
+            if let Some(b) = self.local(&addr) {
+                return self.local_call(b.add(ledger, entry, lac, data, recovery)).await;
+            }
             self.call(&addr, |c| {
                 let data = data.clone();
                 async move { c.add(ledger, entry, lac, data, recovery).await }
@@ -139,6 +166,9 @@ impl BookieTransport for BookiePool {
     ) -> BoxFuture<'_, Result<(), BookieError>> {
         let addr = addr.to_string();
         Box::pin(async move {
+            if let Some(b) = self.local(&addr) {
+                return self.local_call(b.add_batch(ledger, lac, entries, recovery)).await;
+            }
             self.call(&addr, |c| {
                 let entries = entries.clone();
                 async move { c.add_batch(ledger, lac, entries, recovery).await }
@@ -150,18 +180,31 @@ impl BookieTransport for BookiePool {
     fn read(&self, addr: &str, ledger: u64, entry: u64, fence: bool) -> BoxFuture<'_, Result<ReadEntry, BookieError>> {
         let addr = addr.to_string();
         Box::pin(async move {
-            let r = self.call(&addr, |c| async move { c.read(ledger, entry, fence).await }).await?;
+            let r = match self.local(&addr) {
+                Some(b) => self.local_call(b.read(ledger, entry, fence)).await?,
+                None => self.call(&addr, |c| async move { c.read(ledger, entry, fence).await }).await?,
+            };
             Ok(ReadEntry { lac: r.lac, data: r.data })
         })
     }
 
     fn read_lac(&self, addr: &str, ledger: u64, fence: bool) -> BoxFuture<'_, Result<i64, BookieError>> {
         let addr = addr.to_string();
-        Box::pin(async move { self.call(&addr, |c| async move { c.read_lac(ledger, fence).await }).await })
+        Box::pin(async move {
+            match self.local(&addr) {
+                Some(b) => self.local_call(b.read_lac(ledger, fence)).await,
+                None => self.call(&addr, |c| async move { c.read_lac(ledger, fence).await }).await,
+            }
+        })
     }
 
     fn delete_ledger(&self, addr: &str, ledger: u64) -> BoxFuture<'_, Result<(), BookieError>> {
         let addr = addr.to_string();
-        Box::pin(async move { self.call(&addr, |c| async move { c.delete_ledger(ledger).await }).await })
+        Box::pin(async move {
+            match self.local(&addr) {
+                Some(b) => self.local_call(b.delete_ledger(ledger)).await,
+                None => self.call(&addr, |c| async move { c.delete_ledger(ledger).await }).await,
+            }
+        })
     }
 }

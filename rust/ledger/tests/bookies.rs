@@ -27,6 +27,8 @@ async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T 
 
 struct Cluster {
     store: Arc<MemStore>,
+    /// Clients call the bookies directly, in process (`ClientConfig::local_bookies`).
+    local: bool,
     servers: Vec<Option<BookieServer>>,
     addrs: Vec<String>,
     _dirs: Vec<tempfile::TempDir>,
@@ -52,11 +54,20 @@ impl Cluster {
             addrs.push(addr);
             dirs.push(dir);
         }
-        Cluster { store, servers, addrs, _dirs: dirs }
+        Cluster { store, local: false, servers, addrs, _dirs: dirs }
+    }
+
+    async fn start_local(n: usize) -> Cluster {
+        Cluster { local: true, ..Cluster::start(n).await }
+    }
+
+    /// TCP connections each running bookie has accepted.
+    fn connections(&self) -> Vec<u64> {
+        self.servers.iter().flatten().map(BookieServer::connections_accepted).collect()
     }
 
     fn client(&self) -> BookKeeper {
-        let config = ClientConfig { request_timeout: TIMEOUT, ..ClientConfig::default() };
+        let config = ClientConfig { request_timeout: TIMEOUT, local_bookies: self.local, ..ClientConfig::default() };
         BookKeeper::new(self.store.clone(), config)
     }
 
@@ -185,8 +196,8 @@ async fn not_enough_bookies() {
 
 /// Adds 200 entries in pipelined batches while a bookie of the ensemble stops after the
 /// first 50 are confirmed; every add must succeed through an ensemble change.
-async fn bookie_lost_mid_stream(crash: bool) {
-    let mut cluster = Cluster::start(4).await;
+async fn bookie_lost_mid_stream(crash: bool, local: bool) {
+    let mut cluster = if local { Cluster::start_local(4).await } else { Cluster::start(4).await };
     let bk = cluster.client();
     let lh = bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
     let (acked_tx, mut acked_rx) = tokio::sync::mpsc::channel::<u64>(1024);
@@ -227,17 +238,48 @@ async fn bookie_lost_mid_stream(crash: bool) {
     bounded("close", lh.close()).await.unwrap();
     let reader = cluster.client().open_ledger(lh.id(), false).await.unwrap();
     assert_eq!(reader.read_entries(0, 200).await.unwrap(), expected(0..201));
+    if local {
+        assert_eq!(cluster.connections(), vec![0, 0, 0], "local calls opened no socket");
+    }
     cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bookie_shut_down_mid_stream_changes_ensemble() {
-    bookie_lost_mid_stream(false).await;
+    bookie_lost_mid_stream(false, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bookie_crash_mid_stream_changes_ensemble() {
-    bookie_lost_mid_stream(true).await;
+    bookie_lost_mid_stream(true, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_bookie_crash_mid_stream_changes_ensemble() {
+    bookie_lost_mid_stream(true, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_bookie_shut_down_mid_stream_changes_ensemble() {
+    bookie_lost_mid_stream(false, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_clients_connect_and_local_clients_do_not() {
+    let mut cluster = Cluster::start(1).await;
+    let lh = cluster.client().create_ledger(1, 1, 1, BTreeMap::new()).await.unwrap();
+    lh.add_entries((0..10).map(payload).collect()).await.unwrap();
+    bounded("close", lh.close()).await.unwrap();
+    assert_eq!(cluster.connections(), vec![1]);
+    cluster.local = true;
+    let local = cluster.client();
+    let reader = local.open_ledger(lh.id(), false).await.unwrap();
+    assert_eq!(reader.read_entries(0, 9).await.unwrap(), expected(0..10));
+    let lh2 = local.create_ledger(1, 1, 1, BTreeMap::new()).await.unwrap();
+    lh2.add_entries((0..10).map(payload).collect()).await.unwrap();
+    bounded("delete", local.delete_ledger(lh2.id())).await.unwrap();
+    assert_eq!(cluster.connections(), vec![1], "the local client opened no connection");
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,7 +305,15 @@ async fn lost_bookie_without_spare_fails_the_writer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_fences_old_writer_and_recovers_unconfirmed_entries() {
-    let cluster = Cluster::start(3).await;
+    recovery_fences_old_writer(Cluster::start(3).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_recovery_fences_old_writer_and_recovers_unconfirmed_entries() {
+    recovery_fences_old_writer(Cluster::start_local(3).await).await;
+}
+
+async fn recovery_fences_old_writer(cluster: Cluster) {
     let bk = cluster.client();
     let writer = bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
     let id = writer.id();

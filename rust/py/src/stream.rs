@@ -149,11 +149,17 @@ pub struct PyFactory {
 #[pymethods]
 impl PyFactory {
     #[new]
-    #[pyo3(signature = (metadata_store, request_timeout_ms=30000))]
-    fn new(metadata_store: Py<PyAny>, request_timeout_ms: u64) -> PyResult<Self> {
+    /// With `local_bookies`, bookies running in this process (a standalone's) are called
+    /// directly rather than over TCP.
+    #[pyo3(signature = (metadata_store, request_timeout_ms=30000, local_bookies=true))]
+    fn new(metadata_store: Py<PyAny>, request_timeout_ms: u64, local_bookies: bool) -> PyResult<Self> {
         let meta: Arc<dyn magnetar_meta::MetadataStore> = Arc::new(PyMetadataStore::new(metadata_store));
         let _guard = runtime().enter();
-        let config = ClientConfig { request_timeout: Duration::from_millis(request_timeout_ms), ..ClientConfig::default() };
+        let config = ClientConfig {
+            request_timeout: Duration::from_millis(request_timeout_ms),
+            local_bookies,
+            ..ClientConfig::default()
+        };
         let bk = BookKeeper::new(meta.clone(), config);
         let store = Arc::new(BookKeeperStore::new(bk));
         Ok(Self { factory: Arc::new(ManagedLedgerFactory::new(meta, store)) })
