@@ -14,6 +14,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod bookie;
 mod completions;
 mod errors;
+mod ledger_reader;
 mod meta;
 mod runtime;
 mod stream;
@@ -27,5 +28,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::PyFactory>()?;
     m.add_class::<stream::PyManagedLedger>()?;
     m.add_class::<stream::PyCursor>()?;
+    m.add_class::<ledger_reader::PyLedgerRangeReader>()?;
     Ok(())
 }
