@@ -219,6 +219,13 @@ class PartitionLayout:
 
     def find(self, offset: int) -> int | None:
         """The ordinal of the entry holding ``offset`` (or the first after it), else None."""
+        if not self.total or self.info(self.total - 1).index < offset:
+            return None
+        # Whole-backlog reads start at the first entry and end in the last one: no search.
+        if self.info(0).index >= offset:
+            return 0
+        if self.info(self.total - 1).base_offset <= offset:
+            return self.total - 1
         lo, hi = 0, self.total
         while lo < hi:
             mid = (lo + hi) // 2
