@@ -115,10 +115,12 @@ pub struct PyLedgerRangeReader {
     source: Arc<Source>,
     offsets: Range<i64>,
     state: Mutex<State>,
+    /// Refilled for every batch; its buffers keep their capacity from one to the next.
+    columns: Mutex<MessageColumns>,
 }
 
 fn var_column<'py>(py: Python<'py>, out: &Bound<'py, PyDict>, name: &str, c: &VarColumn) -> PyResult<()> {
-    out.set_item(format!("{name}_offsets"), PyBytes::new(py, &le_i32(&c.offsets)))?;
+    out.set_item(format!("{name}_offsets"), le_i32(py, &c.offsets)?)?;
     out.set_item(format!("{name}_data"), PyBytes::new(py, &c.data))?;
     validity(py, out, name, &c.validity)
 }
@@ -133,26 +135,36 @@ fn validity<'py>(py: Python<'py>, out: &Bound<'py, PyDict>, name: &str, v: &Vali
     Ok(())
 }
 
-fn le_i32(v: &[i32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+/// `v` as little-endian bytes, written straight into a new `bytes` object.
+fn le_bytes<'py, T, const N: usize>(py: Python<'py>, v: &[T], to_le: fn(&T) -> [u8; N]) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, v.len() * N, |buf| {
+        for (chunk, x) in buf.chunks_exact_mut(N).zip(v) {
+            chunk.copy_from_slice(&to_le(x));
+        }
+        Ok(())
+    })
 }
 
-fn le_i64(v: &[i64]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+fn le_i32<'py>(py: Python<'py>, v: &[i32]) -> PyResult<Bound<'py, PyBytes>> {
+    le_bytes(py, v, |x| x.to_le_bytes())
+}
+
+fn le_i64<'py>(py: Python<'py>, v: &[i64]) -> PyResult<Bound<'py, PyBytes>> {
+    le_bytes(py, v, |x| x.to_le_bytes())
 }
 
 fn columns_dict<'py>(py: Python<'py>, c: &MessageColumns) -> PyResult<Bound<'py, PyDict>> {
     let out = PyDict::new(py);
     out.set_item("rows", c.rows())?;
-    out.set_item("offset", PyBytes::new(py, &le_i64(&c.offset)))?;
+    out.set_item("offset", le_i64(py, &c.offset)?)?;
     var_column(py, &out, "message_id", &c.message_id)?;
     var_column(py, &out, "key", &c.key)?;
     var_column(py, &out, "value", &c.value)?;
-    out.set_item("properties_offsets", PyBytes::new(py, &le_i32(&c.property_offsets)))?;
+    out.set_item("properties_offsets", le_i32(py, &c.property_offsets)?)?;
     var_column(py, &out, "property_keys", &c.property_keys)?;
     var_column(py, &out, "property_values", &c.property_values)?;
-    out.set_item("publish_time", PyBytes::new(py, &le_i64(&c.publish_time)))?;
-    out.set_item("event_time", PyBytes::new(py, &le_i64(&c.event_time)))?;
+    out.set_item("publish_time", le_i64(py, &c.publish_time)?)?;
+    out.set_item("event_time", le_i64(py, &c.event_time)?)?;
     validity(py, &out, "event_time", &c.event_time_validity)?;
     var_column(py, &out, "producer_name", &c.producer_name)?;
     Ok(out)
@@ -248,6 +260,7 @@ impl PyLedgerRangeReader {
             source: Arc::new(source),
             offsets: from_offset..to_offset,
             state: Mutex::new(State { next_entry: first_entry, last_entry, inflight: VecDeque::new(), done: false, entries_read: 0 }),
+            columns: Mutex::new(MessageColumns::new()),
         })
     }
 
@@ -256,11 +269,13 @@ impl PyLedgerRangeReader {
     /// when no bookie returns an entry and `NativeError` when an entry does not decode.
     #[pyo3(signature = (max_rows=65_536, max_bytes=67_108_864))]
     fn next_batch<'py>(&self, py: Python<'py>, max_rows: usize, max_bytes: usize) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let mut columns = MessageColumns::new();
+        let mut guard = self.columns.lock();
+        let columns: &mut MessageColumns = &mut guard;
+        columns.clear();
         loop {
-            py.detach(|| self.decode_into(&mut columns, max_rows.max(1), max_bytes.max(1)))?;
+            py.detach(|| self.decode_into(columns, max_rows.max(1), max_bytes.max(1)))?;
             if columns.rows() > 0 {
-                return Ok(Some(columns_dict(py, &columns)?));
+                return Ok(Some(columns_dict(py, columns)?));
             }
             if self.state.lock().done {
                 return Ok(None);
