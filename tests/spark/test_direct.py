@@ -46,7 +46,9 @@ def _produce_compressed(broker: Standalone, topic: str) -> None:
         p = Producer({"bootstrap.servers": kafka_bootstrap(broker), "linger.ms": 5,
                       "compression.type": codec})
         for i in range(6):
-            p.produce(topic, key=b"kc%d" % i, value=b"kafka-%s-%d " % (codec.encode(), i) * 10,
+            # Keys that are not UTF-8 are stored base64-encoded; an empty key reads as null.
+            key = {4: b"\xff\xfe%d" % i, 5: b""}.get(i, b"kc%d" % i)
+            p.produce(topic, key=key, value=b"kafka-%s-%d " % (codec.encode(), i) * 10,
                       partition=i % 2, headers=[("codec", codec.encode())])
         assert p.flush(10) == 0
 
@@ -120,6 +122,8 @@ def test_direct_rows_equal_reader_rows(broker: Standalone, topic: str) -> None:
     assert any(r["value"] is None for r in rows)  # the Kafka tombstone
     assert any(r["messageId"].endswith(":-1") for r in rows)  # plain entries
     assert any(r["properties"] == [("codec", "zstd")] for r in rows)
+    assert any(r["key"] == b"//40" for r in rows)  # the Kafka key b"\xff\xfe4", base64-encoded
+    assert any(r["key"] is None and r["protocol"] == "kafka" for r in rows)
 
 
 def test_spark_direct_and_reader_reads_agree(session: Any, broker: Standalone, topic: str) -> None:

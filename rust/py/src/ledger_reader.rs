@@ -223,6 +223,16 @@ impl PyLedgerRangeReader {
     }
 }
 
+impl Drop for PyLedgerRangeReader {
+    /// A reader dropped before the end of its range (a query that stopped early) stops
+    /// its reads ahead.
+    fn drop(&mut self) {
+        for (_, task) in self.state.get_mut().inflight.drain(..) {
+            task.abort();
+        }
+    }
+}
+
 #[pymethods]
 impl PyLedgerRangeReader {
     /// `metadata` is the ledger's metadata record (JSON, as the metadata store holds it).
