@@ -32,7 +32,7 @@ SIZE = 100
 KEYS = 1000
 PHASE_DEADLINE = 600.0
 TARGET_RATIO = 2.0
-ROUNDS = int(os.environ.get("MAGNETAR_SPARK_BENCH_ROUNDS", "2"))
+ROUNDS = int(os.environ.get("MAGNETAR_SPARK_BENCH_ROUNDS", "3"))
 
 
 def _create_partitioned(admin: str, topic: str, n: int) -> None:
