@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import pulsar
@@ -193,9 +192,3 @@ def test_failure_midway_resumes_on_a_reader(monkeypatch: pytest.MonkeyPatch, bro
 def test_bad_direct_read_option_is_refused(broker: Standalone) -> None:
     with pytest.raises(ValueError, match="directRead"):
         _splits(broker, "anything", directRead="sometimes")
-
-
-@pytest.fixture(autouse=True)
-def _no_spark_needed() -> Iterator[None]:
-    pytest.importorskip("pyarrow")
-    yield
