@@ -170,8 +170,14 @@ impl MessageColumns {
     /// allocates nothing.
     pub fn clear(&mut self) {
         self.offset.clear();
-        for c in [&mut self.message_id, &mut self.key, &mut self.value, &mut self.property_keys,
-                  &mut self.property_values, &mut self.producer_name] {
+        for c in [
+            &mut self.message_id,
+            &mut self.key,
+            &mut self.value,
+            &mut self.property_keys,
+            &mut self.property_values,
+            &mut self.producer_name,
+        ] {
             c.clear();
         }
         self.property_offsets.truncate(1);
@@ -223,7 +229,14 @@ impl MessageColumns {
         Ok(added)
     }
 
-    fn push_message(&mut self, id_prefix: &[u8], offset: i64, m: &Message<'_>, publish: i64, producer: &[u8]) -> Result<()> {
+    fn push_message(
+        &mut self,
+        id_prefix: &[u8],
+        offset: i64,
+        m: &Message<'_>,
+        publish: i64,
+        producer: &[u8],
+    ) -> Result<()> {
         self.offset.push(offset);
         let id = &mut self.message_id;
         id.data.extend_from_slice(id_prefix);
@@ -246,7 +259,8 @@ impl MessageColumns {
             self.property_values.push(Some(props[last].1))?;
             i = last + 1;
         }
-        let n = i32::try_from(self.property_keys.offsets.len() - 1).map_err(|_| FormatError::TooLarge(MAX_COLUMN_BYTES))?;
+        let n =
+            i32::try_from(self.property_keys.offsets.len() - 1).map_err(|_| FormatError::TooLarge(MAX_COLUMN_BYTES))?;
         self.property_offsets.push(n);
         self.publish_time.push(publish);
         self.event_time.push(if m.event_time != 0 { micros(m.event_time) } else { 0 });
@@ -320,7 +334,13 @@ mod tests {
 
     #[test]
     fn cleared_columns_fill_like_new_ones() {
-        let msgs = [Msg { key: Some("k".into()), props: vec![("a".into(), "b".into())], event_time: 2, null_value: false, payload: b"v".to_vec() }];
+        let msgs = [Msg {
+            key: Some("k".into()),
+            props: vec![("a".into(), "b".into())],
+            event_time: 2,
+            null_value: false,
+            payload: b"v".to_vec(),
+        }];
         let raw = entry("p", 1, &msgs, true, 0, None);
         let at = EntryPosition { ledger_id: 1, entry_id: 0, first_offset: 0 };
         let mut fresh = MessageColumns::new();

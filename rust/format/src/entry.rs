@@ -64,7 +64,10 @@ pub fn parse_entry(buf: &[u8]) -> Result<Entry<'_>> {
     if stored != computed {
         return Err(FormatError::Checksum { stored, computed });
     }
-    let meta_end = 10usize.checked_add(meta_size).filter(|e| *e <= rest.len()).ok_or(FormatError::Truncated("message metadata"))?;
+    let meta_end = 10usize
+        .checked_add(meta_size)
+        .filter(|e| *e <= rest.len())
+        .ok_or(FormatError::Truncated("message metadata"))?;
     let metadata = MessageMetadata::parse(&rest[10..meta_end])?;
     Ok(Entry { broker_index, metadata, payload: &rest[meta_end..] })
 }
@@ -124,12 +127,16 @@ impl<'a> Entry<'a> {
         for index in 0..count {
             let meta_size = len_at(data, pos, "batch message header")?;
             pos += 4;
-            let meta_end = pos.checked_add(meta_size).filter(|e| *e <= data.len())
+            let meta_end = pos
+                .checked_add(meta_size)
+                .filter(|e| *e <= data.len())
                 .ok_or_else(|| FormatError::Batch(format!("metadata of message {index} exceeds the batch")))?;
             let single = SingleMessageMetadata::parse(&data[pos..meta_end])?;
             let size = usize::try_from(single.payload_size)
                 .map_err(|_| FormatError::Batch(format!("message {index} has size {}", single.payload_size)))?;
-            let end = meta_end.checked_add(size).filter(|e| *e <= data.len())
+            let end = meta_end
+                .checked_add(size)
+                .filter(|e| *e <= data.len())
                 .ok_or_else(|| FormatError::Batch(format!("payload of message {index} exceeds the batch")))?;
             if !single.compacted_out {
                 out.push(Message {
@@ -161,9 +168,20 @@ pub(crate) mod build {
     /// Any message: a key or none, a few properties (keys may repeat), an event time or
     /// none, a null flag and a payload.
     pub fn msg() -> impl Strategy<Value = Msg> {
-        (proptest::option::of("[a-z0-9]{0,6}"), proptest::collection::vec(("[a-c]{1,2}", "[ -~]{0,5}"), 0..4),
-         0u64..3, any::<bool>(), proptest::collection::vec(any::<u8>(), 0..40))
-            .prop_map(|(key, props, event_time, null_value, payload)| Msg { key, props, event_time, null_value, payload })
+        (
+            proptest::option::of("[a-z0-9]{0,6}"),
+            proptest::collection::vec(("[a-c]{1,2}", "[ -~]{0,5}"), 0..4),
+            0u64..3,
+            any::<bool>(),
+            proptest::collection::vec(any::<u8>(), 0..40),
+        )
+            .prop_map(|(key, props, event_time, null_value, payload)| Msg {
+                key,
+                props,
+                event_time,
+                null_value,
+                payload,
+            })
     }
 
     /// A message as a test writes it.
@@ -197,7 +215,14 @@ pub(crate) mod build {
     }
 
     /// An entry of `msgs`: a batch when `batched`, else the one message plainly.
-    pub fn entry(producer: &str, publish: u64, msgs: &[Msg], batched: bool, compression: u64, broker_index: Option<u64>) -> Vec<u8> {
+    pub fn entry(
+        producer: &str,
+        publish: u64,
+        msgs: &[Msg],
+        batched: bool,
+        compression: u64,
+        broker_index: Option<u64>,
+    ) -> Vec<u8> {
         let mut meta = Vec::new();
         write::bytes(&mut meta, 1, producer.as_bytes());
         write::uint(&mut meta, 2, 0);
@@ -258,13 +283,21 @@ mod tests {
     fn collect(e: &Entry<'_>) -> Result<Vec<(i32, Msg)>> {
         let data = e.payload()?;
         let text = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
-        Ok(e.messages(&data)?.into_iter().map(|m| (m.batch_index, Msg {
-            key: m.partition_key.map(text),
-            props: m.properties.iter().map(|(k, v)| (text(k), text(v))).collect(),
-            event_time: m.event_time,
-            null_value: m.null_value,
-            payload: m.payload.to_vec(),
-        })).collect())
+        Ok(e.messages(&data)?
+            .into_iter()
+            .map(|m| {
+                (
+                    m.batch_index,
+                    Msg {
+                        key: m.partition_key.map(text),
+                        props: m.properties.iter().map(|(k, v)| (text(k), text(v))).collect(),
+                        event_time: m.event_time,
+                        null_value: m.null_value,
+                        payload: m.payload.to_vec(),
+                    },
+                )
+            })
+            .collect())
     }
 
     proptest! {

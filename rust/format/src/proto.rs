@@ -52,7 +52,11 @@ impl<'a> Fields<'a> {
 
     fn take(&mut self, n: u64) -> Result<&'a [u8]> {
         let n = usize::try_from(n).map_err(|_| self.bad("length does not fit in memory"))?;
-        let end = self.pos.checked_add(n).filter(|e| *e <= self.buf.len()).ok_or_else(|| self.bad("field exceeds the message"))?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|e| *e <= self.buf.len())
+            .ok_or_else(|| self.bad("field exceeds the message"))?;
         let out = &self.buf[self.pos..end];
         self.pos = end;
         Ok(out)
@@ -167,7 +171,10 @@ impl<'a> MessageMetadata<'a> {
                 4 => m.properties.push(key_value(bytes(v, &f)?)?),
                 6 => m.partition_key = Some(text(v, &f, "the partition key")?),
                 8 => m.compression = varint(v, &f)?,
-                9 => m.uncompressed_size = u32::try_from(varint(v, &f)?).map_err(|_| f.bad("uncompressed_size out of range"))?,
+                9 => {
+                    m.uncompressed_size =
+                        u32::try_from(varint(v, &f)?).map_err(|_| f.bad("uncompressed_size out of range"))?
+                }
                 11 => m.num_messages_in_batch = Some(int32(v, &f)?),
                 12 => m.event_time = varint(v, &f)?,
                 13 => m.encrypted = true,
