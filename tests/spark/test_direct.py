@@ -172,6 +172,21 @@ def test_unreachable_bookies_fall_back_to_the_reader(broker: Standalone, topic: 
         _table([dataclasses.replace(broken, direct_read="require")])
 
 
+def test_entries_not_known_final_are_left_to_the_reader(broker: Standalone, topic: str) -> None:
+    """Metadata saying the ledger closed before the range's last entry: the native reader
+    refuses the range (it only reads final entries), and a Reader serves it."""
+    split = _splits(broker, topic)[0]
+    meta = json.loads(split.ledger_metadata)
+    meta.update(state="CLOSED", lastEntryId=split.last_entry_id - 1)
+    stale = dataclasses.replace(split, ledger_metadata=json.dumps(meta))
+    before = _paths()
+    got = _table([stale])
+    assert _grew(before, _paths()) == {"reader": 1}
+    assert got.to_pylist() == _table([split]).to_pylist()
+    with pytest.raises(RuntimeError, match="is closed at entry"):
+        _table([dataclasses.replace(stale, direct_read="require")])
+
+
 def test_failure_midway_resumes_on_a_reader(monkeypatch: pytest.MonkeyPatch, broker: Standalone,
                                              topic: str) -> None:
     import spark._source
