@@ -2,10 +2,15 @@
 
 1,000,000 messages of 100 B on a 4-partition topic of a fresh standalone. Measured:
 ``df.count()`` and ``df.groupBy("key").count()`` through ``format("magnetar")`` on a
-``local[2]`` session (started and warmed up outside the timing), and one official
-pulsar-client Reader over the whole partitioned topic in this process, touching each
-message's payload. Every phase is bounded by a deadline; a phase that misses it is
-reported as such, never waited on forever.
+``local[2]`` session, and one official pulsar-client Reader over the whole partitioned
+topic in this process, touching each message's payload. The session is started and
+warmed up outside the timing: both queries run once over the first quarter of every
+partition, so that the JVM has compiled the scan and aggregation paths (a cold JVM
+reads at about half the speed it reaches once warm). Spark reads with
+``directRead=require``, so a run that silently fell back to Readers fails instead of
+reporting their figures. The machine is shared, so each case is timed ``ROUNDS``
+times and the best round counts, for the Reader as for Spark. Every phase is bounded
+by a deadline; a phase that misses it is reported as such, never waited on forever.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ SIZE = 100
 KEYS = 1000
 PHASE_DEADLINE = 600.0
 TARGET_RATIO = 2.0
+ROUNDS = int(os.environ.get("MAGNETAR_SPARK_BENCH_ROUNDS", "3"))
 
 
 def _create_partitioned(admin: str, topic: str, n: int) -> None:
@@ -93,6 +99,12 @@ def _single_reader(url: str, topic: str) -> dict[str, Any]:
         client.close()
 
 
+def _best(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    best = dict(max(rounds, key=lambda r: r["msg_per_s"]))
+    best["rounds_msg_per_s"] = [round(r["msg_per_s"]) for r in rounds]
+    return best
+
+
 def _spark(url: str, admin: str, topic: str) -> dict[str, Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -107,23 +119,34 @@ def _spark(url: str, admin: str, topic: str) -> dict[str, Any]:
     register(s)
     startup = time.monotonic() - t0
     try:
-        df = (s.read.format("magnetar").option("serviceUrl", url).option("adminUrl", admin)
-              .option("topics", topic).load())
-        # Warm up the Python workers on a small range first.
-        (s.read.format("magnetar").option("serviceUrl", url).option("adminUrl", admin)
-         .option("topics", topic).option("endingOffsets", json.dumps(
-             {topic: {str(p): 1000 for p in range(PARTITIONS)}})).load().count())
+        def load(**options: str) -> Any:
+            r = (s.read.format("magnetar").option("serviceUrl", url).option("adminUrl", admin)
+                 .option("topics", topic).option("directRead", "require"))
+            for k, v in options.items():
+                r = r.option(k, v)
+            return r.load()
+
+        df = load()
+        sample = load(endingOffsets=json.dumps(
+            {topic: {str(p): MESSAGES // PARTITIONS // 4 for p in range(PARTITIONS)}}))
+        sample.count()
+        sample.groupBy("key").count().collect()
         out: dict[str, Any] = {"session_startup_s": startup}
-        t0 = time.monotonic()
-        n = df.count()
-        elapsed = time.monotonic() - t0
-        out["count"] = {"messages": n, "seconds": elapsed, "msg_per_s": n / elapsed, "complete": n == MESSAGES}
-        t0 = time.monotonic()
-        groups = df.groupBy("key").count().collect()
-        elapsed = time.monotonic() - t0
-        total = sum(r["count"] for r in groups)
-        out["group_by_key"] = {"messages": total, "groups": len(groups), "seconds": elapsed,
-                               "msg_per_s": total / elapsed, "complete": total == MESSAGES}
+        counts, groups = [], []
+        for _ in range(ROUNDS):
+            t0 = time.monotonic()
+            n = df.count()
+            elapsed = time.monotonic() - t0
+            counts.append({"messages": n, "seconds": elapsed, "msg_per_s": n / elapsed,
+                           "complete": n == MESSAGES})
+            t0 = time.monotonic()
+            rows = df.groupBy("key").count().collect()
+            elapsed = time.monotonic() - t0
+            total = sum(r["count"] for r in rows)
+            groups.append({"messages": total, "groups": len(rows), "seconds": elapsed,
+                           "msg_per_s": total / elapsed, "complete": total == MESSAGES})
+        out["count"] = _best(counts)
+        out["group_by_key"] = _best(groups)
         return out
     finally:
         s.stop()
@@ -138,13 +161,14 @@ def run() -> dict[str, Any]:
             admin = broker.addresses["web"][0]
             _create_partitioned(admin, topic, PARTITIONS)
             produce_s = _produce(broker.pulsar_url, topic)
-            reader = _single_reader(broker.pulsar_url, topic)
+            reader = _best([_single_reader(broker.pulsar_url, topic) for _ in range(ROUNDS)])
             spark = _spark(broker.pulsar_url, admin, topic)
     ratio_count = spark["count"]["msg_per_s"] / reader["msg_per_s"]
     ratio_group = spark["group_by_key"]["msg_per_s"] / reader["msg_per_s"]
     print(f"\nSpark read: {MESSAGES:,} x {SIZE} B on {PARTITIONS} partitions "
           f"(produced in {produce_s:.1f} s; session start {spark['session_startup_s']:.1f} s, untimed)")
-    print(f"  {'reader':<34}{'msg/s':>12}{'seconds':>10}  vs single Reader (target {TARGET_RATIO:.0f}x)")
+    print(f"  {'reader (best of ' + str(ROUNDS) + ' rounds)':<34}{'msg/s':>12}{'seconds':>10}"
+          f"  vs single Reader (target {TARGET_RATIO:.0f}x)")
     print(f"  {'pulsar-client Reader, 1 process':<34}{reader['msg_per_s']:>12,.0f}{reader['seconds']:>10.1f}")
     for label, case, ratio in (("spark df.count()", spark["count"], ratio_count),
                                ("spark groupBy(key).count()", spark["group_by_key"], ratio_group)):

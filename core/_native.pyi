@@ -9,7 +9,7 @@ from typing import Any, final
 __version__: str
 __all__ = [
     "__version__", "BookieError", "BookieServer", "CompletionQueue", "Cursor", "CursorNotFoundError",
-    "FencedError", "LedgerClosedError", "ManagedLedger", "ManagedLedgerFactory",
+    "FencedError", "LedgerClosedError", "LedgerRangeReader", "ManagedLedger", "ManagedLedgerFactory",
     "MetadataError", "NativeError", "NoSuchLedgerError", "NotEnoughBookiesError",
     "kafka_batch_from_entry", "kafka_entry_from_batch",
 ]
@@ -134,3 +134,13 @@ def kafka_batch_from_entry(
     """The Kafka record batch for a stored entry whose last message has broker index
     ``index``; None for an entry left to the caller (compressed, encrypted, damaged, or not
     in canonical form)."""
+
+@final
+class LedgerRangeReader:
+    """Confirmed entries of one ledger read straight from its bookies, as column buffers."""
+
+    def __new__(cls, ledger_id: int, metadata: bytes, first_entry: int, last_entry: int,
+                from_offset: int, to_offset: int, timeout_ms: int = 10000) -> LedgerRangeReader: ...
+    def next_batch(self, max_rows: int = 65536, max_bytes: int = 67108864) -> dict[str, Any] | None: ...
+    @property
+    def entries_read(self) -> int: ...

@@ -5,7 +5,9 @@ ledgers; each entry carries the broker index of its last message (the Kafka-comp
 offset). The driver turns Kafka-style offsets into entry positions here, with a binary
 search over the entries the internal stats list (one ``ledger/{l}/entry/{e}`` request
 per probe), so planning a read costs O(log entries) requests per partition, whatever
-the backlog. Executors then read from those positions with a Pulsar Reader.
+the backlog. The internal stats also carry each ledger's metadata record (its bookie
+ensembles), with which executors read straight from the bookies; a Pulsar Reader from
+those positions is the fallback.
 
 Everything here is blocking and stateless; each call is one HTTP request with a timeout.
 """
@@ -140,13 +142,23 @@ class AdminClient:
 
     def ledgers(self, topic: TopicName) -> list[tuple[int, int]]:
         """``[(ledger_id, entries), ...]`` of the stored ledgers holding entries, in order."""
-        doc = self._json(topic.rest_path + "/internalStats", missing={})
+        return self.ledgers_with_metadata(topic)[0]
+
+    def ledgers_with_metadata(self, topic: TopicName) -> tuple[list[tuple[int, int]], dict[int, str]]:
+        """:meth:`ledgers`, and each ledger's metadata record (JSON text: its ensembles and
+        quorums) where the broker reports it (``internalStats?metadata=true``).
+
+        Only confirmed entries count: the ledger of ``lastConfirmedEntry`` is cut there and
+        later ledgers are left out, so every entry listed is final on its bookies.
+        """
+        doc = self._json(topic.rest_path + "/internalStats?metadata=true", missing={})
         last = str(doc.get("lastConfirmedEntry", "-1:-1"))
         try:
             last_ledger, last_entry = (int(x) for x in last.split(":", 1))
         except ValueError:
             last_ledger, last_entry = -1, -1
         out = []
+        metadata = {}
         for ledger in doc.get("ledgers", []):
             lid, n = int(ledger["ledgerId"]), int(ledger.get("entries", 0))
             if lid == last_ledger:
@@ -155,7 +167,9 @@ class AdminClient:
                 continue
             if n > 0:
                 out.append((lid, n))
-        return out
+                if isinstance(ledger.get("metadata"), str):
+                    metadata[lid] = ledger["metadata"]
+        return out, metadata
 
     def entry(self, topic: TopicName, ledger_id: int, entry_id: int) -> EntryInfo:
         """The index and message count of the entry at ``ledger_id:entry_id``."""
@@ -179,7 +193,7 @@ class PartitionLayout:
     def __init__(self, admin: AdminClient, topic: TopicName):
         self.admin = admin
         self.topic = topic
-        self.ledgers = admin.ledgers(topic)
+        self.ledgers, self.metadata = admin.ledgers_with_metadata(topic)
         self.total = sum(n for _, n in self.ledgers)
         self._cache: dict[int, EntryInfo] = {}
 
@@ -205,6 +219,13 @@ class PartitionLayout:
 
     def find(self, offset: int) -> int | None:
         """The ordinal of the entry holding ``offset`` (or the first after it), else None."""
+        if not self.total or self.info(self.total - 1).index < offset:
+            return None
+        # Whole-backlog reads start at the first entry and end in the last one: no search.
+        if self.info(0).index >= offset:
+            return 0
+        if self.info(self.total - 1).base_offset <= offset:
+            return self.total - 1
         lo, hi = 0, self.total
         while lo < hi:
             mid = (lo + hi) // 2

@@ -6,11 +6,21 @@ Offsets are Kafka's: per topic-partition, the broker index of each message (an e
 ``n`` messages whose last index is ``i`` holds offsets ``i-n+1 .. i``). The driver plans
 a read through the admin REST API (:mod:`spark._admin`): it finds the entry holding the
 start offset by binary search and cuts the range ``[start, end)`` at ledger boundaries,
-so a large backlog becomes one input partition per ledger. Each input partition names
-its first entry (ledger, entry, and that entry's first offset); the executor opens a
-Pulsar Reader just after the entry before it and numbers messages as they come: within an entry by
-batch index, and each new entry continues where the previous one ended. It stops at the
-range's end offset, so two input partitions never overlap and none leaves a gap.
+so a large backlog becomes one input partition per ledger, and a ledger holding more
+than :data:`SPLIT_MESSAGES` messages several (so that every core has work). Each input
+partition names its first and last entry (one ledger) and the first entry's offset.
+
+An executor reads its range straight from the bookies when it can (see
+:mod:`spark._direct`): the planner passes the ledger's metadata record, and the native
+reader fetches the entries (all confirmed) from their replicas and decodes them into
+Arrow columns without a Python object per message. Otherwise - option
+``directRead=false``, no metadata, no native core on the executor, or no replica
+answering - it opens a Pulsar Reader just after the entry before the range and numbers
+messages as they come: within an entry by batch index, and each new entry continues
+where the previous one ended. A direct read that fails midway resumes on a Reader from
+the next offset. Both stop at the range's end offset, so two input partitions never
+overlap and none leaves a gap. ``directRead=require`` fails the task instead of falling
+back; :data:`READ_PATHS` counts which path served each range in this process.
 
 Streaming offsets are ``{topic: {partition: next_offset}}`` JSON, as Spark's Kafka source
 writes them; they live in the query's checkpoint, and a restarted query plans the same
@@ -24,8 +34,11 @@ else came from a Pulsar client (see :func:`protocol_of`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,8 +56,11 @@ from pyspark.sql.types import StructType
 
 from ._admin import AdminClient, PartitionLayout, TopicName, split_topic_name
 from ._decode import Decoder, decoder_for
+from ._direct import direct_read_errors, read_direct
 
-__all__ = ["MagnetarDataSource", "SCHEMA", "protocol_of", "MagnetarPartition"]
+__all__ = ["MagnetarDataSource", "SCHEMA", "protocol_of", "MagnetarPartition", "READ_PATHS"]
+
+_log = logging.getLogger(__name__)
 
 #: The columns every read yields.
 SCHEMA = (
@@ -54,7 +70,15 @@ SCHEMA = (
 )
 
 #: Rows per Arrow batch handed to Spark.
-ARROW_BATCH_ROWS = 32768
+ARROW_BATCH_ROWS = 65536
+#: A ledger range of more messages than this is planned as several input partitions.
+SPLIT_MESSAGES = 131072
+#: ``directRead`` values: read from the bookies with a Reader as fallback, only with a
+#: Reader, or only from the bookies.
+DIRECT_READ_MODES = ("true", "false", "require")
+#: Input partitions served per path in this process: ``direct``, ``reader``, and
+#: ``resumed`` (a direct read that a Reader finished).
+READ_PATHS: Counter[str] = Counter()
 #: How long an executor waits for the next message of a range it knows is stored.
 READ_STALL_MS = 30_000
 #: Messages a Reader prefetches.
@@ -164,7 +188,8 @@ def _offset_for(spec: str | dict[str, dict[str, int]], tp: _TopicPartition, layo
 
 @dataclass(frozen=True)
 class MagnetarPartition(InputPartition):
-    """One range ``[from_offset, to_offset)`` of one topic-partition, read from one entry on."""
+    """One range ``[from_offset, to_offset)`` of one topic-partition, held by the entries
+    ``entry_id..last_entry_id`` of one ledger."""
 
     service_url: str
     label: str
@@ -178,13 +203,29 @@ class MagnetarPartition(InputPartition):
     from_offset: int
     to_offset: int
     decoder: Decoder | None = None
+    last_entry_id: int = -1
+    ledger_metadata: str | None = None  # the ledger's metadata record, for direct reads
+    direct_read: str = "true"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", (self.label, self.partition, self.from_offset, self.to_offset))
 
 
+def _cuts(layout: PartitionLayout, first: int, last: int) -> list[int]:
+    """The ordinals in ``[first, last]`` where input partitions start: ``first``, every
+    ledger start, and evenly spaced ones inside a ledger range of over SPLIT_MESSAGES."""
+    starts = layout.ledger_starts(first, last)
+    out: list[int] = []
+    for i, ordinal in enumerate(starts):
+        stop = starts[i + 1] if i + 1 < len(starts) else last + 1
+        messages = layout.info(stop - 1).index + 1 - layout.info(ordinal).base_offset
+        pieces = min(stop - ordinal, -(-messages // SPLIT_MESSAGES))
+        out.extend(ordinal + (stop - ordinal) * k // max(pieces, 1) for k in range(max(pieces, 1)))
+    return out
+
+
 def _plan(service_url: str, tp: _TopicPartition, layout: PartitionLayout, lo: int, hi: int,
-          decoder: Decoder | None = None) -> list[MagnetarPartition]:
+          decoder: Decoder | None = None, direct_read: str = "true") -> list[MagnetarPartition]:
     if hi <= lo:
         return []
     first = layout.find(lo)
@@ -192,17 +233,19 @@ def _plan(service_url: str, tp: _TopicPartition, layout: PartitionLayout, lo: in
         return []
     last = layout.find(hi - 1)
     last = layout.total - 1 if last is None else last
-    starts = layout.ledger_starts(first, last)
+    cuts = _cuts(layout, first, last)
     out = []
-    for i, ordinal in enumerate(starts):
+    for i, ordinal in enumerate(cuts):
         info = layout.info(ordinal)
         start = max(lo, info.base_offset)
-        end = layout.info(starts[i + 1]).base_offset if i + 1 < len(starts) else hi
+        end = layout.info(cuts[i + 1]).base_offset if i + 1 < len(cuts) else hi
         after = layout.position(ordinal - 1) if ordinal > 0 else (-1, -1)
+        last_entry = layout.position((cuts[i + 1] if i + 1 < len(cuts) else last + 1) - 1)[1]
         if end > start:
             out.append(MagnetarPartition(service_url, tp.label, tp.partition, tp.pulsar_topic.full,
                                          info.ledger_id, info.entry_id, after[0], after[1],
-                                         info.base_offset, start, end, decoder))
+                                         info.base_offset, start, end, decoder, last_entry,
+                                         layout.metadata.get(info.ledger_id), direct_read))
     return out
 
 
@@ -279,11 +322,35 @@ class _ColumnBuffer:
 
 
 def read_partition(split: MagnetarPartition) -> Iterator[Any]:
-    """The rows of ``split`` as Arrow record batches, in offset order."""
+    """The rows of ``split`` as Arrow record batches, in offset order: from the bookies
+    when the split allows it, else (or for what a failed direct read left) by a Reader."""
+    schema = _arrow_schema(split.decoder)
+    resume = split.from_offset
+    if split.direct_read != "false":
+        why = "the broker reported no metadata for the ledger"
+        if split.ledger_metadata is not None:
+            try:
+                for batch in read_direct(split, schema, ARROW_BATCH_ROWS):
+                    resume = batch.column(2)[-1].as_py() + 1
+                    yield batch
+                READ_PATHS["direct"] += 1
+                return
+            except direct_read_errors() as exc:
+                why = f"{type(exc).__name__}: {exc}"
+        if split.direct_read == "require":
+            raise RuntimeError(f"{split.pulsar_topic} ledger {split.ledger_id}: direct read required "
+                               f"(directRead=require) but not possible: {why}")
+        _log.warning("%s ledger %s: reading offsets %d..%d through a Reader: %s",
+                     split.pulsar_topic, split.ledger_id, resume, split.to_offset, why)
+    READ_PATHS["resumed" if resume > split.from_offset else "reader"] += 1
+    yield from _read_with_reader(dataclasses.replace(split, from_offset=resume), schema)
+
+
+def _read_with_reader(split: MagnetarPartition, schema: Any) -> Iterator[Any]:
+    """The rows of ``split`` through a Pulsar Reader, one message at a time."""
     import pulsar
     import pyarrow as pa
 
-    schema = _arrow_schema(split.decoder)
     client = pulsar.Client(split.service_url, operation_timeout_seconds=30, logger=_quiet_logger())
     try:
         # Start after the entry before the first one (exclusive), which every broker
@@ -372,6 +439,13 @@ class _Planner:
         self.service_url = _required(options, "serviceUrl")
         self.admin = AdminClient(_required(options, "adminUrl"))
         self.decoder = _decoder(options, self.admin)
+        self.direct_read = (_option(options, "directRead") or "true").strip().lower()
+        if self.direct_read not in DIRECT_READ_MODES:
+            raise ValueError(f"option directRead must be one of {', '.join(DIRECT_READ_MODES)}, "
+                             f"got {self.direct_read!r}")
+
+    def plan(self, tp: _TopicPartition, layout: PartitionLayout, lo: int, hi: int) -> list[MagnetarPartition]:
+        return _plan(self.service_url, tp, layout, lo, hi, self.decoder, self.direct_read)
 
     def topic_partitions(self) -> list[_TopicPartition]:
         return _topic_partitions(_resolve_topics(self.options, self.admin), self.admin)
@@ -392,8 +466,7 @@ class _BatchReader(DataSourceReader):
             layout = self.planner.layout(tp)
             lo = _offset_for(self.starting, tp, layout, absent=_EARLIEST)
             hi = _offset_for(self.ending, tp, layout, absent=_LATEST)
-            out.extend(_plan(self.planner.service_url, tp, layout, lo, min(hi, layout.latest()),
-                             self.planner.decoder))
+            out.extend(self.planner.plan(tp, layout, lo, min(hi, layout.latest())))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -446,7 +519,7 @@ class _StreamReader(DataSourceStreamReader):
             layout = self.planner.layout(tp)
             lo = start.get(tp.label, {}).get(str(tp.partition))
             lo = layout.earliest() if lo is None else lo
-            out.extend(_plan(self.planner.service_url, tp, layout, int(lo), int(hi), self.planner.decoder))
+            out.extend(self.planner.plan(tp, layout, int(lo), int(hi)))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

@@ -20,6 +20,8 @@ __all__ = ["Rates", "topic_stats", "subscription_stats", "internal_stats", "merg
            "RATE_WINDOW_SECONDS"]
 
 RATE_WINDOW_SECONDS = 60.0
+#: Where the ledger client keeps one metadata record per ledger (rust/ledger's layout).
+LEDGER_METADATA_ROOT = "/ledgers/ledger"
 _MAX_SAMPLES = 256
 
 
@@ -223,8 +225,19 @@ def _deleted_ranges(ranges: list[tuple[Position, Position]]) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-def internal_stats(topic: Any) -> dict[str, Any]:
-    """PersistentTopicInternalStats: the managed ledger's ledgers and cursors."""
+def _ledger_metadata(store: Any, ledger_id: int) -> str | None:
+    """The ledger's metadata record as stored (JSON text: ensembles, quorums, state)."""
+    got = store.get(f"{LEDGER_METADATA_ROOT}/{ledger_id}")
+    return got[0].decode() if got is not None else None
+
+
+def internal_stats(topic: Any, metadata_store: Any = None) -> dict[str, Any]:
+    """PersistentTopicInternalStats: the managed ledger's ledgers and cursors.
+
+    With ``metadata_store`` (Pulsar's ``?metadata=true``), each ledger also carries its
+    metadata record as ``metadata`` (JSON text, null when the store has none): what a
+    reader needs to fetch its entries from the bookies itself.
+    """
     st = topic.ml.stats()
     ledgers = topic.ml.ledgers()
     last = st.get("last_confirmed")
@@ -250,6 +263,12 @@ def internal_stats(topic: Any) -> dict[str, Any]:
             "subscriptionHavePendingReplayRead": False,
             "properties": {},
         }
+    ledger_infos: list[dict[str, Any]] = [{"ledgerId": int(led["ledgerId"]), "entries": int(led["entries"]),
+                     "size": int(led["size"]), "offloaded": False, "underReplicated": False}
+                    for led in ledgers]
+    if metadata_store is not None:
+        for info in ledger_infos:
+            info["metadata"] = _ledger_metadata(metadata_store, info["ledgerId"])
     return {
         "entriesAddedCounter": int(st.get("entries_added") or 0),
         "numberOfEntries": int(st.get("number_of_entries") or 0),
@@ -261,9 +280,7 @@ def internal_stats(topic: Any) -> dict[str, Any]:
         "pendingAddEntriesCount": 0,
         "lastConfirmedEntry": f"{last[0]}:{last[1]}" if last else "-1:-1",
         "state": {"Open": "LedgerOpened", "Closed": "Closed"}.get(str(st.get("status")), str(st.get("status"))),
-        "ledgers": [{"ledgerId": int(led["ledgerId"]), "entries": int(led["entries"]),
-                     "size": int(led["size"]), "offloaded": False, "underReplicated": False}
-                    for led in ledgers],
+        "ledgers": ledger_infos,
         "cursors": cursors,
         "schemaLedgers": [],
         "compactedLedger": {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False,

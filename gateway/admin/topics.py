@@ -156,7 +156,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
     @endpoint
     async def stats_internal(request: Request) -> Any:
         topic = await load_topic(broker, topic_of(request))
-        return internal_stats(topic)
+        return internal_stats(topic, broker.metadata if query_bool(request, "metadata") else None)
 
     @endpoint
     async def last_message_id(request: Request) -> Any:

@@ -14,47 +14,17 @@ import pulsar
 import pytest
 
 from tests._standalone import Standalone
-from tests.spark.conftest import admin_url, create_partitioned, kafka_bootstrap, reader
+from tests.spark.conftest import (
+    admin_url,
+    create_partitioned,
+    kafka_bootstrap,
+    produce_mixed,
+    reader,
+)
 
 pytestmark = pytest.mark.xdist_group("spark-source")
 
 RECEIVE_MS = 10_000
-
-
-def _produce_mixed(broker: Standalone, topic: str) -> dict[bytes, dict[str, Any]]:
-    """Pulsar (batched and not) and Kafka messages on a 2-partition topic; what each should read as."""
-    from confluent_kafka import Producer
-
-    create_partitioned(broker, topic, 2)
-    expected: dict[bytes, dict[str, Any]] = {}
-    client = pulsar.Client(broker.pulsar_url)
-    try:
-        batched = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=20)
-        for i in range(12):
-            value = b"pulsar-batched-%d" % i
-            batched.send_async(value, None, partition_key=f"pk{i % 4}", properties={"i": str(i)},
-                               event_timestamp=1_700_000_000_000 + i)
-            expected[value] = {"key": f"pk{i % 4}".encode(), "properties": {"i": str(i)},
-                               "eventTime": 1_700_000_000_000 + i, "protocol": "pulsar"}
-        batched.flush()
-        single = client.create_producer(topic, batching_enabled=False)
-        for i in range(5):
-            value = b"pulsar-single-%d" % i
-            single.send(value, partition_key=f"pk{i}")
-            expected[value] = {"key": f"pk{i}".encode(), "properties": {}, "eventTime": None,
-                               "protocol": "pulsar"}
-    finally:
-        client.close()
-    p = Producer({"bootstrap.servers": kafka_bootstrap(broker), "linger.ms": 5})
-    for i in range(10):
-        value = b"kafka-%d" % i
-        p.produce(topic, key=b"kk%d" % (i % 3), value=value, partition=i % 2,
-                  headers=[("h", b"v%d" % i)], timestamp=1_600_000_000_000 + i)
-        expected[value] = {"key": b"kk%d" % (i % 3), "properties": {"h": f"v{i}"},
-                           "eventTime": 1_600_000_000_000 + i, "protocol": "kafka"}
-    p.produce(topic, key=b"tombstone", value=None, partition=0)
-    assert p.flush(10) == 0
-    return expected
 
 
 def _ms(ts: dt.datetime | None) -> int | None:
@@ -84,7 +54,7 @@ def _kafka_offsets(broker: Standalone, topic: str, partitions: int, n: int
 def test_batch_read_every_column(session: Any, broker: Standalone, unique: str) -> None:
     topic = f"mixed-{unique}"
     before = int(time.time() * 1000) - 1000
-    expected = _produce_mixed(broker, topic)
+    expected = produce_mixed(broker, topic)
     after = int(time.time() * 1000) + 1000
     from spark import protocol_of
 

@@ -15,6 +15,7 @@ mod bookie;
 mod completions;
 mod errors;
 mod kafka;
+mod ledger_reader;
 mod meta;
 mod runtime;
 mod stream;
@@ -30,5 +31,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::PyCursor>()?;
     m.add_function(wrap_pyfunction!(kafka::kafka_entry_from_batch, m)?)?;
     m.add_function(wrap_pyfunction!(kafka::kafka_batch_from_entry, m)?)?;
+    m.add_class::<ledger_reader::PyLedgerRangeReader>()?;
     Ok(())
 }
