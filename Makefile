@@ -46,7 +46,7 @@ sysdeps:
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO $(APT_ENV) apt-get install -y -qq $$missing; \
+	  $$SUDO apt-get update -qq && $$SUDO env $(APT_ENV) apt-get install -y -qq $$missing; \
 	fi
 
 cargo-test:
