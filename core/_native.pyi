@@ -11,6 +11,7 @@ __all__ = [
     "__version__", "BookieError", "BookieServer", "CompletionQueue", "Cursor", "CursorNotFoundError",
     "FencedError", "LedgerClosedError", "ManagedLedger", "ManagedLedgerFactory",
     "MetadataError", "NativeError", "NoSuchLedgerError", "NotEnoughBookiesError",
+    "encode_pulsar_messages", "encode_pulsar_send_receipt", "scan_pulsar_send",
 ]
 
 @final
@@ -112,3 +113,27 @@ class Cursor:
     def backlog(self) -> int: ...
     def has_more(self) -> bool: ...
     def flush(self, queue: CompletionQueue, token: int) -> None: ...
+
+# The Pulsar protocol's hot frames (rust/pulsar-wire), for handlers/pulsar.
+
+def encode_pulsar_messages(
+    consumer_id: int,
+    partition: int,
+    deliveries: list[tuple[int, int, int, list[int] | None, int, int, bytes]],
+    broker_entry_metadata: bool,
+    max_frame: int,
+) -> bytes:
+    """MESSAGE frames, concatenated, for (ledger_id, entry_id, redelivery_count, ack_set,
+    publish_time, index, entry) deliveries; ValueError when a frame exceeds max_frame."""
+def encode_pulsar_send_receipt(
+    producer_id: int,
+    sequence_id: int,
+    ledger_id: int,
+    entry_id: int,
+    partition: int,
+    highest_sequence_id: int,
+) -> bytes:
+    """One SEND_RECEIPT frame."""
+def scan_pulsar_send(command: bytes, entry: bytes) -> tuple[int, int, bool, int, int] | None:
+    """(body_start, body_end, checksum_ok, metadata_start, metadata_end) of a plain SEND
+    (the body in the command, the metadata in the entry after it), else None."""

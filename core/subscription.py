@@ -499,6 +499,7 @@ class Subscription:
         now = int(time.time() * 1000)
         batches: dict[int, tuple[Consumer, list[Delivery]]] = {}
         sent = 0
+        msg_out, bytes_out = self.msg_out, self.bytes_out
         receivers = self._receivers()
         key_shared = self.sub_type == SubType.Key_Shared
         for i, entry in enumerate(entries):
@@ -544,8 +545,9 @@ class Subscription:
             target.bytes_out += n
             self.msg_out += entry.num_messages
             self.bytes_out += n
-            self.topic.broker.stats.record_dispatch(entry.num_messages, n)
             sent += 1
+        if sent:
+            self.topic.broker.stats.record_dispatch(self.msg_out - msg_out, self.bytes_out - bytes_out)
         for consumer, deliveries in batches.values():
             consumer.sink.send_messages(consumer, deliveries)
         return sent > 0

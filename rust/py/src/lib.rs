@@ -15,6 +15,7 @@ mod bookie;
 mod completions;
 mod errors;
 mod meta;
+mod pulsar_codec;
 mod runtime;
 mod stream;
 
@@ -27,5 +28,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::PyFactory>()?;
     m.add_class::<stream::PyManagedLedger>()?;
     m.add_class::<stream::PyCursor>()?;
+    m.add_function(wrap_pyfunction!(pulsar_codec::encode_pulsar_messages, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_codec::encode_pulsar_send_receipt, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_codec::scan_pulsar_send, m)?)?;
     Ok(())
 }
