@@ -273,6 +273,9 @@ _MOVES: Final[dict[tuple[State, Role], dict[int, State]]] = {
 """:data:`TRANSITIONS` indexed by (state, sender): what each command type moves to."""
 
 _WITH_ENTRY: Final = frozenset({_T.SEND, _T.MESSAGE})
+_COPY_THROUGH_VIEW: Final = 4096
+"""From this size on, an entry is copied out of the buffer through a memoryview (one copy)
+rather than by slicing (two copies, but cheaper for small ones)."""
 _SEND_TYPE_FIELD: Final = bytes((1 << 3, _T.SEND))
 """``BaseCommand.type = SEND``, the first field of every SEND a client writes."""
 
@@ -355,7 +358,7 @@ class PulsarConnection:
 
     def next_event(self) -> Event | _Sentinel:
         """The next complete event, or :data:`NEED_DATA`."""
-        if self.state is State.ERROR:
+        if self._state is State.ERROR:
             raise RemoteProtocolError("connection already failed", pb.NotAllowedError)
         try:
             return self._next_event()
@@ -384,8 +387,12 @@ class PulsarConnection:
                 f"command of {command_size} bytes exceeds its {total}-byte frame"
             )
         split = pos + 8 + command_size
-        with memoryview(buf) as view:
-            command, rest = bytes(view[pos + 8 : split]), bytes(view[split:end])
+        command = bytes(buf[pos + 8 : split])
+        if end - split < _COPY_THROUGH_VIEW:
+            rest = bytes(buf[split:end])
+        else:
+            with memoryview(buf) as view:
+                rest = bytes(view[split:end])
         self._pos = end
         return self._decode(command, rest)
 
@@ -408,8 +415,8 @@ class PulsarConnection:
 
     def _decode_plain_send(self, command: bytes, entry: bytes) -> CommandSend | None:
         """A SEND in the plain shape clients write, found by the native scan
-        (``rust/pulsar-wire``: command fields, CRC-32C, metadata fields and their UTF-8
-        checked without building objects); None for anything else, which
+        (``rust/pulsar-wire``: command fields, CRC-32C, metadata fields, their UTF-8 and
+        the required ones checked without building objects); None for anything else, which
         :meth:`_decode_general` then decodes and, if it must, refuses."""
         scan = _native.scan_pulsar_send(command, entry)
         if scan is None:
@@ -419,8 +426,6 @@ class PulsarConnection:
             body = pb.CommandSend.FromString(command[body_start:body_end])
             metadata = pb.MessageMetadata.FromString(entry[meta_start:meta_end]) if checksum_ok else None
         except DecodeError:
-            return None
-        if not body.IsInitialized() or (metadata is not None and not metadata.IsInitialized()):
             return None
         self._advance(self.their_role, _T.SEND, RemoteProtocolError)
         if metadata is None:

@@ -380,12 +380,13 @@ class PulsarSession:
         topic = producer.topic
         if md is not None and md.HasField("deliver_at_time"):
             topic.note_delayed()
-        num = cmd.num_messages if cmd.HasField("num_messages") else 1
-        highest = cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") and \
-            cmd.highest_sequence_id > cmd.sequence_id else cmd.sequence_id
+        # num_messages defaults to 1, highest_sequence_id to 0 (so never above a sequence id).
+        num = cmd.num_messages
+        pid, seq, highest = cmd.producer_id, cmd.sequence_id, cmd.highest_sequence_id
+        if highest < seq:
+            highest = seq
         producer.msg_in += num
         producer.bytes_in += len(event.entry)
-        pid, seq = cmd.producer_id, cmd.sequence_id
         partition = topic.name.partition_index
 
         def done(result: PublishResult) -> None:

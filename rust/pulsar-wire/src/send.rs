@@ -5,7 +5,9 @@
 //! `type = SEND` and `send`; a `CommandSend` of scalar fields only; and, when the entry's
 //! magic and CRC-32C are right, a `MessageMetadata` whose fields are all known, each with
 //! its own wire type, whose strings are UTF-8 (those inside `properties` too), and without
-//! `encryption_keys`. Anything else - unknown or nested fields, a malformed varint, a
+//! `encryption_keys`; and every required field present (`producer_id` and `sequence_id`;
+//! `producer_name`, `sequence_id` and `publish_time`; a property's key and value), so the
+//! caller need not check that again. Anything else - unknown or nested fields, a malformed varint, a
 //! metadata size past the frame - gives `None`, and the caller decodes the frame the
 //! general way, which also says what is wrong with it. So the scan never has to agree
 //! with a protobuf parser on odd input: it only picks out the common case.
@@ -107,22 +109,45 @@ fn utf8(buf: &[u8]) -> Option<()> {
     std::str::from_utf8(buf).ok().map(|_| ())
 }
 
+/// The field numbers (1 to 63) seen, as bits.
+#[derive(Default)]
+struct Seen(u64);
+
+impl Seen {
+    fn add(&mut self, number: u64) {
+        if number < 64 {
+            self.0 |= 1 << number;
+        }
+    }
+
+    /// Whether every field in `numbers` was seen.
+    fn all(&self, numbers: &[u64]) -> Option<()> {
+        numbers.iter().all(|&n| self.0 & (1 << n) != 0).then_some(())
+    }
+}
+
 /// A `KeyValue` of two strings, nothing else.
 fn plain_key_value(buf: &[u8]) -> Option<()> {
     let mut r = Reader::new(buf);
+    let mut seen = Seen::default();
     while !r.done() {
         match r.tag()? {
-            (1 | 2, WIRE_LEN) => utf8(&buf[r.bytes()?])?,
+            (number @ (1 | 2), WIRE_LEN) => {
+                utf8(&buf[r.bytes()?])?;
+                seen.add(number);
+            }
             _ => return None,
         }
     }
-    Some(())
+    seen.all(&[1, 2])
 }
 
 fn plain_metadata(buf: &[u8]) -> Option<()> {
     let mut r = Reader::new(buf);
+    let mut seen = Seen::default();
     while !r.done() {
         let (number, wire) = r.tag()?;
+        seen.add(number);
         match (metadata_field(number)?, wire) {
             (Kind::Varint, WIRE_VARINT) => {
                 r.varint()?;
@@ -135,21 +160,23 @@ fn plain_metadata(buf: &[u8]) -> Option<()> {
             _ => return None,
         }
     }
-    Some(())
+    seen.all(&[1, 2, 3])
 }
 
 /// A `CommandSend` of scalar fields (1-8) only.
 fn plain_send(buf: &[u8]) -> Option<()> {
     let mut r = Reader::new(buf);
+    let mut seen = Seen::default();
     while !r.done() {
         match r.tag()? {
-            (1..=8, WIRE_VARINT) => {
+            (number @ 1..=8, WIRE_VARINT) => {
                 r.varint()?;
+                seen.add(number);
             }
             _ => return None,
         }
     }
-    Some(())
+    seen.all(&[1, 2])
 }
 
 /// Whether `entry` starts with the 0x0e01 magic and its CRC-32C matches.
@@ -254,12 +281,16 @@ mod tests {
         let unknown = entry(&[metadata(), len_field(99, b"x")].concat(), b"p");
         let encrypted = entry(&[metadata(), len_field(13, b"")].concat(), b"p");
         let wrong_wire = entry(&[0x0a, 0x01], b"p");
+        let no_publish_time = entry(&[len_field(1, b"p"), vec![0x10, 0x07]].concat(), b"p");
+        let half_property = entry(&[metadata(), len_field(4, &len_field(1, b"k"))].concat(), b"p");
         let mut past_end = entry(&metadata(), b"");
         past_end[9] += 1;
-        for e in [&bad_utf8, &unknown, &encrypted, &wrong_wire] {
-            assert_eq!(scan_send(&command(&[0x08, 0x01]), e), None);
+        for e in [&bad_utf8, &unknown, &encrypted, &wrong_wire, &no_publish_time, &half_property] {
+            assert_eq!(scan_send(&command(&[0x08, 0x01, 0x10, 0x01]), e), None);
         }
-        let scan = scan_send(&command(&[0x08, 0x01]), &past_end);
+        // CommandSend without its sequence id.
+        assert_eq!(scan_send(&command(&[0x08, 0x01]), &plain), None);
+        let scan = scan_send(&command(&[0x08, 0x01, 0x10, 0x01]), &past_end);
         assert!(scan.is_none() || !scan.unwrap().checksum_ok);
         // A message id in the send, or a command that is not a plain SEND.
         assert_eq!(scan_send(&command(&len_field(9, &[0x08, 0x01, 0x10, 0x01])), &plain), None);

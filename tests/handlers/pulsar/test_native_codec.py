@@ -199,3 +199,26 @@ def test_mutated_sends_decode_the_same_or_fall_back() -> None:
             fast += 1
             assert plain == general, raw
     assert fast > 100
+
+
+def test_sends_lacking_required_fields_are_left_to_the_general_decoder() -> None:
+    import crc32c
+
+    def frame(send: pb.CommandSend, metadata: pb.MessageMetadata) -> bytes:
+        command = pb.BaseCommand(type=pb.BaseCommand.SEND, send=send).SerializePartialToString()
+        meta = metadata.SerializePartialToString()
+        body = struct.pack(">I", len(meta)) + meta + b"payload"
+        entry = struct.pack(">HI", 0x0E01, crc32c.crc32c(body)) + body
+        return struct.pack(">II", 4 + len(command) + len(entry), len(command)) + command + entry
+
+    good_send = pb.CommandSend(producer_id=1, sequence_id=1)
+    good_meta = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2)
+    half_property = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2)
+    half_property.properties.add(key="k")
+    for raw in (frame(pb.CommandSend(producer_id=1), good_meta),
+                frame(good_send, pb.MessageMetadata(producer_name="p", sequence_id=1)),
+                frame(good_send, half_property)):
+        plain, general = _both_ways(raw)
+        assert plain is None
+        assert isinstance(general, Exception) and "required" in str(general)
+    assert _both_ways(frame(good_send, good_meta))[0] is not None
