@@ -131,6 +131,8 @@ class PersistentTopic:
                  policies: dict[str, Any]):
         self.broker = broker
         self.name = name
+        # The partition number (-1: not a partition), asked for per message.
+        self.partition_index = name.partition_index
         self.ml = ml
         self.policies = policies
         self.producers: list[Producer] = []
@@ -330,14 +332,17 @@ class PersistentTopic:
             self._batch_done.set()
             now = int(time.time() * 1000)
             self.last_publish_time = now
+            messages = size = 0
+            persisted = self.dedup_persisted
             for (entry, nmsg, pname, seq, cb), (pos, index, ts) in zip(batch, results, strict=True):
-                self.msg_in += nmsg
-                self.bytes_in += len(entry)
+                messages += nmsg
+                size += len(entry)
                 if pname is not None:
-                    self.dedup_persisted[pname] = max(seq, self.dedup_persisted.get(pname, -1))
+                    persisted[pname] = max(seq, persisted.get(pname, -1))
                 cb(PublishResult(pos, index, ts))
-            self.broker.stats.record_publish(len(batch), sum(b[1] for b in batch),
-                                             sum(len(b[0]) for b in batch))
+            self.msg_in += messages
+            self.bytes_in += size
+            self.broker.stats.record_publish(len(batch), messages, size)
             self.broker.stats.record_publish_latency((time.monotonic() - started) * 1000.0)
             if self.dedup_enabled:
                 self._entries_since_snapshot += len(batch)

@@ -387,7 +387,7 @@ class PulsarSession:
             highest = seq
         producer.msg_in += num
         producer.bytes_in += len(event.entry)
-        partition = topic.name.partition_index
+        partition = topic.partition_index
 
         def done(result: PublishResult) -> None:
             if result.error is not None:
@@ -470,7 +470,7 @@ class PulsarSession:
         if self.closed:
             return
         topic = self.consumer_topics.get(consumer.consumer_id)
-        partition = topic.name.partition_index if topic is not None else -1
+        partition = topic.partition_index if topic is not None else -1
         try:
             frames = self.codec.encode_messages(consumer.consumer_id, partition, [
                 (e.position.ledger_id, e.position.entry_id, d.redelivery_count, d.ack_set,
