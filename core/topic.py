@@ -135,6 +135,8 @@ class PersistentTopic:
         self.partition_index = name.partition_index
         self.ml = ml
         self.policies = policies
+        self._dedup_decided_for: dict[str, Any] | None = None
+        self._dedup = False
         self.producers: list[Producer] = []
         self.subscriptions: dict[str, Subscription] = {}
         self._pending: list[tuple[bytes, int, str | None, int, PublishCallback]] = []
@@ -167,10 +169,15 @@ class PersistentTopic:
 
     @property
     def dedup_enabled(self) -> bool:
-        pol = self.policies.get("deduplicationEnabled")
-        if pol is None:
-            return bool(self.broker.config.get("brokerDeduplicationEnabled"))
-        return bool(pol)
+        """The namespace/topic policy, else the broker's setting. Asked on every publish, so
+        it is worked out once per policies object (the broker replaces the object when the
+        policies change, and its own config is fixed)."""
+        policies = self.policies
+        if self._dedup_decided_for is not policies:
+            pol = policies.get("deduplicationEnabled")
+            self._dedup = bool(self.broker.config.get("brokerDeduplicationEnabled") if pol is None else pol)
+            self._dedup_decided_for = policies
+        return self._dedup
 
     @property
     def terminated_path(self) -> str:
