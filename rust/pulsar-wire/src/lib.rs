@@ -27,6 +27,8 @@
 //! assert!(out.ends_with(&entry));
 //! ```
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 mod send;
 
 pub use send::{checksum_ok, scan_send, SendScan, ENTRY_HEADER_SIZE, MAGIC_CRC32C};
