@@ -21,7 +21,8 @@ sync. The table says so beside the ratios.
 Every case runs :data:`ROUNDS` times (``MAGNETAR_BENCH_ROUNDS`` overrides), the brokers
 taking turns in alternating order, and the table shows the medians (counts summed) with
 the ratios Magnetar/peer and the issue's targets. ``MAGNETAR_BENCH_DIR`` is where the data
-directories go. Every loop is bounded in count and in time; the whole bench takes about
+directories go; ``MAGNETAR_BENCH_CASES`` (e.g. ``100-batch,1024-nobatch``) runs only
+the cases it names. Every loop is bounded in count and in time; the whole bench takes about
 three minutes on two cores.
 """
 
@@ -238,6 +239,20 @@ def _label(size: int, batching: bool) -> str:
     return f"{size}-{'batch' if batching else 'nobatch'}"
 
 
+def _cases() -> list[tuple[int, bool]]:
+    """The (size, batching) cases to run: all of them, or those ``MAGNETAR_BENCH_CASES``
+    names by their labels."""
+    every = [(size, batching) for size in SIZES for batching in BATCHING]
+    wanted = os.environ.get("MAGNETAR_BENCH_CASES", "").replace(" ", "")
+    if not wanted:
+        return every
+    labels = set(wanted.split(","))
+    unknown = labels - {_label(*case) for case in every}
+    if unknown:
+        raise ValueError(f"unknown bench cases: {', '.join(sorted(unknown))}")
+    return [case for case in every if _label(*case) in labels]
+
+
 def _short(c: dict[str, Any]) -> str:
     if "error" in c:
         return c["error"][:200]
@@ -274,17 +289,16 @@ def run() -> dict[str, Any]:
                 print(f"  {name}: {results[name]['error'][:300]}", flush=True)
         runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for round_no in range(rounds):
-            for size in SIZES:
-                for batching in BATCHING:
-                    order = list(brokers.items())
-                    if round_no % 2:
-                        order.reverse()
-                    for name, (url, pid) in order:
-                        label = _label(size, batching)
-                        case = _case(url, pid, size, batching, root / f"runs-{name}",
-                                     f"r{round_no}")
-                        runs.setdefault((name, label), []).append(case)
-                        print(f"  {name} {label}: {_short(case)}", flush=True)
+            for size, batching in _cases():
+                order = list(brokers.items())
+                if round_no % 2:
+                    order.reverse()
+                for name, (url, pid) in order:
+                    label = _label(size, batching)
+                    case = _case(url, pid, size, batching, root / f"runs-{name}",
+                                 f"r{round_no}")
+                    runs.setdefault((name, label), []).append(case)
+                    print(f"  {name} {label}: {_short(case)}", flush=True)
         for (name, label), cases in runs.items():
             results[name][label] = _combine(cases)
     load = os.getloadavg()
@@ -302,31 +316,30 @@ def _print_table(results: dict[str, Any], fsync: dict[str, float]) -> None:
     print(f"  {'case':<14}{'broker':<13}{'e2e msg/s':>11}{'MB/s':>8}{'CPU us/msg':>12}"
           f"{'p99 ms @half':>14}{'dup':>9}{'lost':>7}")
     mag, peer = results.get("magnetar", {}), results.get("pulsar-lite", {})
-    for size in SIZES:
-        for batching in BATCHING:
-            label = _label(size, batching)
-            for name, cases in (("magnetar", mag), ("pulsar-lite", peer)):
-                c = cases.get(label) if "error" not in cases else cases
-                if c is None or "error" in c:
-                    print(f"  {label:<14}{name:<13}error: {(c or {}).get('error', 'not run')[:80]}")
-                    continue
-                print(f"  {label:<14}{name:<13}{c['e2e_msg_per_s']:>11,.0f}"
-                      f"{c['e2e_msg_per_s'] * size / 1e6:>8.2f}{c['cpu_us_per_msg']:>12.1f}"
-                      f"{c['half_p99_ms']:>14.3f}{c['duplicates'] + c['half_duplicates']:>9}"
-                      f"{c['lost'] + c['half_lost']:>7}")
-            m, p = mag.get(label), peer.get(label)
-            if not m or not p or "error" in m or "error" in p:
+    for size, batching in _cases():
+        label = _label(size, batching)
+        for name, cases in (("magnetar", mag), ("pulsar-lite", peer)):
+            c = cases.get(label) if "error" not in cases else cases
+            if c is None or "error" in c:
+                print(f"  {label:<14}{name:<13}error: {(c or {}).get('error', 'not run')[:80]}")
                 continue
-            thr = m["e2e_msg_per_s"] / p["e2e_msg_per_s"] if p["e2e_msg_per_s"] else math.inf
-            cpu = m["cpu_us_per_msg"] / p["cpu_us_per_msg"] if p["cpu_us_per_msg"] else math.inf
-            p99 = m["half_p99_ms"] / fsync_ms
-            clean = (m["duplicates"] + m["half_duplicates"] + m["lost"] + m["half_lost"]) == 0
-            m["ratios"] = {"throughput": thr, "cpu": cpu, "p99_fsyncs": p99, "clean": clean}
-            print(f"  {'':<14}{'ratio':<13}throughput {thr:.2f}x (target >= "
-                  f"{TARGET_THROUGHPUT_RATIO:.1f}, no dup/loss: {_verdict(thr >= TARGET_THROUGHPUT_RATIO and clean)}), "
-                  f"CPU/msg {cpu:.2f}x (target <= {TARGET_CPU_RATIO}: {_verdict(cpu <= TARGET_CPU_RATIO)}), "
-                  f"p99 {p99:.1f}x fsync (target <= {TARGET_P99_FSYNCS:.0f}: "
-                  f"{_verdict(p99 <= TARGET_P99_FSYNCS)})")
+            print(f"  {label:<14}{name:<13}{c['e2e_msg_per_s']:>11,.0f}"
+                  f"{c['e2e_msg_per_s'] * size / 1e6:>8.2f}{c['cpu_us_per_msg']:>12.1f}"
+                  f"{c['half_p99_ms']:>14.3f}{c['duplicates'] + c['half_duplicates']:>9}"
+                  f"{c['lost'] + c['half_lost']:>7}")
+        m, p = mag.get(label), peer.get(label)
+        if not m or not p or "error" in m or "error" in p:
+            continue
+        thr = m["e2e_msg_per_s"] / p["e2e_msg_per_s"] if p["e2e_msg_per_s"] else math.inf
+        cpu = m["cpu_us_per_msg"] / p["cpu_us_per_msg"] if p["cpu_us_per_msg"] else math.inf
+        p99 = m["half_p99_ms"] / fsync_ms
+        clean = (m["duplicates"] + m["half_duplicates"] + m["lost"] + m["half_lost"]) == 0
+        m["ratios"] = {"throughput": thr, "cpu": cpu, "p99_fsyncs": p99, "clean": clean}
+        print(f"  {'':<14}{'ratio':<13}throughput {thr:.2f}x (target >= "
+              f"{TARGET_THROUGHPUT_RATIO:.1f}, no dup/loss: {_verdict(thr >= TARGET_THROUGHPUT_RATIO and clean)}), "
+              f"CPU/msg {cpu:.2f}x (target <= {TARGET_CPU_RATIO}: {_verdict(cpu <= TARGET_CPU_RATIO)}), "
+              f"p99 {p99:.1f}x fsync (target <= {TARGET_P99_FSYNCS:.0f}: "
+              f"{_verdict(p99 <= TARGET_P99_FSYNCS)})")
     print("  ratios are Magnetar / pulsar-lite; Magnetar fdatasyncs its journal before each "
           "receipt, pulsar-lite never syncs to disk", flush=True)
     print(f"  dup: deliveries of a message already received; lost: acknowledged to the producer "

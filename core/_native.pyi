@@ -12,6 +12,7 @@ __all__ = [
     "FencedError", "LedgerClosedError", "LedgerRangeReader", "ManagedLedger", "ManagedLedgerFactory",
     "MetadataError", "NativeError", "NoSuchLedgerError", "NotEnoughBookiesError",
     "kafka_batch_from_entry", "kafka_entry_from_batch",
+    "encode_pulsar_messages", "encode_pulsar_send_receipt", "scan_pulsar_send",
 ]
 
 @final
@@ -144,3 +145,27 @@ class LedgerRangeReader:
     def next_batch(self, max_rows: int = 65536, max_bytes: int = 67108864) -> dict[str, Any] | None: ...
     @property
     def entries_read(self) -> int: ...
+
+# The Pulsar protocol's hot frames (rust/pulsar-wire), for handlers/pulsar.
+
+def encode_pulsar_messages(
+    consumer_id: int,
+    partition: int,
+    deliveries: list[tuple[int, int, int, list[int] | None, int, int, bytes]],
+    broker_entry_metadata: bool,
+    max_frame: int,
+) -> bytes:
+    """MESSAGE frames, concatenated, for (ledger_id, entry_id, redelivery_count, ack_set,
+    publish_time, index, entry) deliveries; ValueError when a frame exceeds max_frame."""
+def encode_pulsar_send_receipt(
+    producer_id: int,
+    sequence_id: int,
+    ledger_id: int,
+    entry_id: int,
+    partition: int,
+    highest_sequence_id: int,
+) -> bytes:
+    """One SEND_RECEIPT frame."""
+def scan_pulsar_send(command: bytes, entry: bytes) -> tuple[int, int, bool, int, int] | None:
+    """(body_start, body_end, checksum_ok, metadata_start, metadata_end) of a plain SEND
+    (the body in the command, the metadata in the entry after it), else None."""

@@ -231,6 +231,18 @@ class Subscription:
     # -- acknowledgements -----------------------------------------------------------------
 
     def ack_individual(self, consumer: Consumer | None, acks: list[tuple[Position, list[int] | None]]) -> None:
+        if not self.batch_ack_sets and all(ack_set is None for _, ack_set in acks):
+            done = [pos for pos, _ in acks]  # whole entries, and no batch acks to merge
+        else:
+            done = self._merge_batch_acks(acks)
+        if not done:
+            return
+        self.cursor.delete(done)
+        self._forget(done)
+        self.wake()
+
+    def _merge_batch_acks(self, acks: list[tuple[Position, list[int] | None]]) -> list[Position]:
+        """Fold batch-index acks into what is kept per entry; the entries now wholly acked."""
         done: list[Position] = []
         for pos, ack_set in acks:
             if ack_set is not None:
@@ -241,11 +253,7 @@ class Subscription:
                     continue
             self.batch_ack_sets.pop(pos, None)
             done.append(pos)
-        if not done:
-            return
-        self.cursor.delete(done)
-        self._forget(done)
-        self.wake()
+        return done
 
     def ack_cumulative(self, consumer: Consumer | None, pos: Position) -> None:
         self.cursor.mark_delete(pos)
@@ -257,9 +265,18 @@ class Subscription:
         self.wake()
 
     def _forget(self, positions: list[Position]) -> None:
+        if self.redelivery_counts:
+            for pos in positions:
+                self.redelivery_counts.pop(pos, None)
+        if self.replay:
+            self.replay.difference_update(positions)
+        if len(self.consumers) == 1 and self.sub_type != SubType.Key_Shared:
+            # One consumer and no key hashes held: nothing else to release.
+            unacked = self.consumers[0].unacked
+            for pos in positions:
+                unacked.pop(pos, None)
+            return
         for pos in positions:
-            self.redelivery_counts.pop(pos, None)
-            self.replay.discard(pos)
             for c in self.consumers:
                 item = c.unacked.pop(pos, None)
                 if item is not None:
@@ -499,6 +516,8 @@ class Subscription:
         now = int(time.time() * 1000)
         batches: dict[int, tuple[Consumer, list[Delivery]]] = {}
         sent = 0
+        msg_out, bytes_out = self.msg_out, self.bytes_out
+        redelivery_counts, batch_ack_sets = self.redelivery_counts, self.batch_ack_sets
         receivers = self._receivers()
         key_shared = self.sub_type == SubType.Key_Shared
         for i, entry in enumerate(entries):
@@ -528,7 +547,8 @@ class Subscription:
                 if target is None or target.permits <= 0:
                     self.replay.add(pos)
                     continue
-            delivery = Delivery(entry, self.redelivery_counts.get(pos, 0), self.batch_ack_sets.get(pos))
+            delivery = Delivery(entry, redelivery_counts.get(pos, 0) if redelivery_counts else 0,
+                                batch_ack_sets.get(pos) if batch_ack_sets else None)
             target.permits -= entry.num_messages
             target.unacked[pos] = (entry.num_messages, h)
             if h >= 0:
@@ -544,8 +564,9 @@ class Subscription:
             target.bytes_out += n
             self.msg_out += entry.num_messages
             self.bytes_out += n
-            self.topic.broker.stats.record_dispatch(entry.num_messages, n)
             sent += 1
+        if sent:
+            self.topic.broker.stats.record_dispatch(self.msg_out - msg_out, self.bytes_out - bytes_out)
         for consumer, deliveries in batches.values():
             consumer.sink.send_messages(consumer, deliveries)
         return sent > 0

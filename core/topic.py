@@ -131,8 +131,12 @@ class PersistentTopic:
                  policies: dict[str, Any]):
         self.broker = broker
         self.name = name
+        # The partition number (-1: not a partition), asked for per message.
+        self.partition_index = name.partition_index
         self.ml = ml
         self.policies = policies
+        self._dedup_decided_for: dict[str, Any] | None = None
+        self._dedup = False
         self.producers: list[Producer] = []
         self.subscriptions: dict[str, Subscription] = {}
         self._pending: list[tuple[bytes, int, str | None, int, PublishCallback]] = []
@@ -165,10 +169,15 @@ class PersistentTopic:
 
     @property
     def dedup_enabled(self) -> bool:
-        pol = self.policies.get("deduplicationEnabled")
-        if pol is None:
-            return bool(self.broker.config.get("brokerDeduplicationEnabled"))
-        return bool(pol)
+        """The namespace/topic policy, else the broker's setting. Asked on every publish, so
+        it is worked out once per policies object (the broker replaces the object when the
+        policies change, and its own config is fixed)."""
+        policies = self.policies
+        if self._dedup_decided_for is not policies:
+            pol = policies.get("deduplicationEnabled")
+            self._dedup = bool(self.broker.config.get("brokerDeduplicationEnabled") if pol is None else pol)
+            self._dedup_decided_for = policies
+        return self._dedup
 
     @property
     def terminated_path(self) -> str:
@@ -330,14 +339,17 @@ class PersistentTopic:
             self._batch_done.set()
             now = int(time.time() * 1000)
             self.last_publish_time = now
+            messages = size = 0
+            persisted = self.dedup_persisted
             for (entry, nmsg, pname, seq, cb), (pos, index, ts) in zip(batch, results, strict=True):
-                self.msg_in += nmsg
-                self.bytes_in += len(entry)
+                messages += nmsg
+                size += len(entry)
                 if pname is not None:
-                    self.dedup_persisted[pname] = max(seq, self.dedup_persisted.get(pname, -1))
+                    persisted[pname] = max(seq, persisted.get(pname, -1))
                 cb(PublishResult(pos, index, ts))
-            self.broker.stats.record_publish(len(batch), sum(b[1] for b in batch),
-                                             sum(len(b[0]) for b in batch))
+            self.msg_in += messages
+            self.bytes_in += size
+            self.broker.stats.record_publish(len(batch), messages, size)
             self.broker.stats.record_publish_latency((time.monotonic() - started) * 1000.0)
             if self.dedup_enabled:
                 self._entries_since_snapshot += len(batch)

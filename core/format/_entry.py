@@ -258,39 +258,50 @@ def strings_are_utf8(message: Any) -> bool:
     """True when every string field of a parsed protobuf message (recursively) is UTF-8.
 
     proto2 parsing does not check string fields; reading an invalid one would raise
-    ``UnicodeDecodeError`` later, far from the wire, so decoders check once up front.
-    Message types without string fields anywhere below them are skipped outright.
+    ``UnicodeDecodeError`` later, far from the wire, so decoders check once up front
+    (the parser hands such a field back as ``bytes``).  It runs on every SEND, so the
+    work per message type is planned once (:func:`_plan`): only the fields that are
+    strings or lead to strings are looked at, and only when set.
     """
-    if not _has_strings(message.DESCRIPTOR):
-        return True
-    for fd, value in message.ListFields():
-        if fd.type == fd.TYPE_STRING:
-            if fd.is_repeated:
-                if any(isinstance(v, bytes) for v in value):
+    for name, nested, repeated in _plan(message.DESCRIPTOR):
+        if repeated:
+            values = getattr(message, name)
+            if not values:
+                continue
+            if nested:
+                if not all(strings_are_utf8(v) for v in values):
+                    return False
+            elif any(isinstance(v, bytes) for v in values):
+                return False
+        elif message.HasField(name):
+            value = getattr(message, name)
+            if nested:
+                if not strings_are_utf8(value):
                     return False
             elif isinstance(value, bytes):
-                return False
-        elif fd.message_type is not None and _has_strings(fd.message_type):
-            if fd.is_repeated:
-                if not all(strings_are_utf8(v) for v in value):
-                    return False
-            elif not strings_are_utf8(value):
                 return False
     return True
 
 
-_HAS_STRINGS: dict[Any, bool] = {}
+_PLANS: dict[Any, tuple[tuple[str, bool, bool], ...]] = {}
 
 
-def _has_strings(descriptor: Any) -> bool:
-    """Whether a message type reaches a string field at any depth (cached per type)."""
-    known = _HAS_STRINGS.get(descriptor)
-    if known is None:
-        known = _HAS_STRINGS[descriptor] = _reaches_string(descriptor, set())
-    return known
+def _plan(descriptor: Any) -> tuple[tuple[str, bool, bool], ...]:
+    """The fields of a message type that :func:`strings_are_utf8` must look at, as
+    ``(name, is a message, is repeated)``: its strings and the messages that reach one."""
+    plan = _PLANS.get(descriptor)
+    if plan is None:
+        plan = _PLANS[descriptor] = tuple(
+            (fd.name, fd.message_type is not None, fd.is_repeated)
+            for fd in descriptor.fields
+            if fd.type == fd.TYPE_STRING
+            or (fd.message_type is not None and _reaches_string(fd.message_type, set()))
+        )
+    return plan
 
 
 def _reaches_string(descriptor: Any, seen: set[str]) -> bool:
+    """Whether a message type reaches a string field at any depth."""
     seen.add(descriptor.full_name)
     for fd in descriptor.fields:
         if fd.type == fd.TYPE_STRING:

@@ -7,7 +7,10 @@ nothing else: no sockets, no trio, no broker.  The session feeds it with
 :meth:`~PulsarConnection.receive_data`, pulls events with
 :meth:`~PulsarConnection.next_event` until it gets :data:`NEED_DATA`, and writes what
 :meth:`~PulsarConnection.send` (or the hot-path :meth:`~PulsarConnection.encode_message`)
-returns.
+returns.  The broker's two hot frames, MESSAGE (many per call, around stored entries) and
+SEND_RECEIPT, are written by the native core (``rust/pulsar-wire``) byte for byte as the
+protobuf encoder would write them; :func:`encode_message` is the reference they are
+tested against.
 
 Framing (Pulsar binary protocol, "Framing")::
 
@@ -19,6 +22,9 @@ Framing (Pulsar binary protocol, "Framing")::
 ``totalSize`` counts every byte after itself.  It is checked against the frame limit
 (the maximum message size plus :data:`FRAME_HEADER_ALLOWANCE`) before any byte of the
 frame is waited for, so a peer cannot make us buffer more than one frame's worth.
+Consumed frames are not cut from the front of the buffer one by one (that moves the rest
+of the buffer each time); a read offset advances and the buffer is compacted when new data
+arrives.
 
 Rules live in one table, :data:`TRANSITIONS`: (state, who sends, command type) -> next
 state.  Before CONNECT only CONNECT is legal; between CONNECT and CONNECTED only the
@@ -57,6 +63,7 @@ from typing import Any, Final
 
 from google.protobuf.message import DecodeError, EncodeError
 
+from core import _native
 from core.format import (
     MAGIC_BROKER_ENTRY_METADATA,
     strings_are_utf8,
@@ -258,7 +265,19 @@ TRANSITIONS: Final[dict[tuple[State, Role, int], State]] = {
 }
 """The whole state machine: (state, sender, command type) -> next state."""
 
+_MOVES: Final[dict[tuple[State, Role], dict[int, State]]] = {
+    (state, role): {t: nxt for (st, r, t), nxt in TRANSITIONS.items() if st is state and r is role}
+    for state in State
+    for role in Role
+}
+""":data:`TRANSITIONS` indexed by (state, sender): what each command type moves to."""
+
 _WITH_ENTRY: Final = frozenset({_T.SEND, _T.MESSAGE})
+_COPY_THROUGH_VIEW: Final = 4096
+"""From this size on, an entry is copied out of the buffer through a memoryview (one copy)
+rather than by slicing (two copies, but cheaper for small ones)."""
+_SEND_TYPE_FIELD: Final = bytes((1 << 3, _T.SEND))
+"""``BaseCommand.type = SEND``, the first field of every SEND a client writes."""
 
 
 def _type_name(value: int) -> str:
@@ -284,6 +303,8 @@ class PulsarConnection:
     ) -> None:
         self.our_role = our_role
         self.their_role = Role.CLIENT if our_role is Role.SERVER else Role.SERVER
+        self._our_moves: dict[int, State] = {}
+        self._their_moves: dict[int, State] = {}
         self.state = State.AWAIT_CONNECT
         self.max_message_size = max_message_size
         self.frame_allowance = frame_allowance
@@ -292,7 +313,18 @@ class PulsarConnection:
         self.protocol_version: int | None = None
         self.client_features = pb.FeatureFlags()
         self._buf = bytearray()
+        self._pos = 0
         self._eof = False
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @state.setter
+    def state(self, state: State) -> None:
+        self._state = state
+        self._our_moves = _MOVES[state, self.our_role]
+        self._their_moves = _MOVES[state, self.their_role]
 
     # -- limits and negotiated facts --------------------------------------------
 
@@ -308,7 +340,7 @@ class PulsarConnection:
     @property
     def buffered(self) -> int:
         """Bytes received and not yet turned into events."""
-        return len(self._buf)
+        return len(self._buf) - self._pos
 
     # -- receiving ----------------------------------------------------------------
 
@@ -317,13 +349,16 @@ class PulsarConnection:
         if self._eof and data:
             raise LocalProtocolError("received data after end of stream")
         if data:
+            if self._pos:
+                del self._buf[: self._pos]
+                self._pos = 0
             self._buf += data
         else:
             self._eof = True
 
     def next_event(self) -> Event | _Sentinel:
         """The next complete event, or :data:`NEED_DATA`."""
-        if self.state is State.ERROR:
+        if self._state is State.ERROR:
             raise RemoteProtocolError("connection already failed", pb.NotAllowedError)
         try:
             return self._next_event()
@@ -332,10 +367,10 @@ class PulsarConnection:
             raise
 
     def _next_event(self) -> Event | _Sentinel:
-        buf = self._buf
-        if len(buf) < 4:
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < 4:
             return self._incomplete()
-        (total,) = _U32.unpack_from(buf, 0)
+        (total,) = _U32.unpack_from(buf, pos)
         if total > self.max_frame_size:
             raise RemoteProtocolError(
                 f"frame of {total} bytes exceeds the limit of {self.max_frame_size}",
@@ -343,31 +378,64 @@ class PulsarConnection:
             )
         if total < 4:
             raise RemoteProtocolError(f"frame of {total} bytes cannot hold a command size")
-        if len(buf) < 4 + total:
+        end = pos + 4 + total
+        if len(buf) < end:
             return self._incomplete()
-        (command_size,) = _U32.unpack_from(buf, 4)
+        (command_size,) = _U32.unpack_from(buf, pos + 4)
         if command_size > total - 4:
             raise RemoteProtocolError(
                 f"command of {command_size} bytes exceeds its {total}-byte frame"
             )
-        with memoryview(buf) as view:
-            frame = bytes(view[8 : 4 + total])
-        del buf[: 4 + total]
-        return self._decode(frame, command_size)
+        split = pos + 8 + command_size
+        command = bytes(buf[pos + 8 : split])
+        if end - split < _COPY_THROUGH_VIEW:
+            rest = bytes(buf[split:end])
+        else:
+            with memoryview(buf) as view:
+                rest = bytes(view[split:end])
+        self._pos = end
+        return self._decode(command, rest)
 
     def _incomplete(self) -> Event | _Sentinel:
         if not self._eof:
             return NEED_DATA
-        if self._buf:
-            raise RemoteProtocolError(f"connection closed inside a frame ({len(self._buf)} bytes)")
+        if self.buffered:
+            raise RemoteProtocolError(f"connection closed inside a frame ({self.buffered} bytes)")
         if self.state is not State.ERROR:
             self.state = State.CLOSED
         return ConnectionClosed()
 
-    def _decode(self, frame: bytes, command_size: int) -> Event:
+    def _decode(self, command: bytes, rest: bytes) -> Event:
+        """The event of a frame: its ``command`` and the ``rest`` after it."""
+        if command.startswith(_SEND_TYPE_FIELD):
+            event = self._decode_plain_send(command, rest)
+            if event is not None:
+                return event
+        return self._decode_general(command, rest)
+
+    def _decode_plain_send(self, command: bytes, entry: bytes) -> CommandSend | None:
+        """A SEND in the plain shape clients write, found by the native scan
+        (``rust/pulsar-wire``: command fields, CRC-32C, metadata fields, their UTF-8 and
+        the required ones checked without building objects); None for anything else, which
+        :meth:`_decode_general` then decodes and, if it must, refuses."""
+        scan = _native.scan_pulsar_send(command, entry)
+        if scan is None:
+            return None
+        body_start, body_end, checksum_ok, meta_start, meta_end = scan
+        try:
+            body = pb.CommandSend.FromString(command[body_start:body_end])
+            metadata = pb.MessageMetadata.FromString(entry[meta_start:meta_end]) if checksum_ok else None
+        except DecodeError:
+            return None
+        self._advance(self.their_role, _T.SEND, RemoteProtocolError)
+        if metadata is None:
+            return CommandSend(command=body, entry=entry, checksum_ok=False)
+        return CommandSend(command=body, entry=entry, metadata=metadata)
+
+    def _decode_general(self, command: bytes, rest: bytes) -> Event:
         base = pb.BaseCommand()
         try:
-            base.ParseFromString(frame[:command_size])
+            base.ParseFromString(command)
         except DecodeError as exc:
             raise RemoteProtocolError(f"malformed command: {exc}") from exc
         if not base.HasField("type"):
@@ -384,7 +452,6 @@ class PulsarConnection:
         if not strings_are_utf8(body):
             raise RemoteProtocolError(f"{cls.__name__} holds a string that is not UTF-8")
         self._advance(self.their_role, base.type, RemoteProtocolError)
-        rest = memoryview(frame)[command_size:]
         event: PulsarCommand
         if base.type in _WITH_ENTRY:
             event = self._decode_entry_command(cls, body, rest)
@@ -395,8 +462,9 @@ class PulsarConnection:
         self._on_event(event, received=True)
         return event
 
-    def _decode_entry_command(self, cls: Any, body: Any, rest: memoryview) -> PulsarCommand:
+    def _decode_entry_command(self, cls: Any, body: Any, rest: bytes) -> PulsarCommand:
         broker_meta = None
+        entry = rest
         if cls is CommandMessage and len(rest) >= 2:
             if _U16.unpack_from(rest, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
                 if len(rest) < 6:
@@ -406,11 +474,10 @@ class PulsarConnection:
                     raise RemoteProtocolError("broker entry metadata exceeds the frame")
                 broker_meta = pb.BrokerEntryMetadata()
                 try:
-                    broker_meta.ParseFromString(rest[6 : 6 + size])
+                    broker_meta.ParseFromString(memoryview(rest)[6 : 6 + size])
                 except DecodeError as exc:
                     raise RemoteProtocolError(f"malformed broker entry metadata: {exc}") from exc
-                rest = rest[6 + size :]
-        entry = bytes(rest)
+                entry = rest[6 + size :]
         fields: dict[str, Any] = {"command": body, "entry": entry}
         if broker_meta is not None:
             fields["broker_entry_metadata"] = broker_meta
@@ -428,7 +495,7 @@ class PulsarConnection:
             raise RemoteProtocolError("message metadata lacks required fields")
         if not strings_are_utf8(metadata):
             raise RemoteProtocolError("message metadata holds a string that is not UTF-8")
-        return cls(metadata=metadata, payload=entry[10 + meta_size :], **fields)
+        return cls(metadata=metadata, **fields)
 
     # -- sending --------------------------------------------------------------------
 
@@ -474,11 +541,7 @@ class PulsarConnection:
         for clients that did not announce support for it, and the frame must fit what
         the client accepts.
         """
-        if self.our_role is not Role.SERVER or self.state is not State.CONNECTED:
-            raise LocalProtocolError(
-                f"cannot send MESSAGE as {self.our_role.value} in state {self.state.value}",
-                pb.NotAllowedError,
-            )
+        self._check_server_may_send("MESSAGE")
         if not self.peer_supports_broker_entry_metadata:
             broker_entry_metadata = None
         frame = encode_message(
@@ -492,6 +555,57 @@ class PulsarConnection:
         )
         self._check_outgoing(len(frame) - 4)
         return frame
+
+    def encode_messages(
+        self,
+        consumer_id: int,
+        partition: int,
+        deliveries: list[tuple[int, int, int, list[int] | None, int, int, bytes]],
+    ) -> bytes:
+        """MESSAGE frames for many deliveries at once, concatenated (the native encoder).
+
+        Each delivery is ``(ledger_id, entry_id, redelivery_count, ack_set or None,
+        publish_time, index, entry)``; the frames carry broker entry metadata (publish time,
+        and the index when it is not negative) for clients that asked for it, and equal
+        what :meth:`encode_message` gives one by one (a message id's partition of -1, its
+        default, is left out).  A frame over the client's limit
+        raises :class:`LocalProtocolError` and nothing is encoded.
+        """
+        self._check_server_may_send("MESSAGE")
+        try:
+            return _native.encode_pulsar_messages(
+                consumer_id,
+                partition,
+                deliveries,
+                self.peer_supports_broker_entry_metadata,
+                self.peer_max_message_size + self.frame_allowance,
+            )
+        except ValueError as exc:
+            raise LocalProtocolError(str(exc), pb.NotAllowedError) from exc
+
+    def encode_send_receipt(
+        self,
+        producer_id: int,
+        sequence_id: int,
+        ledger_id: int,
+        entry_id: int,
+        partition: int,
+        highest_sequence_id: int,
+    ) -> bytes:
+        """A SEND_RECEIPT frame (the native encoder); the same bytes as :meth:`send` of a
+        :class:`CommandSendReceipt` with these fields (a message id's partition of -1, its
+        default, is left out)."""
+        self._check_server_may_send("SEND_RECEIPT")
+        return _native.encode_pulsar_send_receipt(
+            producer_id, sequence_id, ledger_id, entry_id, partition, highest_sequence_id
+        )
+
+    def _check_server_may_send(self, what: str) -> None:
+        if self.our_role is not Role.SERVER or self._state is not State.CONNECTED:
+            raise LocalProtocolError(
+                f"cannot send {what} as {self.our_role.value} in state {self._state.value}",
+                pb.NotAllowedError,
+            )
 
     def _frame(self, base: pb.BaseCommand, tail: bytes) -> bytes:
         try:
@@ -512,14 +626,16 @@ class PulsarConnection:
     # -- the state machine ------------------------------------------------------------
 
     def _advance(self, sender: Role, command_type: int, error: type[ProtocolError]) -> None:
-        next_state = TRANSITIONS.get((self.state, sender, command_type))
+        moves = self._their_moves if sender is self.their_role else self._our_moves
+        next_state = moves.get(command_type)
         if next_state is None:
             raise error(
                 f"{sender.value} may not send {_type_name(command_type)} "
                 f"in state {self.state.value}",
                 pb.NotAllowedError,
             )
-        self.state = next_state
+        if next_state is not self._state:
+            self.state = next_state
 
     def _on_event(self, event: PulsarCommand, *, received: bool) -> None:
         """Remember what the handshake negotiated."""

@@ -4,7 +4,8 @@ Each event wraps the command's protobuf message (``event.command``) and reads th
 to it, so ``event.producer_id`` is ``event.command.producer_id``.  Build one with keyword
 fields: ``CommandSendReceipt.build(producer_id=1, sequence_id=7)``.  The two commands
 that carry an entry after the command - :class:`CommandSend` and
-:class:`CommandMessage` - also hold the entry bytes and their parsed metadata.
+:class:`CommandMessage` - also hold the entry bytes and their parsed metadata, and give
+the payload after the metadata on request.
 """
 
 from __future__ import annotations
@@ -81,6 +82,18 @@ def _command(type_value: int):  # type: ignore[no-untyped-def]
 
 
 T = pb.BaseCommand
+
+
+def _payload(entry: bytes, metadata: pb.MessageMetadata | None) -> bytes:
+    """The (possibly compressed) payload after an entry's metadata, cut out when asked
+    for (the broker stores and forwards whole entries and never needs it); empty when
+    the entry's checksum was wrong."""
+    if metadata is None:
+        return b""
+    return entry[_ENTRY_HEADER_SIZE + int.from_bytes(entry[6:_ENTRY_HEADER_SIZE], "big") :]
+
+
+_ENTRY_HEADER_SIZE = 10  # [0x0e01 u16][crc32c u32][metadataSize u32]
 
 
 # --- connection ------------------------------------------------------------------
@@ -164,7 +177,10 @@ class CommandSend(PulsarCommand):
     entry: bytes = b""
     checksum_ok: bool = True
     metadata: pb.MessageMetadata | None = None
-    payload: bytes = b""
+
+    @property
+    def payload(self) -> bytes:
+        return _payload(self.entry, self.metadata)
 
 
 @_command(T.SEND_RECEIPT)
@@ -214,7 +230,10 @@ class CommandMessage(PulsarCommand):
     broker_entry_metadata: pb.BrokerEntryMetadata | None = None
     checksum_ok: bool = True
     metadata: pb.MessageMetadata | None = None
-    payload: bytes = b""
+
+    @property
+    def payload(self) -> bytes:
+        return _payload(self.entry, self.metadata)
 
 
 @_command(T.ACK)

@@ -21,7 +21,6 @@ from typing import Any
 import trio
 
 from core.broker import BrokerService, NamespaceNotFoundError, TopicNotFoundError
-from core.format import encode_broker_entry_metadata
 from core.format import pulsar_api_pb2 as pb
 from core.naming import InvalidNameError, NamespaceName, TopicName
 from core.nonpersistent import NotAllowedError
@@ -160,6 +159,7 @@ class PulsarSession:
             if not data:
                 return
             self.last_received = time.monotonic()
+            handled = 0
             try:
                 self.codec.receive_data(data)
                 while True:
@@ -168,7 +168,7 @@ class PulsarSession:
                         break
                     if isinstance(event, ev.ConnectionClosed):
                         return
-                    self.broker.stats.record_request("pulsar")
+                    handled += 1
                     self._handle(event)
             except RemoteProtocolError as exc:
                 log.info("pulsar: closing connection: %s", exc)
@@ -176,6 +176,9 @@ class PulsarSession:
                 self.closed = True
                 await self._flush_now()
                 return
+            finally:
+                if handled:
+                    self.broker.stats.record_request("pulsar", handled)
 
     async def _writer(self) -> None:
         while True:
@@ -377,13 +380,14 @@ class PulsarSession:
         topic = producer.topic
         if md is not None and md.HasField("deliver_at_time"):
             topic.note_delayed()
-        num = cmd.num_messages if cmd.HasField("num_messages") else 1
-        highest = cmd.highest_sequence_id if cmd.HasField("highest_sequence_id") and \
-            cmd.highest_sequence_id > cmd.sequence_id else cmd.sequence_id
+        # num_messages defaults to 1, highest_sequence_id to 0 (so never above a sequence id).
+        num = cmd.num_messages
+        pid, seq, highest = cmd.producer_id, cmd.sequence_id, cmd.highest_sequence_id
+        if highest < seq:
+            highest = seq
         producer.msg_in += num
         producer.bytes_in += len(event.entry)
-        pid, seq = cmd.producer_id, cmd.sequence_id
-        partition = topic.name.partition_index
+        partition = topic.partition_index
 
         def done(result: PublishResult) -> None:
             if result.error is not None:
@@ -393,12 +397,17 @@ class PulsarSession:
                     error=E.PersistenceError if code == E.UnknownError else code,
                     message=str(result.error)))
                 return
+            if self.closed:
+                return
             pos = result.position
-            mid = pb.MessageIdData(ledgerId=pos.ledger_id if pos else -1 & 0xFFFFFFFFFFFFFFFF,
-                                   entryId=pos.entry_id if pos else -1 & 0xFFFFFFFFFFFFFFFF,
-                                   partition=partition)
-            self._send(ev.CommandSendReceipt.build(
-                producer_id=pid, sequence_id=seq, message_id=mid, highest_sequence_id=highest))
+            try:
+                frame = self.codec.encode_send_receipt(
+                    pid, seq, pos.ledger_id if pos else _EARLIEST_LEDGER,
+                    pos.entry_id if pos else _EARLIEST_LEDGER, partition, highest)
+            except ProtocolError as exc:
+                log.info("pulsar: not sending a receipt to producer %d: %s", pid, exc)
+                return
+            self.outbox.put(frame)
 
         topic.publish(event.entry, num, producer.name, highest, done)
 
@@ -461,30 +470,16 @@ class PulsarSession:
         if self.closed:
             return
         topic = self.consumer_topics.get(consumer.consumer_id)
-        partition = topic.name.partition_index if topic is not None else -1
-        bem = self.codec.peer_supports_broker_entry_metadata
-        encode = self.codec.encode_message
-        frames = []
-        for d in deliveries:
-            e = d.entry
-            try:
-                frame = encode(
-                    consumer.consumer_id,
-                    pb.MessageIdData(ledgerId=e.position.ledger_id, entryId=e.position.entry_id,
-                                     partition=partition),
-                    d.redelivery_count,
-                    e.data,
-                    encode_broker_entry_metadata(e.publish_time, e.index if e.index >= 0 else None)
-                    if bem else None,
-                    d.ack_set,
-                )
-            except ProtocolError as exc:
-                log.info("pulsar: cannot deliver %s to consumer %d: %s", e.position,
-                         consumer.consumer_id, exc)
-                return
-            frames.append(frame)
-        self.outbox.frames.extend(frames)
-        self.outbox.ready.set()
+        partition = topic.partition_index if topic is not None else -1
+        try:
+            frames = self.codec.encode_messages(consumer.consumer_id, partition, [
+                (e.position.ledger_id, e.position.entry_id, d.redelivery_count, d.ack_set,
+                 e.publish_time, e.index, e.data)
+                for d in deliveries for e in (d.entry,)])
+        except ProtocolError as exc:
+            log.info("pulsar: cannot deliver to consumer %d: %s", consumer.consumer_id, exc)
+            return
+        self.outbox.put(frames)
 
     def reached_end_of_topic(self, consumer: Consumer) -> None:
         self._send(ev.CommandReachedEndOfTopic.build(consumer_id=consumer.consumer_id))

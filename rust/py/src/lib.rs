@@ -17,6 +17,7 @@ mod errors;
 mod kafka;
 mod ledger_reader;
 mod meta;
+mod pulsar_codec;
 mod runtime;
 mod stream;
 
@@ -32,5 +33,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kafka::kafka_entry_from_batch, m)?)?;
     m.add_function(wrap_pyfunction!(kafka::kafka_batch_from_entry, m)?)?;
     m.add_class::<ledger_reader::PyLedgerRangeReader>()?;
+    m.add_function(wrap_pyfunction!(pulsar_codec::encode_pulsar_messages, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_codec::encode_pulsar_send_receipt, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_codec::scan_pulsar_send, m)?)?;
     Ok(())
 }

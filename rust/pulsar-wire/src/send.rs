@@ -1,0 +1,321 @@
+//! A scan of SEND frames in the shape every client writes, without building protobuf
+//! objects.
+//!
+//! [`scan_send`] accepts a SEND only in a plain shape: a `BaseCommand` holding just
+//! `type = SEND` and `send`; a `CommandSend` of scalar fields only; and, when the entry's
+//! magic and CRC-32C are right, a `MessageMetadata` whose fields are all known, each with
+//! its own wire type, whose strings are UTF-8 (those inside `properties` too), and without
+//! `encryption_keys`; and every required field present (`producer_id` and `sequence_id`;
+//! `producer_name`, `sequence_id` and `publish_time`; a property's key and value), so the
+//! caller need not check that again. Anything else - unknown or nested fields, a malformed varint, a
+//! metadata size past the frame - gives `None`, and the caller decodes the frame the
+//! general way, which also says what is wrong with it. So the scan never has to agree
+//! with a protobuf parser on odd input: it only picks out the common case.
+
+use std::ops::Range;
+
+use crate::{TYPE_SEND, WIRE_LEN, WIRE_VARINT};
+
+/// Magic number in front of an entry's checksum.
+pub const MAGIC_CRC32C: u16 = 0x0e01;
+/// `[magic u16][crc32c u32][metadataSize u32]` in front of the metadata.
+pub const ENTRY_HEADER_SIZE: usize = 10;
+
+/// What [`scan_send`] found in a plain SEND.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendScan {
+    /// Where the `CommandSend` body lies in the command.
+    pub body: Range<usize>,
+    /// Whether the entry's magic and CRC-32C are right.
+    pub checksum_ok: bool,
+    /// Where the `MessageMetadata` lies in the entry (empty when the checksum is wrong).
+    pub metadata: Range<usize>,
+}
+
+/// A protobuf reader over a byte slice that gives up (None) on anything malformed.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    fn done(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
+
+    /// A varint of at most ten bytes that fits in 64 bits.
+    fn varint(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        for i in 0..10 {
+            let b = *self.buf.get(self.pos)?;
+            self.pos += 1;
+            if i == 9 && b > 1 {
+                return None;
+            }
+            value |= u64::from(b & 0x7f) << (7 * i);
+            if b < 0x80 {
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    /// The next field's number and wire type.
+    fn tag(&mut self) -> Option<(u64, u64)> {
+        let tag = self.varint()?;
+        let field = tag >> 3;
+        (field != 0).then_some((field, tag & 7))
+    }
+
+    /// A length-delimited value: where it lies in the buffer.
+    fn bytes(&mut self) -> Option<Range<usize>> {
+        let len = usize::try_from(self.varint()?).ok()?;
+        let end = self.pos.checked_add(len)?;
+        if end > self.buf.len() {
+            return None;
+        }
+        let range = self.pos..end;
+        self.pos = end;
+        Some(range)
+    }
+}
+
+/// How a plain `MessageMetadata` may hold each field.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Varint,
+    Text,
+    Bytes,
+    KeyValue,
+}
+
+/// `MessageMetadata` fields by number (PulsarApi.proto); `encryption_keys` (13) and any
+/// number not listed here make the metadata not plain.
+fn metadata_field(number: u64) -> Option<Kind> {
+    Some(match number {
+        2 | 3 | 8 | 9 | 11 | 12 | 17 | 19 | 20 | 22 | 23 | 24 | 25 | 27 | 28 | 29 | 30 => Kind::Varint,
+        1 | 5 | 6 | 7 | 14 | 26 => Kind::Text,
+        15 | 16 | 18 => Kind::Bytes,
+        4 => Kind::KeyValue,
+        _ => return None,
+    })
+}
+
+fn utf8(buf: &[u8]) -> Option<()> {
+    std::str::from_utf8(buf).ok().map(|_| ())
+}
+
+/// The field numbers (1 to 63) seen, as bits.
+#[derive(Default)]
+struct Seen(u64);
+
+impl Seen {
+    fn add(&mut self, number: u64) {
+        if number < 64 {
+            self.0 |= 1 << number;
+        }
+    }
+
+    /// Whether every field in `numbers` was seen.
+    fn all(&self, numbers: &[u64]) -> Option<()> {
+        numbers.iter().all(|&n| self.0 & (1 << n) != 0).then_some(())
+    }
+}
+
+/// A `KeyValue` of two strings, nothing else.
+fn plain_key_value(buf: &[u8]) -> Option<()> {
+    let mut r = Reader::new(buf);
+    let mut seen = Seen::default();
+    while !r.done() {
+        match r.tag()? {
+            (number @ (1 | 2), WIRE_LEN) => {
+                utf8(&buf[r.bytes()?])?;
+                seen.add(number);
+            }
+            _ => return None,
+        }
+    }
+    seen.all(&[1, 2])
+}
+
+fn plain_metadata(buf: &[u8]) -> Option<()> {
+    let mut r = Reader::new(buf);
+    let mut seen = Seen::default();
+    while !r.done() {
+        let (number, wire) = r.tag()?;
+        seen.add(number);
+        match (metadata_field(number)?, wire) {
+            (Kind::Varint, WIRE_VARINT) => {
+                r.varint()?;
+            }
+            (Kind::Text, WIRE_LEN) => utf8(&buf[r.bytes()?])?,
+            (Kind::Bytes, WIRE_LEN) => {
+                r.bytes()?;
+            }
+            (Kind::KeyValue, WIRE_LEN) => plain_key_value(&buf[r.bytes()?])?,
+            _ => return None,
+        }
+    }
+    seen.all(&[1, 2, 3])
+}
+
+/// A `CommandSend` of scalar fields (1-8) only.
+fn plain_send(buf: &[u8]) -> Option<()> {
+    let mut r = Reader::new(buf);
+    let mut seen = Seen::default();
+    while !r.done() {
+        match r.tag()? {
+            (number @ 1..=8, WIRE_VARINT) => {
+                r.varint()?;
+                seen.add(number);
+            }
+            _ => return None,
+        }
+    }
+    seen.all(&[1, 2])
+}
+
+/// Whether `entry` starts with the 0x0e01 magic and its CRC-32C matches.
+pub fn checksum_ok(entry: &[u8]) -> bool {
+    if entry.len() < ENTRY_HEADER_SIZE || entry[..2] != MAGIC_CRC32C.to_be_bytes() {
+        return false;
+    }
+    let stored = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
+    crc32c::crc32c(&entry[6..]) == stored
+}
+
+/// Scan a frame that should be a plain SEND: its `command` and the `entry` after it; see
+/// the module docs.
+pub fn scan_send(command: &[u8], entry: &[u8]) -> Option<SendScan> {
+    let mut r = Reader::new(command);
+    let (mut is_send, mut body) = (false, None);
+    while !r.done() {
+        match r.tag()? {
+            (1, WIRE_VARINT) if !is_send => is_send = r.varint()? == TYPE_SEND,
+            (TYPE_SEND, WIRE_LEN) if body.is_none() => body = Some(r.bytes()?),
+            _ => return None,
+        }
+    }
+    let body = body.filter(|_| is_send)?;
+    plain_send(&command[body.clone()])?;
+    if !checksum_ok(entry) {
+        return Some(SendScan { body, checksum_ok: false, metadata: 0..0 });
+    }
+    let size = u32::from_be_bytes([entry[6], entry[7], entry[8], entry[9]]);
+    let end = ENTRY_HEADER_SIZE.checked_add(usize::try_from(size).ok()?)?;
+    let metadata = entry.get(ENTRY_HEADER_SIZE..end)?;
+    plain_metadata(metadata)?;
+    Some(SendScan { body, checksum_ok: true, metadata: ENTRY_HEADER_SIZE..end })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn varint(mut v: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+        out
+    }
+
+    fn len_field(field: u64, body: &[u8]) -> Vec<u8> {
+        let mut out = varint((field << 3) | WIRE_LEN);
+        out.extend(varint(body.len() as u64));
+        out.extend_from_slice(body);
+        out
+    }
+
+    fn entry(metadata: &[u8], payload: &[u8]) -> Vec<u8> {
+        let mut body = (metadata.len() as u32).to_be_bytes().to_vec();
+        body.extend_from_slice(metadata);
+        body.extend_from_slice(payload);
+        let mut out = MAGIC_CRC32C.to_be_bytes().to_vec();
+        out.extend(crc32c::crc32c(&body).to_be_bytes());
+        out.extend(body);
+        out
+    }
+
+    fn command(send: &[u8]) -> Vec<u8> {
+        let mut command = vec![0x08, TYPE_SEND as u8];
+        command.extend(len_field(TYPE_SEND, send));
+        command
+    }
+
+    fn metadata() -> Vec<u8> {
+        let mut md = len_field(1, b"producer");
+        md.extend([0x10, 0x07, 0x18, 0x01]);
+        md.extend(len_field(4, &[len_field(1, b"k"), len_field(2, b"v")].concat()));
+        md
+    }
+
+    #[test]
+    fn a_plain_send_is_found() {
+        let e = entry(&metadata(), b"payload");
+        let c = command(&[0x08, 0x01, 0x10, 0x02]);
+        let scan = scan_send(&c, &e).unwrap();
+        assert!(scan.checksum_ok);
+        assert_eq!(&c[scan.body.clone()], &[0x08, 0x01, 0x10, 0x02]);
+        assert_eq!(&e[scan.metadata], &metadata()[..]);
+    }
+
+    #[test]
+    fn a_bad_checksum_is_reported_not_refused() {
+        let mut e = entry(&metadata(), b"payload");
+        let last = e.len() - 1;
+        e[last] ^= 1;
+        assert!(!scan_send(&command(&[0x08, 0x01, 0x10, 0x02]), &e).unwrap().checksum_ok);
+    }
+
+    #[test]
+    fn anything_unusual_is_left_to_the_general_decoder() {
+        let plain = entry(&metadata(), b"p");
+        let bad_utf8 = entry(&len_field(1, b"\xff"), b"p");
+        let unknown = entry(&[metadata(), len_field(99, b"x")].concat(), b"p");
+        let encrypted = entry(&[metadata(), len_field(13, b"")].concat(), b"p");
+        let wrong_wire = entry(&[0x0a, 0x01], b"p");
+        let no_publish_time = entry(&[len_field(1, b"p"), vec![0x10, 0x07]].concat(), b"p");
+        let half_property = entry(&[metadata(), len_field(4, &len_field(1, b"k"))].concat(), b"p");
+        let mut past_end = entry(&metadata(), b"");
+        past_end[9] += 1;
+        for e in [&bad_utf8, &unknown, &encrypted, &wrong_wire, &no_publish_time, &half_property] {
+            assert_eq!(scan_send(&command(&[0x08, 0x01, 0x10, 0x01]), e), None);
+        }
+        // CommandSend without its sequence id.
+        assert_eq!(scan_send(&command(&[0x08, 0x01]), &plain), None);
+        let scan = scan_send(&command(&[0x08, 0x01, 0x10, 0x01]), &past_end);
+        assert!(scan.is_none() || !scan.unwrap().checksum_ok);
+        // A message id in the send, or a command that is not a plain SEND.
+        assert_eq!(scan_send(&command(&len_field(9, &[0x08, 0x01, 0x10, 0x01])), &plain), None);
+        assert_eq!(scan_send(&[0x08, 0x09], &plain), None);
+        assert_eq!(scan_send(&[0x08], &plain), None);
+        assert_eq!(scan_send(&[0x08, 0x06], &plain), None);
+        // An overlong varint.
+        assert_eq!(scan_send(&[0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f], &plain), None);
+    }
+
+    #[test]
+    fn every_truncation_and_byte_flip_is_a_clean_answer() {
+        let e = entry(&metadata(), b"payload");
+        let c = command(&[0x08, 0x01, 0x10, 0x02]);
+        for (part, other) in [(&c, &e), (&e, &c)] {
+            for n in 0..part.len() {
+                let _ = scan_send(&part[..n], other);
+                let _ = scan_send(other, &part[..n]);
+                for bit in 0..8 {
+                    let mut g = part.clone();
+                    g[n] ^= 1 << bit;
+                    let _ = scan_send(&g, other);
+                    let _ = scan_send(other, &g);
+                }
+            }
+        }
+    }
+}

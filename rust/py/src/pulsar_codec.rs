@@ -1,0 +1,95 @@
+//! The Pulsar protocol's hot frames for handlers/pulsar: many MESSAGE frames in one call
+//! and SEND_RECEIPT frames, written by `magnetar-pulsar-wire` around the stored entry bytes
+//! (one copy of each entry, straight from the Python bytes object into the frame buffer),
+//! and the scan that picks out plain SEND frames.
+
+use magnetar_pulsar_wire::{scan_send, write_message, write_send_receipt, BrokerEntry, Delivery, Receipt};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+fn wire_err(e: magnetar_pulsar_wire::WireError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// MESSAGE frames for `deliveries`, concatenated. Each delivery is a tuple
+/// `(ledger_id, entry_id, redelivery_count, ack_set or None, publish_time, index, entry)`;
+/// with `broker_entry_metadata` each frame carries the broker publish time and, when
+/// `index >= 0`, the index. A frame longer than `max_frame` (counting what follows its
+/// total-size field) raises ValueError and nothing is returned.
+#[pyfunction]
+pub fn encode_pulsar_messages<'py>(
+    py: Python<'py>,
+    consumer_id: u64,
+    partition: i32,
+    deliveries: &Bound<'py, PyList>,
+    broker_entry_metadata: bool,
+    max_frame: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let mut out = Vec::new();
+    for item in deliveries.iter() {
+        let t = item.cast::<PyTuple>()?;
+        if t.len() != 7 {
+            return Err(PyValueError::new_err("a delivery is a 7-tuple"));
+        }
+        let ledger_id: u64 = t.get_item(0)?.extract()?;
+        let entry_id: u64 = t.get_item(1)?.extract()?;
+        let redelivery_count: u32 = t.get_item(2)?.extract()?;
+        let ack_set: Option<Vec<i64>> = t.get_item(3)?.extract()?;
+        let publish_time: i64 = t.get_item(4)?.extract()?;
+        let index: i64 = t.get_item(5)?.extract()?;
+        let entry_obj = t.get_item(6)?;
+        let entry = entry_obj.cast::<PyBytes>()?;
+        let broker_entry = broker_entry_metadata.then(|| BrokerEntry {
+            publish_time: u64::try_from(publish_time).ok(),
+            index: u64::try_from(index).ok(),
+        });
+        let d = Delivery {
+            ledger_id,
+            entry_id,
+            redelivery_count,
+            ack_set: ack_set.as_deref().unwrap_or(&[]),
+            broker_entry,
+            entry: entry.as_bytes(),
+        };
+        let n = write_message(&mut out, consumer_id, partition, &d).map_err(wire_err)?;
+        if n - 4 > max_frame {
+            return Err(PyValueError::new_err(format!(
+                "frame of {} bytes for {ledger_id}:{entry_id} exceeds the peer's limit of {max_frame}",
+                n - 4
+            )));
+        }
+    }
+    Ok(PyBytes::new(py, &out))
+}
+
+/// One SEND_RECEIPT frame: the entry of `(producer_id, sequence_id)` is stored at
+/// `ledger_id:entry_id` of `partition` (-1 when not partitioned).
+#[pyfunction]
+pub fn encode_pulsar_send_receipt<'py>(
+    py: Python<'py>,
+    producer_id: u64,
+    sequence_id: u64,
+    ledger_id: u64,
+    entry_id: u64,
+    partition: i32,
+    highest_sequence_id: u64,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let mut out = Vec::with_capacity(64);
+    let r = Receipt { producer_id, sequence_id, ledger_id, entry_id, partition, highest_sequence_id };
+    write_send_receipt(&mut out, &r).map_err(wire_err)?;
+    Ok(PyBytes::new(py, &out))
+}
+
+/// Where the parts of a plain SEND lie: `(body_start, body_end, checksum_ok,
+/// metadata_start, metadata_end)`, the body in `command` and the metadata in `entry` (the
+/// bytes after the command); None when the frame is not a plain SEND (decode it the
+/// general way).
+#[pyfunction]
+pub fn scan_pulsar_send(
+    command: &Bound<'_, PyBytes>,
+    entry: &Bound<'_, PyBytes>,
+) -> Option<(usize, usize, bool, usize, usize)> {
+    let scan = scan_send(command.as_bytes(), entry.as_bytes())?;
+    Some((scan.body.start, scan.body.end, scan.checksum_ok, scan.metadata.start, scan.metadata.end))
+}
