@@ -45,6 +45,7 @@ class BookieServer:
         journal_max_size_mb: int = 2048,
         journal_flush_when_queue_empty: bool = True,
         journal_pre_alloc_size_mb: int = 16,
+        flush_entry_log_bytes: int = 67108864,
     ) -> BookieServer: ...
     @property
     def address(self) -> str: ...

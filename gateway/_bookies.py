@@ -37,6 +37,7 @@ def start_bookie(cfg: Any, data_dir: str, port: int) -> Any:
         journal_max_size_mb=int(cfg.get("journalMaxSizeMB")),
         journal_flush_when_queue_empty=bool(cfg.get("journalFlushWhenQueueEmpty")),
         journal_pre_alloc_size_mb=int(cfg.get("journalPreAllocSizeMB")),
+        flush_entry_log_bytes=int(cfg.get("flushEntrylogBytes")),
     )
     with open(port_file, "w") as f:
         f.write(bookie.address.rsplit(":", 1)[1])

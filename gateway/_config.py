@@ -364,6 +364,10 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("journalPreAllocSizeMB", 16,
          "Extend the journal file with zeros this far ahead of the write position, so a group "
          "commit's fdatasync needs no file-system metadata commit (0: off).", 0),
+    _int("flushEntrylogBytes", 64 << 20,
+         "Flush ledger storage once this many bytes were added since the last flush, so it is "
+         "written back steadily rather than all at a journal rotation (BookKeeper defaults to "
+         "0, off; Magnetar to 64 MiB). 0: only at rotations and every 30 s.", 0),
     _int("journalMaxGroupWaitMSec", 2, "Longest wait to group journal writes into one sync.", 0),
     _int("journalBufferedWritesThreshold", 524288,
          "Bytes buffered before a grouped journal write is flushed early.", 0),

@@ -78,6 +78,11 @@ pub struct JournalConfig {
     /// blocks that already exist and needs no file-system metadata commit (see
     /// [`crate::journal`]).
     pub pre_alloc_size_mb: u64,
+    /// flushEntrylogBytes: once this many bytes have been added to ledger storage since
+    /// the last flush, the checkpointer flushes (checkpoints) at once, so that storage is
+    /// written back steadily rather than in one flood at a journal rotation (default 64 MiB;
+    /// 0: only at rotations and every [`CHECKPOINT_INTERVAL`]).
+    pub flush_entry_log_bytes: u64,
 }
 
 impl Default for JournalConfig {
@@ -89,6 +94,7 @@ impl Default for JournalConfig {
             max_size_mb: 2048,
             flush_when_queue_empty: true,
             pre_alloc_size_mb: 16,
+            flush_entry_log_bytes: 64 << 20,
         }
     }
 }
@@ -116,6 +122,12 @@ pub(crate) struct Core {
     checkpoint_lock: Mutex<()>,
     /// TCP connections accepted since start.
     connections: AtomicU64,
+    /// Bytes added to storage since the last flush, and the threshold past which the
+    /// checkpointer is asked to flush (0: never asked).
+    unflushed: AtomicU64,
+    flush_bytes: u64,
+    flush_asked: AtomicBool,
+    checkpointer: crossbeam_channel::Sender<Option<u64>>,
 }
 
 impl Core {
@@ -124,11 +136,25 @@ impl Core {
     /// Returns the position checkpointed.
     fn checkpoint(&self) -> Result<(u64, u64), BookieError> {
         let _one = self.checkpoint_lock.lock();
+        self.unflushed.store(0, Ordering::Relaxed);
+        self.flush_asked.store(false, Ordering::Relaxed);
         let mark = self.journal.position();
         self.storage.flush()?;
         journal::write_mark(&self.data_dir, mark)?;
         journal::delete_before(&self.data_dir, mark.0)?;
         Ok(mark)
+    }
+
+    /// Count `bytes` added to storage; past the flush threshold, ask the checkpointer (once)
+    /// to flush.
+    fn note_added(&self, bytes: usize) {
+        if self.flush_bytes == 0 {
+            return;
+        }
+        let total = self.unflushed.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+        if total >= self.flush_bytes && !self.flush_asked.swap(true, Ordering::Relaxed) {
+            let _ = self.checkpointer.send(Some(0));
+        }
     }
 
     /// Whether an add to `ledger` may proceed: not while shutting down, and not on a fenced
@@ -167,6 +193,7 @@ impl Core {
             drop(guard);
             return done(Status::IoError, e.to_string());
         }
+        self.note_added(data.len());
         self.journal.submit(
             JournalRecord::entry(ledger, entry, lac, data),
             Box::new(move |r| match r {
@@ -192,11 +219,13 @@ impl Core {
             drop(guard);
             return done(status, reason);
         }
+        let bytes = entries.iter().map(|(_, d)| d.len()).sum();
         let encoded = EncodedEntries::new(ledger, lac, entries);
         if let Err(e) = self.storage.add_encoded(&encoded) {
             drop(guard);
             return done(Status::IoError, e.to_string());
         }
+        self.note_added(bytes);
         self.journal.submit_encoded(
             &encoded,
             Box::new(move |r| match r {
@@ -401,6 +430,10 @@ impl BookieServer {
             data_dir: config.data_dir.clone(),
             checkpoint_lock: Mutex::new(()),
             connections: AtomicU64::new(0),
+            unflushed: AtomicU64::new(0),
+            flush_bytes: config.journal.flush_entry_log_bytes,
+            flush_asked: AtomicBool::new(false),
+            checkpointer: ckpt_tx.clone(),
         });
         let listener = TcpListener::bind(config.bind)
             .await
@@ -419,7 +452,8 @@ impl BookieServer {
                 let mut last = ckpt_core.journal.position();
                 loop {
                     match ckpt_rx.recv_timeout(CHECKPOINT_INTERVAL) {
-                        Ok(Some(_rotated)) => {}
+                        // A rotation, or enough added since the last flush.
+                        Ok(Some(_)) => {}
                         Err(crossbeam_channel::RecvTimeoutError::Timeout)
                             if ckpt_core.journal.position() != last => {}
                         Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,

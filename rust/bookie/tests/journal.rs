@@ -22,6 +22,7 @@ fn config(max_group_wait_ms: u64, threshold: usize) -> JournalConfig {
         max_size_mb: 2048,
         flush_when_queue_empty: false,
         pre_alloc_size_mb: 1,
+        flush_entry_log_bytes: 0,
     }
 }
 

@@ -222,3 +222,40 @@ proptest! {
         rt.block_on(run(ops));
     }
 }
+
+/// With flushEntrylogBytes set, storage is flushed as soon as that much was added, without
+/// waiting for a journal rotation or the checkpoint interval; with it off, nothing is
+/// flushed before then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_is_flushed_once_enough_was_added() {
+    for (threshold, expect_flush) in [(256 * 1024u64, true), (0, false)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cfg = config(dir.path());
+        cfg.journal.flush_entry_log_bytes = threshold;
+        let server = BookieServer::start(cfg).await.expect("start");
+        let client = BookieClient::connect(&server.local_addr().to_string(), Duration::from_secs(5))
+            .await
+            .expect("connect");
+        let data = Bytes::from(vec![7u8; 64 * 1024]);
+        for entry in 0..16u64 {
+            client.add(3, entry, entry as i64 - 1, data.clone(), false).await.expect("add");
+        }
+        let flushed = tokio::time::timeout(Duration::from_secs(10), async {
+            while checkpointed_lengths(dir.path()).get(&3).copied().unwrap_or(0) == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if !expect_flush {
+                    break;
+                }
+            }
+        })
+        .await;
+        let lengths = checkpointed_lengths(dir.path());
+        if expect_flush {
+            assert!(flushed.is_ok(), "no flush after 1 MiB with a 256 KiB threshold");
+            assert!(lengths.get(&3).copied().unwrap_or(0) >= threshold);
+        } else {
+            assert_eq!(lengths.get(&3), None, "flushed although flushEntrylogBytes is 0");
+        }
+        server.shutdown().await.expect("shutdown");
+    }
+}

@@ -29,7 +29,8 @@ impl PyBookieServer {
     #[new]
     #[pyo3(signature = (data_dir, host, port, journal_sync_data=true, journal_max_group_wait_ms=2.0,
                         journal_buffered_writes_threshold=524288, journal_max_size_mb=2048,
-                        journal_flush_when_queue_empty=true, journal_pre_alloc_size_mb=16))]
+                        journal_flush_when_queue_empty=true, journal_pre_alloc_size_mb=16,
+                        flush_entry_log_bytes=67108864))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -42,6 +43,7 @@ impl PyBookieServer {
         journal_max_size_mb: u64,
         journal_flush_when_queue_empty: bool,
         journal_pre_alloc_size_mb: u64,
+        flush_entry_log_bytes: u64,
     ) -> PyResult<Self> {
         let bind = resolve(host, port)?;
         let config = BookieConfig {
@@ -54,6 +56,7 @@ impl PyBookieServer {
                 max_size_mb: journal_max_size_mb,
                 flush_when_queue_empty: journal_flush_when_queue_empty,
                 pre_alloc_size_mb: journal_pre_alloc_size_mb,
+                flush_entry_log_bytes,
             },
         };
         let server = py

@@ -4,7 +4,7 @@
 //! magnetar-bookie --data-dir DIR [--bind 127.0.0.1:3181] [--journal-sync-data true|false]
 //!                 [--journal-max-group-wait-ms 2] [--journal-buffered-writes-threshold 524288]
 //!                 [--journal-max-size-mb 2048] [--journal-pre-alloc-size-mb 16]
-//!                 [--log-level info]
+//!                 [--flush-entry-log-bytes 67108864] [--log-level info]
 //! ```
 //!
 //! Prints `listening on ADDR` on stdout once it accepts connections (so `--bind 127.0.0.1:0`
@@ -21,7 +21,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 const USAGE: &str = "usage: magnetar-bookie --data-dir DIR [--bind ADDR] [--journal-sync-data BOOL] \
 [--journal-max-group-wait-ms MS] [--journal-buffered-writes-threshold BYTES] [--journal-max-size-mb MB] \
-[--journal-pre-alloc-size-mb MB] [--log-level LEVEL]";
+[--journal-pre-alloc-size-mb MB] [--flush-entry-log-bytes BYTES] [--log-level LEVEL]";
 
 struct StderrLogger;
 
@@ -83,6 +83,9 @@ fn parse_args() -> Result<(BookieConfig, log::LevelFilter), String> {
             }
             "--journal-pre-alloc-size-mb" => {
                 journal.pre_alloc_size_mb = value.parse().map_err(|_| bad("expected megabytes"))?
+            }
+            "--flush-entry-log-bytes" => {
+                journal.flush_entry_log_bytes = value.parse().map_err(|_| bad("expected bytes"))?
             }
             "--log-level" => {
                 level = value
