@@ -1033,7 +1033,8 @@ class KafkaConnection:
                 f"request size {size} outside 8..{self.max_request_size}", ErrorCode.INVALID_REQUEST)
         if len(buf) < 4 + size:
             return NEED_DATA
-        frame = bytes(buf[4:4 + size])
+        with memoryview(buf) as view:  # one copy of the frame, not a bytearray and a bytes
+            frame = bytes(view[4:4 + size])
         del buf[:4 + size]
         return parse_request(frame)
 
