@@ -79,6 +79,8 @@ pub struct Message<'s> {
     /// The position in the batch; -1 for an entry that is not a batch.
     pub batch_index: i32,
     pub partition_key: Option<&'s [u8]>,
+    /// The partition key is base64 of binary bytes.
+    pub key_b64: bool,
     pub properties: Vec<Property<'s>>,
     /// Milliseconds since the epoch; 0 when the producer set none.
     pub event_time: u64,
@@ -113,6 +115,7 @@ impl<'a> Entry<'a> {
             return Ok(vec![Message {
                 batch_index: -1,
                 partition_key: m.partition_key,
+                key_b64: m.key_b64,
                 properties: m.properties.clone(),
                 event_time: m.event_time,
                 null_value: m.null_value,
@@ -142,6 +145,7 @@ impl<'a> Entry<'a> {
                 out.push(Message {
                     batch_index: index,
                     partition_key: single.partition_key,
+                    key_b64: single.key_b64,
                     properties: single.properties,
                     event_time: single.event_time,
                     null_value: single.null_value,

@@ -144,6 +144,8 @@ pub struct MessageMetadata<'a> {
     pub publish_time: u64,
     pub properties: Vec<Property<'a>>,
     pub partition_key: Option<&'a [u8]>,
+    /// The partition key is base64 of binary bytes (`partition_key_b64_encoded`).
+    pub key_b64: bool,
     pub compression: u64,
     pub uncompressed_size: u32,
     /// Present exactly when the payload is a batch.
@@ -169,6 +171,9 @@ impl<'a> MessageMetadata<'a> {
                 }
                 3 => m.publish_time = varint(v, &f)?,
                 4 => m.properties.push(key_value(bytes(v, &f)?)?),
+                5 | 7 | 14 | 26 => {
+                    text(v, &f, "a metadata string")?;
+                }
                 6 => m.partition_key = Some(text(v, &f, "the partition key")?),
                 8 => m.compression = varint(v, &f)?,
                 9 => {
@@ -178,6 +183,7 @@ impl<'a> MessageMetadata<'a> {
                 11 => m.num_messages_in_batch = Some(int32(v, &f)?),
                 12 => m.event_time = varint(v, &f)?,
                 13 => m.encrypted = true,
+                17 => m.key_b64 = varint(v, &f)? != 0,
                 20 => m.marker = true,
                 25 => m.null_value = varint(v, &f)? != 0,
                 27 => m.chunked = int32(v, &f)? > 1,
@@ -196,6 +202,8 @@ impl<'a> MessageMetadata<'a> {
 pub struct SingleMessageMetadata<'a> {
     pub properties: Vec<Property<'a>>,
     pub partition_key: Option<&'a [u8]>,
+    /// The partition key is base64 of binary bytes (`partition_key_b64_encoded`).
+    pub key_b64: bool,
     pub payload_size: i32,
     pub compacted_out: bool,
     pub event_time: u64,
@@ -218,6 +226,7 @@ impl<'a> SingleMessageMetadata<'a> {
                 }
                 4 => m.compacted_out = varint(v, &f)? != 0,
                 5 => m.event_time = varint(v, &f)?,
+                6 => m.key_b64 = varint(v, &f)? != 0,
                 9 => m.null_value = varint(v, &f)? != 0,
                 _ => {}
             }

@@ -1,6 +1,7 @@
 //! The small wire encodings both sides use: Kafka's zig-zag varints (read), protobuf's
 //! unsigned varints and length-delimited fields (written), and base64 (RFC 4648, standard
-//! alphabet, padded) for bytes that must travel as text.
+//! alphabet, padded) for bytes that must travel as text. Stored entries are read by
+//! `magnetar_format`.
 
 use crate::{corrupt, BatchError};
 
@@ -123,83 +124,6 @@ pub(crate) fn put_base64(out: &mut Vec<u8>, data: &[u8]) {
             out.extend_from_slice(&[sym(n >> 18), sym(n >> 12), sym(n >> 6), b'=']);
         }
         _ => {}
-    }
-}
-
-/// One protobuf field: its number and value (fixed-width values are skipped over and
-/// reported as [`Field::Other`]).
-pub(crate) enum Field<'a> {
-    Varint(u32, u64),
-    Bytes(u32, &'a [u8]),
-    Other,
-}
-
-/// The fields of a protobuf message, in the order they stand; `None` ends the walk with
-/// an error at a malformed field.
-pub(crate) struct Fields<'a> {
-    buf: &'a [u8],
-    pos: usize,
-    pub(crate) malformed: bool,
-}
-
-impl<'a> Fields<'a> {
-    pub(crate) fn new(buf: &'a [u8]) -> Fields<'a> {
-        Fields {
-            buf,
-            pos: 0,
-            malformed: false,
-        }
-    }
-
-    fn uvarint(&mut self) -> Option<u64> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = *self.buf.get(self.pos)?;
-            self.pos += 1;
-            value |= u64::from(b & 0x7f) << shift;
-            if b < 0x80 {
-                return Some(value);
-            }
-        }
-        None
-    }
-
-    fn skip(&mut self, n: usize) -> Option<()> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len())?;
-        self.pos = end;
-        Some(())
-    }
-
-    fn next_field(&mut self) -> Option<Field<'a>> {
-        let tag = self.uvarint()?;
-        let number = u32::try_from(tag >> 3).ok().filter(|&n| n > 0)?;
-        match tag & 7 {
-            0 => self.uvarint().map(|v| Field::Varint(number, v)),
-            1 => self.skip(8).map(|()| Field::Other),
-            2 => {
-                let n = usize::try_from(self.uvarint()?).ok()?;
-                let start = self.pos;
-                self.skip(n)?;
-                Some(Field::Bytes(number, &self.buf[start..self.pos]))
-            }
-            5 => self.skip(4).map(|()| Field::Other),
-            _ => None,
-        }
-    }
-}
-
-impl<'a> Iterator for Fields<'a> {
-    type Item = Field<'a>;
-
-    fn next(&mut self) -> Option<Field<'a>> {
-        if self.pos >= self.buf.len() || self.malformed {
-            return None;
-        }
-        let field = self.next_field();
-        if field.is_none() {
-            self.malformed = true;
-        }
-        field
     }
 }
 

@@ -297,14 +297,19 @@ def test_native_fetch_batch_is_byte_for_byte_the_python_batch() -> None:
                                                           publish_time=42)
 
 
-def test_native_fetch_leaves_compressed_and_damaged_entries_to_python() -> None:
-    from core.format import LZ4, Message, entry_from_messages
-    zipped = entry_from_messages([Message(payload=b"x" * 100), Message(payload=b"y")],
-                                 producer_name="p", sequence_id=0, publish_time=1,
-                                 compression=LZ4)
-    assert _native.kafka_batch_from_entry(zipped, 1, 2, 1) is None
-    assert _mapping.batch_from_entry(zipped, index=1, num_messages=2, publish_time=1) == \
-        _mapping.python_batch_from_entry(zipped, index=1, num_messages=2, publish_time=1)
+@pytest.mark.parametrize("codec", ["LZ4", "ZLIB", "ZSTD", "SNAPPY"])
+def test_native_fetch_reads_compressed_entries_as_python_does(codec: str) -> None:
+    from core import format as fmt
+    zipped = fmt.entry_from_messages(
+        [fmt.Message(payload=b"x" * 100, key="k"), fmt.Message(payload=b"y", properties={"a": "b"})],
+        producer_name="p", sequence_id=0, publish_time=1, compression=getattr(fmt, codec))
+    native = _native.kafka_batch_from_entry(zipped, 1, 2, 1)
+    assert native is not None
+    assert native == _mapping.python_batch_from_entry(zipped, index=1, num_messages=2,
+                                                      publish_time=1)
+
+
+def test_native_fetch_leaves_damaged_entries_to_python() -> None:
     good = _pulsar_entries(random.Random(2))[1]
     assert _native.kafka_batch_from_entry(good[:-1], 1, 1, 1) is None  # checksum
 
