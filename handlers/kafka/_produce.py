@@ -151,7 +151,7 @@ def _prepare(batches: list[RecordBatch], limit: int
     now = int(time.time() * 1000)
     out = []
     for batch in batches:
-        native = None if batch.is_control else _mapping.native_entry(batch, publish_time=now)
+        native = _mapping.native_entry(batch, publish_time=now)
         if native is None:
             batch = with_records(batch, max_uncompressed_size=limit)
         out.append((batch, native))

@@ -294,7 +294,9 @@ def _read_varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
 def decode_batches(data: bytes | memoryview | None, *,
                    max_uncompressed_size: int = DEFAULT_MAX_UNCOMPRESSED_SIZE,
                    records: bool = True) -> list[RecordBatch]:
-    """Decode a run of record batches (a produce request's ``records``)."""
+    """Decode a run of record batches (a produce request's ``records``). With
+    ``records=False`` only the headers are read and the CRC is not checked: it is checked
+    where the records are read (:func:`with_records`, or the native converter)."""
     if data is None:
         return []
     buf = bytes(data)
@@ -320,7 +322,9 @@ def decode_batches(data: bytes | memoryview | None, *,
 def _decode_one(buf: bytes, start: int, end: int, limit: int, with_records: bool) -> RecordBatch:
     (base_offset, _len, leader_epoch, _magic, crc, attributes, last_delta, base_ts, max_ts,
      producer_id, producer_epoch, base_seq, count) = _HEAD.unpack_from(buf, start)
-    if _crc32c.crc32c(memoryview(buf)[start + _CRC_FROM:end]) != crc:
+    # Without its records, a batch is checked by whoever reads them (with_records, or the
+    # native converter): the CRC covers them, and is computed once.
+    if with_records and _crc32c.crc32c(memoryview(buf)[start + _CRC_FROM:end]) != crc:
         raise _corrupt("record batch CRC-32C mismatch")
     if count < 0 or count > MAX_RECORDS_PER_BATCH:
         raise _corrupt(f"record count {count} out of range")
