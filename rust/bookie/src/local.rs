@@ -33,13 +33,18 @@ fn registry() -> &'static Registry {
 }
 
 pub(crate) fn register(addr: &str, core: &Arc<Core>) {
-    registry().lock().insert(addr.to_string(), Arc::downgrade(core));
+    registry()
+        .lock()
+        .insert(addr.to_string(), Arc::downgrade(core));
 }
 
 /// Forget `addr`, unless a newer server has registered under it since.
 pub(crate) fn unregister(addr: &str, core: &Arc<Core>) {
     let mut map = registry().lock();
-    if map.get(addr).is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(core))) {
+    if map
+        .get(addr)
+        .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(core)))
+    {
         map.remove(addr);
     }
 }
@@ -72,53 +77,67 @@ fn completion() -> (
     (done, wait)
 }
 
-fn server_error(e: crate::BookieError) -> ClientError {
-    ClientError::Server(e.to_string())
+/// A response's body, or the error its status names (as the TCP client reads it).
+fn answer(resp: crate::proto::Response) -> Result<ResponseBody, ClientError> {
+    check_status(resp.status, &resp.body)?;
+    Ok(resp.body)
+}
+
+fn unexpected(body: &ResponseBody) -> ClientError {
+    ClientError::Server(format!("unexpected answer {body:?}"))
 }
 
 impl LocalBookie {
     /// Store entry `entry` of `ledger` (see the bookie protocol's ADD).
-    pub async fn add(&self, ledger: u64, entry: u64, lac: i64, data: Bytes, recovery: bool) -> Result<(), ClientError> {
+    pub async fn add(
+        &self,
+        ledger: u64,
+        entry: u64,
+        lac: i64,
+        data: Bytes,
+        recovery: bool,
+    ) -> Result<(), ClientError> {
         let (done, wait) = completion();
         self.core.add(ledger, entry, lac, data, recovery, done);
         wait.await
     }
 
     /// Store several entries of `ledger` as one journal group (ADD_BATCH).
-    pub async fn add_batch(&self, ledger: u64, lac: i64, entries: Vec<(u64, Bytes)>, recovery: bool) -> Result<(), ClientError> {
+    pub async fn add_batch(
+        &self,
+        ledger: u64,
+        lac: i64,
+        entries: Vec<(u64, Bytes)>,
+        recovery: bool,
+    ) -> Result<(), ClientError> {
         let (done, wait) = completion();
         self.core.add_batch(ledger, lac, entries, recovery, done);
         wait.await
     }
 
     /// Read an entry, fencing the ledger first with `fence` (READ).
-    pub async fn read(&self, ledger: u64, entry: u64, fence: bool) -> Result<ReadResult, ClientError> {
-        if fence {
-            self.core.fence(ledger).await.map_err(server_error)?;
-        }
-        let resp = self.core.read_entry(0, ledger, entry);
-        check_status(resp.status, &resp.body)?;
-        match resp.body {
+    pub async fn read(
+        &self,
+        ledger: u64,
+        entry: u64,
+        fence: bool,
+    ) -> Result<ReadResult, ClientError> {
+        match answer(self.core.read(0, ledger, entry, fence).await)? {
             ResponseBody::Read { lac, data } => Ok(ReadResult { lac, data }),
-            other => Err(ClientError::Server(format!("unexpected read answer {other:?}"))),
+            other => Err(unexpected(&other)),
         }
     }
 
     /// The highest last-add-confirmed the bookie has seen for `ledger` (READ_LAC).
     pub async fn read_lac(&self, ledger: u64, fence: bool) -> Result<i64, ClientError> {
-        if fence {
-            self.core.fence(ledger).await.map_err(server_error)?;
-        }
-        let resp = self.core.read_lac(0, ledger);
-        check_status(resp.status, &resp.body)?;
-        match resp.body {
+        match answer(self.core.lac(0, ledger, fence).await)? {
             ResponseBody::Lac(lac) => Ok(lac),
-            other => Err(ClientError::Server(format!("unexpected read-LAC answer {other:?}"))),
+            other => Err(unexpected(&other)),
         }
     }
 
     /// Drop everything the bookie holds for `ledger` (DELETE_LEDGER).
     pub async fn delete_ledger(&self, ledger: u64) -> Result<(), ClientError> {
-        self.core.delete_ledger(ledger).await.map_err(server_error)
+        answer(self.core.delete(0, ledger).await).map(drop)
     }
 }

@@ -237,7 +237,7 @@ impl Core {
     }
 
     /// Fence `ledger` and wait until the fence is durable.
-    pub(crate) async fn fence(&self, ledger: u64) -> Result<(), BookieError> {
+    async fn fence(&self, ledger: u64) -> Result<(), BookieError> {
         let (tx, rx) = oneshot::channel();
         {
             let _exclusive = self.order.write();
@@ -254,7 +254,7 @@ impl Core {
     }
 
     /// Delete `ledger` and wait until the delete is durable.
-    pub(crate) async fn delete_ledger(&self, ledger: u64) -> Result<(), BookieError> {
+    async fn delete_ledger(&self, ledger: u64) -> Result<(), BookieError> {
         let (tx, rx) = oneshot::channel();
         {
             let _exclusive = self.order.write();
@@ -270,7 +270,51 @@ impl Core {
         rx.await.map_err(|_| BookieError::ShuttingDown)?
     }
 
-    pub(crate) fn read_entry(&self, request_id: u64, ledger: u64, entry: u64) -> Response {
+    /// READ: the entry, after fencing the ledger durably when `fence` (recovery reads).
+    pub(crate) async fn read(
+        &self,
+        request_id: u64,
+        ledger: u64,
+        entry: u64,
+        fence: bool,
+    ) -> Response {
+        if fence {
+            if let Err(e) = self.fence(ledger).await {
+                return Response::error(OpCode::Read, request_id, Status::IoError, e.to_string());
+            }
+        }
+        self.read_entry(request_id, ledger, entry)
+    }
+
+    /// READ_LAC, after fencing the ledger durably when `fence`.
+    pub(crate) async fn lac(&self, request_id: u64, ledger: u64, fence: bool) -> Response {
+        if fence {
+            if let Err(e) = self.fence(ledger).await {
+                return Response::error(
+                    OpCode::ReadLac,
+                    request_id,
+                    Status::IoError,
+                    e.to_string(),
+                );
+            }
+        }
+        self.read_lac(request_id, ledger)
+    }
+
+    /// DELETE_LEDGER, answered once the delete is durable.
+    pub(crate) async fn delete(&self, request_id: u64, ledger: u64) -> Response {
+        match self.delete_ledger(ledger).await {
+            Ok(()) => Response::ok(OpCode::DeleteLedger, request_id, ResponseBody::Empty),
+            Err(e) => Response::error(
+                OpCode::DeleteLedger,
+                request_id,
+                Status::IoError,
+                e.to_string(),
+            ),
+        }
+    }
+
+    fn read_entry(&self, request_id: u64, ledger: u64, entry: u64) -> Response {
         let found = self.storage.get_entry(ledger, entry).and_then(|e| match e {
             Some(x) => Ok(Ok(x)),
             None => self.storage.has_ledger(ledger).map(Err),
@@ -298,7 +342,7 @@ impl Core {
         }
     }
 
-    pub(crate) fn read_lac(&self, request_id: u64, ledger: u64) -> Response {
+    fn read_lac(&self, request_id: u64, ledger: u64) -> Response {
         match self.storage.lac(ledger) {
             Ok(lac) => Response::ok(
                 OpCode::ReadLac,
@@ -790,52 +834,44 @@ async fn handle_frame(
             entry,
             fence: true,
         } => {
-            let (core, tx, budget) = (core.clone(), tx.clone(), budget.clone());
-            tokio::spawn(async move {
-                let resp = match core.fence(ledger).await {
-                    Ok(()) => core.read_entry(request_id, ledger, entry),
-                    Err(e) => {
-                        Response::error(OpCode::Read, request_id, Status::IoError, e.to_string())
-                    }
-                };
-                answer(&tx, &budget, &resp).await;
-            });
-            true
+            let core = core.clone();
+            answer_later(tx, budget, async move {
+                core.read(request_id, ledger, entry, true).await
+            })
         }
         Request::ReadLac {
             request_id,
             ledger,
             fence: true,
         } => {
-            let (core, tx, budget) = (core.clone(), tx.clone(), budget.clone());
-            tokio::spawn(async move {
-                let resp = match core.fence(ledger).await {
-                    Ok(()) => core.read_lac(request_id, ledger),
-                    Err(e) => {
-                        Response::error(OpCode::ReadLac, request_id, Status::IoError, e.to_string())
-                    }
-                };
-                answer(&tx, &budget, &resp).await;
-            });
-            true
+            let core = core.clone();
+            answer_later(tx, budget, async move {
+                core.lac(request_id, ledger, true).await
+            })
         }
         Request::DeleteLedger { request_id, ledger } => {
-            let (core, tx, budget) = (core.clone(), tx.clone(), budget.clone());
-            tokio::spawn(async move {
-                let resp = match core.delete_ledger(ledger).await {
-                    Ok(()) => Response::ok(OpCode::DeleteLedger, request_id, ResponseBody::Empty),
-                    Err(e) => Response::error(
-                        OpCode::DeleteLedger,
-                        request_id,
-                        Status::IoError,
-                        e.to_string(),
-                    ),
-                };
-                answer(&tx, &budget, &resp).await;
-            });
-            true
+            let core = core.clone();
+            answer_later(
+                tx,
+                budget,
+                async move { core.delete(request_id, ledger).await },
+            )
         }
     }
+}
+
+/// Answer with what `response` resolves to, from a task of its own, so that the connection
+/// goes on reading meanwhile. Returns true (the connection stays open).
+fn answer_later(
+    tx: &ResponseTx,
+    budget: &Budget,
+    response: impl std::future::Future<Output = Response> + Send + 'static,
+) -> bool {
+    let (tx, budget) = (tx.clone(), budget.clone());
+    tokio::spawn(async move {
+        answer(&tx, &budget, &response.await).await;
+    });
+    true
 }
 
 async fn write_loop(
