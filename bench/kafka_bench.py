@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench._proc import cpu_seconds, free_port
+from bench._proc import cpu_seconds, free_port, ratio, verdict
 
 SIZES = (100, 1024)
 PEAK_SECONDS = 5.0
@@ -291,9 +291,6 @@ def run() -> dict[str, Any]:
     return results
 
 
-def _verdict(ok: bool) -> str:
-    return "ok" if ok else "MISSED"
-
 
 def _print_table(results: dict[str, Any]) -> None:
     print(f"  {'size':<8}{'broker':<10}{'e2e msg/s':>11}{'MB/s':>8}{'CPU us/msg':>12}"
@@ -314,16 +311,15 @@ def _print_table(results: dict[str, Any]) -> None:
         m, p = mag.get(label), peer.get(label)
         if not m or not p or "error" in m or "error" in p:
             continue
-        thr = m["e2e_msg_per_s"] / p["e2e_msg_per_s"] if p["e2e_msg_per_s"] else math.inf
-        cpu = m["cpu_us_per_msg"] / p["cpu_us_per_msg"] if p["cpu_us_per_msg"] else math.inf
+        thr, cpu = ratio(m, p, "e2e_msg_per_s"), ratio(m, p, "cpu_us_per_msg")
         p99 = m["latency"]["p99_ms"]
         clean = (m["duplicates"] + m["lost"] + m["latency"]["duplicates"] + m["latency"]["lost"]) == 0
         m["ratios"] = {"throughput": thr, "cpu": cpu, "p99_ms": p99, "clean": clean}
         print(f"  {'':<8}{'ratio':<10}throughput {thr:.2f}x (target >= {TARGET_THROUGHPUT_RATIO:.1f}, "
-              f"no dup/loss: {_verdict(thr >= TARGET_THROUGHPUT_RATIO and clean)}), CPU/msg {cpu:.2f}x "
-              f"(target <= {TARGET_CPU_RATIO:.1f}: {_verdict(cpu <= TARGET_CPU_RATIO)}), p99 "
+              f"no dup/loss: {verdict(thr >= TARGET_THROUGHPUT_RATIO and clean)}), CPU/msg {cpu:.2f}x "
+              f"(target <= {TARGET_CPU_RATIO:.1f}: {verdict(cpu <= TARGET_CPU_RATIO)}), p99 "
               f"{p99:.1f} ms @ {LATENCY_RATE:.0f}/s (target <= {TARGET_P99_MS:.0f}: "
-              f"{_verdict(p99 <= TARGET_P99_MS)})")
+              f"{verdict(p99 <= TARGET_P99_MS)})")
     print("  ratios are Magnetar / Tansu; Magnetar fdatasyncs its journal before each produce "
           "response, Tansu keeps records in memory", flush=True)
 
