@@ -76,6 +76,9 @@ struct LedgerLog {
     file: Option<Arc<File>>,
     last_used: u64,
     len: u64,
+    /// Where the last [`LedgerStorage::start_writeback`] left off: bytes before it are
+    /// being, or have been, written out.
+    written_back: u64,
     index: BTreeMap<u64, (u64, usize)>,
     lac: i64,
     fenced: bool,
@@ -315,6 +318,7 @@ impl EntryLogStorage {
                                 file: None,
                                 last_used: 0,
                                 len: 0,
+                                written_back: 0,
                                 index: BTreeMap::new(),
                                 lac: -1,
                                 fenced: false,
@@ -520,7 +524,49 @@ impl LedgerStorage for EntryLogStorage {
         *ck = lengths;
         Ok(())
     }
+
+    fn start_writeback(&self) {
+        let logs: Vec<Arc<Mutex<LedgerLog>>> = self.ledgers.read().values().cloned().collect();
+        for log in logs {
+            // The log is unlocked while the kernel is asked, so appends go on meanwhile. A log
+            // closed while idle is left to the flush.
+            let (file, from, to) = {
+                let mut g = log.lock();
+                match g.file.clone() {
+                    Some(f) if !g.deleted && g.len > g.written_back => {
+                        let (from, to) = (g.written_back, g.len);
+                        g.written_back = to;
+                        (f, from, to)
+                    }
+                    _ => continue,
+                }
+            };
+            start_writeback_range(&file, from, to);
+        }
+    }
 }
+
+/// Ask the kernel to start writing `[from, to)` of `file` out, without waiting for it.
+/// Only a hint: when it cannot be given, the next flush writes those bytes all the same.
+///
+/// The one foreign call of this crate: no safe binding of `sync_file_range(2)` exists.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn start_writeback_range(file: &File, from: u64, to: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(off), Ok(len)) = (i64::try_from(from), i64::try_from(to - from)) else {
+        return;
+    };
+    // SAFETY: plain integers in, an integer out; the descriptor stays open while `file` is
+    // borrowed, and the call touches no memory of ours.
+    let rc = unsafe { libc::sync_file_range(file.as_raw_fd(), off, len, libc::SYNC_FILE_RANGE_WRITE) };
+    if rc != 0 {
+        log::debug!("sync_file_range: {}", std::io::Error::last_os_error());
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback_range(_file: &File, _from: u64, _to: u64) {}
 
 /// Whether the last record the index lists is really there: the cheap check that the index
 /// describes this log and ends on a record boundary.
@@ -663,6 +709,7 @@ fn load_log(
         file: None,
         last_used: 0,
         len,
+        written_back: len,
         index,
         lac,
         fenced,

@@ -20,9 +20,11 @@
 //!
 //! # Preallocation
 //!
-//! With `pre_alloc_size_mb` (journalPreAllocSizeMB) set, the thread extends the current file
-//! with zeros, in steps of that size, ahead of the write position, and writes records over
-//! those zeros. A group commit's fdatasync then only flushes data into blocks the file
+//! With `pre_alloc_size_mb` (journalPreAllocSizeMB) set, the thread keeps up to that much
+//! of zeros written ahead of the write position in the current file, and writes records
+//! over those zeros. The zeros go out [`PREALLOC_CHUNK`] at a time, at most one chunk more
+//! per group commit than the commit itself needs, so no single fdatasync carries the whole
+//! allocation (16 MiB would hold every add behind it for milliseconds). A group commit's fdatasync then only flushes data into blocks the file
 //! system has already allocated and written: it needs no metadata (size, extent) commit, so
 //! it does not wait behind other files' pending data the way an append's fdatasync does on
 //! a journaling file system. A file is cut back to its records when it is rotated or the
@@ -101,6 +103,8 @@ pub const MAX_RECORD_BODY: usize = RECORD_FIXED_LEN + MAX_ENTRY_SIZE;
 
 /// The subdirectory of the data dir that holds journal files.
 pub const JOURNAL_DIR: &str = "journal";
+/// How much preallocation writes at a time (see the module's Preallocation section).
+pub const PREALLOC_CHUNK: u64 = 1 << 20;
 
 /// What a journal record records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1062,20 +1066,25 @@ impl Writer {
         }
     }
 
-    /// With preallocation on, make sure the file holds zeros up to at least `end`: extend
-    /// it by whole steps of `pre_alloc_size_mb`, written (not just reserved) so that later
-    /// writes over them change no file-system metadata. The zeros become durable with the
-    /// group commit that follows.
+    /// With preallocation on, make sure the file holds zeros up to at least `end`, and move
+    /// the zeros one [`PREALLOC_CHUNK`] further toward `end + pre_alloc_size_mb`. The
+    /// zeros are written (not just reserved) so that later writes over them change no
+    /// file-system metadata; they become durable with the group commit that follows.
     fn preallocate(&mut self, end: u64) -> std::io::Result<()> {
-        let step = self.config.pre_alloc_size_mb.saturating_mul(1024 * 1024);
-        if step == 0 || end <= self.allocated {
+        let lead = self.config.pre_alloc_size_mb.saturating_mul(1024 * 1024);
+        if lead == 0 {
             return Ok(());
         }
-        let target = end.div_ceil(step).saturating_mul(step);
-        let zeros = vec![0u8; 1024 * 1024];
+        let needed = end.div_ceil(PREALLOC_CHUNK).saturating_mul(PREALLOC_CHUNK);
+        let ahead = end.saturating_add(lead).div_ceil(PREALLOC_CHUNK).saturating_mul(PREALLOC_CHUNK);
+        let target = needed.max(self.allocated.saturating_add(PREALLOC_CHUNK).min(ahead));
+        if target <= self.allocated {
+            return Ok(());
+        }
+        let zeros = vec![0u8; PREALLOC_CHUNK as usize];
         let mut at = self.allocated;
         while at < target {
-            let n = usize::try_from((target - at).min(zeros.len() as u64)).unwrap_or(zeros.len());
+            let n = usize::try_from((target - at).min(PREALLOC_CHUNK)).unwrap_or(zeros.len());
             self.file.write_all_at(&zeros[..n], at)?;
             at += n as u64;
         }

@@ -52,6 +52,20 @@ pub const MAX_IN_FLIGHT_BYTES: usize = 64 * 1024 * 1024;
 /// How often storage is checkpointed (when the journal has moved), besides at every journal
 /// rotation: this bounds how much journal a restart replays.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Every this many bytes added to ledger storage, the checkpointer asks the kernel to start
+/// writing them out ([`LedgerStorage::start_writeback`]): storage then reaches the disk as
+/// a steady trickle, and a flush's fsync has at most about this much left to write.
+pub const WRITEBACK_BYTES: u64 = 1 << 20;
+
+/// What the checkpointer thread is asked to do.
+pub(crate) enum Ask {
+    /// Checkpoint now: the journal rotated or enough was added.
+    Checkpoint,
+    /// Start writing out what storage holds only in memory.
+    Writeback,
+    Stop,
+}
 /// How long shutdown waits for connections to finish their in-flight requests.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// The writer stops coalescing queued responses into one write past this many bytes.
@@ -127,7 +141,10 @@ pub(crate) struct Core {
     unflushed: AtomicU64,
     flush_bytes: u64,
     flush_asked: AtomicBool,
-    checkpointer: crossbeam_channel::Sender<Option<u64>>,
+    /// Bytes added since the checkpointer was last asked to start writing storage out.
+    unwritten: AtomicU64,
+    writeback_asked: AtomicBool,
+    checkpointer: crossbeam_channel::Sender<Ask>,
 }
 
 impl Core {
@@ -148,12 +165,14 @@ impl Core {
     /// Count `bytes` added to storage; past the flush threshold, ask the checkpointer (once)
     /// to flush.
     fn note_added(&self, bytes: usize) {
-        if self.flush_bytes == 0 {
-            return;
-        }
         let total = self.unflushed.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
-        if total >= self.flush_bytes && !self.flush_asked.swap(true, Ordering::Relaxed) {
-            let _ = self.checkpointer.send(Some(0));
+        if self.flush_bytes > 0 && total >= self.flush_bytes && !self.flush_asked.swap(true, Ordering::Relaxed) {
+            let _ = self.checkpointer.send(Ask::Checkpoint);
+        }
+        let unwritten = self.unwritten.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+        if unwritten >= WRITEBACK_BYTES && !self.writeback_asked.swap(true, Ordering::Relaxed) {
+            self.unwritten.store(0, Ordering::Relaxed);
+            let _ = self.checkpointer.send(Ask::Writeback);
         }
     }
 
@@ -398,7 +417,7 @@ pub struct BookieServer {
     stop: watch::Sender<bool>,
     serve: Option<tokio::task::JoinHandle<()>>,
     checkpointer: Option<(
-        crossbeam_channel::Sender<Option<u64>>,
+        crossbeam_channel::Sender<Ask>,
         std::thread::JoinHandle<()>,
     )>,
     /// The exclusive lock on `data_dir/LOCK`; fields drop in order, so this goes last.
@@ -437,7 +456,7 @@ impl BookieServer {
     ) -> Result<BookieServer, BookieError> {
         let data_dir = config.data_dir.clone();
         let jconfig = config.journal.clone();
-        let (ckpt_tx, ckpt_rx) = crossbeam_channel::unbounded::<Option<u64>>();
+        let (ckpt_tx, ckpt_rx) = crossbeam_channel::unbounded::<Ask>();
         let rotate_tx = ckpt_tx.clone();
         let opened = {
             let storage = storage.clone();
@@ -458,8 +477,8 @@ impl BookieServer {
                     &data_dir,
                     jconfig,
                     next,
-                    Box::new(move |seq| {
-                        let _ = rotate_tx.send(Some(seq));
+                    Box::new(move |_seq| {
+                        let _ = rotate_tx.send(Ask::Checkpoint);
                     }),
                 )
             })
@@ -477,6 +496,8 @@ impl BookieServer {
             unflushed: AtomicU64::new(0),
             flush_bytes: config.journal.flush_entry_log_bytes,
             flush_asked: AtomicBool::new(false),
+            unwritten: AtomicU64::new(0),
+            writeback_asked: AtomicBool::new(false),
             checkpointer: ckpt_tx.clone(),
         });
         let listener = TcpListener::bind(config.bind)
@@ -497,11 +518,16 @@ impl BookieServer {
                 loop {
                     match ckpt_rx.recv_timeout(CHECKPOINT_INTERVAL) {
                         // A rotation, or enough added since the last flush.
-                        Ok(Some(_)) => {}
+                        Ok(Ask::Checkpoint) => {}
+                        Ok(Ask::Writeback) => {
+                            ckpt_core.writeback_asked.store(false, Ordering::Relaxed);
+                            ckpt_core.storage.start_writeback();
+                            continue;
+                        }
                         Err(crossbeam_channel::RecvTimeoutError::Timeout)
                             if ckpt_core.journal.position() != last => {}
                         Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
-                        Ok(None) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                        Ok(Ask::Stop) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
                     }
                     if ckpt_core.halted.load(Ordering::SeqCst) {
                         break;
@@ -564,7 +590,7 @@ impl BookieServer {
             let _ = serve.await;
         }
         if let Some((tx, thread)) = self.checkpointer.take() {
-            let _ = tx.send(None);
+            let _ = tx.send(Ask::Stop);
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
         let core = self.core.clone();
@@ -594,7 +620,7 @@ impl Drop for BookieServer {
             self.core.journal.halt();
         }
         if let Some((tx, thread)) = self.checkpointer.take() {
-            let _ = tx.send(None);
+            let _ = tx.send(Ask::Stop);
             let _ = thread.join();
         }
     }

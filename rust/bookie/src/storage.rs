@@ -77,6 +77,13 @@ pub trait LedgerStorage: Send + Sync {
     /// Make every mutation applied so far durable (write out and fsync). Used by the checkpoint
     /// before journal files are deleted.
     fn flush(&self) -> Result<(), BookieError>;
+
+    /// Start writing out what was added since the last call, without waiting for it, so
+    /// that the next [`flush`](Self::flush) finds little left to write. Called often, in
+    /// small steps, so that a checkpoint's fsync never floods the disk all at once and the
+    /// journal's fsyncs, which share that disk, never wait behind it. A storage with
+    /// nothing to write out does nothing.
+    fn start_writeback(&self) {}
 }
 
 struct MemLedger {

@@ -185,10 +185,12 @@ fn a_preallocated_file_is_cut_back_to_its_records_on_shutdown() {
     let j = Journal::open(dir.path(), config(0, 1), 1, Box::new(|_| {})).expect("open");
     write_all(&j, &recs);
     let path = journal::file_path(dir.path(), 1);
-    // While running, the file reaches past its records by whole preallocation steps.
-    assert_eq!(fs::metadata(&path).expect("meta").len(), MIB);
-    j.shutdown().expect("shutdown");
+    // While running, the file reaches past its records by whole chunks of zeros, at most
+    // the preallocation size ahead of them.
     let written: usize = recs.iter().map(|r| r.encoded_len()).sum();
+    let len = fs::metadata(&path).expect("meta").len();
+    assert!(len % MIB == 0 && len > written as u64 && len <= 2 * MIB, "file length {len}");
+    j.shutdown().expect("shutdown");
     assert_eq!(fs::metadata(&path).expect("meta").len(), written as u64);
     let (got, outcome) = replay_all(dir.path()).expect("replay");
     assert_eq!(got, recs);
@@ -211,6 +213,25 @@ fn preallocation_grows_in_steps_as_records_pass_the_end() {
 }
 
 #[test]
+fn a_large_preallocation_is_written_a_chunk_per_group_commit() {
+    // 16 MiB of zeros at once would make one fdatasync hold every add behind it for
+    // milliseconds: each group commit writes at most one chunk beyond what it needs.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let j = Journal::open(dir.path(), JournalConfig { pre_alloc_size_mb: 16, ..config(0, 1) }, 1, Box::new(|_| {}))
+        .expect("open");
+    let path = journal::file_path(dir.path(), 1);
+    let recs = records(3);
+    for (i, r) in recs.iter().enumerate() {
+        write_all(&j, std::slice::from_ref(r));
+        assert_eq!(fs::metadata(&path).expect("meta").len(), (i as u64 + 1) * journal::PREALLOC_CHUNK);
+    }
+    j.halt();
+    let (got, outcome) = replay_all(dir.path()).expect("replay");
+    assert_eq!(got, recs);
+    assert_eq!(outcome.torn_tail_bytes, 0);
+}
+
+#[test]
 fn after_a_crash_the_preallocated_zeros_end_the_records_quietly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let recs = records(4);
@@ -218,7 +239,8 @@ fn after_a_crash_the_preallocated_zeros_end_the_records_quietly() {
     write_all(&j, &recs);
     j.halt();
     let path = journal::file_path(dir.path(), 1);
-    assert_eq!(fs::metadata(&path).expect("meta").len(), MIB, "the zeros stay after a crash");
+    let len = fs::metadata(&path).expect("meta").len();
+    assert!(len % MIB == 0 && len >= MIB, "the zeros stay after a crash (file length {len})");
     let (got, outcome) = replay_all(dir.path()).expect("replay");
     assert_eq!(got, recs);
     assert_eq!(outcome.torn_tail_bytes, 0);

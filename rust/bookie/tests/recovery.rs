@@ -259,3 +259,73 @@ async fn storage_is_flushed_once_enough_was_added() {
         server.shutdown().await.expect("shutdown");
     }
 }
+
+/// Ledger storage that counts the checkpointer's requests to start writing out.
+struct CountingStorage {
+    inner: magnetar_bookie::MemStorage,
+    writebacks: std::sync::atomic::AtomicUsize,
+}
+
+impl magnetar_bookie::LedgerStorage for CountingStorage {
+    fn add_entry(&self, ledger: u64, entry: u64, lac: i64, data: Bytes) -> Result<(), magnetar_bookie::BookieError> {
+        self.inner.add_entry(ledger, entry, lac, data)
+    }
+    fn get_entry(&self, ledger: u64, entry: u64) -> Result<Option<(i64, Bytes)>, magnetar_bookie::BookieError> {
+        self.inner.get_entry(ledger, entry)
+    }
+    fn last_entry(&self, ledger: u64) -> Result<Option<u64>, magnetar_bookie::BookieError> {
+        self.inner.last_entry(ledger)
+    }
+    fn lac(&self, ledger: u64) -> Result<Option<i64>, magnetar_bookie::BookieError> {
+        self.inner.lac(ledger)
+    }
+    fn has_ledger(&self, ledger: u64) -> Result<bool, magnetar_bookie::BookieError> {
+        self.inner.has_ledger(ledger)
+    }
+    fn set_fenced(&self, ledger: u64) -> Result<bool, magnetar_bookie::BookieError> {
+        self.inner.set_fenced(ledger)
+    }
+    fn is_fenced(&self, ledger: u64) -> Result<bool, magnetar_bookie::BookieError> {
+        self.inner.is_fenced(ledger)
+    }
+    fn delete_ledger(&self, ledger: u64) -> Result<bool, magnetar_bookie::BookieError> {
+        self.inner.delete_ledger(ledger)
+    }
+    fn flush(&self) -> Result<(), magnetar_bookie::BookieError> {
+        self.inner.flush()
+    }
+    fn start_writeback(&self) {
+        self.writebacks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Storage is written out a little at a time as adds arrive, not only at a flush: with
+/// flushes off, 4 MiB of adds ask for writeback about once per WRITEBACK_BYTES.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_writeback_starts_as_adds_arrive() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(dir.path());
+    cfg.journal.flush_entry_log_bytes = 0;
+    let storage = std::sync::Arc::new(CountingStorage {
+        inner: magnetar_bookie::MemStorage::new(),
+        writebacks: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let server = BookieServer::start_with_storage(cfg, storage.clone()).await.expect("start");
+    let client = BookieClient::connect(&server.local_addr().to_string(), Duration::from_secs(5))
+        .await
+        .expect("connect");
+    let data = Bytes::from(vec![7u8; 64 * 1024]);
+    for entry in 0..64u64 {
+        client.add(3, entry, entry as i64 - 1, data.clone(), false).await.expect("add");
+    }
+    let expected = (64 * 64 * 1024 / magnetar_bookie::server::WRITEBACK_BYTES) as usize - 1;
+    let asked = tokio::time::timeout(Duration::from_secs(10), async {
+        while storage.writebacks.load(std::sync::atomic::Ordering::SeqCst) < expected {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(asked.is_ok(), "writeback asked {} times, expected {expected}",
+        storage.writebacks.load(std::sync::atomic::Ordering::SeqCst));
+    server.shutdown().await.expect("shutdown");
+}
