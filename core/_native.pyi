@@ -60,11 +60,16 @@ _Position = tuple[int, int]
 @final
 class ManagedLedgerFactory:
     """Opens managed ledgers whose ledgers live on the bookies listed in `metadata_store`.
-    With `local_bookies`, bookies running in this process are called directly, not over TCP."""
+    With `local_bookies`, bookies running in this process are called directly, not over TCP.
+    `cache_size_mb` bounds the entry caches of all its managed ledgers together."""
 
     def __new__(
-        cls, metadata_store: object, request_timeout_ms: int = 30000, local_bookies: bool = True
+        cls, metadata_store: object, request_timeout_ms: int = 30000, local_bookies: bool = True,
+        cache_size_mb: int = 256,
     ) -> ManagedLedgerFactory: ...
+    @property
+    def cache_used_bytes(self) -> int:
+        """Bytes the entry caches hold now, over every managed ledger."""
     def open(self, queue: CompletionQueue, token: int, name: str, config: dict[str, Any]) -> None:
         """Completes with a ManagedLedger."""
     def shutdown(self) -> None: ...

@@ -71,7 +71,8 @@ class BrokerService:
                 self._nursery = nursery
                 await nursery.start(self.bridge.run)
                 self.storage = Storage(self.bridge, self.metadata,
-                                       int(self.config.get("bookkeeperClientTimeoutInSeconds", 30)) * 1000)
+                                       int(self.config.get("bookkeeperClientTimeoutInSeconds", 30)) * 1000,
+                                       int(self.config.get("managedLedgerCacheSizeMB")))
                 host = self.config.get("advertisedAddress") or self.config.get("bindAddress")
                 self.policies.ensure_defaults(
                     f"pulsar://{host}:{self.config.get('brokerServicePort')}",
@@ -151,6 +152,7 @@ class BrokerService:
             "retention_time_ms": -1 if int(rt) < 0 else int(rt) * 60_000,
             "retention_size_mb": int(rs),
             "mark_delete_rate_per_sec": float(c.get("managedLedgerDefaultMarkDeleteRateLimit")),
+            "cache_eviction_time_ms": int(c.get("managedLedgerCacheEvictionTimeThresholdMillis")),
         }
 
     async def get_topic(self, name: TopicName, *, create: bool = True) -> PersistentTopic:

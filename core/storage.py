@@ -44,9 +44,16 @@ class Entry:
 class Storage:
     """Opens managed ledgers (one per topic) over the native core."""
 
-    def __init__(self, bridge: NativeBridge, metadata_store: object, request_timeout_ms: int = 30000):
+    def __init__(self, bridge: NativeBridge, metadata_store: object, request_timeout_ms: int = 30000,
+                 cache_size_mb: int = 256):
         self.bridge = bridge
-        self._factory = _native.ManagedLedgerFactory(metadata_store, request_timeout_ms)
+        self._factory = _native.ManagedLedgerFactory(metadata_store, request_timeout_ms,
+                                                     cache_size_mb=cache_size_mb)
+
+    @property
+    def cache_used_bytes(self) -> int:
+        """Bytes the managed ledgers' entry caches hold now, all topics together."""
+        return int(self._factory.cache_used_bytes)
 
     async def open(self, name: str, config: dict[str, Any]) -> ManagedLedger:
         native = await self.bridge.call(self._factory.open, name, config)

@@ -350,6 +350,11 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("managedLedgerMaxSizePerLedgerMbytes", 2048, "Roll the ledger over at this size.", 1),
     _float("managedLedgerDefaultMarkDeleteRateLimit", 1.0,
            "Mark-delete persistence operations per second per cursor; 0 unlimited.", 0.0),
+    _int("managedLedgerCacheSizeMB", 256,
+         "Memory for recently added entries, shared by all topics, so tailing consumers are "
+         "served without reading the bookies (0: no cache).", 0),
+    _int("managedLedgerCacheEvictionTimeThresholdMillis", 1000,
+         "Cached entries older than this are evicted.", 0),
     _int("bookkeeperClientTimeoutInSeconds", 30,
          "Timeout of a storage (bookie) request made by the broker, in seconds.", 1),
     # --- bookie

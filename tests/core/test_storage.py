@@ -119,3 +119,29 @@ async def test_reading_before_the_first_position_is_refused_cleanly(tmp_path):
         ml = await env.storage.open("t/ns/persistent/empty", ml_config())
         assert ml.last_confirmed() is None
         assert await ml.read_entries(Position(0, 0), 10) == []
+
+
+@pytest.mark.parametrize("cache_mb", [1, 0])
+async def test_entry_cache_is_bounded_by_managed_ledger_cache_size(tmp_path, cache_mb):
+    """managedLedgerCacheSizeMB bounds what all topics cache together; tailing reads are
+    served from it while the bookies are gone, and with 0 nothing is cached."""
+    from core.storage import Storage
+
+    async with storage_env(tmp_path) as env:
+        storage = Storage(env.bridge, env.metadata, 5000, cache_size_mb=cache_mb)
+        a = await storage.open("t/ns/persistent/cache-a", ml_config())
+        b = await storage.open("t/ns/persistent/cache-b", ml_config())
+        chunk = [bytes(64 * 1024)] * 8
+        for _ in range(4):
+            await a.add_entries(chunk, [1] * len(chunk))
+            await b.add_entries(chunk, [1] * len(chunk))
+            assert storage.cache_used_bytes <= cache_mb << 20
+        if cache_mb == 0:
+            assert storage.cache_used_bytes == 0
+            return
+        assert storage.cache_used_bytes > (cache_mb << 20) // 2
+        # The newest entries of the topic written last are in memory: readable with no bookie.
+        last = (await b.add_entries([b"tail"], [1]))[0][0]
+        env.stop_bookie(env.bookies[0])
+        got = await b.read_entries(last, 10)
+        assert [e.data for e in got] == [b"tail"]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use magnetar_ledger::{BookKeeper, ClientConfig};
 use magnetar_stream::{
-    BookKeeperStore, Cursor, Entry, InitialPosition, ManagedLedger, ManagedLedgerConfig,
+    BookKeeperStore, CacheBudget, Cursor, Entry, InitialPosition, ManagedLedger, ManagedLedgerConfig,
     ManagedLedgerFactory, Position, StreamError,
 };
 use pyo3::exceptions::PyValueError;
@@ -98,6 +98,7 @@ fn ml_config(d: &Bound<'_, PyDict>) -> PyResult<ManagedLedgerConfig> {
     if let Some(v) = get::<i64>(d, "retention_size_mb")? { c.retention_size_mb = v; }
     if let Some(v) = get::<f64>(d, "mark_delete_rate_per_sec")? { c.mark_delete_rate_per_sec = v; }
     if let Some(v) = get::<usize>(d, "cache_size_bytes")? { c.cache_size_bytes = v; }
+    if let Some(v) = get::<u64>(d, "cache_eviction_time_ms")? { c.cache_eviction_time = Duration::from_millis(v); }
     if let Some(v) = get::<BTreeMap<String, String>>(d, "ledger_metadata")? { c.ledger_metadata = v; }
     Ok(c)
 }
@@ -144,15 +145,18 @@ fn copy_batch(entries: &[Bound<'_, PyAny>]) -> PyResult<Vec<Bytes>> {
 #[pyclass(module = "core._native", name = "ManagedLedgerFactory")]
 pub struct PyFactory {
     factory: Arc<ManagedLedgerFactory>,
+    /// managedLedgerCacheSizeMB, shared by every managed ledger this factory opens.
+    cache: Arc<CacheBudget>,
 }
 
 #[pymethods]
 impl PyFactory {
     #[new]
     /// With `local_bookies`, bookies running in this process (a standalone's) are called
-    /// directly rather than over TCP.
-    #[pyo3(signature = (metadata_store, request_timeout_ms=30000, local_bookies=true))]
-    fn new(metadata_store: Py<PyAny>, request_timeout_ms: u64, local_bookies: bool) -> PyResult<Self> {
+    /// directly rather than over TCP. `cache_size_mb` is what the entry caches of all the
+    /// managed ledgers opened here may hold together.
+    #[pyo3(signature = (metadata_store, request_timeout_ms=30000, local_bookies=true, cache_size_mb=256))]
+    fn new(metadata_store: Py<PyAny>, request_timeout_ms: u64, local_bookies: bool, cache_size_mb: u64) -> PyResult<Self> {
         let meta: Arc<dyn magnetar_meta::MetadataStore> = Arc::new(PyMetadataStore::new(metadata_store));
         let _guard = runtime().enter();
         let config = ClientConfig {
@@ -162,12 +166,24 @@ impl PyFactory {
         };
         let bk = BookKeeper::new(meta.clone(), config);
         let store = Arc::new(BookKeeperStore::new(bk));
-        Ok(Self { factory: Arc::new(ManagedLedgerFactory::new(meta, store)) })
+        let cache = CacheBudget::new(usize::try_from(cache_size_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX));
+        Ok(Self { factory: Arc::new(ManagedLedgerFactory::new(meta, store)), cache })
+    }
+
+    /// Bytes the entry caches hold now, over every managed ledger.
+    #[getter]
+    fn cache_used_bytes(&self) -> usize {
+        self.cache.used()
     }
 
     /// Completes with a `ManagedLedger`.
     fn open(&self, queue: &CompletionQueue, token: u64, name: String, config: &Bound<'_, PyDict>) -> PyResult<()> {
-        let config = ml_config(config)?;
+        let explicit = config.contains("cache_size_bytes")?;
+        let mut config = ml_config(config)?;
+        if !explicit {
+            config.cache_size_bytes = self.cache.limit();
+        }
+        config.cache_budget = Some(self.cache.clone());
         let factory = self.factory.clone();
         spawn(queue, token, async move { factory.open(&name, config).await }, |py, ml| {
             Ok(Py::new(py, PyManagedLedger { ml })?.into_any())

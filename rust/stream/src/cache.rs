@@ -1,22 +1,79 @@
 //! A bounded cache of recently added entries, so that tailing readers are served from
 //! memory rather than from the bookies. Oldest entries are evicted first: when the cache
-//! is over its size, and once they are older than the eviction time.
+//! is over its own size, when the caches sharing a [`CacheBudget`] hold more than it
+//! allows together, and once they are older than the eviction time.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::entry::Entry;
 use crate::position::Position;
+
+/// The bytes the entry caches of many managed ledgers may hold together, as Pulsar's
+/// `managedLedgerCacheSizeMB` is one amount for the whole broker. A cache that adds past
+/// the limit evicts its own oldest entries: the ledgers being written are the ones that
+/// grow, and a cache left alone empties by age.
+#[derive(Debug)]
+pub struct CacheBudget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl CacheBudget {
+    pub fn new(limit: usize) -> Arc<CacheBudget> {
+        Arc::new(CacheBudget { limit, used: AtomicUsize::new(0) })
+    }
+
+    /// Bytes cached now, over every cache sharing this budget.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    fn over(&self) -> bool {
+        self.used() > self.limit
+    }
+}
 
 #[derive(Debug, Default)]
 pub(crate) struct EntryCache {
     entries: BTreeMap<Position, Entry>,
     bytes: usize,
     capacity: usize,
+    budget: Option<Arc<CacheBudget>>,
+}
+
+impl Drop for EntryCache {
+    fn drop(&mut self) {
+        self.clear();
+    }
 }
 
 impl EntryCache {
-    pub(crate) fn new(capacity: usize) -> Self {
-        EntryCache { entries: BTreeMap::new(), bytes: 0, capacity }
+    pub(crate) fn new(capacity: usize, budget: Option<Arc<CacheBudget>>) -> Self {
+        EntryCache { entries: BTreeMap::new(), bytes: 0, capacity, budget }
+    }
+
+    fn add_bytes(&mut self, n: usize) {
+        self.bytes += n;
+        if let Some(b) = &self.budget {
+            b.used.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    fn sub_bytes(&mut self, n: usize) {
+        self.bytes -= n;
+        if let Some(b) = &self.budget {
+            b.used.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+
+    fn over(&self) -> bool {
+        self.bytes > self.capacity || self.budget.as_ref().is_some_and(|b| b.over())
     }
 
     /// Drop entries published before `cutoff_ms` (entries are kept in publish order).
@@ -26,22 +83,23 @@ impl EntryCache {
                 break;
             }
             if let Some((_, e)) = self.entries.pop_first() {
-                self.bytes -= e.data.len();
+                self.sub_bytes(e.data.len());
             }
         }
     }
 
     pub(crate) fn insert(&mut self, entry: Entry) {
-        if self.capacity == 0 || entry.data.len() > self.capacity {
+        let limit = self.budget.as_ref().map_or(self.capacity, |b| b.limit.min(self.capacity));
+        if limit == 0 || entry.data.len() > limit {
             return;
         }
-        self.bytes += entry.data.len();
+        self.add_bytes(entry.data.len());
         if let Some(old) = self.entries.insert(entry.position, entry) {
-            self.bytes -= old.data.len();
+            self.sub_bytes(old.data.len());
         }
-        while self.bytes > self.capacity {
+        while self.over() {
             match self.entries.pop_first() {
-                Some((_, e)) => self.bytes -= e.data.len(),
+                Some((_, e)) => self.sub_bytes(e.data.len()),
                 None => break,
             }
         }
@@ -65,7 +123,7 @@ impl EntryCache {
                 self.entries.range(Position::new(*id, i64::MIN)..=Position::new(*id, i64::MAX)).map(|(p, _)| *p).collect();
             for k in keys {
                 if let Some(e) = self.entries.remove(&k) {
-                    self.bytes -= e.data.len();
+                    self.sub_bytes(e.data.len());
                 }
             }
         }
@@ -73,6 +131,55 @@ impl EntryCache {
 
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
-        self.bytes = 0;
+        let n = self.bytes;
+        self.sub_bytes(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn entry(ledger: u64, id: i64, size: usize) -> Entry {
+        Entry {
+            position: Position::new(ledger, id),
+            publish_time_ms: 1,
+            index: id as u64,
+            num_messages: 1,
+            data: Bytes::from(vec![0u8; size]),
+        }
+    }
+
+    #[test]
+    fn caches_sharing_a_budget_stay_under_it_together() {
+        let budget = CacheBudget::new(1000);
+        let mut a = EntryCache::new(10_000, Some(budget.clone()));
+        let mut b = EntryCache::new(10_000, Some(budget.clone()));
+        for i in 0..8 {
+            a.insert(entry(1, i, 100));
+        }
+        assert_eq!(budget.used(), 800);
+        for i in 0..5 {
+            b.insert(entry(2, i, 100));
+            assert!(budget.used() <= 1000, "used {} after {} inserts", budget.used(), i + 1);
+        }
+        // The cache that grew past the budget gave up its own oldest entries.
+        assert_eq!(a.get_run(1, 0, 100).len(), 8);
+        assert_eq!(b.get_run(2, 3, 100).len(), 2);
+        assert!(b.get_run(2, 0, 100).is_empty());
+        drop(a);
+        assert_eq!(budget.used(), 200, "a dropped cache gives its bytes back");
+        b.remove_ledgers(&[2]);
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn an_entry_larger_than_the_budget_is_not_cached() {
+        let budget = CacheBudget::new(100);
+        let mut c = EntryCache::new(10_000, Some(budget.clone()));
+        c.insert(entry(1, 0, 101));
+        assert_eq!(budget.used(), 0);
+        assert!(c.get_run(1, 0, 1).is_empty());
     }
 }

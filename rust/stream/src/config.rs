@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::cache::CacheBudget;
+
 /// Wall-clock time in milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> u64;
@@ -76,9 +78,12 @@ pub struct ManagedLedgerConfig {
     /// ranges are written with a cursor's state (the oldest ones); acknowledgements beyond
     /// them are kept in memory only and, after a crash, delivered again.
     pub max_unacked_ranges_to_persist: usize,
-    /// Bytes of recently added entries kept in memory so tailing readers avoid the bookies
-    /// (like `managedLedgerCacheSizeMB`, but per managed ledger). 0 disables the cache.
+    /// Bytes of recently added entries this managed ledger keeps in memory so tailing
+    /// readers avoid the bookies. 0 disables the cache.
     pub cache_size_bytes: usize,
+    /// `managedLedgerCacheSizeMB`: the bytes every managed ledger sharing it may cache
+    /// together (see [`CacheBudget`]); `None`, only `cache_size_bytes` bounds this one.
+    pub cache_budget: Option<Arc<CacheBudget>>,
     /// `managedLedgerCacheEvictionTimeThresholdMillis`: cached entries older than this
     /// (by publish time) are dropped on the next append, trim or rollover check.
     pub cache_eviction_time: Duration,
@@ -103,6 +108,7 @@ impl Default for ManagedLedgerConfig {
             mark_delete_rate_per_sec: 1.0,
             max_unacked_ranges_to_persist: 10_000,
             cache_size_bytes: 4 << 20,
+            cache_budget: None,
             cache_eviction_time: Duration::from_secs(1),
             ledger_metadata: Default::default(),
             clock: Arc::new(SystemClock),
@@ -125,6 +131,7 @@ impl std::fmt::Debug for ManagedLedgerConfig {
             .field("mark_delete_rate_per_sec", &self.mark_delete_rate_per_sec)
             .field("max_unacked_ranges_to_persist", &self.max_unacked_ranges_to_persist)
             .field("cache_size_bytes", &self.cache_size_bytes)
+            .field("cache_budget", &self.cache_budget.as_ref().map(|b| b.limit()))
             .field("cache_eviction_time", &self.cache_eviction_time)
             .finish_non_exhaustive()
     }

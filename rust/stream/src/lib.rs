@@ -68,6 +68,7 @@ mod trim;
 
 pub use append::MAX_ROUND_ENTRIES;
 pub use bookkeeper::BookKeeperStore;
+pub use cache::CacheBudget;
 pub use config::{Clock, ManagedLedgerConfig, ManualClock, SystemClock};
 pub use cursor::{Cursor, InitialPosition};
 pub use entry::{Entry, EntryHeader};

@@ -237,7 +237,7 @@ impl ManagedLedger {
             }
         };
         let (tx, _) = watch::channel(0u64);
-        let cache = EntryCache::new(config.cache_size_bytes);
+        let cache = EntryCache::new(config.cache_size_bytes, config.cache_budget.clone());
         let ml = Arc::new_cyclic(|me| ManagedLedger {
             name: name.to_string(),
             meta,
