@@ -145,3 +145,20 @@ async def test_entry_cache_is_bounded_by_managed_ledger_cache_size(tmp_path, cac
         env.stop_bookie(env.bookies[0])
         got = await b.read_entries(last, 10)
         assert [e.data for e in got] == [b"tail"]
+
+
+async def test_an_idle_topic_gives_its_cached_entries_back(tmp_path):
+    """Entries past managedLedgerCacheEvictionTimeThresholdMillis leave the cache even when
+    their topic is not written again, so an idle topic does not hold the shared budget."""
+    import trio
+
+    from core.storage import Storage
+
+    async with storage_env(tmp_path) as env:
+        storage = Storage(env.bridge, env.metadata, 5000, cache_size_mb=16)
+        ml = await storage.open("t/ns/persistent/idle", ml_config(cache_eviction_time_ms=200))
+        await ml.add_entries([bytes(1024)] * 10, [1] * 10)
+        assert storage.cache_used_bytes >= 10 * 1024
+        with trio.fail_after(5):
+            while storage.cache_used_bytes:
+                await trio.sleep(0.05)

@@ -142,6 +142,9 @@ fn copy_batch(entries: &[Bound<'_, PyAny>]) -> PyResult<Vec<Bytes>> {
         .collect())
 }
 
+/// How often every open managed ledger's cache is swept of entries past their age.
+const CACHE_EVICTION_INTERVAL: Duration = Duration::from_millis(100);
+
 #[pyclass(module = "core._native", name = "ManagedLedgerFactory")]
 pub struct PyFactory {
     factory: Arc<ManagedLedgerFactory>,
@@ -167,7 +170,22 @@ impl PyFactory {
         let bk = BookKeeper::new(meta.clone(), config);
         let store = Arc::new(BookKeeperStore::new(bk));
         let cache = CacheBudget::new(usize::try_from(cache_size_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX));
-        Ok(Self { factory: Arc::new(ManagedLedgerFactory::new(meta, store)), cache })
+        let factory = Arc::new(ManagedLedgerFactory::new(meta, store));
+        // Pulsar's managedLedgerCacheEvictionIntervalMs: entries past their age leave every
+        // cache, written to or not. Ends with the factory.
+        let weak = Arc::downgrade(&factory);
+        runtime().spawn(async move {
+            let mut tick = tokio::time::interval(CACHE_EVICTION_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(factory) = weak.upgrade() else { break };
+                for ml in factory.open_ledgers() {
+                    ml.evict_expired_cache();
+                }
+            }
+        });
+        Ok(Self { factory, cache })
     }
 
     /// Bytes the entry caches hold now, over every managed ledger.

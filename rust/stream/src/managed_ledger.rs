@@ -420,6 +420,14 @@ impl ManagedLedger {
     }
 
     /// Position of the oldest retained entry, `None` while there is none.
+    /// Drop cached entries older than the cache eviction time. Appends do this as they go;
+    /// a periodic sweep over every open ledger does it for those no longer written, so an
+    /// idle topic does not keep a shared cache budget to itself.
+    pub fn evict_expired_cache(&self) {
+        let now = self.config.clock.now_ms();
+        self.state.lock().evict_cache(now, self.config.cache_eviction_time);
+    }
+
     pub fn first_position(&self) -> Option<Position> {
         self.state.lock().first_position()
     }
