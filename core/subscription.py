@@ -397,11 +397,13 @@ class Subscription:
         for a, b in self.cursor.individually_deleted():
             if md < a and b <= upto:
                 gone -= b.entry_id - a.entry_id + 1
-        self.ack_cumulative(None, upto)
-        await self.cursor.flush()
+        # Counted with the acknowledgement, before anything awaits: stats read meanwhile
+        # never show the backlog gone but not yet counted as expired.
         gone = max(0, gone)
+        self.ack_cumulative(None, upto)
         self.expired += gone
         self.last_expire_timestamp = int(time.time() * 1000)
+        await self.cursor.flush()
         return gone
 
     def disconnect_consumers(self) -> None:
