@@ -31,6 +31,19 @@
 //! journal shuts down; after a crash the newest file ends in zeros, which replay reads as
 //! the end of the records (an all-zero remainder is padding, never a record).
 //!
+//! # Direct I/O
+//!
+//! With `direct_io` (on by default) each file is opened `O_DIRECT` where the file system
+//! allows it, and a group commit goes from the thread's own aligned buffer to the disk
+//! with no copy into the page cache: the journal is only ever read back at replay, and
+//! that copy cost as much CPU as everything else the journal thread does. Direct writes
+//! cover whole [`DIRECT_ALIGN`] blocks, so a commit starts at the block holding the end of
+//! the previous one and writes that block's records again, unchanged, followed by the new
+//! records and zeros up to the next block boundary. A torn write of that block can only
+//! mix two copies of the same durable bytes, and the zeros after the records read as the
+//! end at replay exactly like preallocated ones. Preallocation writes its zeros the same
+//! way. Where `O_DIRECT` is refused (tmpfs, for one), the file is written buffered.
+//!
 //! Files are `journal/<seq>.log`. When the current file reaches `max_size_mb` the thread
 //! syncs it, starts `<seq+1>.log` and reports the new sequence number. The owner checkpoints:
 //! it takes [`Journal::position`], flushes the ledger storage, records the position with
@@ -105,6 +118,8 @@ pub const MAX_RECORD_BODY: usize = RECORD_FIXED_LEN + MAX_ENTRY_SIZE;
 pub const JOURNAL_DIR: &str = "journal";
 /// How much preallocation writes at a time (see the module's Preallocation section).
 pub const PREALLOC_CHUNK: u64 = 1 << 20;
+/// Offsets, lengths and buffers of direct journal writes are multiples of this.
+pub const DIRECT_ALIGN: usize = 4096;
 
 /// What a journal record records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -686,7 +701,7 @@ impl Journal {
     ) -> Result<Journal, BookieError> {
         let dir = data_dir.join(JOURNAL_DIR);
         fs::create_dir_all(&dir).map_err(|e| BookieError::io("create journal dir", &dir, e))?;
-        let file = create_file(data_dir, first_seq)?;
+        let (file, direct) = create_file(data_dir, first_seq, config.direct_io)?;
         let position = Arc::new(Mutex::new((first_seq, 0)));
         let (tx, rx) = crossbeam_channel::unbounded();
         let counters = Arc::new(Counters::default());
@@ -695,6 +710,7 @@ impl Journal {
             data_dir: data_dir.to_path_buf(),
             config,
             file,
+            direct: direct.then(DirectBuf::default),
             seq: first_seq,
             file_len: 0,
             allocated: 0,
@@ -814,18 +830,52 @@ impl Drop for Journal {
     }
 }
 
-fn create_file(data_dir: &Path, seq: u64) -> Result<File, BookieError> {
+/// Create journal file `seq`; the flag says whether it was opened for direct I/O (asked
+/// for with `direct`, and granted by the file system).
+fn create_file(data_dir: &Path, seq: u64, direct: bool) -> Result<(File, bool), BookieError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let path = file_path(data_dir, seq);
     // Not in append mode: writes go at the file position, which may lie before the
     // preallocated end. The file is new, so that position is its start.
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| BookieError::io("create journal", &path, e))?;
+    let open = |flags: i32| {
+        OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .custom_flags(flags)
+            .open(&path)
+    };
+    let opened = if direct {
+        match open(libc::O_DIRECT) {
+            Ok(f) => Ok((f, true)),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => open(0).map(|f| (f, false)),
+            Err(e) => Err(e),
+        }
+    } else {
+        open(0).map(|f| (f, false))
+    };
+    let opened = opened.map_err(|e| BookieError::io("create journal", &path, e))?;
     sync_dir(&data_dir.join(JOURNAL_DIR))?;
-    Ok(file)
+    Ok(opened)
+}
+
+/// The journal thread's buffer for direct writes, and the records of the file's last,
+/// partly written block, which the next commit writes again.
+#[derive(Default)]
+struct DirectBuf {
+    raw: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+/// The `len` bytes of `raw` that start at a [`DIRECT_ALIGN`] boundary in memory, growing
+/// `raw` as needed.
+fn aligned(raw: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    if raw.len() < len + DIRECT_ALIGN {
+        raw.resize(len + DIRECT_ALIGN, 0);
+    }
+    let misalign = raw.as_ptr() as usize % DIRECT_ALIGN;
+    let start = (DIRECT_ALIGN - misalign) % DIRECT_ALIGN;
+    &mut raw[start..start + len]
 }
 
 struct Writer {
@@ -833,6 +883,8 @@ struct Writer {
     data_dir: PathBuf,
     config: JournalConfig,
     file: File,
+    /// Set while the current file is written with direct I/O.
+    direct: Option<DirectBuf>,
     seq: u64,
     file_len: u64,
     /// The file's length on disk: `file_len` plus the zeros preallocated after it.
@@ -1039,9 +1091,13 @@ impl Writer {
         }
         let path = file_path(&self.data_dir, self.seq);
         let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        let mut res = self
-            .preallocate(self.file_len + len)
-            .and_then(|()| write_all_parts(&mut self.file, parts));
+        let mut res = self.preallocate(self.file_len + len).and_then(|()| {
+            if self.direct.is_some() {
+                self.write_direct(parts, len)
+            } else {
+                write_all_parts(&mut self.file, parts)
+            }
+        });
         if res.is_ok() && self.config.sync_data {
             let started = std::time::Instant::now();
             res = self.file.sync_data();
@@ -1066,6 +1122,34 @@ impl Writer {
         }
     }
 
+    /// Write `parts` (`len` bytes) after the records already in the file with one direct
+    /// write: from the start of the block holding the current end, through the zeros that
+    /// pad the last block (see the module's Direct I/O section).
+    fn write_direct(&mut self, parts: &[Bytes], len: u64) -> std::io::Result<()> {
+        let Some(d) = self.direct.as_mut() else {
+            return write_all_parts(&mut self.file, parts);
+        };
+        let kept = d.tail.len();
+        let start = self.file_len - kept as u64;
+        let used = kept + usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        let padded = used.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+        let buf = aligned(&mut d.raw, padded);
+        buf[..kept].copy_from_slice(&d.tail);
+        let mut at = kept;
+        for p in parts {
+            buf[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+        buf[used..].fill(0);
+        self.file.write_all_at(buf, start)?;
+        let last_block = used - used % DIRECT_ALIGN;
+        d.tail.clear();
+        d.tail.extend_from_slice(&buf[last_block..used]);
+        // The padding is on disk now, as preallocated zeros would be.
+        self.allocated = self.allocated.max(start + padded as u64);
+        Ok(())
+    }
+
     /// With preallocation on, make sure the file holds zeros up to at least `end`, and move
     /// the zeros one [`PREALLOC_CHUNK`] further toward `end + pre_alloc_size_mb`. The
     /// zeros are written (not just reserved) so that later writes over them change no
@@ -1081,7 +1165,10 @@ impl Writer {
         if target <= self.allocated {
             return Ok(());
         }
-        let zeros = vec![0u8; PREALLOC_CHUNK as usize];
+        // Zeros from an aligned buffer, so that a direct file takes them too: chunks start at
+        // chunk boundaries, and a file written directly ends at a block boundary.
+        let mut raw = Vec::new();
+        let zeros = aligned(&mut raw, PREALLOC_CHUNK as usize);
         let mut at = self.allocated;
         while at < target {
             let n = usize::try_from((target - at).min(PREALLOC_CHUNK)).unwrap_or(zeros.len());
@@ -1111,10 +1198,15 @@ impl Writer {
             .trim_preallocated()
             .and_then(|()| self.file.sync_all())
             .map_err(|e| BookieError::io("sync journal", &file_path(&self.data_dir, self.seq), e))
-            .and_then(|()| create_file(&self.data_dir, next));
+            .and_then(|()| create_file(&self.data_dir, next, self.config.direct_io));
         match rotated {
-            Ok(file) => {
+            Ok((file, direct)) => {
                 self.file = file;
+                self.direct = direct.then(|| {
+                    let mut d = self.direct.take().unwrap_or_default();
+                    d.tail.clear();
+                    d
+                });
                 self.seq = next;
                 self.file_len = 0;
                 self.allocated = 0;

@@ -97,6 +97,10 @@ pub struct JournalConfig {
     /// written back steadily rather than in one flood at a journal rotation (default 64 MiB;
     /// 0: only at rotations and every [`CHECKPOINT_INTERVAL`]).
     pub flush_entry_log_bytes: u64,
+    /// Write the journal with direct I/O where the file system allows it (default true):
+    /// records go from the journal's buffer to the disk without a copy into the page cache
+    /// (see [`crate::journal`]). Off, or where direct I/O is refused, writes are buffered.
+    pub direct_io: bool,
 }
 
 impl Default for JournalConfig {
@@ -109,6 +113,7 @@ impl Default for JournalConfig {
             flush_when_queue_empty: true,
             pre_alloc_size_mb: 16,
             flush_entry_log_bytes: 64 << 20,
+            direct_io: true,
         }
     }
 }

@@ -57,6 +57,7 @@ impl PyBookieServer {
                 flush_when_queue_empty: journal_flush_when_queue_empty,
                 pre_alloc_size_mb: journal_pre_alloc_size_mb,
                 flush_entry_log_bytes,
+                ..JournalConfig::default()
             },
         };
         let server = py
