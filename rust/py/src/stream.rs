@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use magnetar_ledger::{BookKeeper, ClientConfig};
 use magnetar_stream::{
-    BookKeeperStore, CacheBudget, Cursor, Entry, InitialPosition, ManagedLedger, ManagedLedgerConfig,
+    BookKeeperStore, Cursor, Entry, InitialPosition, ManagedLedger, ManagedLedgerConfig,
     ManagedLedgerFactory, Position, StreamError,
 };
 use pyo3::exceptions::PyValueError;
@@ -142,14 +142,9 @@ fn copy_batch(entries: &[Bound<'_, PyAny>]) -> PyResult<Vec<Bytes>> {
         .collect())
 }
 
-/// How often every open managed ledger's cache is swept of entries past their age.
-const CACHE_EVICTION_INTERVAL: Duration = Duration::from_millis(100);
-
 #[pyclass(module = "core._native", name = "ManagedLedgerFactory")]
 pub struct PyFactory {
     factory: Arc<ManagedLedgerFactory>,
-    /// managedLedgerCacheSizeMB, shared by every managed ledger this factory opens.
-    cache: Arc<CacheBudget>,
 }
 
 #[pymethods]
@@ -169,29 +164,14 @@ impl PyFactory {
         };
         let bk = BookKeeper::new(meta.clone(), config);
         let store = Arc::new(BookKeeperStore::new(bk));
-        let cache = CacheBudget::new(usize::try_from(cache_size_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX));
-        let factory = Arc::new(ManagedLedgerFactory::new(meta, store));
-        // Pulsar's managedLedgerCacheEvictionIntervalMs: entries past their age leave every
-        // cache, written to or not. Ends with the factory.
-        let weak = Arc::downgrade(&factory);
-        runtime().spawn(async move {
-            let mut tick = tokio::time::interval(CACHE_EVICTION_INTERVAL);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let Some(factory) = weak.upgrade() else { break };
-                for ml in factory.open_ledgers() {
-                    ml.evict_expired_cache();
-                }
-            }
-        });
-        Ok(Self { factory, cache })
+        let cache_bytes = usize::try_from(cache_size_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+        Ok(Self { factory: Arc::new(ManagedLedgerFactory::with_cache(meta, store, cache_bytes)) })
     }
 
     /// Bytes the entry caches hold now, over every managed ledger.
     #[getter]
     fn cache_used_bytes(&self) -> usize {
-        self.cache.used()
+        self.factory.cache_budget().map_or(0, |b| b.used())
     }
 
     /// Completes with a `ManagedLedger`.
@@ -199,9 +179,9 @@ impl PyFactory {
         let explicit = config.contains("cache_size_bytes")?;
         let mut config = ml_config(config)?;
         if !explicit {
-            config.cache_size_bytes = self.cache.limit();
+            // Bounded by the factory's budget alone, as every topic is in Pulsar.
+            config.cache_size_bytes = usize::MAX;
         }
-        config.cache_budget = Some(self.cache.clone());
         let factory = self.factory.clone();
         spawn(queue, token, async move { factory.open(&name, config).await }, |py, ml| {
             Ok(Py::new(py, PyManagedLedger { ml })?.into_any())

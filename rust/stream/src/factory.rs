@@ -2,16 +2,21 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use magnetar_meta::MetadataStore;
 use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
+use crate::cache::CacheBudget;
 use crate::config::ManagedLedgerConfig;
 use crate::error::{Result, StreamError};
 
 /// How often opening a managed ledger is tried when its record changes underneath.
 const OPEN_ATTEMPTS: usize = 3;
+/// How often a factory with a cache budget sweeps every open ledger's cache of entries
+/// past their age (Pulsar's `managedLedgerCacheEvictionIntervalMs`).
+pub const CACHE_EVICTION_INTERVAL: Duration = Duration::from_millis(100);
 use crate::managed_ledger::ManagedLedger;
 use crate::records::{meta_call, ML_ROOT};
 use crate::store::LedgerStore;
@@ -22,6 +27,8 @@ struct FactoryInner {
     meta: Arc<dyn MetadataStore>,
     store: Arc<dyn LedgerStore>,
     open: Mutex<HashMap<String, Slot>>,
+    /// Shared by the entry caches of every managed ledger opened here, when set.
+    cache: Option<Arc<CacheBudget>>,
 }
 
 /// Opens managed ledgers over one metadata store and one ledger store. Cheap to clone.
@@ -33,12 +40,47 @@ pub struct ManagedLedgerFactory {
 impl ManagedLedgerFactory {
     /// A factory over `meta` (records) and `ledgers` (data).
     pub fn new(meta: Arc<dyn MetadataStore>, ledgers: Arc<dyn LedgerStore>) -> Self {
-        ManagedLedgerFactory { inner: Arc::new(FactoryInner { meta, store: ledgers, open: Mutex::new(HashMap::new()) }) }
+        Self::build(meta, ledgers, None)
+    }
+
+    /// A factory whose managed ledgers' entry caches hold `cache_bytes` together
+    /// (`managedLedgerCacheSizeMB`, see [`CacheBudget`]). Entries past a ledger's
+    /// `cache_eviction_time` leave its cache every [`CACHE_EVICTION_INTERVAL`], written to or
+    /// not, so an idle ledger does not keep the budget. Call within a tokio runtime: the
+    /// sweep runs on it, until the factory is dropped.
+    pub fn with_cache(meta: Arc<dyn MetadataStore>, ledgers: Arc<dyn LedgerStore>, cache_bytes: usize) -> Self {
+        let factory = Self::build(meta, ledgers, Some(CacheBudget::new(cache_bytes)));
+        let weak = Arc::downgrade(&factory.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(CACHE_EVICTION_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { break };
+                for ml in (ManagedLedgerFactory { inner }).open_ledgers() {
+                    ml.evict_expired_cache();
+                }
+            }
+        });
+        factory
+    }
+
+    fn build(meta: Arc<dyn MetadataStore>, store: Arc<dyn LedgerStore>, cache: Option<Arc<CacheBudget>>) -> Self {
+        ManagedLedgerFactory { inner: Arc::new(FactoryInner { meta, store, open: Mutex::new(HashMap::new()), cache }) }
+    }
+
+    /// The shared cache budget, for a factory made [`with_cache`](Self::with_cache).
+    pub fn cache_budget(&self) -> Option<&Arc<CacheBudget>> {
+        self.inner.cache.as_ref()
     }
 
     /// Open (creating if needed) the managed ledger `name`. While it is open, opening the
-    /// same name again returns the same instance (and ignores `config`).
-    pub async fn open(&self, name: &str, config: ManagedLedgerConfig) -> Result<Arc<ManagedLedger>> {
+    /// same name again returns the same instance (and ignores `config`). A config without a
+    /// cache budget of its own takes the factory's.
+    pub async fn open(&self, name: &str, mut config: ManagedLedgerConfig) -> Result<Arc<ManagedLedger>> {
+        if config.cache_budget.is_none() {
+            config.cache_budget = self.inner.cache.clone();
+        }
         let slot: Slot = self.inner.open.lock().entry(name.to_string()).or_default().clone();
         let ml = slot
             .get_or_try_init(|| async {
