@@ -24,7 +24,8 @@
 //! of zeros written ahead of the write position in the current file, and writes records
 //! over those zeros. The zeros go out [`PREALLOC_CHUNK`] at a time, at most one chunk more
 //! per group commit than the commit itself needs, so no single fdatasync carries the whole
-//! allocation (16 MiB would hold every add behind it for milliseconds). A group commit's fdatasync then only flushes data into blocks the file
+//! allocation (16 MiB would hold every add behind it for milliseconds). A group commit's
+//! fdatasync then only flushes data into blocks the file
 //! system has already allocated and written: it needs no metadata (size, extent) commit, so
 //! it does not wait behind other files' pending data the way an append's fdatasync does on
 //! a journaling file system. A file is cut back to its records when it is rotated or the
@@ -711,6 +712,7 @@ impl Journal {
             config,
             file,
             direct: direct.then(DirectBuf::default),
+            zeros: Vec::new(),
             seq: first_seq,
             file_len: 0,
             allocated: 0,
@@ -885,6 +887,8 @@ struct Writer {
     file: File,
     /// Set while the current file is written with direct I/O.
     direct: Option<DirectBuf>,
+    /// Preallocation's chunk of zeros, made once (never written to after).
+    zeros: Vec<u8>,
     seq: u64,
     file_len: u64,
     /// The file's length on disk: `file_len` plus the zeros preallocated after it.
@@ -1091,13 +1095,9 @@ impl Writer {
         }
         let path = file_path(&self.data_dir, self.seq);
         let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        let mut res = self.preallocate(self.file_len + len).and_then(|()| {
-            if self.direct.is_some() {
-                self.write_direct(parts, len)
-            } else {
-                write_all_parts(&mut self.file, parts)
-            }
-        });
+        let mut res = self
+            .preallocate(self.file_len + len)
+            .and_then(|()| self.write_parts(parts, len));
         if res.is_ok() && self.config.sync_data {
             let started = std::time::Instant::now();
             res = self.file.sync_data();
@@ -1122,10 +1122,10 @@ impl Writer {
         }
     }
 
-    /// Write `parts` (`len` bytes) after the records already in the file with one direct
-    /// write: from the start of the block holding the current end, through the zeros that
-    /// pad the last block (see the module's Direct I/O section).
-    fn write_direct(&mut self, parts: &[Bytes], len: u64) -> std::io::Result<()> {
+    /// Write `parts` (`len` bytes) after the records already in the file. A direct file
+    /// takes one write: from the start of the block holding the current end, through the
+    /// zeros that pad the last block (see the module's Direct I/O section).
+    fn write_parts(&mut self, parts: &[Bytes], len: u64) -> std::io::Result<()> {
         let Some(d) = self.direct.as_mut() else {
             return write_all_parts(&mut self.file, parts);
         };
@@ -1167,8 +1167,7 @@ impl Writer {
         }
         // Zeros from an aligned buffer, so that a direct file takes them too: chunks start at
         // chunk boundaries, and a file written directly ends at a block boundary.
-        let mut raw = Vec::new();
-        let zeros = aligned(&mut raw, PREALLOC_CHUNK as usize);
+        let zeros = aligned(&mut self.zeros, PREALLOC_CHUNK as usize);
         let mut at = self.allocated;
         while at < target {
             let n = usize::try_from((target - at).min(PREALLOC_CHUNK)).unwrap_or(zeros.len());

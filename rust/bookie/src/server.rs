@@ -58,6 +58,32 @@ pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
 /// a steady trickle, and a flush's fsync has at most about this much left to write.
 pub const WRITEBACK_BYTES: u64 = 1 << 20;
 
+/// Counts bytes and fires once when they reach a limit, until rearmed by the work it asked
+/// for. A limit of 0 never fires.
+struct ByteTrigger {
+    limit: u64,
+    count: AtomicU64,
+    fired: AtomicBool,
+}
+
+impl ByteTrigger {
+    fn new(limit: u64) -> ByteTrigger {
+        ByteTrigger { limit, count: AtomicU64::new(0), fired: AtomicBool::new(false) }
+    }
+
+    /// Count `bytes`; true the first time the count reaches the limit since the last rearm.
+    fn add(&self, bytes: usize) -> bool {
+        let total = self.count.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+        self.limit > 0 && total >= self.limit && !self.fired.swap(true, Ordering::Relaxed)
+    }
+
+    /// The work is being done: start counting again from zero.
+    fn rearm(&self) {
+        self.count.store(0, Ordering::Relaxed);
+        self.fired.store(false, Ordering::Relaxed);
+    }
+}
+
 /// What the checkpointer thread is asked to do.
 pub(crate) enum Ask {
     /// Checkpoint now: the journal rotated or enough was added.
@@ -141,14 +167,10 @@ pub(crate) struct Core {
     checkpoint_lock: Mutex<()>,
     /// TCP connections accepted since start.
     connections: AtomicU64,
-    /// Bytes added to storage since the last flush, and the threshold past which the
-    /// checkpointer is asked to flush (0: never asked).
-    unflushed: AtomicU64,
-    flush_bytes: u64,
-    flush_asked: AtomicBool,
-    /// Bytes added since the checkpointer was last asked to start writing storage out.
-    unwritten: AtomicU64,
-    writeback_asked: AtomicBool,
+    /// Asks the checkpointer to flush once flushEntrylogBytes were added since the last
+    /// flush, and to start writeback every [`WRITEBACK_BYTES`].
+    flush_due: ByteTrigger,
+    writeback_due: ByteTrigger,
     checkpointer: crossbeam_channel::Sender<Ask>,
 }
 
@@ -158,8 +180,7 @@ impl Core {
     /// Returns the position checkpointed.
     fn checkpoint(&self) -> Result<(u64, u64), BookieError> {
         let _one = self.checkpoint_lock.lock();
-        self.unflushed.store(0, Ordering::Relaxed);
-        self.flush_asked.store(false, Ordering::Relaxed);
+        self.flush_due.rearm();
         let mark = self.journal.position();
         self.storage.flush()?;
         journal::write_mark(&self.data_dir, mark)?;
@@ -167,16 +188,12 @@ impl Core {
         Ok(mark)
     }
 
-    /// Count `bytes` added to storage; past the flush threshold, ask the checkpointer (once)
-    /// to flush.
+    /// Count `bytes` added to storage, and ask the checkpointer for what that makes due.
     fn note_added(&self, bytes: usize) {
-        let total = self.unflushed.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
-        if self.flush_bytes > 0 && total >= self.flush_bytes && !self.flush_asked.swap(true, Ordering::Relaxed) {
+        if self.flush_due.add(bytes) {
             let _ = self.checkpointer.send(Ask::Checkpoint);
         }
-        let unwritten = self.unwritten.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
-        if unwritten >= WRITEBACK_BYTES && !self.writeback_asked.swap(true, Ordering::Relaxed) {
-            self.unwritten.store(0, Ordering::Relaxed);
+        if self.writeback_due.add(bytes) {
             let _ = self.checkpointer.send(Ask::Writeback);
         }
     }
@@ -498,11 +515,8 @@ impl BookieServer {
             data_dir: config.data_dir.clone(),
             checkpoint_lock: Mutex::new(()),
             connections: AtomicU64::new(0),
-            unflushed: AtomicU64::new(0),
-            flush_bytes: config.journal.flush_entry_log_bytes,
-            flush_asked: AtomicBool::new(false),
-            unwritten: AtomicU64::new(0),
-            writeback_asked: AtomicBool::new(false),
+            flush_due: ByteTrigger::new(config.journal.flush_entry_log_bytes),
+            writeback_due: ByteTrigger::new(WRITEBACK_BYTES),
             checkpointer: ckpt_tx.clone(),
         });
         let listener = TcpListener::bind(config.bind)
@@ -525,7 +539,7 @@ impl BookieServer {
                         // A rotation, or enough added since the last flush.
                         Ok(Ask::Checkpoint) => {}
                         Ok(Ask::Writeback) => {
-                            ckpt_core.writeback_asked.store(false, Ordering::Relaxed);
+                            ckpt_core.writeback_due.rearm();
                             ckpt_core.storage.start_writeback();
                             continue;
                         }
