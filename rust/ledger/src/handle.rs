@@ -12,7 +12,7 @@ use crate::entry;
 use crate::error::{LedgerError, Result};
 use crate::metadata::{LedgerMetadata, LedgerState};
 use crate::quorum::write_set;
-use crate::transport::ReadEntry;
+use crate::transport::{BookieError, BookieTransport, ReadEntry};
 
 /// An add waiting for its ack quorum.
 pub(crate) struct PendingAdd {
@@ -249,36 +249,31 @@ impl std::fmt::Debug for LedgerHandle {
 }
 
 impl HandleInner {
-    /// The order in which to try the bookies of `entry`'s write set: write-set order, with
+    /// Read and unwrap one entry from the first bookie of its write set that has it, trying
     /// bookies that recently failed last.
-    pub(crate) fn read_order(&self, meta: &LedgerMetadata, entry: u64) -> Vec<String> {
-        let ensemble = meta.ensemble_for(entry);
-        let mut order: Vec<String> = write_set(entry, ensemble.len(), meta.write_quorum_size)
-            .filter_map(|slot| ensemble.get(slot).cloned())
-            .collect();
-        order.sort_by_key(|addr| self.bk.is_quarantined(addr));
-        order
-    }
-
-    /// Read and unwrap one entry from the first bookie of its write set that has it.
     pub(crate) async fn read_entry(&self, meta: &LedgerMetadata, entry: u64) -> Result<Bytes> {
+        let failures = read_from_replicas(
+            self.bk.transport.as_ref(),
+            meta,
+            self.id,
+            entry,
+            |addr| self.bk.is_quarantined(addr),
+            |addr| self.bk.mark_failed(addr),
+        )
+        .await;
+        let failures = match failures {
+            Ok(payload) => return Ok(payload),
+            Err(f) => f,
+        };
         let mut last_err = LedgerError::NoSuchEntry { ledger: self.id, entry };
-        for addr in self.read_order(meta, entry) {
-            match self.bk.transport.read(&addr, self.id, entry, false).await {
-                Ok(ReadEntry { data, .. }) => match entry::decode(self.id, entry, &data) {
-                    Ok(decoded) => return Ok(decoded.payload),
-                    Err(e) => {
-                        log::warn!("ledger {}: entry {entry} from {addr} is corrupt: {e}", self.id);
-                        last_err = LedgerError::CorruptEntry { ledger: self.id, entry, reason: e.to_string() };
-                    }
-                },
-                Err(e) if e.is_missing() => {}
-                Err(e) => {
-                    if e.is_bookie_failure() {
-                        self.bk.mark_failed(&addr);
-                    }
-                    last_err = e.into();
+        for (addr, failure) in failures {
+            match failure {
+                ReplicaFailure::Corrupt(reason) => {
+                    log::warn!("ledger {}: entry {entry} from {addr} is corrupt: {reason}", self.id);
+                    last_err = LedgerError::CorruptEntry { ledger: self.id, entry, reason };
                 }
+                ReplicaFailure::Bookie(e) if e.is_missing() => {}
+                ReplicaFailure::Bookie(e) => last_err = e.into(),
             }
         }
         Err(last_err)
@@ -311,4 +306,47 @@ impl HandleInner {
             (None, None) => Ok(floor),
         }
     }
+}
+
+/// Why one replica did not give an entry.
+#[derive(Debug)]
+pub enum ReplicaFailure {
+    /// The bookie answered with an error (or not at all).
+    Bookie(BookieError),
+    /// What it returned did not decode as the entry.
+    Corrupt(String),
+}
+
+/// Entry `entry` of `ledger`, unwrapped, from the first bookie of its write set that returns
+/// it intact. The write set is tried in order, bookies `failed` says recently failed last;
+/// a bookie that fails now is passed to `mark_failed`. Reads never fence. On failure, what
+/// each bookie tried answered, in the order tried.
+pub async fn read_from_replicas(
+    transport: &dyn BookieTransport,
+    meta: &LedgerMetadata,
+    ledger: u64,
+    entry: u64,
+    failed: impl Fn(&str) -> bool,
+    mark_failed: impl Fn(&str),
+) -> std::result::Result<Bytes, Vec<(String, ReplicaFailure)>> {
+    let ensemble = meta.ensemble_for(entry);
+    let mut order: Vec<&String> =
+        write_set(entry, ensemble.len(), meta.write_quorum_size).filter_map(|slot| ensemble.get(slot)).collect();
+    order.sort_by_key(|addr| failed(addr));
+    let mut failures = Vec::new();
+    for addr in order {
+        match transport.read(addr, ledger, entry, false).await {
+            Ok(ReadEntry { data, .. }) => match entry::decode(ledger, entry, &data) {
+                Ok(decoded) => return Ok(decoded.payload),
+                Err(e) => failures.push((addr.clone(), ReplicaFailure::Corrupt(e.to_string()))),
+            },
+            Err(e) => {
+                if e.is_bookie_failure() {
+                    mark_failed(addr);
+                }
+                failures.push((addr.clone(), ReplicaFailure::Bookie(e)));
+            }
+        }
+    }
+    Err(failures)
 }

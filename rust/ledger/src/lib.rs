@@ -62,7 +62,7 @@ mod writer;
 
 pub use client::{BookKeeper, ClientConfig};
 pub use error::{LedgerError, Result};
-pub use handle::LedgerHandle;
+pub use handle::{read_from_replicas, LedgerHandle, ReplicaFailure};
 pub use metadata::{LedgerMetadata, LedgerState};
 pub use pool::BookiePool;
 pub use transport::{BookieError, BookieTransport, BoxFuture, ReadEntry};

@@ -25,8 +25,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use magnetar_format::{EntryPosition, MessageColumns, Validity, VarColumn};
 use magnetar_ledger::metadata::{LedgerMetadata, LedgerState};
-use magnetar_ledger::quorum::write_set;
-use magnetar_ledger::{BookiePool, BookieTransport};
+use magnetar_ledger::{read_from_replicas, BookiePool, ReplicaFailure};
 use magnetar_stream::EntryHeader;
 use parking_lot::Mutex;
 use pyo3::exceptions::PyValueError;
@@ -69,34 +68,31 @@ impl Source {
     /// Entry `entry`'s payload (the managed-ledger entry), from the first bookie of its
     /// write set that returns it intact. Reads never fence.
     async fn read(&self, entry: u64) -> Result<Bytes, ReadError> {
-        let ensemble = self.metadata.ensemble_for(entry);
-        let mut order: Vec<&String> = write_set(entry, ensemble.len(), self.metadata.write_quorum_size)
-            .filter_map(|slot| ensemble.get(slot))
-            .collect();
-        {
-            let failed = self.failed.lock();
-            order.sort_by_key(|addr| failed.contains(*addr));
-        }
-        let mut errors = Vec::new();
-        for addr in order {
-            match self.pool.read(addr, self.ledger_id, entry, false).await {
-                Ok(got) => match magnetar_ledger::entry::decode(self.ledger_id, entry, &got.data) {
-                    Ok(decoded) => return Ok(decoded.payload),
-                    Err(e) => errors.push(format!("{addr}: corrupt entry: {e}")),
-                },
-                Err(e) => {
-                    if e.is_bookie_failure() {
-                        self.failed.lock().insert(addr.clone());
-                    }
-                    errors.push(format!("{addr}: {e}"));
-                }
-            }
-        }
-        Err(ReadError::Bookies(format!(
-            "ledger {} entry {entry}: no bookie returned it ({})",
+        let read = read_from_replicas(
+            &self.pool,
+            &self.metadata,
             self.ledger_id,
-            errors.join("; ")
-        )))
+            entry,
+            |addr| self.failed.lock().contains(addr),
+            |addr| {
+                self.failed.lock().insert(addr.to_string());
+            },
+        )
+        .await;
+        read.map_err(|failures| {
+            let errors: Vec<String> = failures
+                .into_iter()
+                .map(|(addr, f)| match f {
+                    ReplicaFailure::Corrupt(e) => format!("{addr}: corrupt entry: {e}"),
+                    ReplicaFailure::Bookie(e) => format!("{addr}: {e}"),
+                })
+                .collect();
+            ReadError::Bookies(format!(
+                "ledger {} entry {entry}: no bookie returned it ({})",
+                self.ledger_id,
+                errors.join("; ")
+            ))
+        })
     }
 }
 
