@@ -20,6 +20,16 @@ use crate::proto::{self, MessageMetadata, Property, SingleMessageMetadata};
 pub const MAGIC_CRC32C: u16 = 0x0e01;
 /// Marks the broker entry metadata section in front of an entry.
 pub const MAGIC_BROKER_ENTRY_METADATA: u16 = 0x0e02;
+/// `[magic u16][crc32c u32][metadataSize u32]` in front of an entry's metadata.
+pub const ENTRY_HEADER_SIZE: usize = 10;
+
+/// Whether `entry` (from its [`MAGIC_CRC32C`] on) starts with that magic and its CRC-32C
+/// matches.
+pub fn checksum_ok(entry: &[u8]) -> bool {
+    u16_at(entry, 0) == Some(MAGIC_CRC32C)
+        && entry.len() >= ENTRY_HEADER_SIZE
+        && u32_at(entry, 2) == Some(crc32c::crc32c(&entry[6..]))
+}
 
 /// An entry split into its parts; slices borrow the stored bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,11 +74,11 @@ pub fn parse_entry(buf: &[u8]) -> Result<Entry<'_>> {
     if stored != computed {
         return Err(FormatError::Checksum { stored, computed });
     }
-    let meta_end = 10usize
+    let meta_end = ENTRY_HEADER_SIZE
         .checked_add(meta_size)
         .filter(|e| *e <= rest.len())
         .ok_or(FormatError::Truncated("message metadata"))?;
-    let metadata = MessageMetadata::parse(&rest[10..meta_end])?;
+    let metadata = MessageMetadata::parse(&rest[ENTRY_HEADER_SIZE..meta_end])?;
     Ok(Entry { broker_index, metadata, payload: &rest[meta_end..] })
 }
 

@@ -4,9 +4,7 @@
 use crate::batch::{parse_header, BatchHeader, BATCH_HEADER_SIZE};
 use crate::wire::{base64_len, put_base64, put_bytes_field, put_uvarint, Reader};
 use crate::{corrupt, BatchError};
-
-/// The entry's magic number, followed by the CRC-32C of everything after the checksum.
-const MAGIC_CRC32C: [u8; 2] = [0x0e, 0x01];
+use magnetar_format::entry::MAGIC_CRC32C;
 
 // MessageMetadata field tags (wire type in the low three bits).
 const MM_PRODUCER_NAME: u8 = 0x0a; // 1, bytes
@@ -212,7 +210,7 @@ fn event_time(view: &RecordView<'_>, use_time: bool) -> Option<u64> {
 /// Start an entry: magic and room for the checksum and the metadata size.
 fn begin(capacity: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(capacity + 10);
-    out.extend_from_slice(&MAGIC_CRC32C);
+    out.extend_from_slice(&MAGIC_CRC32C.to_be_bytes());
     out.extend_from_slice(&[0u8; 8]);
     out
 }

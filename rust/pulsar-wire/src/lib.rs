@@ -31,15 +31,14 @@
 
 mod send;
 
-pub use send::{checksum_ok, scan_send, SendScan, ENTRY_HEADER_SIZE, MAGIC_CRC32C};
+pub use send::{scan_send, SendScan};
 
 /// `BaseCommand.Type` values (PulsarApi.proto); a command's body is the field of the same
 /// number.
 pub const TYPE_SEND: u64 = 6;
 pub const TYPE_SEND_RECEIPT: u64 = 7;
 pub const TYPE_MESSAGE: u64 = 9;
-/// Magic number in front of a broker entry metadata section.
-pub const MAGIC_BROKER_ENTRY_METADATA: u16 = 0x0e02;
+use magnetar_format::entry::MAGIC_BROKER_ENTRY_METADATA;
 
 /// Why a frame could not be written.
 #[derive(Debug, Clone, PartialEq, Eq)]

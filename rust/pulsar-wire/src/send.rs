@@ -14,12 +14,9 @@
 
 use std::ops::Range;
 
-use crate::{TYPE_SEND, WIRE_LEN, WIRE_VARINT};
+use magnetar_format::entry::{checksum_ok, ENTRY_HEADER_SIZE};
 
-/// Magic number in front of an entry's checksum.
-pub const MAGIC_CRC32C: u16 = 0x0e01;
-/// `[magic u16][crc32c u32][metadataSize u32]` in front of the metadata.
-pub const ENTRY_HEADER_SIZE: usize = 10;
+use crate::{TYPE_SEND, WIRE_LEN, WIRE_VARINT};
 
 /// What [`scan_send`] found in a plain SEND.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,15 +176,6 @@ fn plain_send(buf: &[u8]) -> Option<()> {
     seen.all(&[1, 2])
 }
 
-/// Whether `entry` starts with the 0x0e01 magic and its CRC-32C matches.
-pub fn checksum_ok(entry: &[u8]) -> bool {
-    if entry.len() < ENTRY_HEADER_SIZE || entry[..2] != MAGIC_CRC32C.to_be_bytes() {
-        return false;
-    }
-    let stored = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
-    crc32c::crc32c(&entry[6..]) == stored
-}
-
 /// Scan a frame that should be a plain SEND: its `command` and the `entry` after it; see
 /// the module docs.
 pub fn scan_send(command: &[u8], entry: &[u8]) -> Option<SendScan> {
@@ -215,6 +203,7 @@ pub fn scan_send(command: &[u8], entry: &[u8]) -> Option<SendScan> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use magnetar_format::entry::MAGIC_CRC32C;
 
     fn varint(mut v: u64) -> Vec<u8> {
         let mut out = Vec::new();
