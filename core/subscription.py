@@ -231,10 +231,7 @@ class Subscription:
     # -- acknowledgements -----------------------------------------------------------------
 
     def ack_individual(self, consumer: Consumer | None, acks: list[tuple[Position, list[int] | None]]) -> None:
-        if not self.batch_ack_sets and all(ack_set is None for _, ack_set in acks):
-            done = [pos for pos, _ in acks]  # whole entries, and no batch acks to merge
-        else:
-            done = self._merge_batch_acks(acks)
+        done = self._merge_batch_acks(acks)
         if not done:
             return
         self.cursor.delete(done)

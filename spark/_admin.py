@@ -140,13 +140,10 @@ class AdminClient:
             return None
         return str(doc["type"]).upper(), str(doc.get("data", ""))
 
-    def ledgers(self, topic: TopicName) -> list[tuple[int, int]]:
-        """``[(ledger_id, entries), ...]`` of the stored ledgers holding entries, in order."""
-        return self.ledgers_with_metadata(topic)[0]
-
     def ledgers_with_metadata(self, topic: TopicName) -> tuple[list[tuple[int, int]], dict[int, str]]:
-        """:meth:`ledgers`, and each ledger's metadata record (JSON text: its ensembles and
-        quorums) where the broker reports it (``internalStats?metadata=true``).
+        """``[(ledger_id, entries), ...]`` of the stored ledgers holding entries, in order,
+        and each ledger's metadata record (JSON text: its ensembles and quorums) where the
+        broker reports it (``internalStats?metadata=true``).
 
         Only confirmed entries count: the ledger of ``lastConfirmedEntry`` is cut there and
         later ledgers are left out, so every entry listed is final on its bookies.
@@ -233,7 +230,8 @@ class PartitionLayout:
                 lo = mid + 1
             else:
                 hi = mid
-        return lo if lo < self.total else None
+        # The last entry holds the offset (checked above), so the search ends inside.
+        return lo
 
     def ledger_starts(self, first: int, last: int) -> list[int]:
         """Ordinals in ``[first, last]`` at which a ledger begins, plus ``first``."""

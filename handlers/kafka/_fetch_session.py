@@ -80,7 +80,6 @@ class CachedPartition:
 
     fetch_offset: int
     max_bytes: int
-    log_start_offset: int = -1
     high_watermark: int = -1
     last_stable_offset: int = -1
     sent_log_start_offset: int = -1
@@ -113,12 +112,10 @@ class FetchSession:
                 key = (t.topic, p.partition)
                 cached = self.partitions.get(key)
                 if cached is None:
-                    self.partitions[key] = CachedPartition(p.fetch_offset, p.partition_max_bytes,
-                                                           p.log_start_offset)
+                    self.partitions[key] = CachedPartition(p.fetch_offset, p.partition_max_bytes)
                 else:
                     cached.fetch_offset = p.fetch_offset
                     cached.max_bytes = p.partition_max_bytes
-                    cached.log_start_offset = p.log_start_offset
         for t in forgotten:
             for index in t.partitions:
                 self.partitions.pop((t.topic, index), None)

@@ -239,11 +239,11 @@ class GroupCoordinator:
         ``skip_assignment`` (v9) tells a static leader that rejoined a stable group to
         keep the current assignment rather than compute one."""
         listing = [Data(member_id=x.member_id, group_instance_id=x.group_instance_id,
-                        metadata=x.metadata_for(g.protocol_name)) for x in g.members.values()]
+                        metadata=x.metadata_for(g.protocol_name)) for x in g.members.values()
+                   ] if m.member_id == g.leader else []
         return Data(throttle_time_ms=0, error_code=0, generation_id=g.generation,
                     protocol_type=g.protocol_type, protocol_name=g.protocol_name, leader=g.leader,
-                    skip_assignment=skip_assignment, member_id=m.member_id,
-                    members=listing if m.member_id == g.leader else [])
+                    skip_assignment=skip_assignment, member_id=m.member_id, members=listing)
 
     def _replace_static(self, g: Group, old: Member, new: Member) -> None:
         """A static member rejoined with a new member id: the new one takes the old one's
@@ -298,7 +298,7 @@ class GroupCoordinator:
                 or not any(n == pn for n, _ in protocols for m in g.members.values()
                            for pn, _ in m.protocols))):
             return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, b.member_id)
-        instance = b.group_instance_id if req.api_version >= 5 else None
+        instance = b.group_instance_id
         old: Member | None = None
         if b.member_id:
             if g.fenced(b.member_id, instance):
@@ -343,7 +343,7 @@ class GroupCoordinator:
     async def sync(self, req: RequestReceived) -> Data:
         b = req.body
         g = self.group(b.group_id, create=False)
-        if g is not None and g.fenced(b.member_id, b.group_instance_id if req.api_version >= 3 else None):
+        if g is not None and g.fenced(b.member_id, b.group_instance_id):
             return _sync(ErrorCode.FENCED_INSTANCE_ID)
         m = g.members.get(b.member_id) if g is not None else None
         if g is None or m is None:
@@ -375,7 +375,7 @@ class GroupCoordinator:
     def heartbeat(self, req: RequestReceived) -> Data:
         b = req.body
         g = self.group(b.group_id, create=False)
-        if g is not None and g.fenced(b.member_id, b.group_instance_id if req.api_version >= 3 else None):
+        if g is not None and g.fenced(b.member_id, b.group_instance_id):
             return Data(throttle_time_ms=0, error_code=ErrorCode.FENCED_INSTANCE_ID)
         m = g.members.get(b.member_id) if g is not None else None
         if g is None or m is None:
@@ -437,7 +437,7 @@ class GroupCoordinator:
         if g is not None:
             await self._recover_cursors(g)
         error = self._check_commit(b.group_id, b.generation_id_or_member_epoch, b.member_id,
-                                   b.group_instance_id if req.api_version >= 7 else None)
+                                   b.group_instance_id)
         return await self.store_offsets(b.group_id, b.topics, error)
 
     def _check_commit(self, group_id: str, generation: int, member_id: str,
