@@ -34,3 +34,15 @@ def ratio(ours: Mapping[str, Any], peer: Mapping[str, Any], key: str) -> float:
 
 def verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
+
+
+def peer_ratios(ours: Mapping[str, Any], peer: Mapping[str, Any], clean: bool,
+                throughput_target: float, cpu_target: float) -> tuple[dict[str, Any], str]:
+    """End-to-end throughput and broker CPU per message, ours over the peer's, judged
+    against their targets (throughput counts only with no duplicate or loss): the ratios,
+    and the sentence that reports them."""
+    thr, cpu = ratio(ours, peer, "e2e_msg_per_s"), ratio(ours, peer, "cpu_us_per_msg")
+    text = (f"throughput {thr:.2f}x (target >= {throughput_target:.1f}, no dup/loss: "
+            f"{verdict(thr >= throughput_target and clean)}), CPU/msg {cpu:.2f}x "
+            f"(target <= {cpu_target:.1f}: {verdict(cpu <= cpu_target)})")
+    return {"throughput": thr, "cpu": cpu, "clean": clean}, text

@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench._proc import cpu_seconds, free_port, ratio, verdict
+from bench._proc import cpu_seconds, free_port, peer_ratios, verdict
 from bench.storage_bench import raw_fsync
 from gateway._perf import ConsumeOptions, ConsumeStats, consume
 from tests._standalone import Standalone
@@ -327,15 +327,12 @@ def _print_table(results: dict[str, Any], fsync: dict[str, float]) -> None:
         m, p = mag.get(label), peer.get(label)
         if not m or not p or "error" in m or "error" in p:
             continue
-        thr, cpu = ratio(m, p, "e2e_msg_per_s"), ratio(m, p, "cpu_us_per_msg")
         p99 = m["half_p99_ms"] / fsync_ms
         clean = (m["duplicates"] + m["half_duplicates"] + m["lost"] + m["half_lost"]) == 0
-        m["ratios"] = {"throughput": thr, "cpu": cpu, "p99_fsyncs": p99, "clean": clean}
-        print(f"  {'':<14}{'ratio':<13}throughput {thr:.2f}x (target >= "
-              f"{TARGET_THROUGHPUT_RATIO:.1f}, no dup/loss: {verdict(thr >= TARGET_THROUGHPUT_RATIO and clean)}), "
-              f"CPU/msg {cpu:.2f}x (target <= {TARGET_CPU_RATIO}: {verdict(cpu <= TARGET_CPU_RATIO)}), "
-              f"p99 {p99:.1f}x fsync (target <= {TARGET_P99_FSYNCS:.0f}: "
-              f"{verdict(p99 <= TARGET_P99_FSYNCS)})")
+        ratios, said = peer_ratios(m, p, clean, TARGET_THROUGHPUT_RATIO, TARGET_CPU_RATIO)
+        m["ratios"] = {**ratios, "p99_fsyncs": p99}
+        print(f"  {'':<14}{'ratio':<13}{said}, p99 {p99:.1f}x fsync (target <= "
+              f"{TARGET_P99_FSYNCS:.0f}: {verdict(p99 <= TARGET_P99_FSYNCS)})")
     print("  ratios are Magnetar / pulsar-lite; Magnetar fdatasyncs its journal before each "
           "receipt, pulsar-lite never syncs to disk", flush=True)
     print(f"  dup: deliveries of a message already received; lost: acknowledged to the producer "
