@@ -104,9 +104,9 @@ class ManagedLedger:
     def check_rollover(self, queue: CompletionQueue, token: int) -> None:
         """Completes with True when the current ledger was sealed."""
     def trim(self, queue: CompletionQueue, token: int) -> None: ...
-    def trim_below(self, queue: CompletionQueue, token: int, floor: int) -> None:
-        """Trim, and also drop ledgers wholly below message index `floor` once every
-        durable cursor has passed them (whatever retention says)."""
+    def raise_trim_floor(self, floor: int) -> None:
+        """Messages below index `floor` were deleted on request: later trims also drop the
+        ledgers wholly below it once every durable cursor has passed them."""
     def close(self, queue: CompletionQueue, token: int) -> None: ...
     def delete(self, queue: CompletionQueue, token: int) -> None: ...
 

@@ -113,7 +113,7 @@ class _NoLedger(ManagedLedger):
     async def trim(self) -> None:
         return None
 
-    async def trim_below(self, floor: int) -> None:
+    def raise_trim_floor(self, floor: int) -> None:
         return None
 
     async def check_rollover(self) -> bool:

@@ -121,10 +121,11 @@ class ManagedLedger:
     async def trim(self) -> None:
         await self.bridge.call(self.native.trim)
 
-    async def trim_below(self, floor: int) -> None:
-        """Trim, and also drop the ledgers whose messages all have an index below
-        ``floor`` once every durable cursor has passed them, whatever retention says."""
-        await self.bridge.call(self.native.trim_below, floor)
+    def raise_trim_floor(self, floor: int) -> None:
+        """Messages below index ``floor`` were deleted on request: every later trim also
+        drops the ledgers wholly below it once every durable cursor has passed them,
+        whatever retention says."""
+        self.native.raise_trim_floor(floor)
 
     async def check_rollover(self) -> bool:
         """Seal the current ledger if it is past its rollover rules; True if it did."""

@@ -145,8 +145,6 @@ class KafkaProtocolHandler:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.groups.run)
             nursery.start_soon(self.txns.run)
-            nursery.start_soon(self.topics.run_trimmer,
-                               float(self.config.get("retentionCheckIntervalInSeconds") or 120.0))
             await nursery.start(partial(trio.serve_listeners, self._connection, listeners))
             task_status.started(list(self.addresses))
 

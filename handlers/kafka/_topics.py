@@ -22,8 +22,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-import trio
-
 from core.broker import BrokerService, TopicNotFoundError
 from core.naming import InvalidNameError, TopicName
 from core.storage import Entry, Position
@@ -279,6 +277,9 @@ class KafkaTopics:
             raise TopicNotFoundError(f"{kafka_name}-{partition} does not exist")
         topic = await self.broker.get_topic(self.partition_name(name, partition))
         log = PartitionLog(kafka_name, partition, topic, self)
+        floor = log.deleted_before()
+        if floor > 0:
+            topic.ml.raise_trim_floor(floor)
         old = self.logs.get(f"{kafka_name}\x00{partition}")
         if old is not None:
             log.producers = old.producers
@@ -302,24 +303,18 @@ class KafkaTopics:
 
     async def trim_deleted(self, plog: PartitionLog) -> None:
         """Delete from storage the ledgers wholly below the partition's DeleteRecords
-        offset, as soon as no subscription needs them any more (a failure is logged and
-        retried by :meth:`run_trimmer`: the log start itself is already recorded)."""
+        offset, as soon as no subscription needs them any more. The offset stays the
+        managed ledger's trim floor, so the broker's retention check retries what a
+        subscription still held back (a failure here is logged: the log start itself is
+        already recorded)."""
         try:
             floor = plog.deleted_before()
             if floor > 0:
-                await plog.topic.ml.trim_below(floor)
+                plog.topic.ml.raise_trim_floor(floor)
+                await plog.topic.ml.trim()
                 plog.log_start_offset(fresh=True)
         except Exception as exc:
             log.warning("kafka: trimming %s below its log start: %r", plog.key, exc)
-
-    async def run_trimmer(self, interval: float) -> None:
-        """Retry :meth:`trim_deleted` on the open partitions every ``interval`` seconds
-        (a subscription that held ledgers back may have moved on since)."""
-        while True:
-            await trio.sleep(interval)
-            for plog in list(self.logs.values()):
-                if plog.topic is self.broker.topics.get(plog.key):
-                    await self.trim_deleted(plog)
 
     def forget(self, kafka_name: str) -> None:
         for key in [k for k in self.logs if k.split("\x00", 1)[0] == kafka_name]:

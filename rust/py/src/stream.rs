@@ -338,9 +338,8 @@ impl PyManagedLedger {
         spawn(queue, token, async move { ml.trim().await.map(|_| ()) }, none);
     }
 
-    fn trim_below(&self, queue: &CompletionQueue, token: u64, floor: u64) {
-        let ml = self.ml.clone();
-        spawn(queue, token, async move { ml.trim_below(floor).await.map(|_| ()) }, none);
+    fn raise_trim_floor(&self, floor: u64) {
+        self.ml.raise_trim_floor(floor);
     }
 
     fn close(&self, queue: &CompletionQueue, token: u64) {

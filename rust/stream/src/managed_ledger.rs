@@ -194,6 +194,9 @@ pub struct ManagedLedger {
     pub(crate) queue: Mutex<AddQueue>,
     pub(crate) record_lock: tokio::sync::Mutex<()>,
     pub(crate) trim_lock: tokio::sync::Mutex<()>,
+    /// Every index below this was deleted on request ([`ManagedLedger::trim_below`]); each
+    /// trim drops the ledgers wholly below it. 0: none.
+    pub(crate) trim_floor: std::sync::atomic::AtomicU64,
     cursor_create_lock: tokio::sync::Mutex<()>,
     pub(crate) trim_scheduled: std::sync::atomic::AtomicBool,
     pub(crate) writer_idle: tokio::sync::Notify,
@@ -263,6 +266,7 @@ impl ManagedLedger {
             queue: Mutex::new(AddQueue { pending: VecDeque::new(), running: false }),
             record_lock: tokio::sync::Mutex::new(()),
             trim_lock: tokio::sync::Mutex::new(()),
+            trim_floor: std::sync::atomic::AtomicU64::new(0),
             cursor_create_lock: tokio::sync::Mutex::new(()),
             trim_scheduled: std::sync::atomic::AtomicBool::new(false),
             writer_idle: tokio::sync::Notify::new(),

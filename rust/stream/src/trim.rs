@@ -16,16 +16,25 @@ use crate::managed_ledger::{ManagedLedger, MlStatus};
 use crate::store::LedgerStoreError;
 
 impl ManagedLedger {
-    /// Delete the ledgers that every durable cursor has passed and retention does not
-    /// need; returns their ids.
+    /// Delete the ledgers that every durable cursor has passed and that retention does
+    /// not need, or that lie wholly below the trim floor ([`ManagedLedger::raise_trim_floor`]);
+    /// returns their ids.
     pub async fn trim(&self) -> Result<Vec<u64>> {
-        self.trim_with(None).await
+        let floor = self.trim_floor.load(std::sync::atomic::Ordering::Relaxed);
+        self.trim_with((floor > 0).then_some(floor)).await
     }
 
-    /// As [`ManagedLedger::trim`], and also delete, whatever retention says, the ledgers
-    /// whose messages all have an index below `floor` (records deleted by an explicit
-    /// request, such as Kafka's DeleteRecords) once every durable cursor has passed them.
+    /// Records below index `floor` were deleted by an explicit request (such as Kafka's
+    /// DeleteRecords): from now on every trim also deletes, whatever retention says, the
+    /// ledgers whose messages all lie below it, once every durable cursor has passed them.
+    /// The floor only rises.
+    pub fn raise_trim_floor(&self, floor: u64) {
+        self.trim_floor.fetch_max(floor, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// One trim as if the trim floor were at least `floor` (the floor itself stays).
     pub async fn trim_below(&self, floor: u64) -> Result<Vec<u64>> {
+        let floor = floor.max(self.trim_floor.load(std::sync::atomic::Ordering::Relaxed));
         self.trim_with(Some(floor)).await
     }
 
