@@ -334,6 +334,11 @@ class PulsarConnection:
         return self.max_message_size + self.frame_allowance
 
     @property
+    def peer_max_frame_size(self) -> int:
+        """Largest ``totalSize`` the peer accepts from us."""
+        return self.peer_max_message_size + self.frame_allowance
+
+    @property
     def peer_supports_broker_entry_metadata(self) -> bool:
         return self.client_features.supports_broker_entry_metadata
 
@@ -541,7 +546,7 @@ class PulsarConnection:
         for clients that did not announce support for it, and the frame must fit what
         the client accepts.
         """
-        self._check_server_may_send("MESSAGE")
+        self._advance(self.our_role, _T.MESSAGE, LocalProtocolError)
         if not self.peer_supports_broker_entry_metadata:
             broker_entry_metadata = None
         frame = encode_message(
@@ -571,14 +576,14 @@ class PulsarConnection:
         default, is left out).  A frame over the client's limit
         raises :class:`LocalProtocolError` and nothing is encoded.
         """
-        self._check_server_may_send("MESSAGE")
+        self._advance(self.our_role, _T.MESSAGE, LocalProtocolError)
         try:
             return _native.encode_pulsar_messages(
                 consumer_id,
                 partition,
                 deliveries,
                 self.peer_supports_broker_entry_metadata,
-                self.peer_max_message_size + self.frame_allowance,
+                self.peer_max_frame_size,
             )
         except ValueError as exc:
             raise LocalProtocolError(str(exc), pb.NotAllowedError) from exc
@@ -595,17 +600,10 @@ class PulsarConnection:
         """A SEND_RECEIPT frame (the native encoder); the same bytes as :meth:`send` of a
         :class:`CommandSendReceipt` with these fields (a message id's partition of -1, its
         default, is left out)."""
-        self._check_server_may_send("SEND_RECEIPT")
+        self._advance(self.our_role, _T.SEND_RECEIPT, LocalProtocolError)
         return _native.encode_pulsar_send_receipt(
             producer_id, sequence_id, ledger_id, entry_id, partition, highest_sequence_id
         )
-
-    def _check_server_may_send(self, what: str) -> None:
-        if self.our_role is not Role.SERVER or self._state is not State.CONNECTED:
-            raise LocalProtocolError(
-                f"cannot send {what} as {self.our_role.value} in state {self._state.value}",
-                pb.NotAllowedError,
-            )
 
     def _frame(self, base: pb.BaseCommand, tail: bytes) -> bytes:
         try:
@@ -617,7 +615,7 @@ class PulsarConnection:
         return _TWO_U32.pack(total, len(command)) + command + tail
 
     def _check_outgoing(self, total: int) -> None:
-        limit = self.peer_max_message_size + self.frame_allowance
+        limit = self.peer_max_frame_size
         if total > limit:
             raise LocalProtocolError(
                 f"frame of {total} bytes exceeds the peer's limit of {limit}", pb.NotAllowedError

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -213,14 +214,19 @@ class PulsarSession:
                 self._send(ev.CommandPing.build())
 
     def _send(self, event: Any) -> None:
-        """Queue one frame. Called from other tasks too (topic flushers, dispatchers), so a
-        frame the connection can no longer carry is dropped here, never raised there."""
+        """Queue one frame (see :meth:`_queue`)."""
+        self._queue(type(event).__name__, lambda: self.codec.send(event))
+
+    def _queue(self, what: str, encode: Callable[[], bytes]) -> None:
+        """Queue the frames ``encode`` makes. Called from other tasks too (topic flushers,
+        dispatchers), so what the connection can no longer carry is dropped here, never
+        raised there."""
         if self.closed:
             return
         try:
-            frame = self.codec.send(event)
+            frame = encode()
         except ProtocolError as exc:
-            log.info("pulsar: not sending %s: %s", type(event).__name__, exc)
+            log.info("pulsar: not sending %s: %s", what, exc)
             return
         self.outbox.put(frame)
 
@@ -397,17 +403,10 @@ class PulsarSession:
                     error=E.PersistenceError if code == E.UnknownError else code,
                     message=str(result.error)))
                 return
-            if self.closed:
-                return
             pos = result.position
-            try:
-                frame = self.codec.encode_send_receipt(
-                    pid, seq, pos.ledger_id if pos else _EARLIEST_LEDGER,
-                    pos.entry_id if pos else _EARLIEST_LEDGER, partition, highest)
-            except ProtocolError as exc:
-                log.info("pulsar: not sending a receipt to producer %d: %s", pid, exc)
-                return
-            self.outbox.put(frame)
+            ledger, entry = (pos.ledger_id, pos.entry_id) if pos else (_EARLIEST_LEDGER, _EARLIEST_LEDGER)
+            self._queue(f"a receipt to producer {pid}", lambda: self.codec.encode_send_receipt(
+                pid, seq, ledger, entry, partition, highest))
 
         topic.publish(event.entry, num, producer.name, highest, done)
 
@@ -467,19 +466,13 @@ class PulsarSession:
         return _position_of(topic, mid, inclusive=mid.HasField("batch_index") and mid.batch_index >= 0)
 
     def send_messages(self, consumer: Consumer, deliveries: list[Delivery]) -> None:
-        if self.closed:
-            return
         topic = self.consumer_topics.get(consumer.consumer_id)
         partition = topic.partition_index if topic is not None else -1
-        try:
-            frames = self.codec.encode_messages(consumer.consumer_id, partition, [
+        self._queue(f"messages to consumer {consumer.consumer_id}", lambda: self.codec.encode_messages(
+            consumer.consumer_id, partition, [
                 (e.position.ledger_id, e.position.entry_id, d.redelivery_count, d.ack_set,
                  e.publish_time, e.index, e.data)
-                for d in deliveries for e in (d.entry,)])
-        except ProtocolError as exc:
-            log.info("pulsar: cannot deliver to consumer %d: %s", consumer.consumer_id, exc)
-            return
-        self.outbox.put(frames)
+                for d in deliveries for e in (d.entry,)]))
 
     def reached_end_of_topic(self, consumer: Consumer) -> None:
         self._send(ev.CommandReachedEndOfTopic.build(consumer_id=consumer.consumer_id))
