@@ -38,6 +38,7 @@ pub use send::{scan_send, SendScan};
 pub const TYPE_SEND: u64 = 6;
 pub const TYPE_SEND_RECEIPT: u64 = 7;
 pub const TYPE_MESSAGE: u64 = 9;
+use bytes::BufMut;
 use magnetar_format::entry::MAGIC_BROKER_ENTRY_METADATA;
 
 /// Why a frame could not be written.
@@ -60,12 +61,12 @@ impl std::error::Error for WireError {}
 const WIRE_VARINT: u64 = 0;
 const WIRE_LEN: u64 = 2;
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+fn put_varint(out: &mut impl BufMut, mut v: u64) {
     while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        out.put_u8((v as u8) | 0x80);
         v >>= 7;
     }
-    out.push(v as u8);
+    out.put_u8(v as u8);
 }
 
 fn varint_len(v: u64) -> usize {
@@ -73,13 +74,13 @@ fn varint_len(v: u64) -> usize {
     bits.div_ceil(7)
 }
 
-fn put_tag(out: &mut Vec<u8>, field: u64, wire: u64) {
+fn put_tag(out: &mut impl BufMut, field: u64, wire: u64) {
     put_varint(out, (field << 3) | wire);
 }
 
 /// A varint field; signed protobuf types (int32, int64) are written as their 64-bit two's
 /// complement, as protobuf does.
-fn put_field(out: &mut Vec<u8>, field: u64, v: u64) {
+fn put_field(out: &mut impl BufMut, field: u64, v: u64) {
     put_tag(out, field, WIRE_VARINT);
     put_varint(out, v);
 }
@@ -107,7 +108,7 @@ fn message_id_len(ledger_id: u64, entry_id: u64, partition: i32) -> usize {
     field_len(1, ledger_id) + field_len(2, entry_id) + partition_field(partition).map_or(0, |p| field_len(3, p))
 }
 
-fn put_message_id(out: &mut Vec<u8>, field: u64, ledger_id: u64, entry_id: u64, partition: i32) {
+fn put_message_id(out: &mut impl BufMut, field: u64, ledger_id: u64, entry_id: u64, partition: i32) {
     put_tag(out, field, WIRE_LEN);
     put_varint(out, message_id_len(ledger_id, entry_id, partition) as u64);
     put_field(out, 1, ledger_id);
@@ -118,11 +119,11 @@ fn put_message_id(out: &mut Vec<u8>, field: u64, ledger_id: u64, entry_id: u64, 
 }
 
 /// The frame's two size fields, checked to fit in 32 bits.
-fn put_sizes(out: &mut Vec<u8>, total: usize, command: usize) -> Result<(), WireError> {
+fn put_sizes(out: &mut impl BufMut, total: usize, command: usize) -> Result<(), WireError> {
     let total32 = u32::try_from(total).map_err(|_| WireError::FrameTooLarge(total))?;
     let command32 = u32::try_from(command).map_err(|_| WireError::FrameTooLarge(total))?;
-    out.extend_from_slice(&total32.to_be_bytes());
-    out.extend_from_slice(&command32.to_be_bytes());
+    out.put_slice(&total32.to_be_bytes());
+    out.put_slice(&command32.to_be_bytes());
     Ok(())
 }
 
@@ -144,10 +145,10 @@ impl BrokerEntry {
     }
 
     /// Write the `0x0e02` section: magic, size, `BrokerEntryMetadata`.
-    pub fn write(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&MAGIC_BROKER_ENTRY_METADATA.to_be_bytes());
+    pub fn write(&self, out: &mut impl BufMut) {
+        out.put_slice(&MAGIC_BROKER_ENTRY_METADATA.to_be_bytes());
         let body = self.body_len() as u32;
-        out.extend_from_slice(&body.to_be_bytes());
+        out.put_slice(&body.to_be_bytes());
         if let Some(t) = self.publish_time {
             put_field(out, 1, t);
         }
@@ -183,15 +184,25 @@ fn command_message_len(consumer_id: u64, partition: i32, d: &Delivery<'_>) -> us
     n
 }
 
-/// Append one MESSAGE frame for `d`, addressed to `consumer_id`; `partition` goes into
-/// the message id (-1 for a non-partitioned topic). Returns the frame's length.
-pub fn write_message(out: &mut Vec<u8>, consumer_id: u64, partition: i32, d: &Delivery<'_>) -> Result<usize, WireError> {
+/// The sizes of `d`'s MESSAGE frame: its command body, its command, and its total size
+/// (the frame's length less the 4 bytes of the total-size field).
+fn message_sizes(consumer_id: u64, partition: i32, d: &Delivery<'_>) -> (usize, usize, usize) {
     let body = command_message_len(consumer_id, partition, d);
     let command = field_len(1, TYPE_MESSAGE) + len_field_len(TYPE_MESSAGE, body);
     let section = d.broker_entry.map_or(0, |b| b.section_len());
-    let total = 4 + command + section + d.entry.len();
-    let start = out.len();
-    out.reserve(4 + total);
+    (body, command, 4 + command + section + d.entry.len())
+}
+
+/// The length of the MESSAGE frame [`write_message`] writes for `d`.
+pub fn message_frame_len(consumer_id: u64, partition: i32, d: &Delivery<'_>) -> usize {
+    4 + message_sizes(consumer_id, partition, d).2
+}
+
+/// Append one MESSAGE frame for `d`, addressed to `consumer_id`; `partition` goes into
+/// the message id (-1 for a non-partitioned topic). Returns the frame's length. `out` may
+/// be a buffer of exactly [`message_frame_len`] bytes.
+pub fn write_message(out: &mut impl BufMut, consumer_id: u64, partition: i32, d: &Delivery<'_>) -> Result<usize, WireError> {
+    let (body, command, total) = message_sizes(consumer_id, partition, d);
     put_sizes(out, total, command)?;
     put_field(out, 1, TYPE_MESSAGE);
     put_tag(out, TYPE_MESSAGE, WIRE_LEN);
@@ -207,8 +218,8 @@ pub fn write_message(out: &mut Vec<u8>, consumer_id: u64, partition: i32, d: &De
     if let Some(b) = d.broker_entry {
         b.write(out);
     }
-    out.extend_from_slice(d.entry);
-    Ok(out.len() - start)
+    out.put_slice(d.entry);
+    Ok(4 + total)
 }
 
 /// Where a stored entry landed, as a SEND_RECEIPT reports it.
@@ -223,13 +234,12 @@ pub struct Receipt {
 }
 
 /// Append one SEND_RECEIPT frame. Returns the frame's length.
-pub fn write_send_receipt(out: &mut Vec<u8>, r: &Receipt) -> Result<usize, WireError> {
+pub fn write_send_receipt(out: &mut impl BufMut, r: &Receipt) -> Result<usize, WireError> {
     let body = field_len(1, r.producer_id)
         + field_len(2, r.sequence_id)
         + len_field_len(3, message_id_len(r.ledger_id, r.entry_id, r.partition))
         + field_len(4, r.highest_sequence_id);
     let command = field_len(1, TYPE_SEND_RECEIPT) + len_field_len(TYPE_SEND_RECEIPT, body);
-    let start = out.len();
     put_sizes(out, 4 + command, command)?;
     put_field(out, 1, TYPE_SEND_RECEIPT);
     put_tag(out, TYPE_SEND_RECEIPT, WIRE_LEN);
@@ -238,7 +248,7 @@ pub fn write_send_receipt(out: &mut Vec<u8>, r: &Receipt) -> Result<usize, WireE
     put_field(out, 2, r.sequence_id);
     put_message_id(out, 3, r.ledger_id, r.entry_id, r.partition);
     put_field(out, 4, r.highest_sequence_id);
-    Ok(out.len() - start)
+    Ok(8 + command)
 }
 
 #[cfg(test)]

@@ -1,9 +1,11 @@
 //! The Pulsar protocol's hot frames for handlers/pulsar: many MESSAGE frames in one call
 //! and SEND_RECEIPT frames, written by `magnetar-pulsar-wire` around the stored entry bytes
-//! (one copy of each entry, straight from the Python bytes object into the frame buffer),
-//! and the scan that picks out plain SEND frames.
+//! (one copy of each entry, straight from the Python bytes object it is stored in into the
+//! bytes object returned), and the scan that picks out plain SEND frames.
 
-use magnetar_pulsar_wire::{scan_send, write_message, write_send_receipt, BrokerEntry, Delivery, Receipt};
+use magnetar_pulsar_wire::{
+    message_frame_len, scan_send, write_message, write_send_receipt, BrokerEntry, Delivery, Receipt,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -26,7 +28,9 @@ pub fn encode_pulsar_messages<'py>(
     broker_entry_metadata: bool,
     max_frame: usize,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let mut out = Vec::new();
+    // The entries stay borrowed from their bytes objects, held here, until written.
+    let mut entries: Vec<Bound<'py, PyBytes>> = Vec::with_capacity(deliveries.len());
+    let mut heads = Vec::with_capacity(deliveries.len());
     for item in deliveries.iter() {
         let t = item.cast::<PyTuple>()?;
         if t.len() != 7 {
@@ -38,29 +42,46 @@ pub fn encode_pulsar_messages<'py>(
         let ack_set: Option<Vec<i64>> = t.get_item(3)?.extract()?;
         let publish_time: i64 = t.get_item(4)?.extract()?;
         let index: i64 = t.get_item(5)?.extract()?;
-        let entry_obj = t.get_item(6)?;
-        let entry = entry_obj.cast::<PyBytes>()?;
+        entries.push(t.get_item(6)?.cast_into::<PyBytes>()?);
         let broker_entry = broker_entry_metadata.then(|| BrokerEntry {
             publish_time: u64::try_from(publish_time).ok(),
             index: u64::try_from(index).ok(),
         });
-        let d = Delivery {
-            ledger_id,
-            entry_id,
-            redelivery_count,
-            ack_set: ack_set.as_deref().unwrap_or(&[]),
-            broker_entry,
+        heads.push((ledger_id, entry_id, redelivery_count, ack_set.unwrap_or_default(), broker_entry));
+    }
+    let deliveries: Vec<Delivery<'_>> = heads
+        .iter()
+        .zip(&entries)
+        .map(|((ledger_id, entry_id, redelivery_count, ack_set, broker_entry), entry)| Delivery {
+            ledger_id: *ledger_id,
+            entry_id: *entry_id,
+            redelivery_count: *redelivery_count,
+            ack_set,
+            broker_entry: *broker_entry,
             entry: entry.as_bytes(),
-        };
-        let n = write_message(&mut out, consumer_id, partition, &d).map_err(wire_err)?;
+        })
+        .collect();
+    // Sized and checked first, so that the frames are written once, into the result.
+    let mut total = 0usize;
+    for d in &deliveries {
+        let n = message_frame_len(consumer_id, partition, d);
         if n - 4 > max_frame {
             return Err(PyValueError::new_err(format!(
-                "frame of {} bytes for {ledger_id}:{entry_id} exceeds the peer's limit of {max_frame}",
-                n - 4
+                "frame of {} bytes for {}:{} exceeds the peer's limit of {max_frame}",
+                n - 4,
+                d.ledger_id,
+                d.entry_id
             )));
         }
+        total += n;
     }
-    Ok(PyBytes::new(py, &out))
+    PyBytes::new_with(py, total, |buf| {
+        let mut out: &mut [u8] = buf;
+        for d in &deliveries {
+            write_message(&mut out, consumer_id, partition, d).map_err(wire_err)?;
+        }
+        Ok(())
+    })
 }
 
 /// One SEND_RECEIPT frame: the entry of `(producer_id, sequence_id)` is stored at
