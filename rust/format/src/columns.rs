@@ -206,7 +206,7 @@ impl MessageColumns {
     pub fn push_entry(&mut self, at: EntryPosition, raw: &[u8], range: Range<i64>) -> Result<usize> {
         let entry = parse_entry(raw)?;
         let data = entry.payload()?;
-        let messages = entry.messages(&data)?;
+        let mut messages = entry.messages(&data)?;
         let producer = entry.metadata.producer_name;
         // Every appended byte comes from `raw`, `data`, or the per-row id and producer name.
         let per_row = producer.len() + 64;
@@ -218,7 +218,7 @@ impl MessageColumns {
         // Every message id of the entry starts with "ledger:entry:".
         let prefix = format!("{}:{}:", at.ledger_id, at.entry_id);
         let mut added = 0;
-        for m in &messages {
+        for m in &mut messages {
             let offset = at.first_offset.saturating_add(i64::from(m.batch_index.max(0)));
             if !range.contains(&offset) {
                 continue;
@@ -233,7 +233,7 @@ impl MessageColumns {
         &mut self,
         id_prefix: &[u8],
         offset: i64,
-        m: &Message<'_>,
+        m: &mut Message<'_>,
         publish: i64,
         producer: &[u8],
     ) -> Result<()> {
@@ -245,10 +245,10 @@ impl MessageColumns {
         id.end()?;
         self.key.push(m.partition_key.filter(|k| !k.is_empty()))?;
         self.value.push(if m.null_value { None } else { Some(m.payload) })?;
-        // A reader sees the properties as a map: one value per key (the last one written),
-        // ordered by key.
-        let mut props = m.properties.clone();
-        props.sort_by(|a, b| a.0.cmp(b.0));
+        // A reader sees the properties as a map: one value per key (the last one written:
+        // the sort is stable), ordered by key.
+        m.properties.sort_by(|a, b| a.0.cmp(b.0));
+        let props = &m.properties;
         let mut i = 0;
         while i < props.len() {
             let mut last = i;
