@@ -262,6 +262,20 @@ class BrokerService:
                 for sub in topic.subscriptions.values():
                     sub.wake()
 
+    def partition_targets(self, name: TopicName) -> list[TopicName]:
+        """The partitions of a partitioned topic, else the topic itself."""
+        n = self.policies.partitions(name) if name.partition_index < 0 else 0
+        return [name.partition(i) for i in range(n)] if n else [name]
+
+    async def topic_policies_changed(self, name: TopicName, *, reload: bool) -> None:
+        """Give open topics their current policies after a change to ``name``'s; with
+        ``reload``, unload every partition of it (a policy the storage reads only when it
+        opens, such as retention, then takes effect as clients reconnect)."""
+        self.refresh_policies(name.namespace_name)
+        if reload:
+            for t in self.partition_targets(name.partitioned_topic):
+                await self.unload_topic(t)
+
     async def unload_topic(self, name: TopicName) -> bool:
         """Close the topic here (its clients are asked to reconnect, which reopens it with
         the current policies); returns whether it was loaded."""

@@ -46,8 +46,7 @@ async def load_topic(broker: Any, name: TopicName) -> Any:
 
 def partition_targets(broker: Any, name: TopicName) -> list[TopicName]:
     """The partitions of a partitioned topic, else the topic itself."""
-    n = broker.policies.partitions(name) if name.partition_index < 0 else 0
-    return [name.partition(i) for i in range(n)] if n else [name]
+    return list(broker.partition_targets(name))
 
 
 def routes(broker: Any, rates: Rates) -> list[Route]:
@@ -246,10 +245,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
                 Route(path, delete, methods=["DELETE"])]
 
     async def changed(name: TopicName, spec: PolicySpec | None = None) -> None:
-        broker.refresh_policies(name.namespace_name)
-        if spec is not None and spec.reload:
-            for t in partition_targets(broker, name.partitioned_topic):
-                await broker.unload_topic(t)
+        await broker.topic_policies_changed(name, reload=spec is not None and spec.reload)
 
     @endpoint
     async def get_backlog_quotas(request: Request) -> Any:

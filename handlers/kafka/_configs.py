@@ -224,13 +224,14 @@ class TopicConfigs:
         if replace:
             named = {k for k, _ in changes}
             changes += [(k, None) for k in TOPIC_CONFIGS if k not in named]
-        before = policies.topic_policies(name).get(RETENTION)
-        after = policies.update_topic_policies(name, lambda p: apply(p, changes)).get(RETENTION)
-        self.h.broker.refresh_policies(name.namespace_name)
-        if before != after:
-            n = policies.partitions(name)
-            for part in [name.partition(i) for i in range(n)] if n else [name]:
-                await self.h.broker.unload_topic(part)
+        before: list[Any] = []
+
+        def change(p: dict[str, Any]) -> None:
+            before.append(p.get(RETENTION))
+            apply(p, changes)
+
+        after = policies.update_topic_policies(name, change).get(RETENTION)
+        await self.h.broker.topic_policies_changed(name, reload=before[-1] != after)
 
 
 def validate_all(configs: Iterable[Any]) -> list[tuple[str, str]]:
