@@ -18,6 +18,7 @@ Example::
 from . import pulsar_api_pb2
 from ._entry import (
     DEFAULT_MAX_UNCOMPRESSED_SIZE,
+    ENTRY_HEADER_SIZE,
     LZ4,
     MAGIC_BROKER_ENTRY_METADATA,
     MAGIC_CRC32C,
@@ -53,6 +54,7 @@ from .pulsar_api_pb2 import (
 
 __all__ = [
     "DEFAULT_MAX_UNCOMPRESSED_SIZE",
+    "ENTRY_HEADER_SIZE",
     "LZ4",
     "MAGIC_BROKER_ENTRY_METADATA",
     "MAGIC_CRC32C",

@@ -53,6 +53,7 @@ from . import pulsar_api_pb2 as pb
 
 __all__ = [
     "DEFAULT_MAX_UNCOMPRESSED_SIZE",
+    "ENTRY_HEADER_SIZE",
     "MAGIC_BROKER_ENTRY_METADATA",
     "MAGIC_CRC32C",
     "EntryFormatError",
@@ -84,7 +85,7 @@ DEFAULT_MAX_UNCOMPRESSED_SIZE = 64 * 1024 * 1024
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _MAGIC_CRC = struct.Struct(">HI")
-_HEADER_SIZE = 2 + 4 + 4  # magic, checksum, metadataSize
+ENTRY_HEADER_SIZE = 2 + 4 + 4  # magic, checksum, metadataSize
 
 NONE = pb.NONE
 LZ4 = pb.LZ4
@@ -180,7 +181,7 @@ def encode_entry(metadata: pb.MessageMetadata, payload: bytes | memoryview) -> b
 def verify_checksum(buf: bytes | bytearray | memoryview) -> bool:
     """True when ``buf`` starts with the 0x0e01 magic and its CRC-32C matches."""
     view = _as_view(buf)
-    if len(view) < _HEADER_SIZE:
+    if len(view) < ENTRY_HEADER_SIZE:
         return False
     magic, checksum = _MAGIC_CRC.unpack_from(view, 0)
     return magic == MAGIC_CRC32C and _crc32c.crc32c(view[6:]) == checksum
@@ -226,7 +227,7 @@ def decode_entry(buf: bytes | bytearray | memoryview) -> tuple[pb.MessageMetadat
     view = _as_view(buf)
     _, start = decode_broker_entry_metadata(view)
     view = view[start:]
-    if len(view) < _HEADER_SIZE:
+    if len(view) < ENTRY_HEADER_SIZE:
         raise EntryFormatError(f"entry of {len(view)} bytes is shorter than its header")
     magic, checksum = _MAGIC_CRC.unpack_from(view, 0)
     if magic != MAGIC_CRC32C:
@@ -237,10 +238,10 @@ def decode_entry(buf: bytes | bytearray | memoryview) -> tuple[pb.MessageMetadat
             f"checksum mismatch: stored 0x{checksum:08x}, computed 0x{actual:08x}"
         )
     (meta_size,) = _U32.unpack_from(view, 6)
-    meta_end = _HEADER_SIZE + meta_size
+    meta_end = ENTRY_HEADER_SIZE + meta_size
     if meta_end > len(view):
         raise EntryFormatError(f"metadata of {meta_size} bytes exceeds the entry")
-    return _parse_metadata(view[_HEADER_SIZE:meta_end]), bytes(view[meta_end:])
+    return _parse_metadata(view[ENTRY_HEADER_SIZE:meta_end]), bytes(view[meta_end:])
 
 
 def _parse_metadata(raw: memoryview | bytes) -> pb.MessageMetadata:

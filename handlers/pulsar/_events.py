@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+from core.format import ENTRY_HEADER_SIZE
 from core.format import pulsar_api_pb2 as pb
 
 __all__ = [
@@ -90,10 +91,9 @@ def _payload(entry: bytes, metadata: pb.MessageMetadata | None) -> bytes:
     the entry's checksum was wrong."""
     if metadata is None:
         return b""
-    return entry[_ENTRY_HEADER_SIZE + int.from_bytes(entry[6:_ENTRY_HEADER_SIZE], "big") :]
+    return entry[ENTRY_HEADER_SIZE + int.from_bytes(entry[6:ENTRY_HEADER_SIZE], "big") :]
 
 
-_ENTRY_HEADER_SIZE = 10  # [0x0e01 u16][crc32c u32][metadataSize u32]
 
 
 # --- connection ------------------------------------------------------------------
