@@ -64,6 +64,7 @@ __all__ = [
     "RequestReceived",
     "UnsupportedRequest",
     "DEFAULT_MAX_REQUEST_SIZE",
+    "LARGE_FRAME",
     "decode_body",
     "encode_body",
     "encode_request",
@@ -73,6 +74,10 @@ __all__ = [
 
 DEFAULT_MAX_REQUEST_SIZE = 100 * 1024 * 1024
 """Largest request frame accepted (Kafka's ``socket.request.max.bytes``)."""
+
+LARGE_FRAME = 64 * 1024
+"""A request frame this large is received into a buffer of its own (see
+:class:`KafkaConnection`)."""
 
 MAX_VERSION = 0x7FFF
 
@@ -138,7 +143,8 @@ class Field:
     ``type`` is a primitive name (``int8 int16 int32 int64 uint16 float64 bool string
     bytes records uuid``), ``[]name`` for an array of primitives, or ``[]`` with ``fields``
     for an array of structs. ``nullable`` gives the versions in which the field may be
-    null; ``tag`` makes it a tagged field (flexible versions only).
+    null; ``tag`` makes it a tagged field (flexible versions only). A ``records`` value to
+    be encoded may also be a list of record batches, written back to back.
     """
 
     name: str
@@ -929,6 +935,10 @@ def _write_value(out: list[bytes], value: Any, type_: str, compact: bool, nullab
         raw = value.encode("utf-8")
         _write_len(out, len(raw), compact)
         out.append(raw)
+    elif type_ == "records" and isinstance(value, list):
+        # Record batches to be written back to back (joined once, with the whole frame).
+        _write_len(out, sum(map(len, value)), compact, wide=True)
+        out.extend(value)
     elif type_ in ("bytes", "records"):
         _write_len(out, len(value), compact, wide=True)
         out.append(bytes(value) if isinstance(value, memoryview) else value)
@@ -1010,20 +1020,54 @@ class UnsupportedRequest:
 
 
 class KafkaConnection:
-    """The server side of one Kafka connection (see the module docs)."""
+    """The server side of one Kafka connection (see the module docs).
+
+    Small frames collect in one buffer. A frame of :data:`LARGE_FRAME` bytes or more gets a
+    buffer of its own as soon as its size prefix is in, and :meth:`receive_buffer` offers
+    the part still missing, so the caller can read the socket straight into it. Either way a
+    request is decoded from a view of the bytes as they arrived: a produce request's records
+    are copied once, out of the frame, and nothing else of it is."""
 
     def __init__(self, max_request_size: int = DEFAULT_MAX_REQUEST_SIZE):
         self.max_request_size = max_request_size
         self._buf = bytearray()
+        self._frame: bytearray | None = None
+        self._filled = 0
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        frame = self._frame
+        if frame is not None:
+            n = min(len(data), len(frame) - self._filled)
+            frame[self._filled:self._filled + n] = data[:n]
+            self._filled += n
+            if n == len(data):
+                return
+            data = data[n:]
         self._buf += data
+
+    def receive_buffer(self) -> memoryview | None:
+        """The missing part of the large frame being received, for the caller to read into
+        (then :meth:`received_into`); None when no large frame is under way."""
+        if self._frame is None or self._filled == len(self._frame):
+            return None
+        return memoryview(self._frame)[self._filled:]
+
+    def received_into(self, n: int) -> None:
+        """``n`` bytes were written at the start of :meth:`receive_buffer`'s view."""
+        assert self._frame is not None and 0 <= n <= len(self._frame) - self._filled
+        self._filled += n
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self._buf) + self._filled
 
     def next_event(self) -> RequestReceived | UnsupportedRequest | Any:
+        frame = self._frame
+        if frame is not None:
+            if self._filled < len(frame):
+                return NEED_DATA
+            self._frame, self._filled = None, 0
+            return _parse_view(frame, 0, len(frame))
         buf = self._buf
         if len(buf) < 4:
             return NEED_DATA
@@ -1032,18 +1076,32 @@ class KafkaConnection:
             raise RemoteProtocolError(
                 f"request size {size} outside 8..{self.max_request_size}", ErrorCode.INVALID_REQUEST)
         if len(buf) < 4 + size:
+            if size >= LARGE_FRAME:
+                self._frame = bytearray(size)
+                self._filled = len(buf) - 4
+                self._frame[:self._filled] = memoryview(buf)[4:]
+                buf.clear()
             return NEED_DATA
-        with memoryview(buf) as view:  # one copy of the frame, not a bytearray and a bytes
-            frame = bytes(view[4:4 + size])
+        try:
+            event = _parse_view(buf, 4, 4 + size)
+        except RemoteProtocolError:
+            # The connection ends. The error's traceback may still hold views of the
+            # buffer, which therefore cannot shrink: let it go instead.
+            self._buf = bytearray()
+            raise
         del buf[:4 + size]
-        return parse_request(frame)
+        return event
 
     def send_response(self, request: RequestReceived, body: Any) -> bytes:
         spec = APIS[request.api_key]
         flexible = spec.is_flexible(request.api_version) and request.api_key != API_VERSIONS
-        payload = encode_body(spec, request.api_version, body)
-        header = _I32.pack(request.correlation_id) + (b"\x00" if flexible else b"")
-        return _I32.pack(len(header) + len(payload)) + header + payload
+        parts = [b"", _I32.pack(request.correlation_id)]
+        if flexible:
+            parts.append(b"\x00")
+        _write_struct(parts, body, spec.response, request.api_version,
+                      spec.is_flexible(request.api_version))
+        parts[0] = _I32.pack(sum(map(len, parts)))
+        return b"".join(parts)
 
     def unsupported_response(self, request: UnsupportedRequest) -> bytes:
         """UNSUPPORTED_VERSION: ApiVersions answers in its v0 layout with the served table
@@ -1057,7 +1115,14 @@ class KafkaConnection:
         return _I32.pack(len(header) + len(payload)) + header + payload
 
 
-def parse_request(frame: bytes) -> RequestReceived | UnsupportedRequest:
+def _parse_view(buf: bytearray, start: int, end: int) -> RequestReceived | UnsupportedRequest:
+    """Decode the frame at ``buf[start:end]`` through a view, released before the caller
+    may resize ``buf`` (fields that keep bytes copy them out)."""
+    with memoryview(buf) as whole, whole[start:end] as view:
+        return parse_request(view)
+
+
+def parse_request(frame: bytes | memoryview) -> RequestReceived | UnsupportedRequest:
     """Decode one request frame (without its size prefix)."""
     r = _Reader(frame)
     api_key = r.unpack(_I16)

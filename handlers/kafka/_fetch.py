@@ -123,7 +123,7 @@ async def _fetch_once(wanted: list[tuple[str, int, int, int]],
                 continue
         budget = min(partition_max_bytes, max_bytes - total)
         if budget <= 0 and total > 0:
-            part.records = b""
+            part.records = []
             continue
         try:
             data = await plog.read(offset, max(budget, 1), hw)
@@ -132,7 +132,7 @@ async def _fetch_once(wanted: list[tuple[str, int, int, int]],
             errors = True
             continue
         part.records = data
-        total += len(data)
+        total += sum(map(len, data))
     return out, total, errors
 
 

@@ -138,7 +138,9 @@ def publish_batch(plog: PartitionLog, batch: RecordBatch, pending: Pending,
         if cacheable and result.position is not None:
             # Kafka consumers of this entry get the producer's own batch: only the base
             # offset (outside the CRC) changes.
-            plog.owner.cache.put((plog.key, result.position), _BASE.pack(base) + batch.raw[8:])
+            with memoryview(batch.raw) as raw:  # one copy, not a slice and a concatenation
+                plog.owner.cache.put((plog.key, result.position),
+                                     b"".join((_BASE.pack(base), raw[8:])))
 
     cacheable = bool(batch.raw) and not batch.is_transactional and contiguous
     plog.topic.publish(entry, n, None, 0, done)

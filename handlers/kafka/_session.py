@@ -70,12 +70,24 @@ class KafkaSession:
         finally:
             await trio.aclose_forcefully(self.stream)
 
+    async def _receive(self) -> bool:
+        """Read what the socket has into the codec; False at end of stream. A large frame
+        under way is read straight into its own buffer."""
+        sock = getattr(self.stream, "socket", None)
+        view = self.codec.receive_buffer() if sock is not None else None
+        if sock is None or view is None:
+            data = await self.stream.receive_some(READ_SIZE)
+            self.codec.receive_data(data)
+            return bool(data)
+        with view:
+            n: int = await sock.recv_into(view)
+        self.codec.received_into(n)
+        return n > 0
+
     async def _reader(self) -> None:
         while True:
-            data = await self.stream.receive_some(READ_SIZE)
-            if not data:
+            if not await self._receive():
                 return
-            self.codec.receive_data(data)
             while True:
                 try:
                     event = self.codec.next_event()

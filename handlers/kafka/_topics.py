@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import struct
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -39,6 +40,14 @@ READ_CHUNK = 64
 """Most entries read from storage at once; fewer when entries are large (see
 :meth:`PartitionLog.read`)."""
 LOG_START_REFRESH_S = 1.0
+_BASE_OFFSET = struct.Struct(">q")
+_LAST_DELTA = struct.Struct(">i")
+
+
+def _next_offset(batch: bytes) -> int:
+    """The offset after a record batch: its base offset plus its last offset delta, plus
+    one (cached batches have contiguous offsets)."""
+    return int(_BASE_OFFSET.unpack_from(batch, 0)[0]) + int(_LAST_DELTA.unpack_from(batch, 23)[0]) + 1
 
 
 class BatchCache:
@@ -130,18 +139,32 @@ class PartitionLog:
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def read(self, offset: int, max_bytes: int, high_watermark: int) -> bytes:
+    async def read(self, offset: int, max_bytes: int, high_watermark: int) -> list[bytes]:
         """Record batches from the one holding ``offset`` on, about ``max_bytes`` of them
-        (at least one batch when any is there)."""
+        (at least one batch when any is there), as a list to be written out back to back.
+        Batches still cached are served from the cache, without reading storage."""
         if offset >= high_watermark:
-            return b""
+            return []
         pos = await self.position_of(offset)
         if pos is None:
-            return b""
+            return []
         out: list[bytes] = []
         size = 0
         retried = False
+        cache = self.owner.cache
         while size < max_bytes:
+            cached = cache.get((self.key, pos))
+            if cached:
+                if out and size + len(cached) > max_bytes:
+                    break
+                out.append(cached)
+                size += len(cached)
+                offset = _next_offset(cached)
+                pos = Position(pos.ledger_id, pos.entry_id + 1)
+                self.remember(offset, pos)
+                if offset >= high_watermark:
+                    break
+                continue
             # Read about as many entries as the byte budget holds (entries may be a
             # megabyte each: reading 64 of them to return one would waste the read).
             want = int(min(READ_CHUNK, max(1, (max_bytes - size) // max(self.avg_entry_size, 1.0) + 1)))
@@ -181,7 +204,7 @@ class PartitionLog:
             self.remember(offset, pos)
             if full or offset >= high_watermark:
                 break
-        return b"".join(out)
+        return out
 
     def _batch(self, e: Entry) -> bytes:
         key = (self.key, e.position)

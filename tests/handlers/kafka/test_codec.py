@@ -12,6 +12,7 @@ import pytest
 
 from handlers.kafka._codec import (
     APIS,
+    LARGE_FRAME,
     NEED_DATA,
     Data,
     Field,
@@ -220,6 +221,57 @@ def test_unknown_key_and_version_get_unsupported_version() -> None:
     assert isinstance(ev, UnsupportedRequest)
     out = KafkaConnection().unsupported_response(ev)
     assert out == struct.pack(">iih", 6, 6, ErrorCode.UNSUPPORTED_VERSION)
+
+
+def _produce_frame(correlation_id: int, records: bytes) -> bytes:
+    return encode_request(0, 9, correlation_id, "p", Data(
+        transactional_id=None, acks=-1, timeout_ms=1000,
+        topic_data=[Data(name="t", partition_data=[Data(index=0, records=records)])]))
+
+
+def _records_of(event: Any) -> bytes:
+    assert isinstance(event, RequestReceived)
+    return bytes(event.body.topic_data[0].partition_data[0].records)
+
+
+def test_a_large_frame_is_read_into_its_own_buffer() -> None:
+    """Once a large frame's size is in, the codec offers the missing bytes as one buffer
+    to read into; what follows the frame is decoded as usual."""
+    big = bytes(range(256)) * (LARGE_FRAME // 128)
+    first, after = _produce_frame(1, big), _produce_frame(2, b"small")
+    conn = KafkaConnection()
+    assert conn.receive_buffer() is None
+    conn.receive_data(first[:1000])
+    assert conn.next_event() is NEED_DATA
+    view = conn.receive_buffer()
+    assert view is not None and len(view) == len(first) - 1000
+    view[:5000] = first[1000:6000]
+    conn.received_into(5000)
+    assert conn.next_event() is NEED_DATA
+    rest = conn.receive_buffer()
+    assert rest is not None and bytes(rest[:0]) == b"" and len(rest) == len(first) - 6000
+    # The tail arrives through receive_data together with the next request.
+    conn.receive_data(first[6000:] + after)
+    assert conn.receive_buffer() is None
+    assert _records_of(conn.next_event()) == big
+    assert _records_of(conn.next_event()) == b"small"
+    assert conn.next_event() is NEED_DATA
+    assert conn.buffered == 0
+
+
+def test_requests_decode_from_a_view_and_leave_the_buffer_reusable() -> None:
+    """Requests are decoded from the buffer in place; each one is consumed from it, and
+    a malformed request ends with a protocol error, not a buffer error."""
+    frames = b"".join(_produce_frame(i, b"r%d" % i) for i in range(5))
+    conn = KafkaConnection()
+    conn.receive_data(frames)
+    assert [_records_of(conn.next_event()) for _ in range(5)] == [b"r%d" % i for i in range(5)]
+    assert conn.buffered == 0
+    bad = bytearray(_produce_frame(9, b"x"))
+    bad[14] = 0xFF  # inside the client id: not UTF-8
+    conn.receive_data(bytes(bad))
+    with pytest.raises(RemoteProtocolError):
+        conn.next_event()
 
 
 @pytest.mark.parametrize("size", [-1, -2**31, 7, 2**31 - 1, 100 * 1024 * 1024 + 1])
