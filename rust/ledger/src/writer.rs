@@ -26,7 +26,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use crate::entry;
+use crate::entry::{self, Payload};
 use crate::error::{LedgerError, Result};
 use crate::handle::{HandleInner, LedgerHandle, PendingAdd, State};
 use crate::metadata::LedgerState;
@@ -50,7 +50,9 @@ impl LedgerHandle {
     /// Append many entries with all of them in flight at once; the ids come back in order.
     /// Fails with the first failing add's error. A batch holding an entry larger than
     /// [`entry::MAX_PAYLOAD`] is refused whole.
-    pub async fn add_entries(&self, entries: Vec<Bytes>) -> Result<Vec<u64>> {
+    /// Entries may be [`Bytes`] or two-piece [`Payload`]s.
+    pub async fn add_entries<P: Into<Payload>>(&self, entries: Vec<P>) -> Result<Vec<u64>> {
+        let entries: Vec<Payload> = entries.into_iter().map(Into::into).collect();
         if let Some(big) = entries.iter().find(|d| d.len() > entry::MAX_PAYLOAD) {
             return Err(LedgerError::InvalidArgument(format!(
                 "entry of {} bytes is larger than the {} bytes an entry can hold; no entry of the batch was added",
@@ -174,7 +176,7 @@ impl HandleInner {
     /// Queue a batch of adds with consecutive entry ids and send it, grouped per bookie of
     /// the write sets. The receiver resolves with the last entry's id once every entry of the
     /// batch is confirmed, or with the error that broke the handle.
-    pub(crate) fn submit_batch(self: &Arc<Self>, entries: Vec<Bytes>) -> oneshot::Receiver<Result<u64>> {
+    pub(crate) fn submit_batch(self: &Arc<Self>, entries: Vec<Payload>) -> oneshot::Receiver<Result<u64>> {
         let (tx, rx) = oneshot::channel();
         let mut st = self.state.lock();
         let refused = if !st.writable {
@@ -199,7 +201,7 @@ impl HandleInner {
             st.next_entry += 1;
             st.pushed_length = st.pushed_length.saturating_add(u64::try_from(data.len()).unwrap_or(u64::MAX));
             let length = st.pushed_length;
-            let framed = entry::encode(self.id, entry, length, &data);
+            let framed = entry::encode_parts(self.id, entry, length, &data.head, &data.body);
             for slot in write_set(entry, ensemble, write_quorum) {
                 if !st.failed_slots.contains(&slot) {
                     if let Some(group) = per_slot.get_mut(slot) {

@@ -7,13 +7,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use magnetar_ledger::{BookKeeper, ClientConfig};
 use magnetar_stream::{
     BookKeeperStore, Cursor, Entry, InitialPosition, ManagedLedger, ManagedLedgerConfig,
     ManagedLedgerFactory, Position, StreamError,
 };
 use pyo3::exceptions::PyValueError;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
@@ -103,43 +104,17 @@ fn ml_config(d: &Bound<'_, PyDict>) -> PyResult<ManagedLedgerConfig> {
     Ok(c)
 }
 
-/// Copy Python byte strings (bytes, or anything else holding bytes) into one buffer and
-/// return a view of it per entry.
-fn copy_batch(entries: &[Bound<'_, PyAny>]) -> PyResult<Vec<Bytes>> {
-    let mut owned: Vec<Option<Vec<u8>>> = Vec::with_capacity(entries.len());
-    let mut total = 0usize;
-    for e in entries {
-        match e.cast::<PyBytes>() {
-            Ok(b) => {
-                total += b.as_bytes().len();
-                owned.push(None);
-            }
-            Err(_) => {
-                let v: Vec<u8> = e.extract()?;
-                total += v.len();
-                owned.push(Some(v));
-            }
-        }
-    }
-    let mut buf = BytesMut::with_capacity(total);
-    let mut ends = Vec::with_capacity(entries.len());
-    for (e, o) in entries.iter().zip(&owned) {
-        match o {
-            Some(v) => buf.extend_from_slice(v),
-            None => buf.extend_from_slice(e.cast::<PyBytes>().map(|b| b.as_bytes()).unwrap_or_default()),
-        }
-        ends.push(buf.len());
-    }
-    let all = buf.freeze();
-    let mut start = 0;
-    Ok(ends
-        .into_iter()
-        .map(|end| {
-            let part = all.slice(start..end);
-            start = end;
-            part
+/// The entries as `Bytes`. A Python `bytes` object is shared, not copied: the `Bytes` holds
+/// a reference to it, so an entry's payload is copied once on its way to the bookies, into
+/// its ledger frame. Anything else holding bytes is copied.
+fn share_batch(entries: &[Bound<'_, PyAny>]) -> PyResult<Vec<Bytes>> {
+    entries
+        .iter()
+        .map(|e| match e.extract::<PyBackedBytes>() {
+            Ok(b) => Ok(Bytes::from_owner(b)),
+            Err(_) => Ok(Bytes::from(e.extract::<Vec<u8>>()?)),
         })
-        .collect())
+        .collect()
 }
 
 #[pyclass(module = "core._native", name = "ManagedLedgerFactory")]
@@ -220,7 +195,7 @@ impl PyManagedLedger {
         if entries.len() != num_messages.len() {
             return Err(PyValueError::new_err("entries and num_messages differ in length"));
         }
-        let batch = copy_batch(&entries)?.into_iter().zip(num_messages).collect();
+        let batch = share_batch(&entries)?.into_iter().zip(num_messages).collect();
         let ml = self.ml.clone();
         spawn(queue, token, async move { ml.add_entries(batch).await }, |py, results| {
             let list = PyList::empty(py);

@@ -20,15 +20,15 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
 
-use crate::entry::{Entry, EntryHeader};
+use crate::entry::{Entry, EntryHeader, HEADER_LEN};
 use crate::error::{Result, StreamError};
 use crate::managed_ledger::{entries_i64, AddResult, ManagedLedger, MlState, MlStatus, PROBE_EVERY};
 use crate::position::Position;
 use crate::records::LedgerInfo;
-use crate::store::{Ledger, LedgerStoreError};
+use crate::store::{Ledger, LedgerStoreError, Payload};
 
 /// Most entries one drain round takes from the queue.
 pub const MAX_ROUND_ENTRIES: usize = 10_000;
@@ -99,12 +99,22 @@ enum Round {
 }
 
 struct Prepared {
-    stored: Bytes,
+    /// The encoded `header`, stored in front of the payload.
+    head: Bytes,
     payload: Bytes,
     header: EntryHeader,
 }
 
 impl Prepared {
+    /// Bytes the entry takes in the ledger.
+    fn stored_len(&self) -> u64 {
+        (self.head.len() + self.payload.len()) as u64
+    }
+
+    fn data(&self) -> Payload {
+        Payload { head: self.head.clone(), body: self.payload.clone() }
+    }
+
     fn first_index(&self) -> u64 {
         (self.header.index + 1).saturating_sub(u64::from(self.header.num_messages))
     }
@@ -292,8 +302,8 @@ impl ManagedLedger {
             Some(_) => return Submitted::SlowPath(round, prepared),
             None => self.state.lock().ledgers.get(&lid).map_or(0, |i| i.entries),
         };
-        let data: Vec<Bytes> = prepared.iter().map(|p| p.stored.clone()).collect();
-        let bytes = data.iter().map(|d| d.len() as u64).sum();
+        let data: Vec<Payload> = prepared.iter().map(Prepared::data).collect();
+        let bytes = prepared.iter().map(Prepared::stored_len).sum();
         let ledger = handle.clone();
         let mut write: WriteFuture = Box::pin(async move { ledger.add_entries(data).await });
         // Poll once here so the ledger takes the entry ids now, in round order; the drain
@@ -394,7 +404,10 @@ impl ManagedLedger {
     fn prepare(&self, round: &[PendingAdd]) -> Vec<Prepared> {
         let now = self.config.clock.now_ms();
         let mut st = self.state.lock();
-        let mut out = Vec::with_capacity(round.iter().map(|r| r.entries.len()).sum());
+        let count = round.iter().map(|r| r.entries.len()).sum();
+        let mut out = Vec::with_capacity(count);
+        // The headers share one buffer; each payload is copied once, into its ledger frame.
+        let mut heads = BytesMut::with_capacity(count * HEADER_LEN);
         for req in round {
             for (payload, n) in &req.entries {
                 let publish = now.max(st.last_publish_ms);
@@ -402,7 +415,8 @@ impl ManagedLedger {
                 let index = st.assign_index + u64::from(*n) - 1;
                 st.assign_index += u64::from(*n);
                 let header = EntryHeader { num_messages: *n, publish_time_ms: publish, index };
-                out.push(Prepared { stored: header.encode(payload), payload: payload.clone(), header });
+                header.put(&mut heads);
+                out.push(Prepared { head: heads.split().freeze(), payload: payload.clone(), header });
             }
         }
         out
@@ -434,7 +448,7 @@ impl ManagedLedger {
             let chunk_len = self.chunk_len(lid, rest);
             let chunk = &rest[..chunk_len];
             let first_id = self.state.lock().ledgers.get(&lid).map_or(0, |i| i.entries);
-            let data: Vec<Bytes> = chunk.iter().map(|p| p.stored.clone()).collect();
+            let data: Vec<Payload> = chunk.iter().map(Prepared::data).collect();
             match handle.add_entries(data).await {
                 Ok(ids) if ids.len() == chunk_len => {
                     self.confirm(lid, chunk, &ids, &mut done);
@@ -501,7 +515,7 @@ impl ManagedLedger {
             let mut n = 0usize;
             for p in rest.iter().take(usize::try_from(room).unwrap_or(usize::MAX)) {
                 n += 1;
-                size_so_far += p.stored.len() as u64;
+                size_so_far += p.stored_len();
                 if size_so_far >= max_size {
                     break;
                 }
@@ -519,7 +533,7 @@ impl ManagedLedger {
             let position = Position::new(lid, entries_i64(*id));
             if let Some(info) = st.ledgers.get_mut(&lid) {
                 info.entries = info.entries.max(*id + 1);
-                info.size += p.stored.len() as u64;
+                info.size += p.stored_len();
             }
             st.last_confirmed = Some(position);
             st.confirmed_next_index = p.header.index + 1;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use magnetar_ledger::{BookKeeper, LedgerError, LedgerHandle};
 
-use crate::store::{BoxFuture, Ledger, LedgerStore, LedgerStoreError};
+use crate::store::{BoxFuture, Ledger, LedgerStore, LedgerStoreError, Payload};
 
 /// Ledgers on bookies, through a [`BookKeeper`] client.
 #[derive(Clone)]
@@ -47,7 +47,7 @@ impl Ledger for BkLedger {
         self.handle.id()
     }
 
-    fn add_entries(&self, entries: Vec<Bytes>) -> BoxFuture<'_, Result<Vec<u64>, LedgerStoreError>> {
+    fn add_entries(&self, entries: Vec<Payload>) -> BoxFuture<'_, Result<Vec<u64>, LedgerStoreError>> {
         Box::pin(async move { self.handle.add_entries(entries).await.map_err(|e| map_err(self.handle.id(), e)) })
     }
 

@@ -43,14 +43,19 @@ impl EntryHeader {
     /// Prefix `payload` with this header, producing the bytes stored in the ledger.
     pub fn encode(&self, payload: &[u8]) -> Bytes {
         let mut buf = BytesMut::with_capacity(HEADER_LEN + payload.len());
+        self.put(&mut buf);
+        buf.put_slice(payload);
+        buf.freeze()
+    }
+
+    /// Write this header alone ([`HEADER_LEN`] bytes) to `buf`.
+    pub fn put(&self, buf: &mut impl BufMut) {
         buf.put_u16(HEADER_MAGIC);
         buf.put_u8(HEADER_VERSION);
         buf.put_u8(0);
         buf.put_u32(self.num_messages);
         buf.put_u64(self.publish_time_ms);
         buf.put_u64(self.index);
-        buf.put_slice(payload);
-        buf.freeze()
     }
 
     /// Split stored bytes into header and payload (the payload shares `stored`'s buffer).

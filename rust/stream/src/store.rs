@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
+pub use magnetar_ledger::entry::Payload;
 use parking_lot::Mutex;
 
 /// A boxed, sendable future; the trait methods below return these.
@@ -50,7 +51,8 @@ pub trait Ledger: Send + Sync + 'static {
     /// takes the entry ids when the returned future is first polled, so calls polled one
     /// after another are pipelined: written in that order, and a call is confirmed only
     /// once every earlier one is (a failure fails every later call too).
-    fn add_entries(&self, entries: Vec<Bytes>) -> BoxFuture<'_, Result<Vec<u64>, LedgerStoreError>>;
+    /// Each entry's data is its payload's two pieces, back to back.
+    fn add_entries(&self, entries: Vec<Payload>) -> BoxFuture<'_, Result<Vec<u64>, LedgerStoreError>>;
     /// Read the entries `first..=last` (all must be confirmed).
     fn read_entries(&self, first: u64, last: u64) -> BoxFuture<'_, Result<Vec<(u64, Bytes)>, LedgerStoreError>>;
     /// The highest confirmed entry id, `-1` when none.
@@ -175,7 +177,7 @@ impl Ledger for MemLedger {
         self.id
     }
 
-    fn add_entries(&self, entries: Vec<Bytes>) -> BoxFuture<'_, Result<Vec<u64>, LedgerStoreError>> {
+    fn add_entries(&self, entries: Vec<Payload>) -> BoxFuture<'_, Result<Vec<u64>, LedgerStoreError>> {
         Box::pin(async move {
             if !self.writable {
                 return Err(LedgerStoreError::Closed(self.id));
@@ -201,7 +203,7 @@ impl Ledger for MemLedger {
             let mut ids = Vec::with_capacity(entries.len());
             for e in entries {
                 ids.push(data.entries.len() as u64);
-                data.entries.push(e);
+                data.entries.push(if e.head.is_empty() { e.body } else { [e.head, e.body].concat().into() });
             }
             st.lac = data.entries.len() as i64 - 1;
             Ok(ids)
