@@ -216,6 +216,7 @@ impl Core {
     }
 
     /// Apply an add to storage and queue it on the journal; `done` gets the final status.
+    /// The record is encoded once, for both (see [`EncodedEntries`]).
     pub(crate) fn add(
         &self,
         ledger: u64,
@@ -225,24 +226,7 @@ impl Core {
         recovery: bool,
         done: impl FnOnce(Status, String) + Send + 'static,
     ) {
-        let guard = self.order.read();
-        if let Err((status, reason)) = self.admit(ledger, recovery) {
-            drop(guard);
-            return done(status, reason);
-        }
-        if let Err(e) = self.storage.add_entry(ledger, entry, lac, data.clone()) {
-            drop(guard);
-            return done(Status::IoError, e.to_string());
-        }
-        self.note_added(data.len());
-        self.journal.submit(
-            JournalRecord::entry(ledger, entry, lac, data),
-            Box::new(move |r| match r {
-                Ok(()) => done(Status::Ok, String::new()),
-                Err(e) => done(Status::IoError, e.to_string()),
-            }),
-        );
-        drop(guard);
+        self.add_batch(ledger, lac, vec![(entry, data)], recovery, done);
     }
 
     /// Apply a batch of adds to one ledger and queue them on the journal as one group;
