@@ -24,6 +24,7 @@ from core.metadata import open_metadata_store
 from gateway._bookies import register_bookie, start_bookie
 from gateway._config import Config
 from gateway._plugins import load_protocol
+from gateway._process import settle_garbage_collector
 from gateway._web import WebService
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ async def _main(cfg: Config, bookies: int, started: float) -> int:
         log.info("magnetar standalone ready in %.2fs", elapsed)
         # One machine-readable line: tools and tests read the bound addresses from it.
         print(f"magnetar standalone ready in {elapsed:.2f}s {json.dumps(addresses)}", flush=True)
+        settle_garbage_collector()
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for sig in signals:
                 log.info("received %s: shutting down", signal.Signals(sig).name)

@@ -316,3 +316,16 @@ def test_disabling_transparent_huge_pages_reports_the_outcome():
             "print(d(), open('/proc/self/status').read().split('THP_enabled:')[1].split()[0])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "0"]
+
+
+def test_settling_the_garbage_collector_freezes_startup_objects():
+    """After startup nothing built so far is walked by a collection again, and young
+    collections are spaced out."""
+    code = ("import gc, json; from gateway._process import settle_garbage_collector as s, "
+            "GC_YOUNG_THRESHOLD as t; before = gc.get_freeze_count(); s(); "
+            "print(json.dumps([before, gc.get_freeze_count(), len(gc.get_objects()), "
+            "gc.get_threshold()[0] == t]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, frozen, visible, spaced = json.loads(out.stdout)
+    assert before == 0 and frozen > 1000 and frozen > 10 * visible
+    assert spaced
