@@ -98,7 +98,7 @@ impl LocalBookie {
         recovery: bool,
     ) -> Result<(), ClientError> {
         let (done, wait) = completion();
-        self.core.add(ledger, entry, lac, data, recovery, done);
+        self.core.add_batch(ledger, lac, vec![(entry, data)], recovery, done);
         wait.await
     }
 

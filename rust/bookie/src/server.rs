@@ -215,22 +215,9 @@ impl Core {
         }
     }
 
-    /// Apply an add to storage and queue it on the journal; `done` gets the final status.
-    /// The record is encoded once, for both (see [`EncodedEntries`]).
-    pub(crate) fn add(
-        &self,
-        ledger: u64,
-        entry: u64,
-        lac: i64,
-        data: Bytes,
-        recovery: bool,
-        done: impl FnOnce(Status, String) + Send + 'static,
-    ) {
-        self.add_batch(ledger, lac, vec![(entry, data)], recovery, done);
-    }
-
     /// Apply a batch of adds to one ledger and queue them on the journal as one group;
-    /// `done` gets the status of the whole batch.
+    /// `done` gets the status of the whole batch. The records are encoded once, for the
+    /// entry log and the journal alike; a single ADD is a batch of one.
     pub(crate) fn add_batch(
         &self,
         ledger: u64,
@@ -807,11 +794,12 @@ async fn handle_frame(
                 return false;
             };
             let tx = tx.clone();
-            core.add(
+            // A single add is a batch of one: its record is encoded once, for the entry
+            // log and the journal alike.
+            core.add_batch(
                 ledger,
-                entry,
                 lac,
-                data,
+                vec![(entry, data)],
                 recovery,
                 move |status, message| {
                     let resp = if status == Status::Ok {
