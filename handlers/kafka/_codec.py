@@ -1095,24 +1095,29 @@ class KafkaConnection:
     def send_response(self, request: RequestReceived, body: Any) -> bytes:
         spec = APIS[request.api_key]
         flexible = spec.is_flexible(request.api_version) and request.api_key != API_VERSIONS
-        parts = [b"", _I32.pack(request.correlation_id)]
+        parts = [_I32.pack(request.correlation_id)]
         if flexible:
             parts.append(b"\x00")
         _write_struct(parts, body, spec.response, request.api_version,
                       spec.is_flexible(request.api_version))
-        parts[0] = _I32.pack(sum(map(len, parts)))
-        return b"".join(parts)
+        return _size_prefixed(parts)
 
     def unsupported_response(self, request: UnsupportedRequest) -> bytes:
         """UNSUPPORTED_VERSION: ApiVersions answers in its v0 layout with the served table
         (so the client can pick a version); any other API gets the error code alone."""
+        parts = [_I32.pack(request.correlation_id)]
         if request.api_key == API_VERSIONS:
-            payload = encode_body(APIS[API_VERSIONS], 0, Data(
-                error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=api_versions_table()))
+            _write_struct(parts, Data(error_code=ErrorCode.UNSUPPORTED_VERSION,
+                                      api_keys=api_versions_table()),
+                          APIS[API_VERSIONS].response, 0, False)
         else:
-            payload = _I16.pack(ErrorCode.UNSUPPORTED_VERSION)
-        header = _I32.pack(request.correlation_id)
-        return _I32.pack(len(header) + len(payload)) + header + payload
+            parts.append(_I16.pack(ErrorCode.UNSUPPORTED_VERSION))
+        return _size_prefixed(parts)
+
+
+def _size_prefixed(parts: list[bytes]) -> bytes:
+    """A frame: the parts' total size, then the parts, joined once."""
+    return b"".join([_I32.pack(sum(map(len, parts))), *parts])
 
 
 def _parse_view(buf: bytearray, start: int, end: int) -> RequestReceived | UnsupportedRequest:
@@ -1150,12 +1155,12 @@ def encode_request(api_key: int, api_version: int, correlation_id: int,
                    client_id: str | None, body: Any) -> bytes:
     """Frame a request as a client would (tests and tools use it)."""
     spec = APIS[api_key]
-    header = [_I16.pack(api_key), _I16.pack(api_version), _I32.pack(correlation_id)]
-    _write_value(header, client_id, "string", False, True, None, api_version)
+    parts = [_I16.pack(api_key), _I16.pack(api_version), _I32.pack(correlation_id)]
+    _write_value(parts, client_id, "string", False, True, None, api_version)
     if spec.is_flexible(api_version):
-        header.append(b"\x00")
-    payload = b"".join(header) + encode_body(spec, api_version, body, response=False)
-    return _I32.pack(len(payload)) + payload
+        parts.append(b"\x00")
+    _write_struct(parts, body, spec.request, api_version, spec.is_flexible(api_version))
+    return _size_prefixed(parts)
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Data]:

@@ -55,6 +55,8 @@ class KafkaSession:
         self.handler = handler
         self.stream = stream
         self.codec = KafkaConnection(max_request_size=handler.max_request_size)
+        # A socket stream can be read straight into a large frame's buffer.
+        self._sock = getattr(stream, "socket", None)
         self._slots: deque[_Slot] = deque()
         self._ready = trio.Event()
         self._room = trio.Semaphore(MAX_IN_FLIGHT)
@@ -73,7 +75,7 @@ class KafkaSession:
     async def _receive(self) -> bool:
         """Read what the socket has into the codec; False at end of stream. A large frame
         under way is read straight into its own buffer."""
-        sock = getattr(self.stream, "socket", None)
+        sock = self._sock
         view = self.codec.receive_buffer() if sock is not None else None
         if sock is None or view is None:
             data = await self.stream.receive_some(READ_SIZE)

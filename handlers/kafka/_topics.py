@@ -152,13 +152,21 @@ class PartitionLog:
         size = 0
         retried = False
         cache = self.owner.cache
+
+        def take(batch: bytes) -> bool:
+            """Add ``batch`` if the byte budget has room for it (the first always fits)."""
+            nonlocal size
+            if out and size + len(batch) > max_bytes:
+                return False
+            out.append(batch)
+            size += len(batch)
+            return True
+
         while size < max_bytes:
             cached = cache.get((self.key, pos))
             if cached:
-                if out and size + len(cached) > max_bytes:
+                if not take(cached):
                     break
-                out.append(cached)
-                size += len(cached)
                 offset = _next_offset(cached)
                 pos = Position(pos.ledger_id, pos.entry_id + 1)
                 self.remember(offset, pos)
@@ -186,13 +194,9 @@ class PartitionLog:
             last: Entry | None = None
             full = False
             for e in entries:
-                if e.index >= offset:
-                    batch = self._batch(e)
-                    if out and size + len(batch) > max_bytes:
-                        full = True
-                        break
-                    out.append(batch)
-                    size += len(batch)
+                if e.index >= offset and not take(self._batch(e)):
+                    full = True
+                    break
                 last = e
                 if size >= max_bytes:
                     full = True
