@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["cpu_seconds", "free_port", "ratio", "verdict"]
+__all__ = ["cpu_seconds", "free_port", "peer_ratios", "ratio", "side_by_side", "verdict"]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -46,3 +46,24 @@ def peer_ratios(ours: Mapping[str, Any], peer: Mapping[str, Any], clean: bool,
             f"{verdict(thr >= throughput_target and clean)}), CPU/msg {cpu:.2f}x "
             f"(target <= {cpu_target:.1f}: {verdict(cpu <= cpu_target)})")
     return {"throughput": thr, "cpu": cpu, "clean": clean}, text
+
+
+def side_by_side(results: Mapping[str, Any], brokers: tuple[str, str], labels: Iterable[str],
+                 widths: tuple[int, int], row: Callable[[str, dict[str, Any]], str]
+                 ) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Print, case by case, each broker's table row (``row(label, case)`` after the label
+    and the broker's name) or its error; yield ``(label, ours, peer)`` for every case both
+    brokers ran. A broker whose whole run failed holds ``{"error": ...}``."""
+    for label in labels:
+        ran: dict[str, dict[str, Any]] = {}
+        for name in brokers:
+            cases = results.get(name, {})
+            case = cases if "error" in cases else cases.get(label)
+            head = f"  {label:<{widths[0]}}{name:<{widths[1]}}"
+            if case is None or "error" in case:
+                print(f"{head}error: {(case or {}).get('error', 'not run')[:80]}")
+                continue
+            print(head + row(label, case))
+            ran[name] = case
+        if len(ran) == len(brokers):
+            yield label, ran[brokers[0]], ran[brokers[1]]

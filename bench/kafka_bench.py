@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench._proc import cpu_seconds, free_port, peer_ratios, verdict
+from bench._proc import cpu_seconds, free_port, peer_ratios, side_by_side, verdict
 
 SIZES = (100, 1024)
 PEAK_SECONDS = 5.0
@@ -295,22 +295,14 @@ def run() -> dict[str, Any]:
 def _print_table(results: dict[str, Any]) -> None:
     print(f"  {'size':<8}{'broker':<10}{'e2e msg/s':>11}{'MB/s':>8}{'CPU us/msg':>12}"
           f"{'p50 ms':>9}{'p99 ms':>9}{'dup':>6}{'lost':>6}")
-    mag, peer = results.get("magnetar", {}), results.get("tansu", {})
-    for size in SIZES:
-        label = str(size)
-        for name, cases in (("magnetar", mag), ("tansu", peer)):
-            c = cases.get(label) if "error" not in cases else cases
-            if c is None or "error" in c:
-                print(f"  {label:<8}{name:<10}error: {(c or {}).get('error', 'not run')[:80]}")
-                continue
-            lat = c["latency"]
-            print(f"  {label:<8}{name:<10}{c['e2e_msg_per_s']:>11,.0f}"
-                  f"{c['e2e_msg_per_s'] * size / 1e6:>8.2f}{c['cpu_us_per_msg']:>12.1f}"
-                  f"{lat['p50_ms']:>9.1f}{lat['p99_ms']:>9.1f}"
-                  f"{c['duplicates'] + lat['duplicates']:>6}{c['lost'] + lat['lost']:>6}")
-        m, p = mag.get(label), peer.get(label)
-        if not m or not p or "error" in m or "error" in p:
-            continue
+
+    def row(label: str, c: dict[str, Any]) -> str:
+        lat = c["latency"]
+        return (f"{c['e2e_msg_per_s']:>11,.0f}{c['e2e_msg_per_s'] * int(label) / 1e6:>8.2f}"
+                f"{c['cpu_us_per_msg']:>12.1f}{lat['p50_ms']:>9.1f}{lat['p99_ms']:>9.1f}"
+                f"{c['duplicates'] + lat['duplicates']:>6}{c['lost'] + lat['lost']:>6}")
+
+    for _, m, p in side_by_side(results, ("magnetar", "tansu"), map(str, SIZES), (8, 10), row):
         p99 = m["latency"]["p99_ms"]
         clean = (m["duplicates"] + m["lost"] + m["latency"]["duplicates"] + m["latency"]["lost"]) == 0
         ratios, said = peer_ratios(m, p, clean, TARGET_THROUGHPUT_RATIO, TARGET_CPU_RATIO)

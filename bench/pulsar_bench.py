@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench._proc import cpu_seconds, free_port, peer_ratios, verdict
+from bench._proc import cpu_seconds, free_port, peer_ratios, side_by_side, verdict
 from bench.storage_bench import raw_fsync
 from gateway._perf import ConsumeOptions, ConsumeStats, consume
 from tests._standalone import Standalone
@@ -312,21 +312,14 @@ def _print_table(results: dict[str, Any], fsync: dict[str, float]) -> None:
           f"{TARGET_P99_FSYNCS * fsync_ms:.3f} ms")
     print(f"  {'case':<14}{'broker':<13}{'e2e msg/s':>11}{'MB/s':>8}{'CPU us/msg':>12}"
           f"{'p99 ms @half':>14}{'dup':>9}{'lost':>7}")
-    mag, peer = results.get("magnetar", {}), results.get("pulsar-lite", {})
-    for size, batching in _cases():
-        label = _label(size, batching)
-        for name, cases in (("magnetar", mag), ("pulsar-lite", peer)):
-            c = cases.get(label) if "error" not in cases else cases
-            if c is None or "error" in c:
-                print(f"  {label:<14}{name:<13}error: {(c or {}).get('error', 'not run')[:80]}")
-                continue
-            print(f"  {label:<14}{name:<13}{c['e2e_msg_per_s']:>11,.0f}"
-                  f"{c['e2e_msg_per_s'] * size / 1e6:>8.2f}{c['cpu_us_per_msg']:>12.1f}"
-                  f"{c['half_p99_ms']:>14.3f}{c['duplicates'] + c['half_duplicates']:>9}"
-                  f"{c['lost'] + c['half_lost']:>7}")
-        m, p = mag.get(label), peer.get(label)
-        if not m or not p or "error" in m or "error" in p:
-            continue
+    sizes = {_label(size, batching): size for size, batching in _cases()}
+
+    def row(label: str, c: dict[str, Any]) -> str:
+        return (f"{c['e2e_msg_per_s']:>11,.0f}{c['e2e_msg_per_s'] * sizes[label] / 1e6:>8.2f}"
+                f"{c['cpu_us_per_msg']:>12.1f}{c['half_p99_ms']:>14.3f}"
+                f"{c['duplicates'] + c['half_duplicates']:>9}{c['lost'] + c['half_lost']:>7}")
+
+    for _, m, p in side_by_side(results, ("magnetar", "pulsar-lite"), sizes, (14, 13), row):
         p99 = m["half_p99_ms"] / fsync_ms
         clean = (m["duplicates"] + m["half_duplicates"] + m["lost"] + m["half_lost"]) == 0
         ratios, said = peer_ratios(m, p, clean, TARGET_THROUGHPUT_RATIO, TARGET_CPU_RATIO)
