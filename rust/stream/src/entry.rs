@@ -16,7 +16,7 @@
 //! without counting: the first message ever stored has index 0, and an entry of `n`
 //! messages that follows an entry with index `i` has index `i + n`.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 
 use crate::error::{Result, StreamError};
 use crate::position::Position;
@@ -40,15 +40,8 @@ pub struct EntryHeader {
 }
 
 impl EntryHeader {
-    /// Prefix `payload` with this header, producing the bytes stored in the ledger.
-    pub fn encode(&self, payload: &[u8]) -> Bytes {
-        let mut buf = BytesMut::with_capacity(HEADER_LEN + payload.len());
-        self.put(&mut buf);
-        buf.put_slice(payload);
-        buf.freeze()
-    }
-
-    /// Write this header alone ([`HEADER_LEN`] bytes) to `buf`.
+    /// Write this header ([`HEADER_LEN`] bytes) to `buf`; the bytes stored in the ledger
+    /// are the header followed by the payload.
     pub fn put(&self, buf: &mut impl BufMut) {
         buf.put_u16(HEADER_MAGIC);
         buf.put_u8(HEADER_VERSION);
@@ -110,11 +103,19 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The bytes stored in the ledger for `payload` under `h`.
+    fn stored(h: &EntryHeader, payload: &[u8]) -> Bytes {
+        let mut buf = bytes::BytesMut::new();
+        h.put(&mut buf);
+        buf.put_slice(payload);
+        buf.freeze()
+    }
+
     proptest! {
         #[test]
         fn header_round_trip(n in any::<u32>(), t in any::<u64>(), i in any::<u64>(), payload in proptest::collection::vec(any::<u8>(), 0..200)) {
             let h = EntryHeader { num_messages: n, publish_time_ms: t, index: i };
-            let stored = h.encode(&payload);
+            let stored = stored(&h, &payload);
             prop_assert_eq!(stored.len(), HEADER_LEN + payload.len());
             let (back, data) = EntryHeader::decode(&stored).unwrap();
             prop_assert_eq!(back, h);
@@ -130,7 +131,7 @@ mod tests {
     #[test]
     fn short_and_foreign_entries_are_errors() {
         assert!(matches!(EntryHeader::decode(&Bytes::from_static(b"abc")), Err(StreamError::Corrupt(_))));
-        let mut bad = EntryHeader { num_messages: 1, publish_time_ms: 2, index: 3 }.encode(b"x").to_vec();
+        let mut bad = stored(&EntryHeader { num_messages: 1, publish_time_ms: 2, index: 3 }, b"x").to_vec();
         bad[0] = 0;
         assert!(matches!(EntryHeader::decode(&Bytes::from(bad)), Err(StreamError::Corrupt(_))));
     }
