@@ -21,7 +21,7 @@ from handlers.kafka._fetch_session import (
     FetchSessionCache,
 )
 from handlers.kafka._group import GroupCoordinator
-from handlers.kafka._session import KafkaSession
+from handlers.kafka._session import KafkaSession, Later
 from handlers.kafka._topics import KafkaTopics
 from handlers.kafka._txn import TxnCoordinator
 
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 _LISTENER = re.compile(r"^(?P<scheme>[A-Za-z0-9_]+)://(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:]*)):(?P<port>\d+)$")
 
-Result = Data | Callable[[], Awaitable[Data | None]] | None
+Result = Data | Later | Callable[[], Awaitable[Data | None]] | None
 
 
 def _parse_listener(item: Any) -> tuple[str, str, int]:
@@ -106,8 +106,8 @@ class KafkaProtocolHandler:
                     rack=None)
 
     async def dispatch(self, req: RequestReceived) -> Result:
-        """Handle one request: a response body, a deferred producing one, or None (no
-        response: acks=0)."""
+        """Handle one request: a response body, a :class:`Later` or a deferred producing
+        one, or None (no response: acks=0)."""
         result = self._dispatch[req.api_key](self, req)
         if isinstance(result, Awaitable):
             result = await result

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -32,6 +32,7 @@ from handlers.kafka import _mapping
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, RemoteProtocolError
 from handlers.kafka._records import RecordBatch, decode_batches, with_records
+from handlers.kafka._session import Later
 from handlers.kafka._topics import PartitionLog, ProducerState
 
 if TYPE_CHECKING:
@@ -60,19 +61,86 @@ def topic_error(exc: BaseException) -> int:
 
 
 class Pending:
-    """The outcome of one stored batch: its base offset or an error code, once known."""
+    """The outcome of one stored batch: its base offset or an error code, once known.
+    Whoever waits on it either awaits :meth:`wait` or registers a callback, which runs
+    where the outcome is set (no task of its own)."""
 
-    __slots__ = ("event", "base_offset", "error")
+    __slots__ = ("base_offset", "error", "finished", "_callbacks")
 
     def __init__(self) -> None:
-        self.event = trio.Event()
         self.base_offset = -1
         self.error = 0
+        self.finished = False
+        self._callbacks: list[Callable[[], None]] | None = None
 
     def done(self, base_offset: int, error: int = 0) -> None:
         self.base_offset = base_offset
         self.error = error
-        self.event.set()
+        self.finished = True
+        callbacks, self._callbacks = self._callbacks, None
+        for cb in callbacks or ():
+            try:
+                cb()
+            except Exception:
+                # It runs in the topic's flusher, which must go on storing.
+                log.exception("kafka: a produce completion failed")
+
+    def add_callback(self, cb: Callable[[], None]) -> None:
+        """Call ``cb()`` once the outcome is known: now, if it already is."""
+        if self.finished:
+            cb()
+        elif self._callbacks is None:
+            self._callbacks = [cb]
+        else:
+            self._callbacks.append(cb)
+
+    async def wait(self) -> None:
+        if not self.finished:
+            event = trio.Event()
+            self.add_callback(event.set)
+            await event.wait()
+
+
+class ProduceReply(Later):
+    """A produce response, complete when every batch of the request is stored: it is
+    built in the callback of the last one to finish."""
+
+    __slots__ = ("_slots", "_waiting", "_reply")
+
+    def __init__(self, slots: list[tuple[str, int, int, list[Pending]]]):
+        self._slots = slots
+        self._waiting = 0
+        self._reply: Callable[[Data], None] | None = None
+
+    def then(self, reply: Callable[[Data], None]) -> None:
+        self._reply = reply
+        self._waiting = 1 + sum(len(pendings) for _, _, _, pendings in self._slots)
+        for _, _, _, pendings in self._slots:
+            for p in pendings:
+                p.add_callback(self._one_done)
+        self._one_done()
+
+    def _one_done(self) -> None:
+        self._waiting -= 1
+        if self._waiting == 0:
+            assert self._reply is not None
+            self._reply(self.body())
+
+    def body(self) -> Data:
+        by_topic: dict[str, list[Data]] = {}
+        for name, index, error, pendings in self._slots:
+            base = -1
+            for i, p in enumerate(pendings):
+                if p.error and not error:
+                    error = p.error
+                if i == 0:
+                    base = p.base_offset
+            by_topic.setdefault(name, []).append(Data(
+                index=index, error_code=error, base_offset=base if not error else -1,
+                log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                error_message=None))
+        return Data(responses=[Data(name=n, partition_responses=ps) for n, ps in by_topic.items()],
+                    throttle_time_ms=0)
 
 
 def _check_sequence(plog: PartitionLog, batch: RecordBatch) -> tuple[int, Pending | None]:
@@ -214,8 +282,7 @@ async def recover_producers(plog: PartitionLog) -> None:
         plog.producers.setdefault(pid, st)
 
 
-async def handle_produce(h: KafkaProtocolHandler, req: RequestReceived
-                         ) -> Data | Callable[[], Awaitable[Data | None]] | None:
+async def handle_produce(h: KafkaProtocolHandler, req: RequestReceived) -> ProduceReply | None:
     body = req.body
     acks = body.acks
     txn_id = body.transactional_id
@@ -228,25 +295,7 @@ async def handle_produce(h: KafkaProtocolHandler, req: RequestReceived
             slots.append((td.name, pd.index, error, pendings))
     if acks == 0:
         return None
-
-    async def finish() -> Data:
-        by_topic: dict[str, list[Data]] = {}
-        for name, index, error, pendings in slots:
-            base = -1
-            for i, p in enumerate(pendings):
-                await p.event.wait()
-                if p.error and not error:
-                    error = p.error
-                if i == 0:
-                    base = p.base_offset
-            by_topic.setdefault(name, []).append(Data(
-                index=index, error_code=error, base_offset=base if not error else -1,
-                log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
-                error_message=None))
-        return Data(responses=[Data(name=n, partition_responses=ps) for n, ps in by_topic.items()],
-                    throttle_time_ms=0)
-
-    return finish
+    return ProduceReply(slots)
 
 
 async def _produce_partition(h: KafkaProtocolHandler, topic: str, pd: Any, acks: int,

@@ -4,7 +4,8 @@ The reader feeds the sans-IO codec and handles each request in arrival order. A 
 that waits on something outside the connection (a produce waiting for durability, a
 fetch long poll, a JoinGroup or SyncGroup waiting for the rest of the group) does the
 order-sensitive part inline (a produce hands its entries to the topics right away) and
-waits in a task of its own, so the connection keeps reading. Kafka requires responses in
+then either waits in a task of its own or, as a :class:`Later`, is completed by a
+callback (a produce: when its last batch is stored), so the connection keeps reading. Kafka requires responses in
 request order: each request takes a slot in a queue, the writer sends slots from the
 head as they fill. At most :data:`MAX_IN_FLIGHT` requests are open per connection; past
 that the reader stops reading, which is the back-pressure a client sees.
@@ -16,6 +17,7 @@ answered UNSUPPORTED_VERSION.
 
 from __future__ import annotations
 
+import abc
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -35,12 +37,23 @@ from handlers.kafka._errors import RemoteProtocolError
 if TYPE_CHECKING:
     from handlers.kafka._handler import KafkaProtocolHandler
 
-__all__ = ["KafkaSession", "MAX_IN_FLIGHT"]
+__all__ = ["KafkaSession", "Later", "MAX_IN_FLIGHT"]
 
 log = logging.getLogger(__name__)
 
 READ_SIZE = 256 * 1024
 MAX_IN_FLIGHT = 256
+
+
+class Later(abc.ABC):
+    """A response body known later, handed to the callback given to :meth:`then`. It
+    costs no task: the callback runs where the body becomes known."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def then(self, reply: Callable[[Data], None]) -> None:
+        """Call ``reply(body)`` once, when the body is known (now, if it already is)."""
 
 
 class _Slot:
@@ -116,6 +129,9 @@ class KafkaSession:
             return
         slot = _Slot()
         self._slots.append(slot)
+        if isinstance(result, Later):
+            result.then(lambda body: self._fill(req, slot, body))
+            return
         assert self._nursery is not None
         self._nursery.start_soon(self._complete, req, slot, result)
 
@@ -126,6 +142,18 @@ class KafkaSession:
             slot.data = b""
         else:
             slot.data = self.codec.send_response(req, body)
+        self._ready.set()
+
+    def _fill(self, req: RequestReceived, slot: _Slot, body: Data) -> None:
+        try:
+            slot.data = self.codec.send_response(req, body)
+        except Exception:
+            # Runs in whoever completed the body (a topic's flusher): the failure ends
+            # this connection only.
+            log.exception("kafka: cannot encode the %s response", req.api_name)
+            slot.data = b""
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
         self._ready.set()
 
     def _push(self, slot: _Slot) -> None:

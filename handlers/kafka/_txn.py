@@ -236,7 +236,7 @@ class TxnCoordinator:
             pendings.append(p)
         failed = 0
         for p in pendings:
-            await p.event.wait()
+            await p.wait()
             failed = failed or p.error
         if failed:
             return Data(throttle_time_ms=0, error_code=ErrorCode.UNKNOWN_SERVER_ERROR)
