@@ -79,6 +79,10 @@ LARGE_FRAME = 64 * 1024
 """A request frame this large is received into a buffer of its own (see
 :class:`KafkaConnection`)."""
 
+LARGE_PIECE = 16 * 1024
+"""A response part this large (a fetch's record batch) is sent as it is, not copied into
+the frame (see :meth:`KafkaConnection.send_response_parts`)."""
+
 MAX_VERSION = 0x7FFF
 
 _I8 = struct.Struct(">b")
@@ -1093,6 +1097,12 @@ class KafkaConnection:
         return event
 
     def send_response(self, request: RequestReceived, body: Any) -> bytes:
+        return b"".join(self.send_response_parts(request, body))
+
+    def send_response_parts(self, request: RequestReceived, body: Any) -> list[bytes]:
+        """The response frame as pieces to be written back to back (a vectored send):
+        the record batches of a fetch are pieces of their own, not copied into the frame;
+        everything between them is joined."""
         spec = APIS[request.api_key]
         flexible = spec.is_flexible(request.api_version) and request.api_key != API_VERSIONS
         parts = [_I32.pack(request.correlation_id)]
@@ -1100,7 +1110,7 @@ class KafkaConnection:
             parts.append(b"\x00")
         _write_struct(parts, body, spec.response, request.api_version,
                       spec.is_flexible(request.api_version))
-        return _size_prefixed(parts)
+        return _pieces(parts)
 
     def unsupported_response(self, request: UnsupportedRequest) -> bytes:
         """UNSUPPORTED_VERSION: ApiVersions answers in its v0 layout with the served table
@@ -1118,6 +1128,23 @@ class KafkaConnection:
 def _size_prefixed(parts: list[bytes]) -> bytes:
     """A frame: the parts' total size, then the parts, joined once."""
     return b"".join([_I32.pack(sum(map(len, parts))), *parts])
+
+
+def _pieces(parts: list[bytes]) -> list[bytes]:
+    """A frame as few pieces: its size, then the parts, runs of small ones joined and
+    those of :data:`LARGE_PIECE` bytes or more kept as they are."""
+    out: list[bytes] = []
+    run: list[bytes] = [_I32.pack(sum(map(len, parts)))]
+    for p in parts:
+        if len(p) >= LARGE_PIECE:
+            out.append(b"".join(run))
+            out.append(p)
+            run = []
+        else:
+            run.append(p)
+    if run:
+        out.append(b"".join(run))
+    return out
 
 
 def _parse_view(buf: bytearray, start: int, end: int) -> RequestReceived | UnsupportedRequest:

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 READ_SIZE = 256 * 1024
 MAX_IN_FLIGHT = 256
+IOV_MAX = 1024  # the most buffers one sendmsg takes (Linux's UIO_MAXIOV)
 
 
 class Later(abc.ABC):
@@ -59,8 +60,25 @@ class Later(abc.ABC):
 class _Slot:
     __slots__ = ("data",)
 
-    def __init__(self, data: bytes | None = None):
+    def __init__(self, data: list[bytes] | None = None):
         self.data = data
+
+
+async def send_pieces(sock: trio.socket.SocketType, pieces: list[bytes]) -> None:
+    """Send ``pieces`` back to back with vectored writes (``sendmsg``), so that they are
+    not first copied into one buffer. ``pieces`` is consumed."""
+    try:
+        while pieces:
+            n: int = await sock.sendmsg(pieces[:IOV_MAX])
+            sent = 0
+            while sent < len(pieces) and n >= len(pieces[sent]):
+                n -= len(pieces[sent])
+                sent += 1
+            del pieces[:sent]
+            if n:
+                pieces[0] = memoryview(pieces[0])[n:]  # type: ignore[call-overload]
+    except OSError as exc:
+        raise trio.BrokenResourceError(f"socket send failed: {exc}") from exc
 
 
 class KafkaSession:
@@ -114,7 +132,7 @@ class KafkaSession:
                 await self._room.acquire()
                 if isinstance(event, UnsupportedRequest):
                     log.debug("kafka: unsupported api %d v%d", event.api_key, event.api_version)
-                    self._push(_Slot(self.codec.unsupported_response(event)))
+                    self._push(_Slot([self.codec.unsupported_response(event)]))
                     continue
                 await self._handle(event)
 
@@ -125,7 +143,7 @@ class KafkaSession:
             self._room.release()
             return
         if isinstance(result, Data):
-            self._push(_Slot(self.codec.send_response(req, result)))
+            self._push(_Slot(self.codec.send_response_parts(req, result)))
             return
         slot = _Slot()
         self._slots.append(slot)
@@ -138,20 +156,17 @@ class KafkaSession:
     async def _complete(self, req: RequestReceived, slot: _Slot,
                         deferred: Callable[[], Awaitable[Data | None]]) -> None:
         body = await deferred()
-        if body is None:
-            slot.data = b""
-        else:
-            slot.data = self.codec.send_response(req, body)
+        slot.data = [] if body is None else self.codec.send_response_parts(req, body)
         self._ready.set()
 
     def _fill(self, req: RequestReceived, slot: _Slot, body: Data) -> None:
         try:
-            slot.data = self.codec.send_response(req, body)
+            slot.data = self.codec.send_response_parts(req, body)
         except Exception:
             # Runs in whoever completed the body (a topic's flusher): the failure ends
             # this connection only.
             log.exception("kafka: cannot encode the %s response", req.api_name)
-            slot.data = b""
+            slot.data = []
             if self._nursery is not None:
                 self._nursery.cancel_scope.cancel()
         self._ready.set()
@@ -167,8 +182,12 @@ class KafkaSession:
             out: list[bytes] = []
             slots = self._slots
             while slots and slots[0].data is not None:
-                out.append(slots.popleft().data)  # type: ignore[arg-type]
+                out += slots.popleft().data  # type: ignore[arg-type]
                 self._room.release()
-            if out:
+            if not out:
+                continue
+            if self._sock is not None:
+                await send_pieces(self._sock, out)
+            else:
                 await self.stream.send_all(b"".join(out))
 
