@@ -1097,20 +1097,13 @@ class KafkaConnection:
         return event
 
     def send_response(self, request: RequestReceived, body: Any) -> bytes:
-        return b"".join(self.send_response_parts(request, body))
+        return _size_prefixed(_response(request, body))
 
     def send_response_parts(self, request: RequestReceived, body: Any) -> list[bytes]:
         """The response frame as pieces to be written back to back (a vectored send):
         the record batches of a fetch are pieces of their own, not copied into the frame;
         everything between them is joined."""
-        spec = APIS[request.api_key]
-        flexible = spec.is_flexible(request.api_version) and request.api_key != API_VERSIONS
-        parts = [_I32.pack(request.correlation_id)]
-        if flexible:
-            parts.append(b"\x00")
-        _write_struct(parts, body, spec.response, request.api_version,
-                      spec.is_flexible(request.api_version))
-        return _pieces(parts)
+        return _pieces(_response(request, body))
 
     def unsupported_response(self, request: UnsupportedRequest) -> bytes:
         """UNSUPPORTED_VERSION: ApiVersions answers in its v0 layout with the served table
@@ -1125,8 +1118,19 @@ class KafkaConnection:
         return _size_prefixed(parts)
 
 
+def _response(request: RequestReceived, body: Any) -> list[bytes]:
+    """A response's header and body as parts, unframed."""
+    spec = APIS[request.api_key]
+    flexible = spec.is_flexible(request.api_version)
+    parts = [_I32.pack(request.correlation_id)]
+    if flexible and request.api_key != API_VERSIONS:
+        parts.append(b"\x00")
+    _write_struct(parts, body, spec.response, request.api_version, flexible)
+    return parts
+
+
 def _size_prefixed(parts: list[bytes]) -> bytes:
-    """A frame: the parts' total size, then the parts, joined once."""
+    """A frame in one piece: the parts' total size, then the parts, joined once."""
     return b"".join([_I32.pack(sum(map(len, parts))), *parts])
 
 
