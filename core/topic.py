@@ -333,7 +333,10 @@ class PersistentTopic:
                 for _, _, pname, seq, cb in batch:
                     if pname is not None and self.dedup_pushed.get(pname) == seq:
                         self.dedup_pushed[pname] = self.dedup_persisted.get(pname, -1)
-                    cb(PublishResult(None, error=exc))
+                    try:
+                        cb(PublishResult(None, error=exc))
+                    except Exception:
+                        log.exception("a publish callback on %s failed", self.name)
                 continue
             self._flushing = False
             self._batch_done.set()
@@ -346,7 +349,11 @@ class PersistentTopic:
                 size += len(entry)
                 if pname is not None:
                     persisted[pname] = max(seq, persisted.get(pname, -1))
-                cb(PublishResult(pos, index, ts))
+                try:
+                    cb(PublishResult(pos, index, ts))
+                except Exception:
+                    # One protocol's callback failing must not stop the topic's storing.
+                    log.exception("a publish callback on %s failed", self.name)
             self.msg_in += messages
             self.bytes_in += size
             self.broker.stats.record_publish(len(batch), messages, size)

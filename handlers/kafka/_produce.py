@@ -79,11 +79,7 @@ class Pending:
         self.finished = True
         callbacks, self._callbacks = self._callbacks, None
         for cb in callbacks or ():
-            try:
-                cb()
-            except Exception:
-                # It runs in the topic's flusher, which must go on storing.
-                log.exception("kafka: a produce completion failed")
+            cb()
 
     def add_callback(self, cb: Callable[[], None]) -> None:
         """Call ``cb()`` once the outcome is known: now, if it already is."""

@@ -1,0 +1,71 @@
+"""A topic's flusher runs the publish callbacks of every protocol: one that raises is
+logged, and the topic goes on storing and answering the others."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+import trio
+
+from core.naming import TopicName
+from core.stats import BrokerStats
+from core.storage import Position
+from core.topic import PersistentTopic, PublishResult
+
+
+class _Ledger:
+    """Stores nothing; gives each entry the next position, or fails while ``fail`` is set."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self.fail = False
+
+    async def add_entries(self, entries: list[bytes], num_messages: list[int]
+                          ) -> list[tuple[Position, int, int]]:
+        if self.fail:
+            raise OSError("bookie gone")
+        out = []
+        for _ in entries:
+            out.append((Position(1, self.next), self.next, 0))
+            self.next += 1
+        return out
+
+
+async def test_a_raising_callback_does_not_stop_the_topic(caplog: pytest.LogCaptureFixture) -> None:
+    ledger = _Ledger()
+    broker = SimpleNamespace(bridge=None, stats=BrokerStats(), config={})
+    topic = PersistentTopic(broker, TopicName.parse("persistent://public/default/cb"),  # type: ignore[arg-type]
+                            ledger, {})  # type: ignore[arg-type]
+    got: list[PublishResult] = []
+    both = trio.Event()
+
+    def record(result: PublishResult) -> None:
+        got.append(result)
+        if len(got) in (2, 4):
+            both.set()
+
+    def explode(_result: PublishResult) -> None:
+        raise RuntimeError("a broken handler")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(topic._flusher)
+        with caplog.at_level(logging.ERROR, logger="core.topic"):
+            topic.publish(b"a", 1, None, 0, explode)
+            topic.publish(b"b", 1, None, 0, record)
+            topic.publish(b"c", 1, None, 0, record)
+            with trio.fail_after(5):
+                await both.wait()
+            assert [r.position for r in got] == [Position(1, 1), Position(1, 2)]
+            # a failed store's callbacks are guarded alike
+            ledger.fail = True
+            both = trio.Event()
+            topic.publish(b"d", 1, None, 0, explode)
+            topic.publish(b"e", 1, None, 0, record)
+            topic.publish(b"f", 1, None, 0, record)
+            with trio.fail_after(5):
+                await both.wait()
+        assert [r.error is not None for r in got[2:]] == [True, True]
+        assert sum("a publish callback on" in r.getMessage() for r in caplog.records) == 2
+        nursery.cancel_scope.cancel()
