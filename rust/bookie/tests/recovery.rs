@@ -223,6 +223,17 @@ proptest! {
     }
 }
 
+/// Add `count` entries of 64 KiB to ledger 3 through a client of `server`.
+async fn add_64k_entries(server: &BookieServer, count: u64) {
+    let client = BookieClient::connect(&server.local_addr().to_string(), Duration::from_secs(5))
+        .await
+        .expect("connect");
+    let data = Bytes::from(vec![7u8; 64 * 1024]);
+    for entry in 0..count {
+        client.add(3, entry, entry as i64 - 1, data.clone(), false).await.expect("add");
+    }
+}
+
 /// With flushEntrylogBytes set, storage is flushed as soon as that much was added, without
 /// waiting for a journal rotation or the checkpoint interval; with it off, nothing is
 /// flushed before then.
@@ -233,13 +244,7 @@ async fn storage_is_flushed_once_enough_was_added() {
         let mut cfg = config(dir.path());
         cfg.journal.flush_entry_log_bytes = threshold;
         let server = BookieServer::start(cfg).await.expect("start");
-        let client = BookieClient::connect(&server.local_addr().to_string(), Duration::from_secs(5))
-            .await
-            .expect("connect");
-        let data = Bytes::from(vec![7u8; 64 * 1024]);
-        for entry in 0..16u64 {
-            client.add(3, entry, entry as i64 - 1, data.clone(), false).await.expect("add");
-        }
+        add_64k_entries(&server, 16).await;
         let flushed = tokio::time::timeout(Duration::from_secs(10), async {
             while checkpointed_lengths(dir.path()).get(&3).copied().unwrap_or(0) == 0 {
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -311,13 +316,7 @@ async fn storage_writeback_starts_as_adds_arrive() {
         writebacks: std::sync::atomic::AtomicUsize::new(0),
     });
     let server = BookieServer::start_with_storage(cfg, storage.clone()).await.expect("start");
-    let client = BookieClient::connect(&server.local_addr().to_string(), Duration::from_secs(5))
-        .await
-        .expect("connect");
-    let data = Bytes::from(vec![7u8; 64 * 1024]);
-    for entry in 0..64u64 {
-        client.add(3, entry, entry as i64 - 1, data.clone(), false).await.expect("add");
-    }
+    add_64k_entries(&server, 64).await;
     let expected = (64 * 64 * 1024 / magnetar_bookie::server::WRITEBACK_BYTES) as usize - 1;
     let asked = tokio::time::timeout(Duration::from_secs(10), async {
         while storage.writebacks.load(std::sync::atomic::Ordering::SeqCst) < expected {
