@@ -5,9 +5,9 @@ that waits on something outside the connection (a produce waiting for durability
 fetch long poll, a JoinGroup or SyncGroup waiting for the rest of the group) does the
 order-sensitive part inline (a produce hands its entries to the topics right away) and
 then either waits in a task of its own or, as a :class:`Later`, is completed by a
-callback (a produce: when its last batch is stored), so the connection keeps reading. Kafka requires responses in
-request order: each request takes a slot in a queue, the writer sends slots from the
-head as they fill. At most :data:`MAX_IN_FLIGHT` requests are open per connection; past
+callback (a produce: when its last batch is stored), so the connection keeps reading.
+Kafka requires responses in request order: each request takes a slot in a queue, the
+writer sends slots from the head as they fill, with vectored writes. At most :data:`MAX_IN_FLIGHT` requests are open per connection; past
 that the reader stops reading, which is the back-pressure a client sees.
 
 A frame whose size prefix is negative or too large, or whose body does not decode, ends
