@@ -5,7 +5,13 @@ Measured in one run, on the same filesystem:
   fsynced write bandwidth (1 MiB blocks);
 - managed-ledger appends from trio through ``core._native`` (journal fsync on): entries/s,
   MB/s, and p50/p99 add latency at half of the measured peak rate, for 100 B and 1 KiB
-  entries, with 1 bookie and with 3 bookies (E=3, Qw=2, Qa=2).
+  entries, with 1 bookie and with 3 bookies (E=3, Qw=2, Qa=2);
+- beside each latency, the disk alone under the same load: the same entries arriving at
+  the same rate, written and fdatasync'ed by a bare loop that groups whatever is due into
+  one write, as an ideal journal with no overhead would. Its p99 is the floor any fsynced
+  store has on this disk at that rate: the closed loop above waits for each fdatasync
+  before it issues the next, so a stall of the disk delays one operation there, while
+  under a steady arrival rate it delays every entry that arrives during it.
 Every loop is bounded in count and in time.
 """
 
@@ -58,6 +64,41 @@ def raw_fsync(directory: Path, size: int = 1024) -> dict[str, float]:
         path.unlink()
     return {"ops_per_s": len(lat) / sum(lat), "p50_us": _percentile(lat, 0.5) * 1e6,
             "p99_us": _percentile(lat, 0.99) * 1e6}
+
+
+def raw_open_loop(directory: Path, size: int, rate: float,
+                  seconds: float = LATENCY_SECONDS) -> dict[str, float]:
+    """``size``-byte entries due at ``rate``/s (a tick's worth every millisecond, as
+    :func:`_latency_at` issues them), each pass writing every entry due so far with one
+    write and one fdatasync. An entry's latency runs from the tick it was due."""
+    path = directory / "raw-open-loop.bin"
+    tick = 0.001
+    per_tick = max(1, round(rate * tick))
+    block = os.urandom(size * per_tick)
+    lat: list[float] = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        start = time.perf_counter()
+        next_due = start
+        end = start + seconds
+        while next_due < end:
+            now = time.perf_counter()
+            if now < next_due:
+                time.sleep(next_due - now)
+                now = time.perf_counter()
+            due = []
+            while next_due <= now and next_due < end:
+                due.append(next_due)
+                next_due += tick
+            os.write(fd, block * len(due) if len(due) > 1 else block)
+            os.fdatasync(fd)
+            done = time.perf_counter()
+            for d in due:
+                lat.extend([done - d] * per_tick)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return {"p50_us": _percentile(lat, 0.5) * 1e6, "p99_us": _percentile(lat, 0.99) * 1e6}
 
 
 def raw_sequential(directory: Path) -> dict[str, float]:
@@ -129,7 +170,7 @@ async def _latency_at(ml: Any, size: int, rate: float) -> dict[str, float]:
             "adds": float(len(lat)), "rate": per_tick / tick}
 
 
-async def _append_case(root: Path, bookies: int, size: int) -> dict[str, float]:
+async def _append_case(root: Path, bookies: int, size: int) -> dict[str, Any]:
     quorum = {"ensemble_size": 3, "write_quorum": 2, "ack_quorum": 2} if bookies == 3 else {}
     async with storage_env(root, bookies=bookies) as env:
         ml = await env.storage.open(f"bench/ns/persistent/append-{bookies}-{size}",
@@ -149,7 +190,7 @@ def run() -> dict[str, Any]:
         root = Path(tmp)
         fsync = raw_fsync(root)
         seq = raw_sequential(root)
-        cases = {}
+        cases: dict[tuple[int, int], dict[str, Any]] = {}
         for bookies in (1, 3):
             for size in (100, 1024):
                 case_root = root / f"b{bookies}-{size}"
@@ -158,22 +199,30 @@ def run() -> dict[str, Any]:
                 # cache is written back first, outside the measurement, and its files are
                 # gone, as if each case ran on its own.
                 os.sync()
-                cases[(bookies, size)] = trio.run(_append_case, case_root, bookies, size)
+                case = trio.run(_append_case, case_root, bookies, size)
                 shutil.rmtree(case_root)
+                os.sync()
+                case["disk_alone"] = raw_open_loop(root, size, case["half_rate"])
+                cases[(bookies, size)] = case
     print("\nStorage: managed-ledger appends (journal fsync on) beside this disk's limits")
     print(f"  raw write+fdatasync (1 KiB): {fsync['ops_per_s']:,.0f} ops/s, "
           f"p50 {fsync['p50_us']:.0f} us, p99 {fsync['p99_us']:.0f} us")
     print(f"  raw sequential fsynced write (1 MiB blocks): {seq['mb_per_s']:,.0f} MB/s")
-    print(f"  {'case':<22}{'entries/s':>12}{'MB/s':>9}{'p50 us':>9}{'p99 us':>9}  ratios")
+    print(f"  {'case':<22}{'entries/s':>12}{'MB/s':>9}{'p50 us':>9}{'p99 us':>9}"
+          f"{'disk alone p99':>16}  ratios")
     for (bookies, size), c in cases.items():
         label = f"{bookies} bookie{'s' if bookies > 1 else ''}, {size} B"
-        ratios = [f"p99 {c['p99_us'] / fsync['p50_us']:.1f}x fsync"]
+        ratios = [f"p99 {c['p99_us'] / fsync['p50_us']:.1f}x fsync",
+                  f"{c['p99_us'] / c['disk_alone']['p99_us']:.1f}x disk alone"]
         if size == 1024 and bookies == 1:
             ratios.insert(0, f"{c['mb_per_s'] / seq['mb_per_s'] * 100:.0f}% of seq bw")
         if bookies == 3:
             ratios.insert(0, f"{c['entries_per_s'] / cases[(1, size)]['entries_per_s'] * 100:.0f}% of 1 bookie")
         print(f"  {label:<22}{c['entries_per_s']:>12,.0f}{c['mb_per_s']:>9,.1f}"
-              f"{c['p50_us']:>9,.0f}{c['p99_us']:>9,.0f}  {', '.join(ratios)}")
+              f"{c['p50_us']:>9,.0f}{c['p99_us']:>9,.0f}{c['disk_alone']['p99_us']:>16,.0f}"
+              f"  {', '.join(ratios)}")
+    print("  p50/p99: add latency at half of peak; disk alone: a bare write+fdatasync loop "
+          "under the same entries at the same rate (the floor on this disk)")
     return {"raw_fsync": fsync, "raw_sequential": seq,
             "append": {f"{b}x{s}": v for (b, s), v in cases.items()},
             "median_fsync_us": statistics.median([fsync["p50_us"]])}
