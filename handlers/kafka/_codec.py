@@ -16,8 +16,10 @@ of every struct); ApiVersions is the exception whose response header stays v0.
 One table, :data:`APIS`, describes every message Magnetar serves: for each API key its
 served version range, its first flexible version and its request and response fields
 with the versions in which each field exists (as in Kafka's message definitions). One
-generic reader and one generic writer interpret the table; nothing else in this module
-knows a message's layout. A decoded body is a :class:`Data` (attribute access by the
+generic reader and one generic writer interpret the table, each struct of it compiled on
+first use, per version, into a function of its own (with nothing left to decide about a
+field's versions, type or nullability); nothing else in this module knows a message's
+layout. A decoded body is a :class:`Data` (attribute access by the
 spec's field names in snake case); a field absent in the decoded version takes its
 default.
 
@@ -749,51 +751,85 @@ class _Reader:
         return v
 
     def uvarint(self) -> int:
-        result = 0
-        shift = 0
-        while True:
-            if self.pos >= self.end:
-                raise _bad("frame ends inside a varint")
-            b = self.buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-            if shift > 28:
-                raise _bad("varint longer than 5 bytes")
+        value, self.pos = _uvarint_at(self.buf, self.pos, self.end)
+        return value
 
     def remaining(self) -> int:
         return self.end - self.pos
 
 
-def _read_len(r: _Reader, compact: bool, wide: bool = False) -> int:
+# Positional readers: each takes (buffer, position, end) and returns (value, new position).
+# The compiled readers call them directly; the _Reader functions below wrap them.
+
+def _uvarint_at(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise _bad("frame ends inside a varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise _bad("varint longer than 5 bytes")
+
+
+def _len_at(buf: bytes | memoryview, pos: int, end: int, compact: bool,
+            wide: bool = False) -> tuple[int, int]:
     """A length prefix: -1 means null."""
     if compact:
-        return r.uvarint() - 1
-    return int(r.unpack(_I32 if wide else _I16))
+        n, pos = _uvarint_at(buf, pos, end)
+        return n - 1, pos
+    s = _I32 if wide else _I16
+    if pos + s.size > end:
+        raise _bad("frame ends inside a fixed-size field")
+    return s.unpack_from(buf, pos)[0], pos + s.size
 
 
-def _read_string(r: _Reader, compact: bool, nullable: bool) -> str | None:
-    n = _read_len(r, compact)
+def _string_at(buf: bytes | memoryview, pos: int, end: int, compact: bool,
+               nullable: bool) -> tuple[str | None, int]:
+    n, pos = _len_at(buf, pos, end, compact)
     if n < 0:
         if nullable:
-            return None
+            return None, pos
         raise _bad("null in a non-nullable string")
-    raw = r.take(n)
+    if pos + n > end:
+        raise _bad(f"field of {n} bytes runs past the end of the frame")
     try:
-        return bytes(raw).decode("utf-8")
+        return str(buf[pos:pos + n], "utf-8"), pos + n
     except UnicodeDecodeError as exc:
         raise _bad(f"string is not UTF-8: {exc}") from None
 
 
-def _read_bytes(r: _Reader, compact: bool, nullable: bool) -> bytes | None:
-    n = _read_len(r, compact, wide=True)
+def _bytes_at(buf: bytes | memoryview, pos: int, end: int, compact: bool,
+              nullable: bool) -> tuple[bytes | None, int]:
+    n, pos = _len_at(buf, pos, end, compact, wide=True)
     if n < 0:
         if nullable:
-            return None
+            return None, pos
         raise _bad("null in non-nullable bytes")
-    return bytes(r.take(n))
+    if pos + n > end:
+        raise _bad(f"field of {n} bytes runs past the end of the frame")
+    return bytes(buf[pos:pos + n]), pos + n
+
+
+def _read_len(r: _Reader, compact: bool, wide: bool = False) -> int:
+    """A length prefix: -1 means null."""
+    n, r.pos = _len_at(r.buf, r.pos, r.end, compact, wide)
+    return n
+
+
+def _read_string(r: _Reader, compact: bool, nullable: bool) -> str | None:
+    value, r.pos = _string_at(r.buf, r.pos, r.end, compact, nullable)
+    return value
+
+
+def _read_bytes(r: _Reader, compact: bool, nullable: bool) -> bytes | None:
+    value, r.pos = _bytes_at(r.buf, r.pos, r.end, compact, nullable)
+    return value
 
 
 _PRIMS = {"int8": _I8, "int16": _I16, "int32": _I32, "int64": _I64, "uint16": _U16,
@@ -830,22 +866,8 @@ def _read_value(r: _Reader, type_: str, compact: bool, nullable: bool,
 
 
 def _read_struct(r: _Reader, fields: tuple[Field, ...], version: int, flexible: bool) -> Data:
-    out = Data()
-    d = out.__dict__
-    tagged: dict[int, Field] = {}
-    for f in fields:
-        if not f.present(version):
-            d[f.name] = _default(f)
-            continue
-        if f.tag is not None:
-            if flexible:
-                tagged[f.tag] = f
-            d[f.name] = _default(f)
-            continue
-        d[f.name] = _read_value(r, f.type, flexible, f.is_nullable(version), f.fields, version)
-    if flexible:
-        _read_tagged(r, tagged, d, version)
-    return out
+    out, r.pos = _reader_for(fields, version, flexible)(r.buf, r.pos, r.end)
+    return out  # type: ignore[no-any-return]
 
 
 def _read_tagged(r: _Reader, known: dict[int, Field], d: dict[str, Any], version: int) -> None:
@@ -869,11 +891,6 @@ def _read_tagged(r: _Reader, known: dict[int, Field], d: dict[str, Any], version
         d[f.name] = _read_value(sub, f.type, True, f.is_nullable(version), f.fields, version)
         r.pos += size
 
-
-def _default(f: Field) -> Any:
-    if f.type.startswith("[]"):
-        return [] if f.default is None else f.default
-    return f.default
 
 
 def decode_body(spec: ApiSpec, version: int, payload: bytes | memoryview, *,
@@ -967,24 +984,7 @@ def _write_value(out: list[bytes], value: Any, type_: str, compact: bool, nullab
 
 def _write_struct(out: list[bytes], obj: Any, fields: tuple[Field, ...], version: int,
                   flexible: bool) -> None:
-    tagged: list[tuple[int, bytes]] = []
-    for f in fields:
-        if not f.present(version):
-            continue
-        value = _get(obj, f.name, f.default)
-        if f.tag is not None:
-            if flexible and value is not None and value != f.default:
-                sub: list[bytes] = []
-                _write_value(sub, value, f.type, True, f.is_nullable(version), f.fields, version)
-                tagged.append((f.tag, b"".join(sub)))
-            continue
-        _write_value(out, value, f.type, flexible, f.is_nullable(version), f.fields, version)
-    if flexible:
-        out.append(_uvarint(len(tagged)))
-        for tag, raw in sorted(tagged):
-            out.append(_uvarint(tag))
-            out.append(_uvarint(len(raw)))
-            out.append(raw)
+    _writer_for(fields, version, flexible)(out, obj)
 
 
 def encode_body(spec: ApiSpec, version: int, body: Any, *, response: bool = True) -> bytes:
@@ -993,6 +993,219 @@ def encode_body(spec: ApiSpec, version: int, body: Any, *, response: bool = True
     fields = spec.response if response else spec.request
     _write_struct(out, body, fields, version, spec.is_flexible(version))
     return b"".join(out)
+
+
+# --------------------------------------------------------------------------- compiled
+#
+# A struct's fields at one version are compiled once into a reader and a writer function:
+# the generated code has no test of a field's versions, type or nullability left, reads
+# runs of fixed-size fields with one ``unpack_from`` and writes them with one ``pack``.
+# Leaf values (strings, bytes, arrays of primitives, tagged fields) go through the generic
+# functions above, whose checks the generated code keeps.
+
+_FORMAT = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H",
+           "float64": "d"}
+
+_Reader_fn = Any
+_READERS: dict[tuple[int, int, bool], tuple[tuple[Field, ...], _Reader_fn]] = {}
+_WRITERS: dict[tuple[int, int, bool], tuple[tuple[Field, ...], _Reader_fn]] = {}
+
+
+def _leaf(buf: bytes | memoryview, pos: int, end: int, f: Field, version: int,
+          compact: bool) -> tuple[Any, int]:
+    """One non-struct field through the generic reader: (value, new position)."""
+    r = _Reader(buf, pos, end)
+    value = _read_value(r, f.type, compact, f.is_nullable(version), f.fields, version)
+    return value, r.pos
+
+
+def _struct_array(buf: bytes | memoryview, pos: int, end: int, compact: bool, nullable: bool,
+                  item: Any) -> tuple[list[Data] | None, int]:
+    n, pos = _len_at(buf, pos, end, compact, wide=True)
+    if n < 0:
+        if nullable:
+            return None, pos
+        raise _bad("null in a non-nullable array")
+    if n > end - pos:
+        raise _bad(f"array of {n} elements cannot fit in {end - pos} bytes")
+    out = []
+    for _ in range(n):
+        value, pos = item(buf, pos, end)
+        out.append(value)
+    return out, pos
+
+
+def _tagged_tail(buf: bytes | memoryview, pos: int, end: int, known: dict[int, Field],
+                 d: dict[str, Any], version: int) -> int:
+    if pos < end and buf[pos] == 0:
+        return pos + 1
+    r = _Reader(buf, pos, end)
+    _read_tagged(r, known, d, version)
+    return r.pos
+
+
+def _compile_reader(fields: tuple[Field, ...], version: int, flexible: bool) -> Any:
+    ns: dict[str, Any] = {"_new": Data.__new__, "Data": Data, "_bad": _bad, "_leaf": _leaf,
+                          "_struct_array": _struct_array, "_tagged_tail": _tagged_tail,
+                          "_string_at": _string_at, "_bytes_at": _bytes_at}
+    lines = ["def read(buf, pos, end):", "    o = _new(Data)", "    d = o.__dict__"]
+    run: list[Field] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        s = struct.Struct(">" + "".join(_FORMAT[f.type] for f in run))
+        k = f"S{len(ns)}"
+        ns[k] = s
+        names = ", ".join(f"d[{f.name!r}]" for f in run)
+        lines.append(f"    if pos + {s.size} > end: raise _bad('frame ends inside a fixed-size field')")
+        lines.append(f"    {names}{',' if len(run) == 1 else ''} = {k}.unpack_from(buf, pos)")
+        lines.append(f"    pos += {s.size}")
+        run.clear()
+
+    tagged: dict[int, Field] = {}
+    for i, f in enumerate(fields):
+        ns[f"F{i}"] = f
+        if not f.present(version) or f.tag is not None:
+            if f.present(version) and flexible:
+                tagged[f.tag] = f  # type: ignore[index]
+            flush()
+            if f.type.startswith("[]") and f.default is None:
+                lines.append(f"    d[{f.name!r}] = []")
+            else:
+                ns[f"D{i}"] = f.default
+                lines.append(f"    d[{f.name!r}] = D{i}")
+            continue
+        if f.type in _FORMAT:
+            run.append(f)
+            continue
+        flush()
+        if f.type == "bool":
+            lines.append("    if pos >= end: raise _bad('frame ends inside a fixed-size field')")
+            lines.append(f"    d[{f.name!r}] = buf[pos] != 0")
+            lines.append("    pos += 1")
+        elif f.type == "[]" and f.fields is not None:
+            ns[f"R{i}"] = _reader_for(f.fields, version, flexible)
+            lines.append(f"    d[{f.name!r}], pos = _struct_array(buf, pos, end, {flexible}, "
+                         f"{f.is_nullable(version)}, R{i})")
+        elif f.type == "string":
+            lines.append(f"    d[{f.name!r}], pos = _string_at(buf, pos, end, {flexible}, "
+                         f"{f.is_nullable(version)})")
+        elif f.type in ("bytes", "records"):
+            lines.append(f"    d[{f.name!r}], pos = _bytes_at(buf, pos, end, {flexible}, "
+                         f"{f.is_nullable(version)})")
+        else:
+            lines.append(f"    d[{f.name!r}], pos = _leaf(buf, pos, end, F{i}, {version}, {flexible})")
+    flush()
+    if flexible:
+        ns["TAGGED"] = tagged
+        lines.append(f"    pos = _tagged_tail(buf, pos, end, TAGGED, d, {version})")
+    lines.append("    return o, pos")
+    exec("\n".join(lines), ns)  # noqa: S102 - source built above from the message table
+    return ns["read"]
+
+
+def _reader_for(fields: tuple[Field, ...], version: int, flexible: bool) -> Any:
+    key = (id(fields), version, flexible)
+    hit = _READERS.get(key)
+    if hit is None:
+        hit = _READERS[key] = (fields, _compile_reader(fields, version, flexible))
+    return hit[1]
+
+
+def _getter(obj: Any) -> Any:
+    if type(obj) is Data:
+        return obj.__dict__.get
+    if isinstance(obj, dict):
+        return obj.get
+    return lambda name, default: getattr(obj, name, default)
+
+
+def _write_tagged(out: list[bytes], get: Any, fields: list[Field], version: int) -> None:
+    tagged: list[tuple[int, bytes]] = []
+    for f in fields:
+        value = get(f.name, f.default)
+        if value is not None and value != f.default:
+            sub: list[bytes] = []
+            _write_value(sub, value, f.type, True, f.is_nullable(version), f.fields, version)
+            tagged.append((f.tag, b"".join(sub)))  # type: ignore[arg-type]
+    out.append(_uvarint(len(tagged)))
+    for tag, raw in sorted(tagged):
+        out.append(_uvarint(tag))
+        out.append(_uvarint(len(raw)))
+        out.append(raw)
+
+
+def _write_struct_array(out: list[bytes], value: Any, compact: bool, nullable: bool,
+                        item: Any) -> None:
+    if value is None:
+        if nullable:
+            _write_len(out, -1, compact, wide=True)
+            return
+        value = []
+    items = list(value)
+    _write_len(out, len(items), compact, wide=True)
+    for v in items:
+        item(out, v)
+
+
+def _compile_writer(fields: tuple[Field, ...], version: int, flexible: bool) -> Any:
+    ns: dict[str, Any] = {"_getter": _getter, "_write_value": _write_value,
+                          "_write_tagged": _write_tagged,
+                          "_write_struct_array": _write_struct_array}
+    lines = ["def write(out, obj):", "    g = _getter(obj)"]
+    run: list[int] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        s = struct.Struct(">" + "".join(_FORMAT[fields[i].type] for i in run))
+        k = f"S{len(ns)}"
+        ns[k] = s
+        args = ", ".join(f"g({fields[i].name!r}, D{i})" for i in run)
+        lines.append(f"    out.append({k}.pack({args}))")
+        run.clear()
+
+    tagged: list[Field] = []
+    for i, f in enumerate(fields):
+        if not f.present(version):
+            continue
+        ns[f"F{i}"] = f
+        ns[f"D{i}"] = f.default
+        if f.tag is not None:
+            if flexible:
+                tagged.append(f)
+            continue
+        if f.type in _FORMAT:
+            run.append(i)
+            continue
+        flush()
+        if f.type == "bool":
+            lines.append(f"    out.append(b'\\x01' if g({f.name!r}, D{i}) else b'\\x00')")
+        elif f.type == "[]" and f.fields is not None:
+            ns[f"W{i}"] = _writer_for(f.fields, version, flexible)
+            lines.append(f"    _write_struct_array(out, g({f.name!r}, D{i}), {flexible}, "
+                         f"{f.is_nullable(version)}, W{i})")
+        else:
+            lines.append(f"    _write_value(out, g({f.name!r}, D{i}), F{i}.type, {flexible}, "
+                         f"{f.is_nullable(version)}, F{i}.fields, {version})")
+    flush()
+    if flexible:
+        if tagged:
+            ns["TAGGED"] = tagged
+            lines.append(f"    _write_tagged(out, g, TAGGED, {version})")
+        else:
+            lines.append("    out.append(b'\\x00')")
+    exec("\n".join(lines), ns)  # noqa: S102 - source built above from the message table
+    return ns["write"]
+
+
+def _writer_for(fields: tuple[Field, ...], version: int, flexible: bool) -> Any:
+    key = (id(fields), version, flexible)
+    hit = _WRITERS.get(key)
+    if hit is None:
+        hit = _WRITERS[key] = (fields, _compile_writer(fields, version, flexible))
+    return hit[1]
 
 
 # --------------------------------------------------------------------------- frames
