@@ -1105,12 +1105,19 @@ def _compile_reader(fields: tuple[Field, ...], version: int, flexible: bool) -> 
     return ns["read"]
 
 
-def _reader_for(fields: tuple[Field, ...], version: int, flexible: bool) -> Any:
+def _compiled(cache: dict[tuple[int, int, bool], tuple[tuple[Field, ...], Any]], compile_: Any,
+              fields: tuple[Field, ...], version: int, flexible: bool) -> Any:
+    """The function ``compile_`` makes for ``fields`` at ``version``, made once. The cache
+    keeps the fields alive with it, so their id stays theirs."""
     key = (id(fields), version, flexible)
-    hit = _READERS.get(key)
+    hit = cache.get(key)
     if hit is None:
-        hit = _READERS[key] = (fields, _compile_reader(fields, version, flexible))
+        hit = cache[key] = (fields, compile_(fields, version, flexible))
     return hit[1]
+
+
+def _reader_for(fields: tuple[Field, ...], version: int, flexible: bool) -> Any:
+    return _compiled(_READERS, _compile_reader, fields, version, flexible)
 
 
 def _getter(obj: Any) -> Any:
@@ -1201,11 +1208,7 @@ def _compile_writer(fields: tuple[Field, ...], version: int, flexible: bool) -> 
 
 
 def _writer_for(fields: tuple[Field, ...], version: int, flexible: bool) -> Any:
-    key = (id(fields), version, flexible)
-    hit = _WRITERS.get(key)
-    if hit is None:
-        hit = _WRITERS[key] = (fields, _compile_writer(fields, version, flexible))
-    return hit[1]
+    return _compiled(_WRITERS, _compile_writer, fields, version, flexible)
 
 
 # --------------------------------------------------------------------------- frames
