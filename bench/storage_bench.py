@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from gateway._process import disable_transparent_huge_pages
+from gateway._process import disable_transparent_huge_pages, settle_garbage_collector
 from tests.core._storage_env import ml_config, storage_env
 
 RAW_FSYNC_OPS = 2000
@@ -182,8 +182,10 @@ async def _append_case(root: Path, bookies: int, size: int) -> dict[str, Any]:
 
 
 def run() -> dict[str, Any]:
-    # This process stands in for the broker, which runs with transparent huge pages off.
+    # This process stands in for the broker, which runs with transparent huge pages off and
+    # its startup objects frozen out of the garbage collector.
     disable_transparent_huge_pages()
+    settle_garbage_collector()
     base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "bench/results"))
     base.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base, prefix="bench-storage-") as tmp:
