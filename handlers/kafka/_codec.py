@@ -850,19 +850,24 @@ def _read_value(r: _Reader, type_: str, compact: bool, nullable: bool,
     if type_ == "uuid":
         return bytes(r.take(16))
     if type_.startswith("[]"):
-        n = _read_len(r, compact, wide=True)
-        if n < 0:
-            if nullable:
-                return None
-            raise _bad("null in a non-nullable array")
-        if n > r.remaining():
-            raise _bad(f"array of {n} elements cannot fit in {r.remaining()} bytes")
         elem = type_[2:]
         if elem:
-            return [_read_value(r, elem, compact, False, None, version) for _ in range(n)]
-        assert fields is not None
-        return [_read_struct(r, fields, version, compact) for _ in range(n)]
+            def item(buf: bytes | memoryview, pos: int, end: int) -> tuple[Any, int]:
+                return _value_at(buf, pos, end, elem, compact, False, None, version)
+        else:
+            assert fields is not None
+            item = _reader_for(fields, version, compact)
+        value, r.pos = _array_at(r.buf, r.pos, r.end, compact, nullable, item)
+        return value
     raise _bad(f"unknown field type {type_}")
+
+
+def _value_at(buf: bytes | memoryview, pos: int, end: int, type_: str, compact: bool,
+              nullable: bool, fields: tuple[Field, ...] | None, version: int
+              ) -> tuple[Any, int]:
+    """:func:`_read_value` at a position: (value, new position)."""
+    r = _Reader(buf, pos, end)
+    return _read_value(r, type_, compact, nullable, fields, version), r.pos
 
 
 def _read_struct(r: _Reader, fields: tuple[Field, ...], version: int, flexible: bool) -> Data:
@@ -924,14 +929,6 @@ def _write_len(out: list[bytes], n: int, compact: bool, wide: bool = False) -> N
         out.append((_I32 if wide else _I16).pack(n))
 
 
-def _get(obj: Any, name: str, default: Any) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    if isinstance(obj, Data):
-        return obj.__dict__.get(name, default)
-    return getattr(obj, name, default)
-
-
 def _write_value(out: list[bytes], value: Any, type_: str, compact: bool, nullable: bool,
                  fields: tuple[Field, ...] | None, version: int) -> None:
     s = _PRIMS.get(type_)
@@ -968,16 +965,14 @@ def _write_value(out: list[bytes], value: Any, type_: str, compact: bool, nullab
             raise ValueError("a uuid is 16 bytes")
         out.append(bytes(value))
     elif type_.startswith("[]"):
-        items = list(value)
-        _write_len(out, len(items), compact, wide=True)
         elem = type_[2:]
         if elem:
-            for item in items:
-                _write_value(out, item, elem, compact, False, None, version)
+            def item(out: list[bytes], v: Any) -> None:
+                _write_value(out, v, elem, compact, False, None, version)
         else:
             assert fields is not None
-            for item in items:
-                _write_struct(out, item, fields, version, compact)
+            item = _writer_for(fields, version, compact)
+        _write_array(out, value, compact, nullable, item)
     else:
         raise ValueError(f"unknown field type {type_}")
 
@@ -1000,27 +995,21 @@ def encode_body(spec: ApiSpec, version: int, body: Any, *, response: bool = True
 # A struct's fields at one version are compiled once into a reader and a writer function:
 # the generated code has no test of a field's versions, type or nullability left, reads
 # runs of fixed-size fields with one ``unpack_from`` and writes them with one ``pack``.
-# Leaf values (strings, bytes, arrays of primitives, tagged fields) go through the generic
-# functions above, whose checks the generated code keeps.
+# Strings and bytes are read by the positional readers; other leaf values (uuids, arrays
+# of primitives, tagged fields) go through the generic functions above. Arrays, compiled
+# or not, are read and written by one function each (_array_at, _write_array).
 
 _FORMAT = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H",
            "float64": "d"}
 
-_Reader_fn = Any
-_READERS: dict[tuple[int, int, bool], tuple[tuple[Field, ...], _Reader_fn]] = {}
-_WRITERS: dict[tuple[int, int, bool], tuple[tuple[Field, ...], _Reader_fn]] = {}
+_Cache = dict[tuple[int, int, bool], tuple[tuple[Field, ...], Any]]
+_READERS: _Cache = {}
+_WRITERS: _Cache = {}
 
 
-def _leaf(buf: bytes | memoryview, pos: int, end: int, f: Field, version: int,
-          compact: bool) -> tuple[Any, int]:
-    """One non-struct field through the generic reader: (value, new position)."""
-    r = _Reader(buf, pos, end)
-    value = _read_value(r, f.type, compact, f.is_nullable(version), f.fields, version)
-    return value, r.pos
-
-
-def _struct_array(buf: bytes | memoryview, pos: int, end: int, compact: bool, nullable: bool,
-                  item: Any) -> tuple[list[Data] | None, int]:
+def _array_at(buf: bytes | memoryview, pos: int, end: int, compact: bool, nullable: bool,
+              item: Any) -> tuple[list[Any] | None, int]:
+    """An array whose elements ``item(buf, pos, end)`` reads: (list or None, new position)."""
     n, pos = _len_at(buf, pos, end, compact, wide=True)
     if n < 0:
         if nullable:
@@ -1044,9 +1033,18 @@ def _tagged_tail(buf: bytes | memoryview, pos: int, end: int, known: dict[int, F
     return r.pos
 
 
+def _fixed_run(ns: dict[str, Any], types: list[str]) -> tuple[str, struct.Struct]:
+    """The struct for a run of fixed-size fields, put in the namespace ``ns`` of the code
+    being generated: (its name there, the struct)."""
+    s = struct.Struct(">" + "".join(_FORMAT[t] for t in types))
+    name = f"S{len(ns)}"
+    ns[name] = s
+    return name, s
+
+
 def _compile_reader(fields: tuple[Field, ...], version: int, flexible: bool) -> Any:
-    ns: dict[str, Any] = {"_new": Data.__new__, "Data": Data, "_bad": _bad, "_leaf": _leaf,
-                          "_struct_array": _struct_array, "_tagged_tail": _tagged_tail,
+    ns: dict[str, Any] = {"_new": Data.__new__, "Data": Data, "_bad": _bad, "_value_at": _value_at,
+                          "_array_at": _array_at, "_tagged_tail": _tagged_tail,
                           "_string_at": _string_at, "_bytes_at": _bytes_at}
     lines = ["def read(buf, pos, end):", "    o = _new(Data)", "    d = o.__dict__"]
     run: list[Field] = []
@@ -1054,9 +1052,7 @@ def _compile_reader(fields: tuple[Field, ...], version: int, flexible: bool) -> 
     def flush() -> None:
         if not run:
             return
-        s = struct.Struct(">" + "".join(_FORMAT[f.type] for f in run))
-        k = f"S{len(ns)}"
-        ns[k] = s
+        k, s = _fixed_run(ns, [f.type for f in run])
         names = ", ".join(f"d[{f.name!r}]" for f in run)
         lines.append(f"    if pos + {s.size} > end: raise _bad('frame ends inside a fixed-size field')")
         lines.append(f"    {names}{',' if len(run) == 1 else ''} = {k}.unpack_from(buf, pos)")
@@ -1086,7 +1082,7 @@ def _compile_reader(fields: tuple[Field, ...], version: int, flexible: bool) -> 
             lines.append("    pos += 1")
         elif f.type == "[]" and f.fields is not None:
             ns[f"R{i}"] = _reader_for(f.fields, version, flexible)
-            lines.append(f"    d[{f.name!r}], pos = _struct_array(buf, pos, end, {flexible}, "
+            lines.append(f"    d[{f.name!r}], pos = _array_at(buf, pos, end, {flexible}, "
                          f"{f.is_nullable(version)}, R{i})")
         elif f.type == "string":
             lines.append(f"    d[{f.name!r}], pos = _string_at(buf, pos, end, {flexible}, "
@@ -1095,7 +1091,8 @@ def _compile_reader(fields: tuple[Field, ...], version: int, flexible: bool) -> 
             lines.append(f"    d[{f.name!r}], pos = _bytes_at(buf, pos, end, {flexible}, "
                          f"{f.is_nullable(version)})")
         else:
-            lines.append(f"    d[{f.name!r}], pos = _leaf(buf, pos, end, F{i}, {version}, {flexible})")
+            lines.append(f"    d[{f.name!r}], pos = _value_at(buf, pos, end, F{i}.type, {flexible}, "
+                         f"{f.is_nullable(version)}, F{i}.fields, {version})")
     flush()
     if flexible:
         ns["TAGGED"] = tagged
@@ -1105,7 +1102,7 @@ def _compile_reader(fields: tuple[Field, ...], version: int, flexible: bool) -> 
     return ns["read"]
 
 
-def _compiled(cache: dict[tuple[int, int, bool], tuple[tuple[Field, ...], Any]], compile_: Any,
+def _compiled(cache: _Cache, compile_: Any,
               fields: tuple[Field, ...], version: int, flexible: bool) -> Any:
     """The function ``compile_`` makes for ``fields`` at ``version``, made once. The cache
     keeps the fields alive with it, so their id stays theirs."""
@@ -1143,8 +1140,10 @@ def _write_tagged(out: list[bytes], get: Any, fields: list[Field], version: int)
         out.append(raw)
 
 
-def _write_struct_array(out: list[bytes], value: Any, compact: bool, nullable: bool,
-                        item: Any) -> None:
+def _write_array(out: list[bytes], value: Any, compact: bool, nullable: bool,
+                 item: Any) -> None:
+    """An array whose elements ``item(out, element)`` writes; None is null when nullable,
+    empty otherwise."""
     if value is None:
         if nullable:
             _write_len(out, -1, compact, wide=True)
@@ -1159,16 +1158,14 @@ def _write_struct_array(out: list[bytes], value: Any, compact: bool, nullable: b
 def _compile_writer(fields: tuple[Field, ...], version: int, flexible: bool) -> Any:
     ns: dict[str, Any] = {"_getter": _getter, "_write_value": _write_value,
                           "_write_tagged": _write_tagged,
-                          "_write_struct_array": _write_struct_array}
+                          "_write_array": _write_array}
     lines = ["def write(out, obj):", "    g = _getter(obj)"]
     run: list[int] = []
 
     def flush() -> None:
         if not run:
             return
-        s = struct.Struct(">" + "".join(_FORMAT[fields[i].type] for i in run))
-        k = f"S{len(ns)}"
-        ns[k] = s
+        k, _ = _fixed_run(ns, [fields[i].type for i in run])
         args = ", ".join(f"g({fields[i].name!r}, D{i})" for i in run)
         lines.append(f"    out.append({k}.pack({args}))")
         run.clear()
@@ -1191,7 +1188,7 @@ def _compile_writer(fields: tuple[Field, ...], version: int, flexible: bool) -> 
             lines.append(f"    out.append(b'\\x01' if g({f.name!r}, D{i}) else b'\\x00')")
         elif f.type == "[]" and f.fields is not None:
             ns[f"W{i}"] = _writer_for(f.fields, version, flexible)
-            lines.append(f"    _write_struct_array(out, g({f.name!r}, D{i}), {flexible}, "
+            lines.append(f"    _write_array(out, g({f.name!r}, D{i}), {flexible}, "
                          f"{f.is_nullable(version)}, W{i})")
         else:
             lines.append(f"    _write_value(out, g({f.name!r}, D{i}), F{i}.type, {flexible}, "
