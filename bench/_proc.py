@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 import os
 import socket
+import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["cpu_seconds", "free_port", "peer_ratios", "ratio", "side_by_side", "verdict"]
+__all__ = ["combine_rounds", "cpu_seconds", "free_port", "peer_ratios", "ratio", "side_by_side",
+           "verdict"]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -25,6 +27,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def combine_rounds(runs: list[dict[str, Any]], medians: Iterable[str],
+                   sums: Iterable[str]) -> dict[str, Any]:
+    """Rounds of one case: the median of each of ``medians`` (rates, CPU, latency), the sum
+    of each of ``sums`` (counts: one duplicate in any round shows), and the rounds
+    themselves. Failed rounds (``{"error": ...}``) are left out; if every round failed,
+    the first failure is the result."""
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return runs[0]
+    out: dict[str, Any] = {k: statistics.median(r[k] for r in good) for k in medians}
+    out.update({k: sum(r[k] for r in good) for k in sums})
+    out["rounds"] = runs
+    return out
 
 
 def ratio(ours: Mapping[str, Any], peer: Mapping[str, Any], key: str) -> float:

@@ -31,7 +31,6 @@ import json
 import math
 import os
 import socket
-import statistics
 import struct
 import subprocess
 import sys
@@ -42,7 +41,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench._proc import cpu_seconds, free_port, peer_ratios, side_by_side, verdict
+from bench._proc import combine_rounds, cpu_seconds, free_port, peer_ratios, side_by_side, verdict
 
 SIZES = (100, 1024)
 PEAK_SECONDS = 5.0
@@ -257,22 +256,15 @@ def _end_to_end(bootstrap: str, pid: int, topic: str, size: int, seconds: float,
     }
 
 
-def _median_of(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Peak rounds of one case: the median rate and CPU, the sum of every count."""
-    out: dict[str, Any] = {k: statistics.median(r[k] for r in rounds)
-                           for k in ("e2e_msg_per_s", "cpu_us_per_msg")}
-    out.update({k: sum(r[k] for r in rounds)
-                for k in ("sent", "acked", "received", "duplicates", "lost")})
-    out["rounds"] = [{k: r[k] for k in ("e2e_msg_per_s", "cpu_us_per_msg")} for r in rounds]
-    return out
-
-
 def _broker_cases(name: str, bootstrap: str, pid: int) -> dict[str, Any]:
     cases: dict[str, Any] = {}
     for size in SIZES:
         try:
-            peak = _median_of([_end_to_end(bootstrap, pid, f"peak-{size}-{i}", size,
-                                           PEAK_SECONDS, 0) for i in range(PEAK_ROUNDS)])
+            peak = combine_rounds(
+                [_end_to_end(bootstrap, pid, f"peak-{size}-{i}", size, PEAK_SECONDS, 0)
+                 for i in range(PEAK_ROUNDS)],
+                ("e2e_msg_per_s", "cpu_us_per_msg"),
+                ("sent", "acked", "received", "duplicates", "lost"))
             lat = _end_to_end(bootstrap, pid, f"lat-{size}", size, LATENCY_SECONDS, LATENCY_RATE)
             cases[str(size)] = {**peak, "latency": lat}
         except Exception as exc:

@@ -33,7 +33,6 @@ import json
 import math
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench._proc import cpu_seconds, free_port, peer_ratios, side_by_side, verdict
+from bench._proc import combine_rounds, cpu_seconds, free_port, peer_ratios, side_by_side, verdict
 from bench.storage_bench import raw_fsync
 from gateway._perf import ConsumeOptions, ConsumeStats, consume
 from tests._standalone import Standalone
@@ -223,18 +222,6 @@ _MEDIANS = ("e2e_msg_per_s", "produce_msg_per_s", "cpu_us_per_msg", "half_rate",
 _SUMS = ("acked", "unique", "duplicates", "lost", "half_duplicates", "half_lost", "cpu_s")
 
 
-def _combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rounds of one case: the median of each rate, CPU and latency figure, the sum of
-    every count (so one duplicate in any round shows)."""
-    good = [r for r in runs if "error" not in r]
-    if not good:
-        return runs[0]
-    out: dict[str, Any] = {k: statistics.median(r[k] for r in good) for k in _MEDIANS}
-    out.update({k: sum(r[k] for r in good) for k in _SUMS})
-    out["rounds"] = runs
-    return out
-
-
 def _label(size: int, batching: bool) -> str:
     return f"{size}-{'batch' if batching else 'nobatch'}"
 
@@ -297,7 +284,7 @@ def run() -> dict[str, Any]:
                     runs.setdefault((name, label), []).append(case)
                     print(f"  {name} {label}: {_short(case)}", flush=True)
         for (name, label), cases in runs.items():
-            results[name][label] = _combine(cases)
+            results[name][label] = combine_rounds(cases, _MEDIANS, _SUMS)
     load = os.getloadavg()
     _print_table(results, fsync)
     print(f"  load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on "

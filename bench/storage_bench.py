@@ -36,6 +36,8 @@ APPEND_SECONDS = 8.0
 APPEND_BATCH = 500
 IN_FLIGHT = 8
 LATENCY_SECONDS = 5.0
+TICK = 0.001
+"""The latency runs hand over the entries due every this many seconds, in one go."""
 
 
 def _percentile(values: list[float], p: float) -> float:
@@ -66,14 +68,18 @@ def raw_fsync(directory: Path, size: int = 1024) -> dict[str, float]:
             "p99_us": _percentile(lat, 0.99) * 1e6}
 
 
+def _per_tick(rate: float) -> int:
+    """Entries due each :data:`TICK` at ``rate`` entries/s (at least one)."""
+    return max(1, round(rate * TICK))
+
+
 def raw_open_loop(directory: Path, size: int, rate: float,
                   seconds: float = LATENCY_SECONDS) -> dict[str, float]:
     """``size``-byte entries due at ``rate``/s (a tick's worth every millisecond, as
     :func:`_latency_at` issues them), each pass writing every entry due so far with one
     write and one fdatasync. An entry's latency runs from the tick it was due."""
     path = directory / "raw-open-loop.bin"
-    tick = 0.001
-    per_tick = max(1, round(rate * tick))
+    per_tick = _per_tick(rate)
     block = os.urandom(size * per_tick)
     lat: list[float] = []
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -89,8 +95,8 @@ def raw_open_loop(directory: Path, size: int, rate: float,
             due = []
             while next_due <= now and next_due < end:
                 due.append(next_due)
-                next_due += tick
-            os.write(fd, block * len(due) if len(due) > 1 else block)
+                next_due += TICK
+            os.write(fd, block * len(due))
             os.fdatasync(fd)
             done = time.perf_counter()
             for d in due:
@@ -149,8 +155,7 @@ async def _latency_at(ml: Any, size: int, rate: float) -> dict[str, float]:
     The calls are independent tasks, so a slow add never holds back the next tick.)"""
     payload = os.urandom(size)
     lat: list[float] = []
-    tick = 0.001
-    per_tick = max(1, round(rate * tick))
+    per_tick = _per_tick(rate)
     batch = [payload] * per_tick
     counts = [1] * per_tick
     end = time.perf_counter() + LATENCY_SECONDS
@@ -164,10 +169,10 @@ async def _latency_at(ml: Any, size: int, rate: float) -> dict[str, float]:
         due = time.perf_counter()
         while due < end:
             nursery.start_soon(one)
-            due += tick
+            due += TICK
             await trio.sleep(max(0.0, due - time.perf_counter()))
     return {"p50_us": _percentile(lat, 0.5) * 1e6, "p99_us": _percentile(lat, 0.99) * 1e6,
-            "adds": float(len(lat)), "rate": per_tick / tick}
+            "adds": float(len(lat)), "rate": per_tick / TICK}
 
 
 async def _append_case(root: Path, bookies: int, size: int) -> dict[str, Any]:
