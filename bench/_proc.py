@@ -1,5 +1,5 @@
-"""What the peer benchmarks share: CPU seconds from /proc, free ports, and how a figure
-is compared with the peer's and with its target."""
+"""What the peer benchmarks share: CPU seconds from /proc, free ports, a quiet disk before
+each measurement, and how a figure is compared with the peer's and with its target."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["combine_rounds", "cpu_seconds", "free_port", "peer_ratios", "ratio", "side_by_side",
-           "verdict"]
+__all__ = ["combine_rounds", "cpu_seconds", "free_port", "peer_ratios", "quiet_disk", "ratio",
+           "side_by_side", "verdict"]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -27,6 +27,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def quiet_disk() -> None:
+    """Write back everything the machine still holds dirty (``sync`` returns once it is on
+    disk), so that a measurement does not pay for what an earlier one wrote: an earlier
+    bench's gigabytes still in the page cache slow every fsync that follows for tens of
+    seconds. Each case then starts as if it ran on its own; what it writes itself stays
+    in its figures."""
+    os.sync()
 
 
 def combine_rounds(runs: list[dict[str, Any]], medians: Iterable[str],

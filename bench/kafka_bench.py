@@ -41,7 +41,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench._proc import combine_rounds, cpu_seconds, free_port, peer_ratios, side_by_side, verdict
+from bench._proc import (
+    combine_rounds,
+    cpu_seconds,
+    free_port,
+    peer_ratios,
+    quiet_disk,
+    side_by_side,
+    verdict,
+)
 
 SIZES = (100, 1024)
 PEAK_SECONDS = 5.0
@@ -256,16 +264,23 @@ def _end_to_end(bootstrap: str, pid: int, topic: str, size: int, seconds: float,
     }
 
 
+def _measure(bootstrap: str, pid: int, topic: str, size: int, seconds: float,
+             rate: float) -> dict[str, Any]:
+    """One end-to-end run, started on a quiet disk."""
+    quiet_disk()
+    return _end_to_end(bootstrap, pid, topic, size, seconds, rate)
+
+
 def _broker_cases(name: str, bootstrap: str, pid: int) -> dict[str, Any]:
     cases: dict[str, Any] = {}
     for size in SIZES:
         try:
             peak = combine_rounds(
-                [_end_to_end(bootstrap, pid, f"peak-{size}-{i}", size, PEAK_SECONDS, 0)
+                [_measure(bootstrap, pid, f"peak-{size}-{i}", size, PEAK_SECONDS, 0)
                  for i in range(PEAK_ROUNDS)],
                 ("e2e_msg_per_s", "cpu_us_per_msg"),
                 ("sent", "acked", "received", "duplicates", "lost"))
-            lat = _end_to_end(bootstrap, pid, f"lat-{size}", size, LATENCY_SECONDS, LATENCY_RATE)
+            lat = _measure(bootstrap, pid, f"lat-{size}", size, LATENCY_SECONDS, LATENCY_RATE)
             cases[str(size)] = {**peak, "latency": lat}
         except Exception as exc:
             cases[str(size)] = {"error": f"{type(exc).__name__}: {exc}"}

@@ -42,7 +42,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench._proc import combine_rounds, cpu_seconds, free_port, peer_ratios, side_by_side, verdict
+from bench._proc import (
+    combine_rounds,
+    cpu_seconds,
+    free_port,
+    peer_ratios,
+    quiet_disk,
+    side_by_side,
+    verdict,
+)
 from bench.storage_bench import raw_fsync
 from gateway._perf import ConsumeOptions, ConsumeStats, consume
 from tests._standalone import Standalone
@@ -204,9 +212,11 @@ def _case(url: str, pid: int, size: int, batching: bool, workdir: Path,
     """Peak end to end, then publish latency at half of that rate, on fresh topics."""
     label = _label(size, batching)
     try:
+        quiet_disk()
         peak = _end_to_end(url, pid, f"peak-{label}-{tag}", size, batching, 0, PEAK_SECONDS,
                            workdir)
         half = peak["e2e_msg_per_s"] / 2
+        quiet_disk()
         lat = _end_to_end(url, pid, f"half-{label}-{tag}", size, batching, max(half, 1.0),
                           LATENCY_SECONDS, workdir)
     except Exception as exc:

@@ -27,6 +27,7 @@ from typing import Any
 
 import trio
 
+from bench._proc import quiet_disk
 from gateway._process import disable_transparent_huge_pages, settle_garbage_collector
 from tests.core._storage_env import ml_config, storage_env
 
@@ -202,13 +203,11 @@ def run() -> dict[str, Any]:
             for size in (100, 1024):
                 case_root = root / f"b{bookies}-{size}"
                 case_root.mkdir()
-                # Each case starts on a quiet disk: what the previous one left in the page
-                # cache is written back first, outside the measurement, and its files are
-                # gone, as if each case ran on its own.
-                os.sync()
+                # Each case starts on a quiet disk, with the previous case's files gone.
+                quiet_disk()
                 case = trio.run(_append_case, case_root, bookies, size)
                 shutil.rmtree(case_root)
-                os.sync()
+                quiet_disk()
                 case["disk_alone"] = raw_open_loop(root, size, case["half_rate"])
                 cases[(bookies, size)] = case
     print("\nStorage: managed-ledger appends (journal fsync on) beside this disk's limits")
