@@ -97,6 +97,9 @@ class _NoLedger(ManagedLedger):
     def first_position(self) -> Position | None:
         return None
 
+    def next_index(self) -> int:
+        return 0
+
     async def find_by_index(self, index: int) -> Position | None:
         return None
 

@@ -100,6 +100,11 @@ class ManagedLedger:
         p = self.native.last_confirmed()
         return Position(*p) if p is not None else None
 
+    def next_index(self) -> int:
+        """One past the broker index of the last confirmed message (what ``stats()`` says
+        as ``next_index``, without building the rest)."""
+        return int(self.native.next_index())
+
     def first_position(self) -> Position | None:
         p = self.native.first_position()
         return Position(*p) if p is not None else None

@@ -129,7 +129,10 @@ class KafkaSession:
                     return
                 if event is NEED_DATA:
                     break
-                await self._room.acquire()
+                try:
+                    self._room.acquire_nowait()  # no trip through the scheduler when free
+                except trio.WouldBlock:
+                    await self._room.acquire()
                 if isinstance(event, UnsupportedRequest):
                     log.debug("kafka: unsupported api %d v%d", event.api_key, event.api_version)
                     self._push(_Slot([self.codec.unsupported_response(event)]))

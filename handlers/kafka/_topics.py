@@ -106,7 +106,7 @@ class PartitionLog:
     # -- offsets ---------------------------------------------------------------------------
 
     def high_watermark(self) -> int:
-        return int(self.topic.ml.stats()["next_index"])
+        return self.topic.ml.next_index()
 
     def deleted_before(self) -> int:
         got = self.owner.broker.metadata.get(self.owner.log_start_path(self.topic.name))

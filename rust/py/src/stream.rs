@@ -254,6 +254,10 @@ impl PyManagedLedger {
         self.ml.last_confirmed().map(|p| (p.ledger_id, p.entry_id))
     }
 
+    fn next_index(&self) -> u64 {
+        self.ml.next_index()
+    }
+
     fn first_position(&self) -> Option<(u64, i64)> {
         self.ml.first_position().map(|p| (p.ledger_id, p.entry_id))
     }
