@@ -816,12 +816,6 @@ def _bytes_at(buf: bytes | memoryview, pos: int, end: int, compact: bool,
     return bytes(buf[pos:pos + n]), pos + n
 
 
-def _read_len(r: _Reader, compact: bool, wide: bool = False) -> int:
-    """A length prefix: -1 means null."""
-    n, r.pos = _len_at(r.buf, r.pos, r.end, compact, wide)
-    return n
-
-
 def _read_string(r: _Reader, compact: bool, nullable: bool) -> str | None:
     value, r.pos = _string_at(r.buf, r.pos, r.end, compact, nullable)
     return value

@@ -125,12 +125,10 @@ class ProduceReply(Later):
     def body(self) -> Data:
         by_topic: dict[str, list[Data]] = {}
         for name, index, error, pendings in self._slots:
-            base = -1
-            for i, p in enumerate(pendings):
-                if p.error and not error:
-                    error = p.error
-                if i == 0:
-                    base = p.base_offset
+            # The partition's error, else the first of its batches'; its base offset is
+            # its first batch's.
+            error = error or next((p.error for p in pendings if p.error), 0)
+            base = pendings[0].base_offset if pendings else -1
             by_topic.setdefault(name, []).append(Data(
                 index=index, error_code=error, base_offset=base if not error else -1,
                 log_append_time_ms=-1, log_start_offset=-1, record_errors=[],

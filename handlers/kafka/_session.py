@@ -7,8 +7,9 @@ order-sensitive part inline (a produce hands its entries to the topics right awa
 then either waits in a task of its own or, as a :class:`Later`, is completed by a
 callback (a produce: when its last batch is stored), so the connection keeps reading.
 Kafka requires responses in request order: each request takes a slot in a queue, the
-writer sends slots from the head as they fill, with vectored writes. At most :data:`MAX_IN_FLIGHT` requests are open per connection; past
-that the reader stops reading, which is the back-pressure a client sees.
+writer sends slots from the head as they fill, with vectored writes. At most
+:data:`MAX_IN_FLIGHT` requests are open per connection; past that the reader stops
+reading, which is the back-pressure a client sees.
 
 A frame whose size prefix is negative or too large, or whose body does not decode, ends
 the connection (after nothing is allocated for it); an unknown API key or version is
