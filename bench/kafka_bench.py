@@ -193,8 +193,11 @@ def _create_topic(bootstrap: str, topic: str) -> None:
 
 def _end_to_end(bootstrap: str, pid: int, topic: str, size: int, seconds: float,
                 rate: float) -> dict[str, Any]:
+    """One producer process against one consumer here, started on a quiet disk; counts,
+    CPU and latency."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+    quiet_disk()
     _create_topic(bootstrap, topic)
     seen: set[int] = set()
     latencies: list[float] = []
@@ -264,23 +267,16 @@ def _end_to_end(bootstrap: str, pid: int, topic: str, size: int, seconds: float,
     }
 
 
-def _measure(bootstrap: str, pid: int, topic: str, size: int, seconds: float,
-             rate: float) -> dict[str, Any]:
-    """One end-to-end run, started on a quiet disk."""
-    quiet_disk()
-    return _end_to_end(bootstrap, pid, topic, size, seconds, rate)
-
-
 def _broker_cases(name: str, bootstrap: str, pid: int) -> dict[str, Any]:
     cases: dict[str, Any] = {}
     for size in SIZES:
         try:
             peak = combine_rounds(
-                [_measure(bootstrap, pid, f"peak-{size}-{i}", size, PEAK_SECONDS, 0)
+                [_end_to_end(bootstrap, pid, f"peak-{size}-{i}", size, PEAK_SECONDS, 0)
                  for i in range(PEAK_ROUNDS)],
                 ("e2e_msg_per_s", "cpu_us_per_msg"),
                 ("sent", "acked", "received", "duplicates", "lost"))
-            lat = _measure(bootstrap, pid, f"lat-{size}", size, LATENCY_SECONDS, LATENCY_RATE)
+            lat = _end_to_end(bootstrap, pid, f"lat-{size}", size, LATENCY_SECONDS, LATENCY_RATE)
             cases[str(size)] = {**peak, "latency": lat}
         except Exception as exc:
             cases[str(size)] = {"error": f"{type(exc).__name__}: {exc}"}

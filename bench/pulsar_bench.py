@@ -150,7 +150,9 @@ def _run_producer(url: str, topic: str, size: int, batching: bool, rate: float,
 
 def _end_to_end(url: str, pid: int, topic: str, size: int, batching: bool, rate: float,
                 seconds: float, workdir: Path) -> dict[str, Any]:
-    """One producer process against one consumer here; counts, CPU and latency."""
+    """One producer process against one consumer here, started on a quiet disk; counts,
+    CPU and latency."""
+    quiet_disk()
     stats = ConsumeStats()
     stop, ready = threading.Event(), threading.Event()
     failure: list[BaseException] = []
@@ -212,11 +214,9 @@ def _case(url: str, pid: int, size: int, batching: bool, workdir: Path,
     """Peak end to end, then publish latency at half of that rate, on fresh topics."""
     label = _label(size, batching)
     try:
-        quiet_disk()
         peak = _end_to_end(url, pid, f"peak-{label}-{tag}", size, batching, 0, PEAK_SECONDS,
                            workdir)
         half = peak["e2e_msg_per_s"] / 2
-        quiet_disk()
         lat = _end_to_end(url, pid, f"half-{label}-{tag}", size, batching, max(half, 1.0),
                           LATENCY_SECONDS, workdir)
     except Exception as exc:
