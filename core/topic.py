@@ -333,10 +333,7 @@ class PersistentTopic:
                 for _, _, pname, seq, cb in batch:
                     if pname is not None and self.dedup_pushed.get(pname) == seq:
                         self.dedup_pushed[pname] = self.dedup_persisted.get(pname, -1)
-                    try:
-                        cb(PublishResult(None, error=exc))
-                    except Exception:
-                        log.exception("a publish callback on %s failed", self.name)
+                    self._deliver(cb, PublishResult(None, error=exc))
                 continue
             self._flushing = False
             self._batch_done.set()
@@ -349,11 +346,7 @@ class PersistentTopic:
                 size += len(entry)
                 if pname is not None:
                     persisted[pname] = max(seq, persisted.get(pname, -1))
-                try:
-                    cb(PublishResult(pos, index, ts))
-                except Exception:
-                    # One protocol's callback failing must not stop the topic's storing.
-                    log.exception("a publish callback on %s failed", self.name)
+                self._deliver(cb, PublishResult(pos, index, ts))
             self.msg_in += messages
             self.bytes_in += size
             self.broker.stats.record_publish(len(batch), messages, size)
@@ -366,6 +359,14 @@ class PersistentTopic:
                 sub.wake()
             for listener in list(self._entry_listeners):
                 listener()
+
+    def _deliver(self, callback: PublishCallback, result: PublishResult) -> None:
+        """Hand a publish its outcome. One protocol's callback failing must not stop the
+        topic's storing: the failure is logged and the flusher goes on."""
+        try:
+            callback(result)
+        except Exception:
+            log.exception("a publish callback on %s failed", self.name)
 
     def add_entry_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` each time new entries are durable (long-poll readers that do
