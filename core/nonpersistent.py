@@ -260,8 +260,9 @@ class NonPersistentTopic(PersistentTopic):
             sub.close()
 
     def publish(self, entry: bytes, num_messages: int, producer_name: str | None,
-                sequence_id: int, callback: PublishCallback) -> None:
-        """Hand the entry to every subscription now and answer at once."""
+                sequence_id: int, callback: PublishCallback, *, hold: bool = False) -> None:
+        """Hand the entry to every subscription now and answer at once (so there is never
+        anything for :meth:`flush` to start)."""
         if self._closed:
             callback(PublishResult(None, error=TopicClosedError(f"Topic {self.name} is closed")))
             return

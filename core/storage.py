@@ -6,6 +6,7 @@ awaits its completion; nothing here touches storage itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +77,17 @@ class ManagedLedger:
         """Append a batch; returns (position, index, publish_time) per entry, in order."""
         done = await self.bridge.call(self.native.add_entries, entries, num_messages)
         return [(Position(le, en), idx, ts) for le, en, idx, ts in done]
+
+    def start_add_entries(self, entries: list[bytes], num_messages: list[int],
+                          done: Callable[[list[tuple[Position, int, int]] | BaseException], None]
+                          ) -> None:
+        """Append a batch without a waiting task: ``done`` gets what :meth:`add_entries`
+        returns, or the exception it would raise."""
+
+        def finished(ok: bool, value: Any) -> None:
+            done([(Position(le, en), idx, ts) for le, en, idx, ts in value] if ok else value)
+
+        self.bridge.start(self.native.add_entries, entries, num_messages, done=finished)
 
     async def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
         raw = await self.bridge.call(self.native.read_entries, start.ledger_id, start.entry_id, max_entries)
@@ -153,7 +165,9 @@ class Cursor:
         return str(self.native.name)
 
     async def read_entries(self, max_entries: int) -> list[Entry]:
-        raw = await self.bridge.call(self.native.read_entries, max_entries)
+        raw = self.native.read_cached(max_entries)  # new entries: no trip to the runtime
+        if raw is None:
+            raw = await self.bridge.call(self.native.read_entries, max_entries)
         return [Entry.from_native(t) for t in raw]
 
     def mark_delete(self, position: Position) -> None:

@@ -295,9 +295,11 @@ class PersistentTopic:
     # -- publishing -----------------------------------------------------------------------------------
 
     def publish(self, entry: bytes, num_messages: int, producer_name: str | None,
-                sequence_id: int, callback: PublishCallback) -> None:
+                sequence_id: int, callback: PublishCallback, *, hold: bool = False) -> None:
         """Queue one entry (Pulsar entry format) for storage; `callback` runs once it is
-        durable, or failed, in publish order."""
+        durable, or failed, in publish order. With `hold`, the caller has more to publish
+        in this step and calls :meth:`flush` once it is done (a session does, at the end of
+        what it read): the entries go together, with no task woken to start them."""
         if self._closed:
             callback(PublishResult(None, error=TopicClosedError(f"Topic {self.name} is closed")))
             return
@@ -310,55 +312,92 @@ class PersistentTopic:
                 return
             self.dedup_pushed[producer_name] = sequence_id
         self._pending.append((entry, num_messages, producer_name, sequence_id, callback))
-        self._flush_wanted.set()
+        if not self._flushing and not hold:
+            self._flush_wanted.set()
+
+    def flush(self) -> None:
+        """Start storing what is queued now, unless a batch is being stored already (its
+        completion takes what queued meanwhile)."""
+        if self._pending and not self._flushing and not self._flush_next():
+            self._flush_wanted.set()  # the flusher waits out the rate window
+
+    # Storing: one batch of entries is in the ledger at a time. When the topic is idle, a
+    # held publish's caller starts the batch (flush), or else the flusher task does (after
+    # the current scheduler pass, so the publishes of that pass go together); the batch's
+    # completion, called from the native drain, answers its publishes and starts the next
+    # batch from what queued meanwhile, with no task woken in between.
 
     async def _flusher(self) -> None:
-        while not self._closed or self._pending:
-            if not self._pending:
+        while not self._closed or self._pending or self._flushing:
+            if self._flushing or not self._pending:
                 await self._flush_wanted.wait()
                 self._flush_wanted = trio.Event()
                 continue
-            batch = self._take_batch()
-            if not batch:
+            if not self._flush_next():
                 await trio.sleep_until(self._publish_resume_at)
-                continue
-            started = time.monotonic()
-            self._flushing = True
-            try:
-                results = await self.ml.add_entries([b[0] for b in batch], [b[1] for b in batch])
-            except Exception as exc:
-                self._flushing = False
-                self._batch_done.set()
-                log.warning("publish to %s failed: %s", self.name, exc)
-                for _, _, pname, seq, cb in batch:
-                    if pname is not None and self.dedup_pushed.get(pname) == seq:
-                        self.dedup_pushed[pname] = self.dedup_persisted.get(pname, -1)
-                    self._deliver(cb, PublishResult(None, error=exc))
-                continue
-            self._flushing = False
-            self._batch_done.set()
-            now = int(time.time() * 1000)
-            self.last_publish_time = now
-            messages = size = 0
-            persisted = self.dedup_persisted
-            for (entry, nmsg, pname, seq, cb), (pos, index, ts) in zip(batch, results, strict=True):
-                messages += nmsg
-                size += len(entry)
-                if pname is not None:
-                    persisted[pname] = max(seq, persisted.get(pname, -1))
-                self._deliver(cb, PublishResult(pos, index, ts))
-            self.msg_in += messages
-            self.bytes_in += size
-            self.broker.stats.record_publish(len(batch), messages, size)
-            self.broker.stats.record_publish_latency((time.monotonic() - started) * 1000.0)
-            if self.dedup_enabled:
-                self._entries_since_snapshot += len(batch)
-                if self._entries_since_snapshot >= DEDUP_SNAPSHOT_INTERVAL:
-                    self._snapshot_dedup()
-            for sub in self.subscriptions.values():
-                sub.wake()
-            for listener in list(self._entry_listeners):
-                listener()
+
+    def _flush_next(self) -> bool:
+        """Start storing the next batch; False when the publish rate policy holds it back
+        (until ``_publish_resume_at``)."""
+        batch = self._take_batch()
+        if not batch:
+            return False
+        started = time.monotonic()
+        self._flushing = True
+        try:
+            self.ml.start_add_entries([b[0] for b in batch], [b[1] for b in batch],
+                                      lambda got: self._stored(batch, started, got))
+        except Exception as exc:
+            self._stored(batch, started, exc)
+        return True
+
+    def _stored(self, batch: list[tuple[bytes, int, str | None, int, PublishCallback]],
+                started: float, results: list[tuple[Position, int, int]] | BaseException) -> None:
+        self._flushing = False
+        self._batch_done.set()
+        try:
+            if isinstance(results, BaseException):
+                self._failed(batch, results)
+            else:
+                self._answer(batch, started, results)
+        finally:
+            if self._pending and not self._flush_next():
+                self._flush_wanted.set()  # the flusher waits out the rate window
+            elif self._closed and not self._flushing:
+                self._flush_wanted.set()  # all stored: the flusher may end
+
+    def _failed(self, batch: list[tuple[bytes, int, str | None, int, PublishCallback]],
+                exc: BaseException) -> None:
+        log.warning("publish to %s failed: %s", self.name, exc)
+        for _, _, pname, seq, cb in batch:
+            if pname is not None and self.dedup_pushed.get(pname) == seq:
+                self.dedup_pushed[pname] = self.dedup_persisted.get(pname, -1)
+            self._deliver(cb, PublishResult(None, error=exc))
+
+    def _answer(self, batch: list[tuple[bytes, int, str | None, int, PublishCallback]],
+                started: float, results: list[tuple[Position, int, int]]) -> None:
+        now = int(time.time() * 1000)
+        self.last_publish_time = now
+        messages = size = 0
+        persisted = self.dedup_persisted
+        for (entry, nmsg, pname, seq, cb), (pos, index, ts) in zip(batch, results, strict=True):
+            messages += nmsg
+            size += len(entry)
+            if pname is not None:
+                persisted[pname] = max(seq, persisted.get(pname, -1))
+            self._deliver(cb, PublishResult(pos, index, ts))
+        self.msg_in += messages
+        self.bytes_in += size
+        self.broker.stats.record_publish(len(batch), messages, size)
+        self.broker.stats.record_publish_latency((time.monotonic() - started) * 1000.0)
+        if self.dedup_enabled:
+            self._entries_since_snapshot += len(batch)
+            if self._entries_since_snapshot >= DEDUP_SNAPSHOT_INTERVAL:
+                self._snapshot_dedup()
+        for sub in self.subscriptions.values():
+            sub.wake()
+        for listener in list(self._entry_listeners):
+            listener()
 
     def _deliver(self, callback: PublishCallback, result: PublishResult) -> None:
         """Hand a publish its outcome. One protocol's callback failing must not stop the

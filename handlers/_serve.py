@@ -1,6 +1,7 @@
 """What every protocol plugin does with an accepted connection: run its session, count it
 under its protocol in the broker's stats, and log (never raise) how it ended, so one
-connection's failure never reaches the listener or the broker."""
+connection's failure never reaches the listener or the broker; and how a session writes
+what it has queued (:func:`send_pieces`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any, Protocol
 
 import trio
 
-__all__ = ["Session", "run_session"]
+__all__ = ["Session", "run_session", "send_pieces"]
+
+IOV_MAX = 1024  # the most buffers one sendmsg takes (Linux's UIO_MAXIOV)
 
 log = logging.getLogger(__name__)
 
@@ -29,3 +32,20 @@ async def run_session(protocol: str, broker: Any, sessions: set[Any], session: S
         log.exception("%s connection failed", protocol)
     finally:
         sessions.discard(session)
+
+
+async def send_pieces(sock: trio.socket.SocketType, pieces: list[bytes]) -> None:
+    """Send ``pieces`` back to back with vectored writes (``sendmsg``), so that they are
+    not first copied into one buffer. ``pieces`` is consumed."""
+    try:
+        while pieces:
+            n: int = await sock.sendmsg(pieces[:IOV_MAX])
+            sent = 0
+            while sent < len(pieces) and n >= len(pieces[sent]):
+                n -= len(pieces[sent])
+                sent += 1
+            del pieces[:sent]
+            if n:
+                pieces[0] = memoryview(pieces[0])[n:]  # type: ignore[call-overload]
+    except OSError as exc:
+        raise trio.BrokenResourceError(f"socket send failed: {exc}") from exc

@@ -171,10 +171,11 @@ def _note_sequence(plog: PartitionLog, batch: RecordBatch, pending: Pending) -> 
 
 
 def publish_batch(plog: PartitionLog, batch: RecordBatch, pending: Pending,
-                  native: tuple[bytes, int, bool] | None = None) -> None:
+                  native: tuple[bytes, int, bool] | None = None, *, hold: bool = False) -> None:
     """Store one batch as one entry; ``pending`` completes with its base offset. ``native``
     is the entry the native core built for it (:func:`_mapping.native_entry`); without it,
-    ``batch`` carries its decoded records."""
+    ``batch`` carries its decoded records. ``hold``: the caller flushes the topic once it
+    has published the request's batches (:meth:`PersistentTopic.publish`)."""
     if native is not None:
         entry, n, contiguous = native
     else:
@@ -205,7 +206,7 @@ def publish_batch(plog: PartitionLog, batch: RecordBatch, pending: Pending,
                                      b"".join((_BASE.pack(base), raw[8:])))
 
     cacheable = bool(batch.raw) and not batch.is_transactional and contiguous
-    plog.topic.publish(entry, n, None, 0, done)
+    plog.topic.publish(entry, n, None, 0, done, hold=hold)
 
 
 def _prepare(batches: list[RecordBatch], limit: int
@@ -319,6 +320,15 @@ async def _produce_partition(h: KafkaProtocolHandler, topic: str, pd: Any, acks:
     except Exception as exc:
         return topic_error(exc), []
     pendings: list[Pending] = []
+    try:
+        return _publish_all(h, plog, batches, txn_id, pendings)
+    finally:
+        plog.topic.flush()
+
+
+def _publish_all(h: KafkaProtocolHandler, plog: PartitionLog,
+                 batches: list[tuple[RecordBatch, tuple[bytes, int, bool] | None]],
+                 txn_id: str | None, pendings: list[Pending]) -> tuple[int, list[Pending]]:
     for batch, native in batches:
         if not batch.record_count:
             continue
@@ -343,6 +353,6 @@ async def _produce_partition(h: KafkaProtocolHandler, topic: str, pd: Any, acks:
         pending = Pending()
         if batch.producer_id >= 0:
             _note_sequence(plog, batch, pending)
-        publish_batch(plog, batch, pending, native)
+        publish_batch(plog, batch, pending, native, hold=True)
         pendings.append(pending)
     return 0, pendings

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from handlers._serve import send_pieces
 from handlers.kafka._codec import (
     NEED_DATA,
     Data,
@@ -44,7 +45,6 @@ log = logging.getLogger(__name__)
 
 READ_SIZE = 256 * 1024
 MAX_IN_FLIGHT = 256
-IOV_MAX = 1024  # the most buffers one sendmsg takes (Linux's UIO_MAXIOV)
 
 
 class Later(abc.ABC):
@@ -63,23 +63,6 @@ class _Slot:
 
     def __init__(self, data: list[bytes] | None = None):
         self.data = data
-
-
-async def send_pieces(sock: trio.socket.SocketType, pieces: list[bytes]) -> None:
-    """Send ``pieces`` back to back with vectored writes (``sendmsg``), so that they are
-    not first copied into one buffer. ``pieces`` is consumed."""
-    try:
-        while pieces:
-            n: int = await sock.sendmsg(pieces[:IOV_MAX])
-            sent = 0
-            while sent < len(pieces) and n >= len(pieces[sent]):
-                n -= len(pieces[sent])
-                sent += 1
-            del pieces[:sent]
-            if n:
-                pieces[0] = memoryview(pieces[0])[n:]  # type: ignore[call-overload]
-    except OSError as exc:
-        raise trio.BrokenResourceError(f"socket send failed: {exc}") from exc
 
 
 class KafkaSession:

@@ -47,6 +47,7 @@ from core.topic import (
     TopicClosedError,
     TopicTerminatedError,
 )
+from handlers._serve import send_pieces
 from handlers.pulsar import _events as ev
 from handlers.pulsar._codec import (
     NEED_DATA,
@@ -62,7 +63,7 @@ log = logging.getLogger(__name__)
 
 MAX_PROTOCOL_VERSION = 21
 SERVER_VERSION = "Magnetar 0.1.0"
-READ_SIZE = 65536
+READ_SIZE = 256 * 1024
 
 E = pb.ServerError
 
@@ -132,6 +133,9 @@ class PulsarSession:
         self.stream = stream
         self.codec = PulsarConnection(max_message_size=int(self.config.get("maxMessageSize")))
         self.outbox = _Outbox()
+        self._held: set[PersistentTopic] = set()
+        # A socket stream's frames leave with vectored writes, not joined first.
+        self._sock = getattr(stream, "socket", None)
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self.consumer_topics: dict[int, PersistentTopic] = {}
@@ -180,6 +184,10 @@ class PulsarSession:
             finally:
                 if handled:
                     self.broker.stats.record_request("pulsar", handled)
+                # what this read published starts storing now, together
+                held, self._held = self._held, set()
+                for topic in held:
+                    topic.flush()
 
     async def _writer(self) -> None:
         while True:
@@ -191,7 +199,10 @@ class PulsarSession:
         frames = self.outbox.frames
         if frames:
             self.outbox.frames = []
-            await self.stream.send_all(b"".join(frames))
+            if self._sock is not None:
+                await send_pieces(self._sock, frames)
+            else:
+                await self.stream.send_all(b"".join(frames))
 
     async def _keepalive(self) -> None:
         interval = float(self.config.get("keepAliveIntervalSeconds"))
@@ -408,7 +419,8 @@ class PulsarSession:
             self._queue(f"a receipt to producer {pid}", lambda: self.codec.encode_send_receipt(
                 pid, seq, ledger, entry, partition, highest))
 
-        topic.publish(event.entry, num, producer.name, highest, done)
+        topic.publish(event.entry, num, producer.name, highest, done, hold=True)
+        self._held.add(topic)
 
     def _on_CommandCloseProducer(self, event: Any) -> None:
         cmd = event.command

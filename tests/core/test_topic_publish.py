@@ -4,6 +4,7 @@ logged, and the topic goes on storing and answering the others."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -21,16 +22,27 @@ class _Ledger:
     def __init__(self) -> None:
         self.next = 0
         self.fail = False
+        self.batches: list[int] = []
 
-    async def add_entries(self, entries: list[bytes], num_messages: list[int]
-                          ) -> list[tuple[Position, int, int]]:
+    def _store(self, entries: list[bytes]) -> list[tuple[Position, int, int]]:
         if self.fail:
             raise OSError("bookie gone")
+        self.batches.append(len(entries))
         out = []
         for _ in entries:
             out.append((Position(1, self.next), self.next, 0))
             self.next += 1
         return out
+
+    def start_add_entries(self, entries: list[bytes], num_messages: list[int],
+                          done: Callable[[list[tuple[Position, int, int]] | BaseException], None]
+                          ) -> None:
+        # Completes later, from the run loop, as the native bridge does.
+        try:
+            got: list[tuple[Position, int, int]] | BaseException = self._store(entries)
+        except OSError as exc:
+            got = exc
+        trio.lowlevel.current_trio_token().run_sync_soon(done, got)
 
 
 async def test_a_raising_callback_does_not_stop_the_topic(caplog: pytest.LogCaptureFixture) -> None:
@@ -69,3 +81,34 @@ async def test_a_raising_callback_does_not_stop_the_topic(caplog: pytest.LogCapt
         assert [r.error is not None for r in got[2:]] == [True, True]
         assert sum("a publish callback on" in r.getMessage() for r in caplog.records) == 2
         nursery.cancel_scope.cancel()
+
+
+async def test_held_publishes_are_stored_together_by_flush_alone() -> None:
+    """A session publishes what one read brought with ``hold`` and then flushes: the
+    entries go to the ledger as one batch, started right there (no flusher task runs
+    here), and what is published while that batch is stored goes in the next one."""
+    ledger = _Ledger()
+    broker = SimpleNamespace(bridge=None, stats=BrokerStats(), config={})
+    topic = PersistentTopic(broker, TopicName.parse("persistent://public/default/held"),  # type: ignore[arg-type]
+                            ledger, {})  # type: ignore[arg-type]
+    got: list[PublishResult] = []
+    all_in = trio.Event()
+
+    def record(result: PublishResult) -> None:
+        got.append(result)
+        if len(got) == 5:
+            all_in.set()
+
+    for payload in (b"a", b"b", b"c"):
+        topic.publish(payload, 1, None, 0, record, hold=True)
+    assert ledger.batches == []  # held: nothing started yet
+    topic.flush()
+    assert ledger.batches == [3]
+    topic.publish(b"d", 1, None, 0, record, hold=True)
+    topic.publish(b"e", 1, None, 0, record, hold=True)
+    topic.flush()  # a batch is in the ledger: these wait for its completion
+    assert ledger.batches == [3]
+    with trio.fail_after(5):
+        await all_in.wait()
+    assert ledger.batches == [3, 2]
+    assert [r.position for r in got] == [Position(1, i) for i in range(5)]

@@ -393,6 +393,15 @@ impl PyCursor {
         self.cursor.name().to_string()
     }
 
+    /// The entries `read_entries` would complete with, now, when the entry cache holds
+    /// them; None when a read has to go to the bookies.
+    fn read_cached(&self, py: Python<'_>, max_entries: usize) -> PyResult<Option<Py<PyAny>>> {
+        match self.cursor.read_cached(max_entries) {
+            Some(entries) => entries_list(py, entries).map(Some),
+            None => Ok(None),
+        }
+    }
+
     fn read_entries(&self, queue: &CompletionQueue, token: u64, max_entries: usize) {
         let c = self.cursor.clone();
         spawn(queue, token, async move { c.read_entries(max_entries).await }, entries_list);

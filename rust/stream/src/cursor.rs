@@ -269,6 +269,23 @@ impl Cursor {
         Ok(out)
     }
 
+    /// What [`Cursor::read_entries`] would return when the entry cache holds it, without
+    /// waiting, moving the read position past it; None (and nothing moved) when the next
+    /// entry is not cached or a read is under way. Dispatchers of new entries, which are
+    /// in the cache, need no trip through the runtime for them.
+    pub fn read_cached(&self, max: usize) -> Option<Vec<Entry>> {
+        self.check_open().ok()?;
+        let ml = self.ml().ok()?;
+        let _reading = self.read_lock.try_lock().ok()?;
+        let from = self.state.lock().read_position;
+        let batch = ml.read_cached(from, max);
+        let last = batch.last()?.position;
+        let next = ml.next_valid_position(last);
+        let mut cs = self.state.lock();
+        cs.read_position = next;
+        Some(batch.into_iter().filter(|e| e.position > cs.mark_delete && !cs.deleted.contains(e.position)).collect())
+    }
+
     /// Like [`Cursor::read_entries`], but when nothing is available wait until entries
     /// are added (or the managed ledger closes, which is an error). Cancel by dropping.
     pub async fn read_entries_or_wait(&self, max: usize) -> Result<Vec<Entry>> {

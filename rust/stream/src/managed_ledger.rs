@@ -592,6 +592,23 @@ impl ManagedLedger {
         Ok(out)
     }
 
+    /// The entries from `from` on that the entry cache holds, up to `max_entries` of one
+    /// ledger, without waiting: what [`ManagedLedger::read_entries`] would return first,
+    /// or nothing when that needs a read from the bookies.
+    pub fn read_cached(&self, from: Position, max_entries: usize) -> Vec<Entry> {
+        let st = self.state.lock();
+        if !matches!(st.status, MlStatus::Open | MlStatus::Fenced) {
+            return Vec::new();
+        }
+        let p = st.normalize(from);
+        match st.ledgers.get(&p.ledger_id) {
+            Some(info) if p.entry_id < entries_i64(info.entries) => {
+                st.cache.get_run(p.ledger_id, p.entry_id, max_entries)
+            }
+            _ => Vec::new(),
+        }
+    }
+
     async fn open_read_handle(&self, ledger_id: u64) -> Result<Arc<dyn Ledger>> {
         let h = self.store.open_ledger(ledger_id, false).await?;
         self.state.lock().read_handles.insert(ledger_id, h.clone());

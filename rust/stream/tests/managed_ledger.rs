@@ -87,6 +87,32 @@ async fn reads_come_from_ledgers_when_cache_is_off() {
 }
 
 #[tokio::test]
+async fn cached_reads_need_no_wait_and_match_what_a_read_returns() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/cached", env.config(4)).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    assert!(c.read_cached(10).is_none(), "nothing stored yet");
+    let added = ml.add_entries(payloads(0..6)).await.unwrap();
+    let idx = |v: Vec<magnetar_stream::Entry>| v.iter().map(|e| e.index).collect::<Vec<_>>();
+    // One ledger's run at a time (4 entries per ledger), acknowledged entries left out.
+    c.delete(&[added[1].position]).await.unwrap();
+    assert_eq!(idx(c.read_cached(10).unwrap()), vec![0, 2, 3]);
+    assert_eq!(idx(c.read_cached(10).unwrap()), vec![4, 5]);
+    assert!(c.read_cached(10).is_none(), "at the end");
+    c.rewind();
+    assert_eq!(idx(c.read_entries(100).await.unwrap()), vec![0, 2, 3, 4, 5]);
+
+    // With the cache off, nothing is cached: the read goes to the ledgers.
+    let cfg = ManagedLedgerConfig { cache_size_bytes: 0, ..env.config(4) };
+    let cold = f.open("t/uncached", cfg).await.unwrap();
+    let c2 = cold.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    cold.add_entries(payloads(0..3)).await.unwrap();
+    assert!(c2.read_cached(10).is_none());
+    assert_eq!(idx(c2.read_entries(10).await.unwrap()), vec![0, 1, 2]);
+}
+
+#[tokio::test]
 async fn index_and_publish_time_metadata() {
     let env = Env::new();
     let f = env.factory();

@@ -7,8 +7,8 @@ import socket
 
 import trio
 
+from handlers._serve import send_pieces
 from handlers.kafka._codec import Data, KafkaConnection, encode_request, parse_request
-from handlers.kafka._session import send_pieces
 
 
 def _fetch_response(batches: list[bytes]) -> Data:
