@@ -4,6 +4,8 @@ run with its in-memory storage), measured in one run.
 
 For 100 B and 1 KiB records each broker gets:
 
+- one untimed warm-up run of :data:`WARMUP_SECONDS` per size, so that no broker's first
+  measured round pays for its start (first topic, first ledger, cold caches);
 - end-to-end throughput, in :data:`PEAK_ROUNDS` rounds on fresh topics (the median of
   each figure is reported, counts are summed so that one duplicate in any round shows): a
   producer process (``python -m bench.kafka_bench produce``, acks=all, linger 5 ms) sends
@@ -54,6 +56,7 @@ from bench._proc import (
 SIZES = (100, 1024)
 PEAK_SECONDS = 5.0
 PEAK_ROUNDS = 3
+WARMUP_SECONDS = 2.0
 LATENCY_SECONDS = 4.0
 LATENCY_RATE = 2000.0
 CATCH_UP_SECONDS = 30.0
@@ -271,6 +274,7 @@ def _broker_cases(name: str, bootstrap: str, pid: int) -> dict[str, Any]:
     cases: dict[str, Any] = {}
     for size in SIZES:
         try:
+            _end_to_end(bootstrap, pid, f"warmup-{size}", size, WARMUP_SECONDS, 0)
             peak = combine_rounds(
                 [_end_to_end(bootstrap, pid, f"peak-{size}-{i}", size, PEAK_SECONDS, 0)
                  for i in range(PEAK_ROUNDS)],

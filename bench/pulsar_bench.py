@@ -18,12 +18,14 @@ pulsar-lite (0.2.0) has no setting for syncing and never calls fsync or fdatasyn
 RocksDB write-ahead log is written, not synced), so its publish latency carries no disk
 sync. The table says so beside the ratios.
 
-Every case runs :data:`ROUNDS` times (``MAGNETAR_BENCH_ROUNDS`` overrides), the brokers
+Each broker first gets one untimed warm-up run of :data:`WARMUP_SECONDS`, so that neither
+pays for its start (first topic, first ledger, cold caches) in a measured case. Every
+case runs :data:`ROUNDS` times (``MAGNETAR_BENCH_ROUNDS`` overrides), the brokers
 taking turns in alternating order, and the table shows the medians (counts summed) with
 the ratios Magnetar/peer and the issue's targets. ``MAGNETAR_BENCH_DIR`` is where the data
 directories go; ``MAGNETAR_BENCH_CASES`` (e.g. ``100-batch,1024-nobatch``) runs only
 the cases it names. Every loop is bounded in count and in time; the whole bench takes about
-three minutes on two cores.
+six minutes on two cores.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from tests._standalone import Standalone
 SIZES = (100, 1024)
 BATCHING = (True, False)
 PEAK_SECONDS = 6.0
-ROUNDS = 2
+ROUNDS = 3
 LATENCY_SECONDS = 4.0
 #: After the producer ends, longest wait for the consumer to catch up, and the quiet
 #: period after which what has not arrived is counted as lost.
@@ -67,6 +69,7 @@ QUIET_SECONDS = 5.0
 READY_TIMEOUT = 30.0
 PRODUCER_TIMEOUT = 90.0
 BATCH_DELAY_MS = 1
+WARMUP_SECONDS = 2.0
 
 # Targets of the issue (Native Pulsar broker, "Benchmark").
 TARGET_THROUGHPUT_RATIO = 1.0
@@ -281,6 +284,12 @@ def run() -> dict[str, Any]:
             except Exception as exc:
                 results[name] = {"error": f"{type(exc).__name__}: {exc}"}
                 print(f"  {name}: {results[name]['error'][:300]}", flush=True)
+        for name, (url, pid) in brokers.items():
+            try:
+                _end_to_end(url, pid, "warmup", SIZES[0], True, 0, WARMUP_SECONDS,
+                            root / f"runs-{name}")
+            except Exception as exc:  # the measured cases will say what is wrong
+                print(f"  {name} warm-up: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
         runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for round_no in range(rounds):
             for size, batching in _cases():
