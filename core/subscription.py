@@ -40,6 +40,7 @@ from sortedcontainers import SortedSet
 from core._hash import KEY_HASH_RANGE, key_hash
 from core.format import EntryFormatError
 from core.storage import Cursor, Entry, Position, entry_metadata
+from core.writes import write_batch
 
 if TYPE_CHECKING:
     from core.topic import PersistentTopic
@@ -428,8 +429,12 @@ class Subscription:
         while not self._closed:
             sent = await self._dispatch_once()
             if sent:
-                await trio.lowlevel.checkpoint()
-                continue
+                if self.replay or self.cursor.has_more():
+                    await trio.lowlevel.checkpoint()  # more to send: others run in between
+                    continue
+                # All caught up: wait right away, without a trip through the loop to
+                # find nothing to read.
+                self._tell_end_of_topic()
             deadline = self._delayed[0][0] / 1000.0 if self._delayed else float("inf")
             wake_at = trio.current_time() + max(0.0, deadline - time.time()) \
                 if deadline != float("inf") else float("inf")
@@ -474,7 +479,8 @@ class Subscription:
             self._tell_end_of_topic()
             return False
         msg_out, bytes_out = self.msg_out, self.bytes_out
-        sent = self._assign(entries, from_replay)
+        with write_batch():  # each consumer's MESSAGE frames leave in one write
+            sent = self._assign(entries, from_replay)
         self.topic.note_dispatched(self.msg_out - msg_out, self.bytes_out - bytes_out)
         return sent
 

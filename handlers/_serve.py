@@ -10,9 +10,9 @@ from typing import Any, Protocol
 
 import trio
 
-__all__ = ["Session", "run_session", "send_pieces"]
+from core.writes import IOV_MAX, drop_sent
 
-IOV_MAX = 1024  # the most buffers one sendmsg takes (Linux's UIO_MAXIOV)
+__all__ = ["Session", "run_session", "send_pieces"]
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +40,6 @@ async def send_pieces(sock: trio.socket.SocketType, pieces: list[bytes]) -> None
     try:
         while pieces:
             n: int = await sock.sendmsg(pieces[:IOV_MAX])
-            sent = 0
-            while sent < len(pieces) and n >= len(pieces[sent]):
-                n -= len(pieces[sent])
-                sent += 1
-            del pieces[:sent]
-            if n:
-                pieces[0] = memoryview(pieces[0])[n:]  # type: ignore[call-overload]
+            drop_sent(pieces, n)
     except OSError as exc:
         raise trio.BrokenResourceError(f"socket send failed: {exc}") from exc

@@ -1,9 +1,11 @@
 """The Pulsar session: the trio driver between a client socket and the BrokerService.
 
-One nursery per connection: a reader feeds the sans-IO codec and handles each command; a
-writer drains the connection's outbox (receipts, responses and MESSAGE frames queued by any
-task) with one socket write per wake-up; a keep-alive task pings an idle client and closes
-the connection when it stops answering. What the outbox can hold is bounded by the
+One nursery per connection: a reader feeds the sans-IO codec and handles each command; the
+connection's outbox (receipts, responses and MESSAGE frames queued by any task) is sent
+with one socket write at the end of the burst that filled it (a read's commands, a stored
+batch's receipts, a dispatch: :mod:`core.writes`), and by a writer task for the rest and
+whenever the socket is full; a keep-alive task pings an idle client and closes the
+connection when it stops answering. What the outbox can hold is bounded by the
 client's own limits: MESSAGE frames by the permits its consumers granted, receipts by its
 pending-message limit.
 
@@ -47,6 +49,7 @@ from core.topic import (
     TopicClosedError,
     TopicTerminatedError,
 )
+from core.writes import flush_at_end, write_batch, write_now
 from handlers._serve import send_pieces
 from handlers.pulsar import _events as ev
 from handlers.pulsar._codec import (
@@ -116,13 +119,22 @@ def _position_of(topic: PersistentTopic, mid: Any, *, inclusive: bool) -> Positi
 
 
 class _Outbox:
-    def __init__(self) -> None:
+    """Frames to send. The first frame queued after a send asks for the next one: at the
+    end of the current write batch when there is one (:mod:`core.writes`), else from the
+    writer task."""
+
+    def __init__(self, write_direct: Callable[[], None]) -> None:
         self.frames: list[bytes] = []
         self.ready = trio.Event()
+        self.flush_asked = False
+        self._write_direct = write_direct
 
     def put(self, frame: bytes) -> None:
         self.frames.append(frame)
-        self.ready.set()
+        if not self.flush_asked:
+            self.flush_asked = True
+            if not flush_at_end(self._write_direct):
+                self.ready.set()
 
 
 class PulsarSession:
@@ -132,7 +144,8 @@ class PulsarSession:
         self.config = handler.config
         self.stream = stream
         self.codec = PulsarConnection(max_message_size=int(self.config.get("maxMessageSize")))
-        self.outbox = _Outbox()
+        self.outbox = _Outbox(self._write_direct)
+        self._writing = False
         self._held: set[PersistentTopic] = set()
         # A socket stream's frames leave with vectored writes, not joined first.
         self._sock = getattr(stream, "socket", None)
@@ -164,30 +177,38 @@ class PulsarSession:
             if not data:
                 return
             self.last_received = time.monotonic()
-            handled = 0
             try:
-                self.codec.receive_data(data)
-                while True:
-                    event = self.codec.next_event()
-                    if event is NEED_DATA:
-                        break
-                    if isinstance(event, ev.ConnectionClosed):
+                # the answers to what this read brought leave together, in one write
+                with write_batch():
+                    if not self._handle_read(data):
                         return
-                    handled += 1
-                    self._handle(event)
             except RemoteProtocolError as exc:
                 log.info("pulsar: closing connection: %s", exc)
                 self._send(ev.CommandError.build(request_id=0, error=exc.code, message=str(exc)))
                 self.closed = True
                 await self._flush_now()
                 return
-            finally:
-                if handled:
-                    self.broker.stats.record_request("pulsar", handled)
-                # what this read published starts storing now, together
-                held, self._held = self._held, set()
-                for topic in held:
-                    topic.flush()
+
+    def _handle_read(self, data: bytes | bytearray) -> bool:
+        """Handle every command ``data`` completes; False once the client closed."""
+        handled = 0
+        try:
+            self.codec.receive_data(data)
+            while True:
+                event = self.codec.next_event()
+                if event is NEED_DATA:
+                    return True
+                if isinstance(event, ev.ConnectionClosed):
+                    return False
+                handled += 1
+                self._handle(event)
+        finally:
+            if handled:
+                self.broker.stats.record_request("pulsar", handled)
+            # what this read published starts storing now, together
+            held, self._held = self._held, set()
+            for topic in held:
+                topic.flush()
 
     async def _writer(self) -> None:
         while True:
@@ -195,14 +216,39 @@ class PulsarSession:
             self.outbox.ready = trio.Event()
             await self._flush_now()
 
+    def _write_direct(self) -> None:
+        """The end of a write batch: send what is queued with one non-blocking write, unless
+        the writer is busy; what the socket does not take now is left to the writer."""
+        box = self.outbox
+        box.flush_asked = False
+        if not box.frames:
+            return
+        fd = self._sock.fileno() if self._sock is not None and not self.closed else -1
+        if self._writing or fd < 0:
+            box.ready.set()
+            return
+        frames, box.frames = box.frames, []
+        try:
+            rest = write_now(fd, frames)
+        except OSError:
+            rest = frames  # the writer meets the error and ends the connection
+        if rest:
+            box.frames[:0] = rest
+            box.ready.set()
+
     async def _flush_now(self) -> None:
+        self.outbox.flush_asked = False
         frames = self.outbox.frames
         if frames:
             self.outbox.frames = []
-            if self._sock is not None:
-                await send_pieces(self._sock, frames)
-            else:
-                await self.stream.send_all(b"".join(frames))
+            self._writing = True
+            try:
+                if self._sock is not None:
+                    await send_pieces(self._sock, frames)
+                else:
+                    await self.stream.send_all(b"".join(frames))
+            finally:
+                self._writing = False
 
     async def _keepalive(self) -> None:
         interval = float(self.config.get("keepAliveIntervalSeconds"))

@@ -1,0 +1,86 @@
+"""Theory of operation: connection writes gathered to the end of a batch of work.
+
+A session's writer task sends what the session queued. Waking it costs a pass of the
+scheduler, and most frames are queued in bursts that end within the same task step: the
+receipts of one stored batch (in the native drain), the MESSAGE frames of one dispatch,
+the responses to what one socket read brought. Code that runs such a burst opens
+:func:`write_batch`; a session queueing a frame inside it registers its flush with
+:func:`flush_at_end` instead of waking its writer, and every registered flush runs when
+the outermost batch ends, sending the session's whole burst with one non-blocking write
+(:func:`write_now`). What the socket does not take goes to the writer task, which waits
+for the socket to drain, exactly as before.
+
+A batch must not span an ``await``: other tasks would run inside it and their frames
+would wait for its end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator
+
+__all__ = ["IOV_MAX", "drop_sent", "flush_at_end", "write_batch", "write_now"]
+
+log = logging.getLogger(__name__)
+
+IOV_MAX = 1024  # the most buffers one vectored write takes (Linux's UIO_MAXIOV)
+
+_flushes: list[Callable[[], None]] | None = None
+
+
+@contextlib.contextmanager
+def write_batch() -> Iterator[None]:
+    """Gather the flushes registered inside; run them at the end (of the outermost)."""
+    global _flushes
+    if _flushes is not None:
+        yield
+        return
+    _flushes = []
+    try:
+        yield
+    finally:
+        flushes, _flushes = _flushes, None
+        for flush in flushes:
+            try:
+                flush()
+            except Exception:
+                log.exception("a deferred connection flush failed")
+
+
+def flush_at_end(flush: Callable[[], None]) -> bool:
+    """Inside a write batch: run ``flush()`` at its end and return True. Outside one:
+    False, and the caller wakes its writer."""
+    if _flushes is None:
+        return False
+    _flushes.append(flush)
+    return True
+
+
+def write_now(fd: int, pieces: list[bytes]) -> list[bytes]:
+    """Write ``pieces`` back to back on the non-blocking socket ``fd`` as far as it takes
+    them now; what it did not take (the tail of a piece included) is returned. OSError
+    (a reset or closed peer) propagates."""
+    while pieces:
+        try:
+            n = os.writev(fd, pieces[:IOV_MAX])
+        except BlockingIOError:
+            return pieces
+        if drop_sent(pieces, n):
+            return pieces
+    return pieces
+
+
+def drop_sent(pieces: list[bytes], n: int) -> bool:
+    """Remove the first ``n`` bytes written from ``pieces``; True when that ended inside
+    a piece (the socket took less than it was given)."""
+    sent = 0
+    while sent < len(pieces) and n >= len(pieces[sent]):
+        n -= len(pieces[sent])
+        sent += 1
+    del pieces[:sent]
+    if n:
+        pieces[0] = memoryview(pieces[0])[n:]  # type: ignore[call-overload]
+        return True
+    return False
