@@ -252,21 +252,34 @@ impl Cursor {
         let _reading = self.read_lock.lock().await;
         let mut out = Vec::new();
         while out.len() < max {
-            let (from, epoch) = {
-                let cs = self.state.lock();
-                (cs.read_position, cs.read_epoch)
-            };
+            let (from, epoch) = self.read_from();
             let batch = ml.read_entries(from, max - out.len()).await?;
-            let Some(last) = batch.last().map(|e| e.position) else { break };
-            let next = ml.next_valid_position(last);
-            let mut cs = self.state.lock();
-            if cs.read_epoch != epoch {
-                break;
+            match self.take_read(&ml, batch, epoch) {
+                Some(kept) => out.extend(kept),
+                None => break,
             }
-            cs.read_position = next;
-            out.extend(batch.into_iter().filter(|e| e.position > cs.mark_delete && !cs.deleted.contains(e.position)));
         }
         Ok(out)
+    }
+
+    /// The read position and its epoch (which a rewind, seek or reset changes).
+    fn read_from(&self) -> (Position, u64) {
+        let cs = self.state.lock();
+        (cs.read_position, cs.read_epoch)
+    }
+
+    /// Move the read position past `batch`, read from where it was at `epoch`, and keep
+    /// its unacknowledged entries; None when `batch` is empty or the position was moved
+    /// meanwhile (the read is then dropped).
+    fn take_read(&self, ml: &ManagedLedger, batch: Vec<Entry>, epoch: u64) -> Option<Vec<Entry>> {
+        let last = batch.last()?.position;
+        let next = ml.next_valid_position(last);
+        let mut cs = self.state.lock();
+        if cs.read_epoch != epoch {
+            return None;
+        }
+        cs.read_position = next;
+        Some(batch.into_iter().filter(|e| e.position > cs.mark_delete && !cs.deleted.contains(e.position)).collect())
     }
 
     /// What [`Cursor::read_entries`] would return when the entry cache holds it, without
@@ -277,13 +290,8 @@ impl Cursor {
         self.check_open().ok()?;
         let ml = self.ml().ok()?;
         let _reading = self.read_lock.try_lock().ok()?;
-        let from = self.state.lock().read_position;
-        let batch = ml.read_cached(from, max);
-        let last = batch.last()?.position;
-        let next = ml.next_valid_position(last);
-        let mut cs = self.state.lock();
-        cs.read_position = next;
-        Some(batch.into_iter().filter(|e| e.position > cs.mark_delete && !cs.deleted.contains(e.position)).collect())
+        let (from, epoch) = self.read_from();
+        self.take_read(&ml, ml.read_cached(from, max), epoch)
     }
 
     /// Like [`Cursor::read_entries`], but when nothing is available wait until entries

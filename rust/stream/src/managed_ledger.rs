@@ -127,6 +127,14 @@ impl MlState {
         self.end_position()
     }
 
+    /// `from` as an existing entry ([`MlState::normalize`]) with its ledger's entry
+    /// count; None past the last entry.
+    fn readable_at(&self, from: Position) -> Option<(Position, u64)> {
+        let p = self.normalize(from);
+        let info = self.ledgers.get(&p.ledger_id)?;
+        (p.entry_id < entries_i64(info.entries)).then_some((p, info.entries))
+    }
+
     /// The first existing entry after `p`, or the end position.
     pub(crate) fn next_valid(&self, p: Position) -> Position {
         self.normalize(Position::new(p.ledger_id, p.entry_id.saturating_add(1)))
@@ -524,14 +532,13 @@ impl ManagedLedger {
             let want = max_entries - out.len();
             let plan = {
                 let st = self.state.lock();
-                let p = st.normalize(pos);
-                match st.ledgers.get(&p.ledger_id) {
-                    Some(info) if p.entry_id < entries_i64(info.entries) => {
+                match st.readable_at(pos) {
+                    Some((p, entries)) => {
                         let cached = st.cache.get_run(p.ledger_id, p.entry_id, want);
                         if cached.is_empty() {
                             let span = (want as u64).min(MAX_ENTRIES_PER_LEDGER_READ);
                             let first = p.entry_id as u64;
-                            let last = (first + span - 1).min(info.entries - 1);
+                            let last = (first + span - 1).min(entries - 1);
                             let handle = if st.current_id() == Some(p.ledger_id) {
                                 st.current.clone()
                             } else {
@@ -542,7 +549,7 @@ impl ManagedLedger {
                             ReadPlan::Cached(cached)
                         }
                     }
-                    _ => ReadPlan::End,
+                    None => ReadPlan::End,
                 }
             };
             match plan {
@@ -596,17 +603,12 @@ impl ManagedLedger {
     /// ledger, without waiting: what [`ManagedLedger::read_entries`] would return first,
     /// or nothing when that needs a read from the bookies.
     pub fn read_cached(&self, from: Position, max_entries: usize) -> Vec<Entry> {
-        let st = self.state.lock();
-        if !matches!(st.status, MlStatus::Open | MlStatus::Fenced) {
+        if self.check_readable().is_err() {
             return Vec::new();
         }
-        let p = st.normalize(from);
-        match st.ledgers.get(&p.ledger_id) {
-            Some(info) if p.entry_id < entries_i64(info.entries) => {
-                st.cache.get_run(p.ledger_id, p.entry_id, max_entries)
-            }
-            _ => Vec::new(),
-        }
+        let st = self.state.lock();
+        st.readable_at(from)
+            .map_or_else(Vec::new, |(p, _)| st.cache.get_run(p.ledger_id, p.entry_id, max_entries))
     }
 
     async fn open_read_handle(&self, ledger_id: u64) -> Result<Arc<dyn Ledger>> {
