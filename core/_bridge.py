@@ -6,12 +6,12 @@ the queue when it ends. The queue's file descriptor becomes readable when the qu
 from empty to non-empty, so one wake-up of :meth:`NativeBridge.run` drains a whole batch
 of completions, however many operations finished together.
 
-A caller that is cancelled while waiting simply stops waiting: the native operation still
+Each operation has a callback, run inside the drain (:meth:`NativeBridge.start`). A hot
+path that needs no task of its own (a topic storing its publishes) uses it directly, which
+saves a waiting task's wake-up and one pass of the scheduler per operation;
+:meth:`NativeBridge.call` awaits the result through a callback that sets an event. A
+caller that is cancelled while waiting simply stops waiting: the native operation still
 finishes and its result is dropped.
-
-A hot path that needs no task of its own (a topic storing its publishes) uses
-:meth:`NativeBridge.start` instead: its callback runs inside the drain, which saves the
-waiting task's wake-up and one pass of the scheduler per operation.
 """
 
 from __future__ import annotations
@@ -32,12 +32,19 @@ log = logging.getLogger(__name__)
 
 
 class _Pending:
+    """The outcome an awaiting :meth:`NativeBridge.call` waits for."""
+
     __slots__ = ("event", "ok", "value")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.ok = False
         self.value: Any = None
+
+    def done(self, ok: bool, value: Any) -> None:
+        self.ok = ok
+        self.value = value
+        self.event.set()
 
 
 class NativeBridge:
@@ -46,7 +53,6 @@ class NativeBridge:
     def __init__(self) -> None:
         self.queue = _native.CompletionQueue()
         self._tokens = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
         self._callbacks: dict[int, Callable[[bool, Any], None]] = {}
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -58,12 +64,6 @@ class NativeBridge:
             # the end of the drain, a connection's share in one write
             with write_batch():
                 for token, ok, value in self.queue.drain():
-                    pending = self._pending.pop(token, None)
-                    if pending is not None:
-                        pending.ok = ok
-                        pending.value = value
-                        pending.event.set()
-                        continue
                     done = self._callbacks.pop(token, None)
                     if done is not None:
                         try:
@@ -86,17 +86,9 @@ class NativeBridge:
 
     async def call(self, start: Callable[..., None], *args: Any) -> Any:
         """Start ``start(queue, token, *args)`` and wait for its result (or exception)."""
-        token = next(self._tokens)
-        pending = self._pending[token] = _Pending()
-        try:
-            start(self.queue, token, *args)
-        except BaseException:
-            del self._pending[token]
-            raise
-        try:
-            await pending.event.wait()
-        finally:
-            self._pending.pop(token, None)
+        pending = _Pending()
+        self.start(start, *args, done=pending.done)
+        await pending.event.wait()
         if pending.ok:
             return pending.value
         raise pending.value

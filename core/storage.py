@@ -64,6 +64,12 @@ class Storage:
         self._factory.shutdown()
 
 
+def _added(raw: list[tuple[int, int, int, int]]) -> list[tuple[Position, int, int]]:
+    """The native add's (ledger, entry, index, publish time) rows as (position, index,
+    publish time)."""
+    return [(Position(le, en), idx, ts) for le, en, idx, ts in raw]
+
+
 class ManagedLedger:
     def __init__(self, bridge: NativeBridge, native: Any):
         self.bridge = bridge
@@ -75,8 +81,7 @@ class ManagedLedger:
 
     async def add_entries(self, entries: list[bytes], num_messages: list[int]) -> list[tuple[Position, int, int]]:
         """Append a batch; returns (position, index, publish_time) per entry, in order."""
-        done = await self.bridge.call(self.native.add_entries, entries, num_messages)
-        return [(Position(le, en), idx, ts) for le, en, idx, ts in done]
+        return _added(await self.bridge.call(self.native.add_entries, entries, num_messages))
 
     def start_add_entries(self, entries: list[bytes], num_messages: list[int],
                           done: Callable[[list[tuple[Position, int, int]] | BaseException], None]
@@ -85,7 +90,7 @@ class ManagedLedger:
         returns, or the exception it would raise."""
 
         def finished(ok: bool, value: Any) -> None:
-            done([(Position(le, en), idx, ts) for le, en, idx, ts in value] if ok else value)
+            done(_added(value) if ok else value)
 
         self.bridge.start(self.native.add_entries, entries, num_messages, done=finished)
 
