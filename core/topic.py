@@ -112,6 +112,8 @@ class PublishResult:
 
 
 PublishCallback = Callable[[PublishResult], None]
+#: A publish waiting to be stored: entry, messages, producer name, sequence id, callback.
+Queued = tuple[bytes, int, str | None, int, PublishCallback]
 
 
 @dataclass(eq=False)
@@ -139,7 +141,7 @@ class PersistentTopic:
         self._dedup = False
         self.producers: list[Producer] = []
         self.subscriptions: dict[str, Subscription] = {}
-        self._pending: list[tuple[bytes, int, str | None, int, PublishCallback]] = []
+        self._pending: list[Queued] = []
         self._flush_wanted = trio.Event()
         self._exclusive_released = trio.Event()
         self._closed = False
@@ -351,7 +353,7 @@ class PersistentTopic:
             self._stored(batch, started, exc)
         return True
 
-    def _stored(self, batch: list[tuple[bytes, int, str | None, int, PublishCallback]],
+    def _stored(self, batch: list[Queued],
                 started: float, results: list[tuple[Position, int, int]] | BaseException) -> None:
         self._flushing = False
         self._batch_done.set()
@@ -361,12 +363,11 @@ class PersistentTopic:
             else:
                 self._answer(batch, started, results)
         finally:
-            if self._pending and not self._flush_next():
-                self._flush_wanted.set()  # the flusher waits out the rate window
-            elif self._closed and not self._flushing:
-                self._flush_wanted.set()  # all stored: the flusher may end
+            self.flush()  # what queued meanwhile
+            if self._closed and not self._flushing:
+                self._flush_wanted.set()  # the flusher ends once all is stored
 
-    def _failed(self, batch: list[tuple[bytes, int, str | None, int, PublishCallback]],
+    def _failed(self, batch: list[Queued],
                 exc: BaseException) -> None:
         log.warning("publish to %s failed: %s", self.name, exc)
         for _, _, pname, seq, cb in batch:
@@ -374,7 +375,7 @@ class PersistentTopic:
                 self.dedup_pushed[pname] = self.dedup_persisted.get(pname, -1)
             self._deliver(cb, PublishResult(None, error=exc))
 
-    def _answer(self, batch: list[tuple[bytes, int, str | None, int, PublishCallback]],
+    def _answer(self, batch: list[Queued],
                 started: float, results: list[tuple[Position, int, int]]) -> None:
         now = int(time.time() * 1000)
         self.last_publish_time = now
@@ -415,7 +416,7 @@ class PersistentTopic:
     def remove_entry_listener(self, listener: Callable[[], None]) -> None:
         self._entry_listeners.discard(listener)
 
-    def _take_batch(self) -> list[tuple[bytes, int, str | None, int, PublishCallback]]:
+    def _take_batch(self) -> list[Queued]:
         """The next entries to store: up to MAX_PUBLISH_BATCH, and no more than the
         publish rate policy leaves in the current window (empty when it leaves none:
         the receipts, and so the producers, wait - Pulsar's publish throttling)."""

@@ -319,16 +319,16 @@ async def _produce_partition(h: KafkaProtocolHandler, topic: str, pd: Any, acks:
             await plog.recovery.wait()
     except Exception as exc:
         return topic_error(exc), []
-    pendings: list[Pending] = []
     try:
-        return _publish_all(h, plog, batches, txn_id, pendings)
+        return _publish_all(h, plog, batches, txn_id)
     finally:
         plog.topic.flush()
 
 
 def _publish_all(h: KafkaProtocolHandler, plog: PartitionLog,
                  batches: list[tuple[RecordBatch, tuple[bytes, int, bool] | None]],
-                 txn_id: str | None, pendings: list[Pending]) -> tuple[int, list[Pending]]:
+                 txn_id: str | None) -> tuple[int, list[Pending]]:
+    pendings: list[Pending] = []
     for batch, native in batches:
         if not batch.record_count:
             continue
