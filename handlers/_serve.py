@@ -1,7 +1,7 @@
 """What every protocol plugin does with an accepted connection: run its session, count it
 under its protocol in the broker's stats, and log (never raise) how it ended, so one
 connection's failure never reaches the listener or the broker; and how a session writes
-what it has queued (:func:`send_pieces`)."""
+what it has queued (:class:`Outbox`, :func:`send_pieces`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any, Protocol
 
 import trio
 
-from core.writes import IOV_MAX, drop_sent
+from core.writes import IOV_MAX, drop_sent, flush_at_end, write_now
 
-__all__ = ["Session", "run_session", "send_pieces"]
+__all__ = ["Outbox", "Session", "run_session", "send_pieces"]
 
 log = logging.getLogger(__name__)
 
@@ -43,3 +43,66 @@ async def send_pieces(sock: trio.socket.SocketType, pieces: list[bytes]) -> None
             drop_sent(pieces, n)
     except OSError as exc:
         raise trio.BrokenResourceError(f"socket send failed: {exc}") from exc
+
+
+class Outbox:
+    """The frames a session has to send, and how they leave. The first frame queued after a
+    send asks for the next one: at the end of the current write batch when there is one
+    (:mod:`core.writes`), with one non-blocking write; else, and whenever the socket is
+    full, from the writer task (:meth:`run_writer`), which waits for the socket."""
+
+    def __init__(self, stream: trio.abc.Stream):
+        self.stream = stream
+        # A socket stream's frames leave with vectored writes, not joined first.
+        self._sock: trio.socket.SocketType | None = getattr(stream, "socket", None)
+        self.frames: list[bytes] = []
+        self._ready = trio.Event()
+        self._flush_asked = False
+        self._writing = False
+
+    def put(self, frame: bytes) -> None:
+        self.frames.append(frame)
+        if not self._flush_asked:
+            self._flush_asked = True
+            if not flush_at_end(self._write_direct):
+                self._ready.set()
+
+    async def run_writer(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready = trio.Event()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Send everything queued, waiting for the socket as long as it takes."""
+        self._flush_asked = False
+        frames = self.frames
+        if frames:
+            self.frames = []
+            self._writing = True
+            try:
+                if self._sock is not None:
+                    await send_pieces(self._sock, frames)
+                else:
+                    await self.stream.send_all(b"".join(frames))
+            finally:
+                self._writing = False
+
+    def _write_direct(self) -> None:
+        """The end of a write batch: send what is queued with one non-blocking write, unless
+        a send is under way; what the socket does not take now is left to the writer."""
+        self._flush_asked = False
+        if not self.frames:
+            return
+        fd = self._sock.fileno() if self._sock is not None else -1
+        if self._writing or fd < 0:
+            self._ready.set()
+            return
+        frames, self.frames = self.frames, []
+        try:
+            rest = write_now(fd, frames)
+        except OSError:
+            rest = frames  # the writer meets the error and ends the connection
+        if rest:
+            self.frames[:0] = rest
+            self._ready.set()

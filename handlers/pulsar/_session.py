@@ -49,8 +49,8 @@ from core.topic import (
     TopicClosedError,
     TopicTerminatedError,
 )
-from core.writes import flush_at_end, write_batch, write_now
-from handlers._serve import send_pieces
+from core.writes import write_batch
+from handlers._serve import Outbox
 from handlers.pulsar import _events as ev
 from handlers.pulsar._codec import (
     NEED_DATA,
@@ -118,25 +118,6 @@ def _position_of(topic: PersistentTopic, mid: Any, *, inclusive: bool) -> Positi
     return Position(mid.ledgerId, mid.entryId if inclusive else mid.entryId + 1)
 
 
-class _Outbox:
-    """Frames to send. The first frame queued after a send asks for the next one: at the
-    end of the current write batch when there is one (:mod:`core.writes`), else from the
-    writer task."""
-
-    def __init__(self, write_direct: Callable[[], None]) -> None:
-        self.frames: list[bytes] = []
-        self.ready = trio.Event()
-        self.flush_asked = False
-        self._write_direct = write_direct
-
-    def put(self, frame: bytes) -> None:
-        self.frames.append(frame)
-        if not self.flush_asked:
-            self.flush_asked = True
-            if not flush_at_end(self._write_direct):
-                self.ready.set()
-
-
 class PulsarSession:
     def __init__(self, handler: Any, stream: trio.abc.Stream):
         self.handler = handler
@@ -144,11 +125,8 @@ class PulsarSession:
         self.config = handler.config
         self.stream = stream
         self.codec = PulsarConnection(max_message_size=int(self.config.get("maxMessageSize")))
-        self.outbox = _Outbox(self._write_direct)
-        self._writing = False
+        self.outbox = Outbox(stream)
         self._held: set[PersistentTopic] = set()
-        # A socket stream's frames leave with vectored writes, not joined first.
-        self._sock = getattr(stream, "socket", None)
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self.consumer_topics: dict[int, PersistentTopic] = {}
@@ -162,7 +140,7 @@ class PulsarSession:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._writer)
+                nursery.start_soon(self.outbox.run_writer)
                 nursery.start_soon(self._keepalive)
                 await self._reader()
                 nursery.cancel_scope.cancel()
@@ -186,7 +164,7 @@ class PulsarSession:
                 log.info("pulsar: closing connection: %s", exc)
                 self._send(ev.CommandError.build(request_id=0, error=exc.code, message=str(exc)))
                 self.closed = True
-                await self._flush_now()
+                await self.outbox.flush()
                 return
 
     def _handle_read(self, data: bytes | bytearray) -> bool:
@@ -205,50 +183,10 @@ class PulsarSession:
         finally:
             if handled:
                 self.broker.stats.record_request("pulsar", handled)
-            # what this read published starts storing now, together
-            held, self._held = self._held, set()
-            for topic in held:
-                topic.flush()
-
-    async def _writer(self) -> None:
-        while True:
-            await self.outbox.ready.wait()
-            self.outbox.ready = trio.Event()
-            await self._flush_now()
-
-    def _write_direct(self) -> None:
-        """The end of a write batch: send what is queued with one non-blocking write, unless
-        the writer is busy; what the socket does not take now is left to the writer."""
-        box = self.outbox
-        box.flush_asked = False
-        if not box.frames:
-            return
-        fd = self._sock.fileno() if self._sock is not None and not self.closed else -1
-        if self._writing or fd < 0:
-            box.ready.set()
-            return
-        frames, box.frames = box.frames, []
-        try:
-            rest = write_now(fd, frames)
-        except OSError:
-            rest = frames  # the writer meets the error and ends the connection
-        if rest:
-            box.frames[:0] = rest
-            box.ready.set()
-
-    async def _flush_now(self) -> None:
-        self.outbox.flush_asked = False
-        frames = self.outbox.frames
-        if frames:
-            self.outbox.frames = []
-            self._writing = True
-            try:
-                if self._sock is not None:
-                    await send_pieces(self._sock, frames)
-                else:
-                    await self.stream.send_all(b"".join(frames))
-            finally:
-                self._writing = False
+            if self._held:  # what this read published starts storing now, together
+                held, self._held = self._held, set()
+                for topic in held:
+                    topic.flush()
 
     async def _keepalive(self) -> None:
         interval = float(self.config.get("keepAliveIntervalSeconds"))
