@@ -21,12 +21,25 @@
 //! the checksum and the ledger and entry ids again, so a damaged file yields an error, never
 //! wrong data.
 //!
-//! Appends are not fsynced (the journal makes adds durable); [`LedgerStorage::flush`] fsyncs
-//! every log written since the previous flush and the directory, and then records each log's
-//! synced length in `ledgers/CHECKPOINT`. On open, bytes past a log's recorded length were
+//! Appends are not fsynced (the journal makes adds durable), and not even written at once: an
+//! append copies its records into the log's buffer in memory, where reads find them, and the
+//! buffer is written out later, off the add path — by [`LedgerStorage::start_writeback`]
+//! (the server's checkpoint thread calls it every megabyte added), by a flush, or by the
+//! append itself once a log has [`MAX_BUFFERED`] bytes waiting. The write goes from that
+//! buffer straight to the disk with direct I/O where the file system allows it, as the
+//! journal's does: copying every entry into the page cache was the costliest thing a
+//! bookie did per byte. Direct writes cover whole [`DIRECT_ALIGN`] blocks, so each starts
+//! at the block holding the end of the previous one, writes that block's bytes again, and
+//! pads the last block with zeros, which the next write overwrites; a file can therefore
+//! end in zeros past its last record, and opening it cuts them off without a word (see
+//! below). Where direct I/O is refused (tmpfs), the same blocks are written buffered.
+//!
+//! [`LedgerStorage::flush`] writes out and fsyncs every log written since the previous flush
+//! and the directory, and then records each log's synced length in `ledgers/CHECKPOINT`. On open, bytes past a log's recorded length were
 //! never covered by a checkpoint, so they are still in the journal: a bad record there (a write
 //! torn by a crash) is cut off, with a warning, together with everything after it, and journal
-//! replay writes those entries again. A bad record inside the checkpointed part is corruption:
+//! replay writes those entries again. Zeros alone after the last record are the padding of a
+//! direct write, and are cut off quietly. A bad record inside the checkpointed part is corruption:
 //! opening fails and names the file and offset. Deleting a ledger first drops it from
 //! `CHECKPOINT`, so a later log under the same id is never judged by the old one's length.
 //!
@@ -56,7 +69,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::error::BookieError;
 use crate::journal::{
-    parse_record, sync_dir, EncodedEntries, JournalRecord, RecordError, RecordKind, RecordScanner, Scanned,
+    parse_record, sync_dir, EncodedEntries, DIRECT_ALIGN, JournalRecord, RecordError, RecordKind, RecordScanner, Scanned,
 };
 use crate::logindex::{self, IdxRecord};
 use crate::storage::LedgerStorage;
@@ -70,15 +83,91 @@ const CHECKPOINT_MAGIC: &[u8; 8] = b"MGBKCKP1";
 /// How many ledger logs [`EntryLogStorage::open`] keeps open at most by default.
 pub const DEFAULT_MAX_OPEN_LOGS: usize = 256;
 
+/// How many bytes a log may hold in memory before the append that passes it writes them
+/// out itself.
+pub const MAX_BUFFERED: usize = 16 << 20;
+
+/// Bytes that start at a [`DIRECT_ALIGN`] boundary in memory, with room to pad them to a
+/// whole number of blocks: what a direct write needs.
+#[derive(Default)]
+struct AlignedBuf {
+    raw: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    fn data(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.len]
+    }
+
+    /// Make room for `extra` more bytes and the padding after them, moving the data to a
+    /// larger buffer when needed.
+    fn reserve(&mut self, extra: usize) {
+        let padded = (self.len + extra).div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+        if self.start + padded <= self.raw.len() {
+            return;
+        }
+        let cap = padded.max(2 * self.len);
+        let mut raw = vec![0u8; cap + DIRECT_ALIGN];
+        let start = (DIRECT_ALIGN - raw.as_ptr() as usize % DIRECT_ALIGN) % DIRECT_ALIGN;
+        raw[start..start + self.len].copy_from_slice(self.data());
+        self.raw = raw;
+        self.start = start;
+    }
+
+    fn extend(&mut self, bytes: &[u8]) {
+        self.reserve(bytes.len());
+        let at = self.start + self.len;
+        self.raw[at..at + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    /// The data followed by zeros up to the next block boundary.
+    fn padded(&mut self) -> &[u8] {
+        self.reserve(0);
+        let padded = self.len.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+        self.raw[self.start + self.len..self.start + padded].fill(0);
+        &self.raw[self.start..self.start + padded]
+    }
+}
+
+fn block_start(off: u64) -> u64 {
+    off - off % DIRECT_ALIGN as u64
+}
+
+/// Where an entry's record is read from.
+enum Held {
+    Memory(Bytes),
+    Disk(Arc<LogFiles>),
+}
+
+/// A log's open files: one to read and sync through, one for the (direct) writes.
+struct LogFiles {
+    read: File,
+    write: File,
+    direct: bool,
+}
+
 struct LedgerLog {
     path: PathBuf,
     /// Closed (None) when idle, to bound the number of open files; reopened on use.
-    file: Option<Arc<File>>,
+    files: Option<Arc<LogFiles>>,
     last_used: u64,
     len: u64,
-    /// Where the last [`LedgerStorage::start_writeback`] left off: bytes before it are
-    /// being, or have been, written out.
-    written_back: u64,
+    /// The bytes `[buf_off, len)`: appended and not yet written out, preceded by the rest of
+    /// the block `buf_off` starts, which the next write writes again.
+    buf: AlignedBuf,
+    buf_off: u64,
+    /// The buffer being written out, from the offset it starts at: reads find its records
+    /// there until the write is done.
+    writing: Option<(u64, Arc<AlignedBuf>)>,
+    /// The file holds every byte before this offset.
+    on_disk: u64,
+    /// A written-out buffer, kept for the next one.
+    spare: Option<AlignedBuf>,
+    /// Held through a write-out, so the writes of one log go one at a time and in order.
+    out_lock: Arc<Mutex<()>>,
     index: BTreeMap<u64, (u64, usize)>,
     lac: i64,
     fenced: bool,
@@ -93,11 +182,35 @@ struct LedgerLog {
 }
 
 impl LedgerLog {
-    /// Append records already encoded in the record format, with one write.
-    fn append_encoded(&mut self, file: &File, entries: &EncodedEntries) -> Result<(), BookieError> {
+    /// A log of `len` bytes, all of them on disk; `tail` holds the bytes of its last,
+    /// partly filled block.
+    fn new(path: PathBuf, len: u64, tail: AlignedBuf) -> LedgerLog {
+        LedgerLog {
+            path,
+            files: None,
+            last_used: 0,
+            len,
+            buf: tail,
+            buf_off: block_start(len),
+            writing: None,
+            on_disk: len,
+            spare: None,
+            out_lock: Arc::new(Mutex::new(())),
+            index: BTreeMap::new(),
+            lac: -1,
+            fenced: false,
+            dirty: false,
+            deleted: false,
+            unindexed: Vec::new(),
+            idx_len: 0,
+            idx_ok: true,
+        }
+    }
+
+    /// Append records already encoded in the record format to the buffer.
+    fn append_encoded(&mut self, entries: &EncodedEntries) {
         let base = self.len;
-        file.write_all_at(&entries.encoded, base)
-            .map_err(|e| BookieError::io("append to", &self.path, e))?;
+        self.buf.extend(&entries.encoded);
         self.len += entries.encoded.len() as u64;
         self.dirty = true;
         self.unindexed.reserve(entries.records.len());
@@ -113,15 +226,13 @@ impl LedgerLog {
             self.index.insert(entry, (off, len));
         }
         self.lac = self.lac.max(entries.lac);
-        Ok(())
     }
 
-    fn append(&mut self, file: &File, record: &JournalRecord) -> Result<(u64, usize), BookieError> {
+    fn append(&mut self, record: &JournalRecord) -> (u64, usize) {
         let mut buf = Vec::with_capacity(record.encoded_len());
         record.encode(&mut buf);
         let off = self.len;
-        file.write_all_at(&buf, off)
-            .map_err(|e| BookieError::io("append to", &self.path, e))?;
+        self.buf.extend(&buf);
         self.len += buf.len() as u64;
         self.dirty = true;
         self.unindexed.push(IdxRecord {
@@ -131,7 +242,21 @@ impl LedgerLog {
             off,
             len: u32::try_from(buf.len()).unwrap_or(u32::MAX),
         });
-        Ok((off, buf.len()))
+        (off, buf.len())
+    }
+
+    /// Where the `len` bytes at `off` are in memory, if they are: in the buffer, or in the
+    /// one being written out.
+    fn in_memory(&self, off: u64, len: usize) -> Option<Bytes> {
+        let from_buf = |base: u64, buf: &AlignedBuf| {
+            let at = usize::try_from(off.checked_sub(base)?).ok()?;
+            buf.data().get(at..at + len).map(Bytes::copy_from_slice)
+        };
+        if off + len as u64 <= self.on_disk {
+            return None;
+        }
+        from_buf(self.buf_off, &self.buf)
+            .or_else(|| self.writing.as_ref().and_then(|(base, buf)| from_buf(*base, buf)))
     }
 
     /// Write the records not yet in the index file as one chunk. Called after the log has
@@ -235,23 +360,83 @@ impl EntryLogStorage {
         self.open_files.load(Ordering::SeqCst)
     }
 
-    /// The log's file handle, reopening it if it was closed while idle.
-    fn handle(&self, log: &mut LedgerLog) -> Result<Arc<File>, BookieError> {
+    /// The log's files, reopening them if they were closed while idle.
+    fn files(&self, log: &mut LedgerLog) -> Result<Arc<LogFiles>, BookieError> {
         log.last_used = self.tick.fetch_add(1, Ordering::Relaxed);
-        if let Some(f) = &log.file {
+        if let Some(f) = &log.files {
             return Ok(f.clone());
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&log.path)
-            .map_err(|e| BookieError::io("open ledger log", &log.path, e))?;
-        let file = Arc::new(file);
-        log.file = Some(file.clone());
+        let files = Arc::new(open_files(&log.path)?);
+        log.files = Some(files.clone());
         if self.open_files.fetch_add(1, Ordering::SeqCst) + 1 > self.max_open {
             self.close_idle();
         }
-        Ok(file)
+        Ok(files)
+    }
+
+    /// After an append: write the ledger's log out when its buffer is `full`.
+    fn write_out_if(&self, ledger: u64, full: bool) -> Result<(), BookieError> {
+        match self.get(ledger) {
+            Some(log) if full => self.write_out(&log).map(drop),
+            _ => Ok(()),
+        }
+    }
+
+    /// Write out what `log` holds in memory (see the module docs); the length of the log on
+    /// disk after it. Appends and reads go on meanwhile: only the write's setup and its end
+    /// hold the log's lock.
+    fn write_out(&self, log: &Mutex<LedgerLog>) -> Result<u64, BookieError> {
+        let out_lock = log.lock().out_lock.clone();
+        let _one = out_lock.lock();
+        let (files, off, buf) = {
+            let mut g = log.lock();
+            if g.deleted || g.len == g.on_disk {
+                return Ok(g.on_disk);
+            }
+            let files = self.files(&mut g)?;
+            // The next buffer starts with the last block's bytes, which its write repeats.
+            let next_off = block_start(g.len);
+            let keep = usize::try_from(g.len - next_off).unwrap_or(0);
+            let mut next = g.spare.take().unwrap_or_default();
+            next.len = 0;
+            next.extend(&g.buf.data()[g.buf.len - keep..]);
+            let mut cur = std::mem::replace(&mut g.buf, next);
+            let off = std::mem::replace(&mut g.buf_off, next_off);
+            cur.padded();
+            let cur = Arc::new(cur);
+            g.writing = Some((off, cur.clone()));
+            (files, off, cur)
+        };
+        let padded = buf.len.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+        let res = files.write.write_all_at(&buf.raw[buf.start..buf.start + padded], off);
+        let end = off + buf.len as u64;
+        let mut g = log.lock();
+        g.writing = None;
+        match res {
+            Ok(()) => {
+                g.on_disk = end;
+                g.dirty = true;
+                if !files.direct {
+                    start_writeback_range(&files.write, off, end);
+                }
+                g.spare = Arc::try_unwrap(buf).ok();
+                Ok(end)
+            }
+            Err(e) => {
+                // Nothing is lost: the bytes go back in front of what was appended since,
+                // for the next write-out to try again.
+                let mut back = Arc::try_unwrap(buf).unwrap_or_else(|b| {
+                    let mut copy = AlignedBuf::default();
+                    copy.extend(b.data());
+                    copy
+                });
+                let since = usize::try_from(end - g.buf_off).unwrap_or(0);
+                back.extend(&g.buf.data()[since..]);
+                g.buf = back;
+                g.buf_off = off;
+                Err(BookieError::io("write ledger log", &g.path, e))
+            }
+        }
     }
 
     /// Close the least recently used logs until a quarter of the limit is free again. Logs in
@@ -263,7 +448,7 @@ impl EntryLogStorage {
             .filter_map(|l| {
                 let used = l
                     .try_lock()
-                    .filter(|g| g.file.is_some())
+                    .filter(|g| g.files.is_some())
                     .map(|g| g.last_used)?;
                 Some((used, l))
             })
@@ -273,7 +458,7 @@ impl EntryLogStorage {
         let excess = self.open_files().saturating_sub(target);
         for (_, l) in open.into_iter().take(excess) {
             if let Some(mut g) = l.try_lock() {
-                if g.file.take().is_some() {
+                if g.files.take().is_some() {
                     self.open_files.fetch_sub(1, Ordering::SeqCst);
                 }
             }
@@ -313,21 +498,9 @@ impl EntryLogStorage {
                             logindex::remove(&idx)
                                 .map_err(|e| BookieError::io("remove stale index", &idx, e))?;
                             self.dir_dirty.store(true, Ordering::SeqCst);
-                            let log = Arc::new(Mutex::new(LedgerLog {
-                                path,
-                                file: None,
-                                last_used: 0,
-                                len: 0,
-                                written_back: 0,
-                                index: BTreeMap::new(),
-                                lac: -1,
-                                fenced: false,
-                                dirty: true,
-                                deleted: false,
-                                unindexed: Vec::new(),
-                                idx_len: 0,
-                                idx_ok: true,
-                            }));
+                            let mut fresh = LedgerLog::new(path, 0, AlignedBuf::default());
+                            fresh.dirty = true;
+                            let log = Arc::new(Mutex::new(fresh));
                             map.insert(ledger, log.clone());
                             log
                         }
@@ -346,36 +519,49 @@ impl EntryLogStorage {
 impl LedgerStorage for EntryLogStorage {
     fn add_entry(&self, ledger: u64, entry: u64, lac: i64, data: Bytes) -> Result<(), BookieError> {
         let record = JournalRecord::entry(ledger, entry, lac, data);
-        self.with_log(ledger, |log| {
-            let file = self.handle(log)?;
-            let at = log.append(&file, &record)?;
+        let full = self.with_log(ledger, |log| {
+            let at = log.append(&record);
             log.index.insert(entry, at);
             log.lac = log.lac.max(lac);
-            Ok(())
-        })
+            Ok(log.buf.len >= MAX_BUFFERED)
+        })?;
+        self.write_out_if(ledger, full)
     }
 
     fn add_encoded(&self, entries: &EncodedEntries) -> Result<(), BookieError> {
-        self.with_log(entries.ledger, |log| {
-            let file = self.handle(log)?;
-            log.append_encoded(&file, entries)
-        })
+        let full = self.with_log(entries.ledger, |log| {
+            log.append_encoded(entries);
+            Ok(log.buf.len >= MAX_BUFFERED)
+        })?;
+        self.write_out_if(entries.ledger, full)
     }
 
     fn get_entry(&self, ledger: u64, entry: u64) -> Result<Option<(i64, Bytes)>, BookieError> {
         let Some(log) = self.get(ledger) else {
             return Ok(None);
         };
-        let (file, path, off, len) = {
+        let (at, path, off, len) = {
             let mut g = log.lock();
-            match g.index.get(&entry) {
-                Some(&(off, len)) => (self.handle(&mut g)?, g.path.clone(), off, len),
-                None => return Ok(None),
+            let Some(&(off, len)) = g.index.get(&entry) else {
+                return Ok(None);
+            };
+            let at = match g.in_memory(off, len) {
+                Some(held) => Held::Memory(held),
+                None => Held::Disk(self.files(&mut g)?),
+            };
+            (at, g.path.clone(), off, len)
+        };
+        let buf = match at {
+            Held::Memory(held) => held,
+            Held::Disk(files) => {
+                let mut buf = vec![0u8; len];
+                files
+                    .read
+                    .read_exact_at(&mut buf, off)
+                    .map_err(|e| BookieError::io("read ledger log", &path, e))?;
+                Bytes::from(buf)
             }
         };
-        let mut buf = vec![0u8; len];
-        file.read_exact_at(&mut buf, off)
-            .map_err(|e| BookieError::io("read ledger log", &path, e))?;
         match parse_record(&buf) {
             Ok((r, used))
                 if used == len
@@ -417,8 +603,7 @@ impl LedgerStorage for EntryLogStorage {
             if log.fenced {
                 return Ok(true);
             }
-            let file = self.handle(log)?;
-            log.append(&file, &JournalRecord::fence(ledger))?;
+            log.append(&JournalRecord::fence(ledger));
             log.fenced = true;
             Ok(false)
         })
@@ -442,7 +627,9 @@ impl LedgerStorage for EntryLogStorage {
         }
         let mut g = log.lock();
         g.deleted = true;
-        if g.file.take().is_some() {
+        g.buf = AlignedBuf::default();
+        g.spare = None;
+        if g.files.take().is_some() {
             self.open_files.fetch_sub(1, Ordering::SeqCst);
         }
         match fs::remove_file(&g.path) {
@@ -466,24 +653,26 @@ impl LedgerStorage for EntryLogStorage {
             .collect();
         let mut synced_logs = Vec::with_capacity(logs.len());
         for (ledger, log) in logs {
-            let (file, path, len, dirty, upto) = {
+            let len = self.write_out(&log)?;
+            let (files, path, dirty, upto) = {
                 let mut g = log.lock();
                 if g.deleted {
                     continue;
                 }
+                // The index chunk lists only records the sync below covers.
+                let upto = g.unindexed.partition_point(|r| r.off + u64::from(r.len) <= len);
                 (
-                    g.file.clone(),
+                    g.files.clone(),
                     g.path.clone(),
-                    g.len,
                     std::mem::replace(&mut g.dirty, false),
-                    g.unindexed.len(),
+                    upto,
                 )
             };
             if dirty {
                 // A log closed while idle is synced through a fresh handle: fsync covers the
                 // file, not the descriptor.
-                let synced = match file {
-                    Some(f) => f.sync_data(),
+                let synced = match files {
+                    Some(f) => f.read.sync_data(),
                     None => File::open(&path).and_then(|f| f.sync_data()),
                 };
                 if let Err(e) = synced {
@@ -528,22 +717,41 @@ impl LedgerStorage for EntryLogStorage {
     fn start_writeback(&self) {
         let logs: Vec<Arc<Mutex<LedgerLog>>> = self.ledgers.read().values().cloned().collect();
         for log in logs {
-            // The log is unlocked while the kernel is asked, so appends go on meanwhile. A log
-            // closed while idle is left to the flush.
-            let (file, from, to) = {
-                let mut g = log.lock();
-                match g.file.clone() {
-                    Some(f) if !g.deleted && g.len > g.written_back => {
-                        let (from, to) = (g.written_back, g.len);
-                        g.written_back = to;
-                        (f, from, to)
-                    }
-                    _ => continue,
-                }
-            };
-            start_writeback_range(&file, from, to);
+            if let Err(e) = self.write_out(&log) {
+                // The bytes stay in memory; the next write-out or the flush tries again.
+                log::warn!("{e}");
+            }
         }
     }
+}
+
+impl Drop for EntryLogStorage {
+    /// What is still only in memory is written out (not synced), as an append used to write
+    /// it at once; the journal covers it either way.
+    fn drop(&mut self) {
+        self.start_writeback();
+    }
+}
+
+/// Open a log's files: for writes with direct I/O where the file system allows it.
+fn open_files(path: &Path) -> Result<LogFiles, BookieError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let read = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| BookieError::io("open ledger log", path, e))?;
+    let direct = OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path);
+    let (write, direct) = match direct {
+        Ok(f) => (f, true),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
+            read.try_clone()
+                .map_err(|e| BookieError::io("open ledger log", path, e))?,
+            false,
+        ),
+        Err(e) => return Err(BookieError::io("open ledger log", path, e)),
+    };
+    Ok(LogFiles { read, write, direct })
 }
 
 /// Ask the kernel to start writing `[from, to)` of `file` out, without waiting for it.
@@ -691,11 +899,15 @@ fn load_log(
                 if off < synced_len {
                     return Err(BookieError::corrupt(&path, off, reason));
                 }
-                log::warn!(
-                    "ledger log {}: cutting {} unsynced bytes at offset {off} ({reason}); journal replay restores them",
-                    path.display(),
-                    file_len - off
-                );
+                let padding = file_len - off < DIRECT_ALIGN as u64
+                    && scanner.rest_from(off)?.iter().all(|&b| b == 0);
+                if !padding {
+                    log::warn!(
+                        "ledger log {}: cutting {} unsynced bytes at offset {off} ({reason}); journal replay restores them",
+                        path.display(),
+                        file_len - off
+                    );
+                }
                 file.set_len(off)
                     .map_err(|e| BookieError::io("truncate ledger log", &path, e))?;
                 file.sync_all()
@@ -704,23 +916,24 @@ fn load_log(
             }
         }
     };
-    Ok(LedgerLog {
-        path,
-        file: None,
-        last_used: 0,
-        len,
-        written_back: len,
-        index,
-        lac,
-        fenced,
-        // Bytes past the checkpointed length may still be only in the page cache: the next
-        // flush syncs them.
-        dirty: len > synced_len,
-        deleted: false,
-        unindexed,
-        idx_len,
-        idx_ok: true,
-    })
+    // The bytes of the last, partly filled block, which the next write writes again.
+    let mut tail = AlignedBuf::default();
+    let tail_off = block_start(len);
+    tail.reserve(usize::try_from(len - tail_off).unwrap_or(0));
+    tail.len = usize::try_from(len - tail_off).unwrap_or(0);
+    let at = tail.start;
+    file.read_exact_at(&mut tail.raw[at..at + tail.len], tail_off)
+        .map_err(|e| BookieError::io("read ledger log", &path, e))?;
+    let mut log = LedgerLog::new(path, len, tail);
+    log.index = index;
+    log.lac = lac;
+    log.fenced = fenced;
+    // Bytes past the checkpointed length may still be only in the page cache: the next
+    // flush syncs them.
+    log.dirty = len > synced_len;
+    log.unindexed = unindexed;
+    log.idx_len = idx_len;
+    Ok(log)
 }
 
 fn read_checkpoint(dir: &Path) -> Result<HashMap<u64, u64>, BookieError> {

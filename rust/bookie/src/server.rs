@@ -53,9 +53,9 @@ pub const MAX_IN_FLIGHT_BYTES: usize = 64 * 1024 * 1024;
 /// rotation: this bounds how much journal a restart replays.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Every this many bytes added to ledger storage, the checkpointer asks the kernel to start
-/// writing them out ([`LedgerStorage::start_writeback`]): storage then reaches the disk as
-/// a steady trickle, and a flush's fsync has at most about this much left to write.
+/// Every this many bytes added to ledger storage, the checkpointer writes them out
+/// ([`LedgerStorage::start_writeback`]), off the add path: storage then reaches the disk as
+/// a steady trickle, and a flush has at most about this much left to write.
 pub const WRITEBACK_BYTES: u64 = 1 << 20;
 
 /// Counts bytes and fires once when they reach a limit, until rearmed by the work it asked

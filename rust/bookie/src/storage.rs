@@ -78,7 +78,7 @@ pub trait LedgerStorage: Send + Sync {
     /// before journal files are deleted.
     fn flush(&self) -> Result<(), BookieError>;
 
-    /// Start writing out what was added since the last call, without waiting for it, so
+    /// Write out what was added since the last call (or start the kernel writing it), so
     /// that the next [`flush`](Self::flush) finds little left to write. Called often, in
     /// small steps, so that a checkpoint's fsync never floods the disk all at once and the
     /// journal's fsyncs, which share that disk, never wait behind it. A storage with

@@ -175,6 +175,17 @@ fn entry_log_storage_suite_survives_reopen() {
     assert_eq!(s.last_entry(1).expect("last"), Some(5));
 }
 
+/// Where the last record of the log at `path` ends: a log written with direct I/O goes on
+/// with zeros to the end of its last block.
+fn records_end(path: &Path) -> u64 {
+    let raw = fs::read(path).expect("read log");
+    let mut at = 0;
+    while let Ok((_, used)) = magnetar_bookie::journal::parse_record(&raw[at..]) {
+        at += used;
+    }
+    at as u64
+}
+
 fn log_path(dir: &Path, ledger: u64) -> std::path::PathBuf {
     dir.join("ledgers").join(format!("{ledger}.log"))
 }
@@ -204,7 +215,7 @@ fn unsynced_torn_tail_is_cut_on_open() {
     s.add_entry(4, 1, 0, b("not yet synced")).expect("add");
     drop(s);
     let path = log_path(dir.path(), 4);
-    let len = fs::metadata(&path).expect("meta").len();
+    let len = records_end(&path);
     OpenOptions::new()
         .write(true)
         .open(&path)
@@ -346,7 +357,7 @@ fn corruption_after_open_is_an_error_not_wrong_data() {
     s.flush().expect("flush");
     let path = log_path(dir.path(), 6);
     let mut raw = fs::read(&path).expect("read");
-    let last = raw.len() - 1;
+    let last = records_end(&path) as usize - 1;
     raw[last] ^= 0x01;
     OpenOptions::new()
         .write(true)
@@ -368,7 +379,7 @@ fn truncated_checkpointed_log_fails_open() {
     s.flush().expect("flush");
     drop(s);
     let path = log_path(dir.path(), 7);
-    let len = fs::metadata(&path).expect("meta").len();
+    let len = records_end(&path);
     OpenOptions::new()
         .write(true)
         .open(&path)
@@ -484,4 +495,115 @@ fn deletes_racing_flushes_never_leave_a_stale_checkpoint() {
     let s = EntryLogStorage::open(dir.path()).expect("reopen after racing deletes and flushes");
     assert_eq!(s.get_entry(1, 0).expect("get"), Some((-1, b("round 149"))));
     assert_eq!(s.last_entry(1).expect("last"), Some(0));
+}
+
+/// Entry `e` of the write-out tests: sizes from 50 B to about 9 KB, so records end anywhere
+/// in a block and some span several.
+fn sized(e: u64) -> Bytes {
+    Bytes::from(vec![(e % 251) as u8; 50 + (e as usize * 997) % 9000])
+}
+
+fn assert_sized(s: &EntryLogStorage, ledger: u64, entries: std::ops::Range<u64>) {
+    for e in entries {
+        assert_eq!(
+            s.get_entry(ledger, e).expect("get"),
+            Some((e as i64 - 1, sized(e))),
+            "entry {ledger}:{e}"
+        );
+    }
+}
+
+#[test]
+fn appends_wait_in_memory_and_are_written_out_in_whole_blocks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open(dir.path()).expect("open");
+    let path = log_path(dir.path(), 8);
+    for e in 0..40 {
+        s.add_entry(8, e, e as i64 - 1, sized(e)).expect("add");
+    }
+    assert_eq!(fs::metadata(&path).expect("meta").len(), 0, "an append writes nothing itself");
+    assert_sized(&s, 8, 0..40);
+
+    s.start_writeback();
+    let len = fs::metadata(&path).expect("meta").len();
+    assert_eq!(len % 4096, 0, "a write-out covers whole blocks");
+    let end = records_end(&path);
+    assert!(end > len - 4096 && end <= len, "the records end in the last block");
+    // The next write-out starts inside that block and keeps what it held.
+    for e in 40..60 {
+        s.add_entry(8, e, e as i64 - 1, sized(e)).expect("add");
+    }
+    s.start_writeback();
+    assert!(records_end(&path) > end);
+    assert_sized(&s, 8, 0..60);
+
+    s.flush().expect("flush");
+    drop(s);
+    let s = EntryLogStorage::open(dir.path()).expect("reopen");
+    assert_sized(&s, 8, 0..60);
+    // A reopened log goes on from inside its last block too.
+    s.add_entry(8, 60, 59, sized(60)).expect("add");
+    s.flush().expect("flush");
+    drop(s);
+    let s = EntryLogStorage::open(dir.path()).expect("reopen");
+    assert_sized(&s, 8, 0..61);
+}
+
+#[test]
+fn written_out_entries_survive_a_crash_and_buffered_ones_are_left_to_the_journal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open(dir.path()).expect("open");
+    for e in 0..10 {
+        s.add_entry(9, e, e as i64 - 1, sized(e)).expect("add");
+    }
+    s.start_writeback();
+    s.add_entry(9, 10, 9, sized(10)).expect("add");
+    // A crash: no flush, nothing written on the way out.
+    std::mem::forget(s);
+    let s = EntryLogStorage::open(dir.path()).expect("reopen: the padding is no torn record");
+    assert_sized(&s, 9, 0..10);
+    assert_eq!(s.get_entry(9, 10).expect("get"), None);
+    assert_eq!(s.last_entry(9).expect("last"), Some(9));
+}
+
+#[test]
+fn a_log_past_its_buffer_limit_is_written_out_by_the_append() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open(dir.path()).expect("open");
+    let big = Bytes::from(vec![7u8; 1 << 20]);
+    let limit = magnetar_bookie::entrylog::MAX_BUFFERED as u64;
+    let mut e = 0;
+    while e << 20 <= limit {
+        s.add_entry(10, e, -1, big.clone()).expect("add");
+        e += 1;
+    }
+    let written = fs::metadata(log_path(dir.path(), 10)).expect("meta").len();
+    assert!(written >= limit, "{written} bytes written with {e} MiB appended");
+    for i in 0..e {
+        assert_eq!(s.get_entry(10, i).expect("get"), Some((-1, big.clone())));
+    }
+}
+
+#[test]
+fn reads_racing_write_outs_always_see_the_right_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = std::sync::Arc::new(EntryLogStorage::open(dir.path()).expect("open"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (s, stop) = (s.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                s.start_writeback();
+            }
+        })
+    };
+    for e in 0..2000 {
+        s.add_entry(11, e, e as i64 - 1, sized(e)).expect("add");
+        assert_sized(&s, 11, e..e + 1);
+        assert_sized(&s, 11, e / 2..e / 2 + 1);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    writer.join().expect("writer");
+    s.flush().expect("flush");
+    assert_sized(&s, 11, 0..2000);
 }
