@@ -69,7 +69,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::error::BookieError;
 use crate::journal::{
-    parse_record, sync_dir, EncodedEntries, DIRECT_ALIGN, JournalRecord, RecordError, RecordKind, RecordScanner, Scanned,
+    parse_record, sync_dir, AlignedBuf, EncodedEntries, DIRECT_ALIGN, JournalRecord, RecordError, RecordKind, RecordScanner, Scanned,
 };
 use crate::logindex::{self, IdxRecord};
 use crate::storage::LedgerStorage;
@@ -86,51 +86,6 @@ pub const DEFAULT_MAX_OPEN_LOGS: usize = 256;
 /// How many bytes a log may hold in memory before the append that passes it writes them
 /// out itself.
 pub const MAX_BUFFERED: usize = 16 << 20;
-
-/// Bytes that start at a [`DIRECT_ALIGN`] boundary in memory, with room to pad them to a
-/// whole number of blocks: what a direct write needs.
-#[derive(Default)]
-struct AlignedBuf {
-    raw: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    fn data(&self) -> &[u8] {
-        &self.raw[self.start..self.start + self.len]
-    }
-
-    /// Make room for `extra` more bytes and the padding after them, moving the data to a
-    /// larger buffer when needed.
-    fn reserve(&mut self, extra: usize) {
-        let padded = (self.len + extra).div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
-        if self.start + padded <= self.raw.len() {
-            return;
-        }
-        let cap = padded.max(2 * self.len);
-        let mut raw = vec![0u8; cap + DIRECT_ALIGN];
-        let start = (DIRECT_ALIGN - raw.as_ptr() as usize % DIRECT_ALIGN) % DIRECT_ALIGN;
-        raw[start..start + self.len].copy_from_slice(self.data());
-        self.raw = raw;
-        self.start = start;
-    }
-
-    fn extend(&mut self, bytes: &[u8]) {
-        self.reserve(bytes.len());
-        let at = self.start + self.len;
-        self.raw[at..at + bytes.len()].copy_from_slice(bytes);
-        self.len += bytes.len();
-    }
-
-    /// The data followed by zeros up to the next block boundary.
-    fn padded(&mut self) -> &[u8] {
-        self.reserve(0);
-        let padded = self.len.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
-        self.raw[self.start + self.len..self.start + padded].fill(0);
-        &self.raw[self.start..self.start + padded]
-    }
-}
 
 fn block_start(off: u64) -> u64 {
     off - off % DIRECT_ALIGN as u64

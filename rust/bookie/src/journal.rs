@@ -865,8 +865,59 @@ fn create_file(data_dir: &Path, seq: u64, direct: bool) -> Result<(File, bool), 
 /// partly written block, which the next commit writes again.
 #[derive(Default)]
 struct DirectBuf {
-    raw: Vec<u8>,
+    buf: AlignedBuf,
     tail: Vec<u8>,
+}
+
+/// Bytes that start at a [`DIRECT_ALIGN`] boundary in memory, with room to pad them to a
+/// whole number of blocks: what a direct write needs.
+#[derive(Default)]
+pub(crate) struct AlignedBuf {
+    pub(crate) raw: Vec<u8>,
+    pub(crate) start: usize,
+    pub(crate) len: usize,
+}
+
+impl AlignedBuf {
+    pub(crate) fn data(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.len]
+    }
+
+    /// Make room for `extra` more bytes and the padding after them, moving the data to a
+    /// larger buffer when needed.
+    pub(crate) fn reserve(&mut self, extra: usize) {
+        let padded = (self.len + extra).div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+        if self.start + padded <= self.raw.len() {
+            return;
+        }
+        let cap = padded.max(2 * self.len);
+        let mut raw = vec![0u8; cap + DIRECT_ALIGN];
+        let start = aligned_start(&raw);
+        raw[start..start + self.len].copy_from_slice(self.data());
+        self.raw = raw;
+        self.start = start;
+    }
+
+    pub(crate) fn extend(&mut self, bytes: &[u8]) {
+        self.reserve(bytes.len());
+        let at = self.start + self.len;
+        self.raw[at..at + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    /// The data followed by zeros up to the next block boundary.
+    pub(crate) fn padded(&mut self) -> &[u8] {
+        self.reserve(0);
+        let padded = self.len.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+        self.raw[self.start + self.len..self.start + padded].fill(0);
+        &self.raw[self.start..self.start + padded]
+    }
+}
+
+
+/// Where the first [`DIRECT_ALIGN`] boundary in memory falls in `raw`.
+fn aligned_start(raw: &[u8]) -> usize {
+    (DIRECT_ALIGN - raw.as_ptr() as usize % DIRECT_ALIGN) % DIRECT_ALIGN
 }
 
 /// The `len` bytes of `raw` that start at a [`DIRECT_ALIGN`] boundary in memory, growing
@@ -875,8 +926,7 @@ fn aligned(raw: &mut Vec<u8>, len: usize) -> &mut [u8] {
     if raw.len() < len + DIRECT_ALIGN {
         raw.resize(len + DIRECT_ALIGN, 0);
     }
-    let misalign = raw.as_ptr() as usize % DIRECT_ALIGN;
-    let start = (DIRECT_ALIGN - misalign) % DIRECT_ALIGN;
+    let start = aligned_start(raw);
     &mut raw[start..start + len]
 }
 
@@ -1132,15 +1182,14 @@ impl Writer {
         let kept = d.tail.len();
         let start = self.file_len - kept as u64;
         let used = kept + usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-        let padded = used.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
-        let buf = aligned(&mut d.raw, padded);
-        buf[..kept].copy_from_slice(&d.tail);
-        let mut at = kept;
+        d.buf.len = 0;
+        d.buf.reserve(used);
+        d.buf.extend(&d.tail);
         for p in parts {
-            buf[at..at + p.len()].copy_from_slice(p);
-            at += p.len();
+            d.buf.extend(p);
         }
-        buf[used..].fill(0);
+        let buf = d.buf.padded();
+        let padded = buf.len();
         self.file.write_all_at(buf, start)?;
         let last_block = used - used % DIRECT_ALIGN;
         d.tail.clear();
