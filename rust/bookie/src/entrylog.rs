@@ -35,12 +35,13 @@
 //! below). Where direct I/O is refused (tmpfs), the same blocks are written buffered.
 //!
 //! [`LedgerStorage::flush`] writes out and fsyncs every log written since the previous flush
-//! and the directory, and then records each log's synced length in `ledgers/CHECKPOINT`. On open, bytes past a log's recorded length were
-//! never covered by a checkpoint, so they are still in the journal: a bad record there (a write
-//! torn by a crash) is cut off, with a warning, together with everything after it, and journal
-//! replay writes those entries again. Zeros alone after the last record are the padding of a
-//! direct write, and are cut off quietly. A bad record inside the checkpointed part is corruption:
-//! opening fails and names the file and offset. Deleting a ledger first drops it from
+//! and the directory, and then records each log's synced length in `ledgers/CHECKPOINT`. On
+//! open, bytes past a log's recorded length were never covered by a checkpoint, so they are
+//! still in the journal: a bad record there (a write torn by a crash) is cut off, with a
+//! warning, together with everything after it, and journal replay writes those entries again.
+//! Zeros alone after the last record are the padding of a direct write, and are cut off
+//! quietly. A bad record inside the checkpointed part is corruption: opening fails and names
+//! the file and offset. Deleting a ledger first drops it from
 //! `CHECKPOINT`, so a later log under the same id is never judged by the old one's length.
 //!
 //! ```
@@ -69,7 +70,8 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::error::BookieError;
 use crate::journal::{
-    parse_record, sync_dir, AlignedBuf, EncodedEntries, DIRECT_ALIGN, JournalRecord, RecordError, RecordKind, RecordScanner, Scanned,
+    parse_record, sync_dir, AlignedBuf, EncodedEntries, JournalRecord, RecordError, RecordKind,
+    RecordScanner, Scanned, DIRECT_ALIGN,
 };
 use crate::logindex::{self, IdxRecord};
 use crate::storage::LedgerStorage;
@@ -350,21 +352,19 @@ impl EntryLogStorage {
             }
             let files = self.files(&mut g)?;
             // The next buffer starts with the last block's bytes, which its write repeats.
-            let next_off = block_start(g.len);
-            let keep = usize::try_from(g.len - next_off).unwrap_or(0);
             let mut next = g.spare.take().unwrap_or_default();
-            next.len = 0;
-            next.extend(&g.buf.data()[g.buf.len - keep..]);
+            next.truncate(0);
+            next.extend(g.buf.last_block());
             let mut cur = std::mem::replace(&mut g.buf, next);
+            let next_off = block_start(g.len);
             let off = std::mem::replace(&mut g.buf_off, next_off);
-            cur.padded();
+            cur.pad();
             let cur = Arc::new(cur);
             g.writing = Some((off, cur.clone()));
             (files, off, cur)
         };
-        let padded = buf.len.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
-        let res = files.write.write_all_at(&buf.raw[buf.start..buf.start + padded], off);
-        let end = off + buf.len as u64;
+        let res = files.write.write_all_at(buf.blocks(), off);
+        let end = off + buf.len() as u64;
         let mut g = log.lock();
         g.writing = None;
         match res {
@@ -380,11 +380,8 @@ impl EntryLogStorage {
             Err(e) => {
                 // Nothing is lost: the bytes go back in front of what was appended since,
                 // for the next write-out to try again.
-                let mut back = Arc::try_unwrap(buf).unwrap_or_else(|b| {
-                    let mut copy = AlignedBuf::default();
-                    copy.extend(b.data());
-                    copy
-                });
+                let mut back = AlignedBuf::default();
+                back.extend(buf.data());
                 let since = usize::try_from(end - g.buf_off).unwrap_or(0);
                 back.extend(&g.buf.data()[since..]);
                 g.buf = back;
@@ -478,7 +475,7 @@ impl LedgerStorage for EntryLogStorage {
             let at = log.append(&record);
             log.index.insert(entry, at);
             log.lac = log.lac.max(lac);
-            Ok(log.buf.len >= MAX_BUFFERED)
+            Ok(log.buf.len() >= MAX_BUFFERED)
         })?;
         self.write_out_if(ledger, full)
     }
@@ -486,7 +483,7 @@ impl LedgerStorage for EntryLogStorage {
     fn add_encoded(&self, entries: &EncodedEntries) -> Result<(), BookieError> {
         let full = self.with_log(entries.ledger, |log| {
             log.append_encoded(entries);
-            Ok(log.buf.len >= MAX_BUFFERED)
+            Ok(log.buf.len() >= MAX_BUFFERED)
         })?;
         self.write_out_if(entries.ledger, full)
     }
@@ -872,13 +869,12 @@ fn load_log(
         }
     };
     // The bytes of the last, partly filled block, which the next write writes again.
-    let mut tail = AlignedBuf::default();
     let tail_off = block_start(len);
-    tail.reserve(usize::try_from(len - tail_off).unwrap_or(0));
-    tail.len = usize::try_from(len - tail_off).unwrap_or(0);
-    let at = tail.start;
-    file.read_exact_at(&mut tail.raw[at..at + tail.len], tail_off)
+    let mut last_block = vec![0u8; usize::try_from(len - tail_off).unwrap_or(0)];
+    file.read_exact_at(&mut last_block, tail_off)
         .map_err(|e| BookieError::io("read ledger log", &path, e))?;
+    let mut tail = AlignedBuf::default();
+    tail.extend(&last_block);
     let mut log = LedgerLog::new(path, len, tail);
     log.index = index;
     log.lac = lac;

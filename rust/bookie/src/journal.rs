@@ -711,8 +711,8 @@ impl Journal {
             data_dir: data_dir.to_path_buf(),
             config,
             file,
-            direct: direct.then(DirectBuf::default),
-            zeros: Vec::new(),
+            direct: direct.then(AlignedBuf::default),
+            zeros: AlignedBuf::default(),
             seq: first_seq,
             file_len: 0,
             allocated: 0,
@@ -861,30 +861,41 @@ fn create_file(data_dir: &Path, seq: u64, direct: bool) -> Result<(File, bool), 
     Ok(opened)
 }
 
-/// The journal thread's buffer for direct writes, and the records of the file's last,
-/// partly written block, which the next commit writes again.
-#[derive(Default)]
-struct DirectBuf {
-    buf: AlignedBuf,
-    tail: Vec<u8>,
-}
-
 /// Bytes that start at a [`DIRECT_ALIGN`] boundary in memory, with room to pad them to a
-/// whole number of blocks: what a direct write needs.
+/// whole number of blocks: what a direct write needs. A file written directly goes on from
+/// the start of the block holding its end, so the writer keeps that block's bytes
+/// ([`last_block`](Self::last_block)) in front of the next write's.
 #[derive(Default)]
 pub(crate) struct AlignedBuf {
-    pub(crate) raw: Vec<u8>,
-    pub(crate) start: usize,
-    pub(crate) len: usize,
+    raw: Vec<u8>,
+    start: usize,
+    len: usize,
 }
 
 impl AlignedBuf {
+    /// `len` zero bytes.
+    pub(crate) fn zeros(len: usize) -> AlignedBuf {
+        let mut buf = AlignedBuf::default();
+        buf.reserve(len);
+        buf.len = len;
+        buf
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     pub(crate) fn data(&self) -> &[u8] {
         &self.raw[self.start..self.start + self.len]
     }
 
+    /// Keep the first `len` bytes (all of them, when there are fewer).
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
     /// Make room for `extra` more bytes and the padding after them, moving the data to a
-    /// larger buffer when needed.
+    /// larger buffer when needed. New room holds zeros.
     pub(crate) fn reserve(&mut self, extra: usize) {
         let padded = (self.len + extra).div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
         if self.start + padded <= self.raw.len() {
@@ -892,7 +903,7 @@ impl AlignedBuf {
         }
         let cap = padded.max(2 * self.len);
         let mut raw = vec![0u8; cap + DIRECT_ALIGN];
-        let start = aligned_start(&raw);
+        let start = (DIRECT_ALIGN - raw.as_ptr() as usize % DIRECT_ALIGN) % DIRECT_ALIGN;
         raw[start..start + self.len].copy_from_slice(self.data());
         self.raw = raw;
         self.start = start;
@@ -905,29 +916,32 @@ impl AlignedBuf {
         self.len += bytes.len();
     }
 
-    /// The data followed by zeros up to the next block boundary.
-    pub(crate) fn padded(&mut self) -> &[u8] {
+    /// Zero the bytes from the end of the data to the next block boundary.
+    pub(crate) fn pad(&mut self) {
         self.reserve(0);
-        let padded = self.len.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
-        self.raw[self.start + self.len..self.start + padded].fill(0);
-        &self.raw[self.start..self.start + padded]
+        let end = self.start + self.len;
+        let blocks = self.blocks().len();
+        self.raw[end..self.start + blocks].fill(0);
     }
-}
 
-
-/// Where the first [`DIRECT_ALIGN`] boundary in memory falls in `raw`.
-fn aligned_start(raw: &[u8]) -> usize {
-    (DIRECT_ALIGN - raw.as_ptr() as usize % DIRECT_ALIGN) % DIRECT_ALIGN
-}
-
-/// The `len` bytes of `raw` that start at a [`DIRECT_ALIGN`] boundary in memory, growing
-/// `raw` as needed.
-fn aligned(raw: &mut Vec<u8>, len: usize) -> &mut [u8] {
-    if raw.len() < len + DIRECT_ALIGN {
-        raw.resize(len + DIRECT_ALIGN, 0);
+    /// The data and the bytes after it up to the next block boundary (zeros after
+    /// [`pad`](Self::pad)): what a direct write takes.
+    pub(crate) fn blocks(&self) -> &[u8] {
+        let blocks = self.len.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+        &self.raw[self.start..self.start + blocks]
     }
-    let start = aligned_start(raw);
-    &mut raw[start..start + len]
+
+    /// The bytes after the data's last block boundary.
+    pub(crate) fn last_block(&self) -> &[u8] {
+        &self.data()[self.len - self.len % DIRECT_ALIGN..]
+    }
+
+    /// Keep only [`last_block`](Self::last_block), at the front.
+    pub(crate) fn keep_last_block(&mut self) {
+        let from = self.start + self.len - self.len % DIRECT_ALIGN;
+        self.raw.copy_within(from..self.start + self.len, self.start);
+        self.len %= DIRECT_ALIGN;
+    }
 }
 
 struct Writer {
@@ -935,10 +949,11 @@ struct Writer {
     data_dir: PathBuf,
     config: JournalConfig,
     file: File,
-    /// Set while the current file is written with direct I/O.
-    direct: Option<DirectBuf>,
+    /// Set while the current file is written with direct I/O: the bytes of its last, partly
+    /// written block, which the next commit writes again.
+    direct: Option<AlignedBuf>,
     /// Preallocation's chunk of zeros, made once (never written to after).
-    zeros: Vec<u8>,
+    zeros: AlignedBuf,
     seq: u64,
     file_len: u64,
     /// The file's length on disk: `file_len` plus the zeros preallocated after it.
@@ -1179,21 +1194,19 @@ impl Writer {
         let Some(d) = self.direct.as_mut() else {
             return write_all_parts(&mut self.file, parts);
         };
-        let kept = d.tail.len();
+        let kept = d.len();
         let start = self.file_len - kept as u64;
-        let used = kept + usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-        d.buf.len = 0;
-        d.buf.reserve(used);
-        d.buf.extend(&d.tail);
+        d.reserve(usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?);
         for p in parts {
-            d.buf.extend(p);
+            d.extend(p);
         }
-        let buf = d.buf.padded();
-        let padded = buf.len();
-        self.file.write_all_at(buf, start)?;
-        let last_block = used - used % DIRECT_ALIGN;
-        d.tail.clear();
-        d.tail.extend_from_slice(&buf[last_block..used]);
+        d.pad();
+        let padded = d.blocks().len();
+        if let Err(e) = self.file.write_all_at(d.blocks(), start) {
+            d.truncate(kept);
+            return Err(e);
+        }
+        d.keep_last_block();
         // The padding is on disk now, as preallocated zeros would be.
         self.allocated = self.allocated.max(start + padded as u64);
         Ok(())
@@ -1216,7 +1229,10 @@ impl Writer {
         }
         // Zeros from an aligned buffer, so that a direct file takes them too: chunks start at
         // chunk boundaries, and a file written directly ends at a block boundary.
-        let zeros = aligned(&mut self.zeros, PREALLOC_CHUNK as usize);
+        if self.zeros.len() < PREALLOC_CHUNK as usize {
+            self.zeros = AlignedBuf::zeros(PREALLOC_CHUNK as usize);
+        }
+        let zeros = self.zeros.data();
         let mut at = self.allocated;
         while at < target {
             let n = usize::try_from((target - at).min(PREALLOC_CHUNK)).unwrap_or(zeros.len());
@@ -1252,7 +1268,7 @@ impl Writer {
                 self.file = file;
                 self.direct = direct.then(|| {
                     let mut d = self.direct.take().unwrap_or_default();
-                    d.tail.clear();
+                    d.truncate(0);
                     d
                 });
                 self.seq = next;
