@@ -62,6 +62,13 @@ class Outbox:
 
     def put(self, frame: bytes) -> None:
         self.frames.append(frame)
+        self._ask_flush()
+
+    def put_all(self, frames: list[bytes]) -> None:
+        self.frames += frames
+        self._ask_flush()
+
+    def _ask_flush(self) -> None:
         if not self._flush_asked:
             self._flush_asked = True
             if not flush_at_end(self._write_direct):

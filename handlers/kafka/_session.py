@@ -6,8 +6,9 @@ fetch long poll, a JoinGroup or SyncGroup waiting for the rest of the group) doe
 order-sensitive part inline (a produce hands its entries to the topics right away) and
 then either waits in a task of its own or, as a :class:`Later`, is completed by a
 callback (a produce: when its last batch is stored), so the connection keeps reading.
-Kafka requires responses in request order: each request takes a slot in a queue, the
-writer sends slots from the head as they fill, with vectored writes. At most
+Kafka requires responses in request order: each request takes a slot in a queue, and the
+slots at its head go to the connection's :class:`~handlers._serve.Outbox` as they fill
+(sent at the end of the burst that filled them, else by its writer task). At most
 :data:`MAX_IN_FLIGHT` requests are open per connection; past that the reader stops
 reading, which is the back-pressure a client sees.
 
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from handlers._serve import send_pieces
+from handlers._serve import Outbox
 from handlers.kafka._codec import (
     NEED_DATA,
     Data,
@@ -73,7 +74,7 @@ class KafkaSession:
         # A socket stream can be read straight into a large frame's buffer.
         self._sock = getattr(stream, "socket", None)
         self._slots: deque[_Slot] = deque()
-        self._ready = trio.Event()
+        self.outbox = Outbox(stream)
         self._room = trio.Semaphore(MAX_IN_FLIGHT)
         self._nursery: trio.Nursery | None = None
 
@@ -81,7 +82,7 @@ class KafkaSession:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._writer)
+                nursery.start_soon(self.outbox.run_writer)
                 await self._reader()
                 nursery.cancel_scope.cancel()
         finally:
@@ -144,7 +145,7 @@ class KafkaSession:
                         deferred: Callable[[], Awaitable[Data | None]]) -> None:
         body = await deferred()
         slot.data = [] if body is None else self.codec.send_response_parts(req, body)
-        self._ready.set()
+        self._release()
 
     def _fill(self, req: RequestReceived, slot: _Slot, body: Data) -> None:
         try:
@@ -156,25 +157,15 @@ class KafkaSession:
             slot.data = []
             if self._nursery is not None:
                 self._nursery.cancel_scope.cancel()
-        self._ready.set()
+        self._release()
 
     def _push(self, slot: _Slot) -> None:
         self._slots.append(slot)
-        self._ready.set()
+        self._release()
 
-    async def _writer(self) -> None:
-        while True:
-            await self._ready.wait()
-            self._ready = trio.Event()
-            out: list[bytes] = []
-            slots = self._slots
-            while slots and slots[0].data is not None:
-                out += slots.popleft().data  # type: ignore[arg-type]
-                self._room.release()
-            if not out:
-                continue
-            if self._sock is not None:
-                await send_pieces(self._sock, out)
-            else:
-                await self.stream.send_all(b"".join(out))
-
+    def _release(self) -> None:
+        """Hand the filled slots at the head of the queue, in request order, to the outbox."""
+        slots = self._slots
+        while slots and slots[0].data is not None:
+            self.outbox.put_all(slots.popleft().data)  # type: ignore[arg-type]
+            self._room.release()
