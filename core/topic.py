@@ -353,8 +353,8 @@ class PersistentTopic:
             self._stored(batch, started, exc)
         return True
 
-    def _stored(self, batch: list[Queued],
-                started: float, results: list[tuple[Position, int, int]] | BaseException) -> None:
+    def _stored(self, batch: list[Queued], started: float,
+                results: list[tuple[Position, int, int]] | BaseException) -> None:
         self._flushing = False
         self._batch_done.set()
         try:
@@ -367,18 +367,16 @@ class PersistentTopic:
             if self._closed and not self._flushing:
                 self._flush_wanted.set()  # the flusher ends once all is stored
 
-    def _failed(self, batch: list[Queued],
-                exc: BaseException) -> None:
+    def _failed(self, batch: list[Queued], exc: BaseException) -> None:
         log.warning("publish to %s failed: %s", self.name, exc)
         for _, _, pname, seq, cb in batch:
             if pname is not None and self.dedup_pushed.get(pname) == seq:
                 self.dedup_pushed[pname] = self.dedup_persisted.get(pname, -1)
             self._deliver(cb, PublishResult(None, error=exc))
 
-    def _answer(self, batch: list[Queued],
-                started: float, results: list[tuple[Position, int, int]]) -> None:
-        now = int(time.time() * 1000)
-        self.last_publish_time = now
+    def _answer(self, batch: list[Queued], started: float,
+                results: list[tuple[Position, int, int]]) -> None:
+        self.last_publish_time = int(time.time() * 1000)
         messages = size = 0
         persisted = self.dedup_persisted
         for (entry, nmsg, pname, seq, cb), (pos, index, ts) in zip(batch, results, strict=True):

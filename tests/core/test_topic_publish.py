@@ -45,11 +45,17 @@ class _Ledger:
         trio.lowlevel.current_trio_token().run_sync_soon(done, got)
 
 
-async def test_a_raising_callback_does_not_stop_the_topic(caplog: pytest.LogCaptureFixture) -> None:
+def _topic(name: str) -> tuple[PersistentTopic, _Ledger]:
+    """A topic of a broker that has only stats, storing into a :class:`_Ledger`."""
     ledger = _Ledger()
     broker = SimpleNamespace(bridge=None, stats=BrokerStats(), config={})
-    topic = PersistentTopic(broker, TopicName.parse("persistent://public/default/cb"),  # type: ignore[arg-type]
+    topic = PersistentTopic(broker, TopicName.parse(f"persistent://public/default/{name}"),  # type: ignore[arg-type]
                             ledger, {})  # type: ignore[arg-type]
+    return topic, ledger
+
+
+async def test_a_raising_callback_does_not_stop_the_topic(caplog: pytest.LogCaptureFixture) -> None:
+    topic, ledger = _topic("cb")
     got: list[PublishResult] = []
     both = trio.Event()
 
@@ -87,10 +93,7 @@ async def test_held_publishes_are_stored_together_by_flush_alone() -> None:
     """A session publishes what one read brought with ``hold`` and then flushes: the
     entries go to the ledger as one batch, started right there (no flusher task runs
     here), and what is published while that batch is stored goes in the next one."""
-    ledger = _Ledger()
-    broker = SimpleNamespace(bridge=None, stats=BrokerStats(), config={})
-    topic = PersistentTopic(broker, TopicName.parse("persistent://public/default/held"),  # type: ignore[arg-type]
-                            ledger, {})  # type: ignore[arg-type]
+    topic, ledger = _topic("held")
     got: list[PublishResult] = []
     all_in = trio.Event()
 
