@@ -132,6 +132,8 @@ struct LedgerLog {
     deleted: bool,
     /// Records appended (or found by a scan) that the index file does not list yet.
     unindexed: Vec<IdxRecord>,
+    /// An emptied vector of records, kept for the next [`LedgerLog::take_unindexed`].
+    unindexed_spare: Vec<IdxRecord>,
     /// Valid bytes of the index file; the next chunk goes here.
     idx_len: u64,
     /// False once writing the index failed: it is removed and rebuilt by the next open.
@@ -159,6 +161,7 @@ impl LedgerLog {
             dirty: false,
             deleted: false,
             unindexed: Vec::new(),
+            unindexed_spare: Vec::new(),
             idx_len: 0,
             idx_ok: true,
         }
@@ -216,29 +219,56 @@ impl LedgerLog {
             .or_else(|| self.writing.as_ref().and_then(|(base, buf)| from_buf(*base, buf)))
     }
 
-    /// Write the records not yet in the index file as one chunk. Called after the log has
-    /// been fsynced, with the log locked (so a delete cannot interleave).
-    fn write_index(&mut self, idx: &Path, upto: usize) {
+    /// Take the first `upto` records not yet in the index file, with the offset their chunk
+    /// goes to, for [`write_index_chunk`] to write without the log's lock. `None` when there
+    /// is nothing to write.
+    fn take_unindexed(&mut self, upto: usize) -> Option<(Vec<IdxRecord>, u64)> {
         if !self.idx_ok || upto == 0 {
+            return None;
+        }
+        // The taken records leave in the vector they are in; what came after them moves to
+        // the spare one, so the lock is held for the few records appended since the sync.
+        let mut taken = std::mem::take(&mut self.unindexed_spare);
+        taken.clear();
+        taken.extend(self.unindexed.drain(upto..));
+        std::mem::swap(&mut taken, &mut self.unindexed);
+        Some((taken, self.idx_len))
+    }
+
+    /// After [`write_index_chunk`]: the index file now ends at `idx_len` (or, on `None`, the
+    /// write failed and the index is given up).
+    fn index_written(&mut self, idx: &Path, mut taken: Vec<IdxRecord>, idx_len: Option<u64>) {
+        taken.clear();
+        self.unindexed_spare = taken;
+        if self.deleted {
+            // Deleted while the chunk was written: it must not outlive the log.
+            if let Err(e) = logindex::remove(idx) {
+                log::warn!("index {}: cannot remove: {e}", idx.display());
+            }
             return;
         }
-        let chunk = logindex::encode_chunk(&self.unindexed[..upto]);
-        match logindex::append_chunk(idx, self.idx_len, &chunk) {
-            Ok(()) => {
-                self.idx_len += chunk.len() as u64;
-                self.unindexed.drain(..upto);
-            }
-            Err(e) => {
-                log::warn!(
-                    "index {}: {e}; the log will be scanned on the next open",
-                    idx.display()
-                );
+        match idx_len {
+            Some(len) => self.idx_len = len,
+            None => {
                 self.idx_ok = false;
                 self.unindexed.clear();
                 if let Err(e) = logindex::remove(idx) {
                     log::warn!("index {}: cannot remove: {e}", idx.display());
                 }
             }
+        }
+    }
+}
+
+/// Write `records` as one chunk at `at` of the index file; the file's length after it, or
+/// `None` (logged) when the write failed and the log will be scanned on the next open.
+fn write_index_chunk(idx: &Path, records: &[IdxRecord], at: u64) -> Option<u64> {
+    let chunk = logindex::encode_chunk(records);
+    match logindex::append_chunk(idx, at, &chunk) {
+        Ok(()) => Some(at + chunk.len() as u64),
+        Err(e) => {
+            log::warn!("index {}: {e}; the log will be scanned on the next open", idx.display());
+            None
         }
     }
 }
@@ -584,7 +614,7 @@ impl LedgerStorage for EntryLogStorage {
         if g.files.take().is_some() {
             self.open_files.fetch_sub(1, Ordering::SeqCst);
         }
-        match fs::remove_file(&g.path) {
+        match crate::reaper::remove(&g.path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(BookieError::io("delete ledger log", &g.path, e)),
@@ -636,11 +666,16 @@ impl LedgerStorage for EntryLogStorage {
                     return Err(BookieError::io("sync ledger log", &path, e));
                 }
             }
-            if upto > 0 {
+            // The chunk is encoded and written without the log's lock, which appends need.
+            // Flushes are one at a time, so no other chunk of this log is written meanwhile.
+            let taken = {
                 let mut g = log.lock();
-                if !g.deleted {
-                    g.write_index(&logindex::idx_path(&self.dir, ledger), upto);
-                }
+                if g.deleted { None } else { g.take_unindexed(upto) }
+            };
+            if let Some((records, at)) = taken {
+                let idx = logindex::idx_path(&self.dir, ledger);
+                let written = write_index_chunk(&idx, &records, at);
+                log.lock().index_written(&idx, records, written);
             }
             synced_logs.push((ledger, len, log));
         }
