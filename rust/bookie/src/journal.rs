@@ -612,7 +612,7 @@ pub fn delete_before(data_dir: &Path, seq: u64) -> Result<usize, BookieError> {
     let mut deleted = 0;
     for s in list_files(data_dir)?.into_iter().filter(|&s| s < seq) {
         let path = file_path(data_dir, s);
-        fs::remove_file(&path).map_err(|e| BookieError::io("delete journal", &path, e))?;
+        crate::reaper::remove(&path).map_err(|e| BookieError::io("delete journal", &path, e))?;
         deleted += 1;
     }
     if deleted > 0 {

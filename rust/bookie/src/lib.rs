@@ -54,6 +54,7 @@ pub mod journal;
 pub mod local;
 mod logindex;
 pub mod proto;
+mod reaper;
 pub mod server;
 pub mod storage;
 
