@@ -5,8 +5,9 @@
 //! 2 GiB journal file was seen to take 300 ms here, and the journal's fdatasyncs queued
 //! behind it for as long, stalling every add. [`remove`] unlinks the name at once (the open
 //! handle keeps the blocks allocated, so this is quick), and a background thread then
-//! shrinks the file [`STEP`] at a time, resting between steps as long as each step took,
-//! so the device is never given more than half its time for this. The space is free once
+//! shrinks the file [`STEP`] at a time, resting between steps [`REST`] times as long as each
+//! step took, so this takes at most a fifth of the device's time, and a journal write
+//! waits behind at most one small step. The space is free once
 //! the last step is done; a crash before that leaves an orphaned inode that the file
 //! system reclaims.
 
@@ -16,7 +17,9 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 /// Bytes freed per step.
-pub const STEP: u64 = 32 << 20;
+pub const STEP: u64 = 4 << 20;
+/// Rest after each step, as a multiple of the time the step took.
+const REST: u32 = 4;
 
 static REAPER: OnceLock<crossbeam_channel::Sender<File>> = OnceLock::new();
 
@@ -50,7 +53,7 @@ fn shrink(file: &File) {
             log::warn!("shrinking a deleted file: {e}");
             return;
         }
-        std::thread::sleep(started.elapsed());
+        std::thread::sleep(started.elapsed() * REST);
     }
 }
 
