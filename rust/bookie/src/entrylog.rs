@@ -221,15 +221,15 @@ impl LedgerLog {
 
     /// Take the first `upto` records not yet in the index file, with the offset their chunk
     /// goes to, for [`write_index_chunk`] to write without the log's lock. `None` when there
-    /// is nothing to write.
+    /// is nothing to write (or the log is deleted).
     fn take_unindexed(&mut self, upto: usize) -> Option<(Vec<IdxRecord>, u64)> {
-        if !self.idx_ok || upto == 0 {
+        if self.deleted || !self.idx_ok || upto == 0 {
             return None;
         }
         // The taken records leave in the vector they are in; what came after them moves to
-        // the spare one, so the lock is held for the few records appended since the sync.
+        // the spare one (kept empty), so the lock is held for the few records appended
+        // since the sync.
         let mut taken = std::mem::take(&mut self.unindexed_spare);
-        taken.clear();
         taken.extend(self.unindexed.drain(upto..));
         std::mem::swap(&mut taken, &mut self.unindexed);
         Some((taken, self.idx_len))
@@ -668,10 +668,7 @@ impl LedgerStorage for EntryLogStorage {
             }
             // The chunk is encoded and written without the log's lock, which appends need.
             // Flushes are one at a time, so no other chunk of this log is written meanwhile.
-            let taken = {
-                let mut g = log.lock();
-                if g.deleted { None } else { g.take_unindexed(upto) }
-            };
+            let taken = log.lock().take_unindexed(upto);
             if let Some((records, at)) = taken {
                 let idx = logindex::idx_path(&self.dir, ledger);
                 let written = write_index_chunk(&idx, &records, at);

@@ -135,7 +135,7 @@ pub enum RecordKind {
 }
 
 impl RecordKind {
-    fn from_u8(v: u8) -> Option<RecordKind> {
+    pub(crate) fn from_u8(v: u8) -> Option<RecordKind> {
         match v {
             1 => Some(RecordKind::Entry),
             2 => Some(RecordKind::Fence),

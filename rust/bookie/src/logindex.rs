@@ -119,13 +119,14 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-/// The varint at the front of `b`, consumed; `None` if it is cut short or overlong.
+/// The varint at the front of `b`, consumed; `None` if it is cut short or longer than
+/// 10 bytes.
 fn get_varint(b: &mut &[u8]) -> Option<u64> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         let (&byte, rest) = b.split_first()?;
         *b = rest;
-        v |= u64::from(byte & 0x7f).checked_shl(shift)?;
+        v |= u64::from(byte & 0x7f) << shift;
         if byte & 0x80 == 0 {
             return Some(v);
         }
@@ -133,12 +134,9 @@ fn get_varint(b: &mut &[u8]) -> Option<u64> {
     None
 }
 
+/// The kind of an index record: only entries and fences are listed.
 fn kind_of(byte: u8) -> Option<RecordKind> {
-    match byte {
-        1 => Some(RecordKind::Entry),
-        2 => Some(RecordKind::Fence),
-        _ => None,
-    }
+    RecordKind::from_u8(byte).filter(|k| *k != RecordKind::DeleteLedger)
 }
 
 /// Append `chunk` at byte `at` of the index file (created if needed). Not fsynced: the index
