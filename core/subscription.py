@@ -440,8 +440,11 @@ class Subscription:
                 if deadline != float("inf") else float("inf")
             wake_at = min(wake_at, self._throttled_until)
             self._throttled_until = float("inf")
-            with trio.move_on_at(wake_at):
-                await self._wake.wait()
+            if wake_at == float("inf"):
+                await self._wake.wait()  # no timer to arm: a cancel scope per wake is waste
+            else:
+                with trio.move_on_at(wake_at):
+                    await self._wake.wait()
             self._wake = trio.Event()
 
     def _receivers(self) -> list[Consumer]:
