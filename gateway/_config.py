@@ -367,7 +367,8 @@ _KEY_LIST: tuple[Key, ...] = (
           "journalMaxGroupWaitMSec: the write in progress is the batching window "
           "(BookKeeper defaults to false; Magnetar to true for latency)."),
     _int("journalPreAllocSizeMB", 16,
-         "Extend the journal file with zeros this far ahead of the write position, so a group "
+         "Extend the journal file with zeros this far ahead of the write position while the "
+         "journal is idle, so a group "
          "commit's fdatasync needs no file-system metadata commit (0: off).", 0),
     _int("flushEntrylogBytes", 64 << 20,
          "Flush ledger storage once this many bytes were added since the last flush, so it is "

@@ -203,12 +203,15 @@ def test_truncated_journal_tail_is_dropped_and_the_rest_recovered(tmp_path):
     writer = start_writer(url, name, ml_config(), 300)
     try:
         writer.wait_for(lambda lines: "done" in lines)
-        bookie.kill()
-        writer.kill()
         journals = sorted((tmp_path / "b0").rglob("*.log"), key=lambda p: p.stat().st_mtime)
         journal = [j for j in journals if "journal" in str(j)][-1]
-        # The killed bookie leaves its preallocated zeros after the records: cut five bytes
-        # before the last non-zero byte, inside the last record.
+        # Idle, the bookie writes zeros after the records; the kill leaves them there.
+        deadline = time.monotonic() + 10
+        while journal.stat().st_size < 1 << 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        bookie.kill()
+        writer.kill()
+        # Cut five bytes before the last non-zero byte, inside the last record.
         raw = journal.read_bytes()
         records_end = len(raw.rstrip(b"\0"))
         assert records_end < len(raw), "the journal was preallocated past its records"

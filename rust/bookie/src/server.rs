@@ -114,9 +114,9 @@ pub struct JournalConfig {
     /// batching window, see [`crate::journal`]).
     pub flush_when_queue_empty: bool,
     /// journalPreAllocSizeMB: the journal file is extended with zeros this far ahead of the
-    /// write position (default 16; 0 turns it off), so a group commit's fdatasync overwrites
-    /// blocks that already exist and needs no file-system metadata commit (see
-    /// [`crate::journal`]).
+    /// write position, while the journal is idle (default 16; 0 turns it off), so a group
+    /// commit's fdatasync overwrites blocks that already exist and needs no file-system
+    /// metadata commit (see [`crate::journal`]).
     pub pre_alloc_size_mb: u64,
     /// flushEntrylogBytes: once this many bytes have been added to ledger storage since
     /// the last flush, the checkpointer flushes (checkpoints) at once, so that storage is

@@ -179,6 +179,20 @@ fn journal_with(dir: &Path, recs: &[JournalRecord]) -> std::path::PathBuf {
 
 const MIB: u64 = 1024 * 1024;
 
+/// Wait (bounded) until the file at `path` is `len` bytes long: an idle journal writes its
+/// zeros ahead on its own thread.
+fn wait_for_len(path: &Path, len: u64) {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let now = fs::metadata(path).expect("meta").len();
+        if now == len {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "file length {now}, expected {len}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 #[test]
 fn a_preallocated_file_is_cut_back_to_its_records_on_shutdown() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -186,11 +200,10 @@ fn a_preallocated_file_is_cut_back_to_its_records_on_shutdown() {
     let j = Journal::open(dir.path(), config(0, 1), 1, Box::new(|_| {})).expect("open");
     write_all(&j, &recs);
     let path = journal::file_path(dir.path(), 1);
-    // While running, the file reaches past its records by whole chunks of zeros, at most
-    // the preallocation size ahead of them.
+    // Idle, the journal writes zeros to the first chunk boundary at least the
+    // preallocation size (1 MiB) past its records.
     let written: usize = recs.iter().map(|r| r.encoded_len()).sum();
-    let len = fs::metadata(&path).expect("meta").len();
-    assert!(len.is_multiple_of(MIB) && len > written as u64 && len <= 2 * MIB, "file length {len}");
+    wait_for_len(&path, 2 * MIB);
     j.shutdown().expect("shutdown");
     assert_eq!(fs::metadata(&path).expect("meta").len(), written as u64);
     let (got, outcome) = replay_all(dir.path()).expect("replay");
@@ -199,33 +212,17 @@ fn a_preallocated_file_is_cut_back_to_its_records_on_shutdown() {
 }
 
 #[test]
-fn preallocation_grows_in_steps_as_records_pass_the_end() {
+fn preallocation_follows_the_records_while_the_journal_is_idle() {
     let dir = tempfile::tempdir().expect("tempdir");
     let j = Journal::open(dir.path(), config(0, 1), 1, Box::new(|_| {})).expect("open");
+    let path = journal::file_path(dir.path(), 1);
+    wait_for_len(&path, MIB);
+    // 2.1 MiB of records in one burst pass the zeros; idle again, the journal writes zeros
+    // up to the chunk boundary at least 1 MiB past them.
     let big = Bytes::from(vec![0x5au8; 700 * 1024]);
     let recs: Vec<JournalRecord> = (0..3).map(|i| JournalRecord::entry(9, i, -1, big.clone())).collect();
     write_all(&j, &recs);
-    let path = journal::file_path(dir.path(), 1);
-    assert_eq!(fs::metadata(&path).expect("meta").len(), 3 * MIB);
-    j.halt();
-    let (got, outcome) = replay_all(dir.path()).expect("replay");
-    assert_eq!(got, recs);
-    assert_eq!(outcome.torn_tail_bytes, 0);
-}
-
-#[test]
-fn a_large_preallocation_is_written_a_chunk_per_group_commit() {
-    // 16 MiB of zeros at once would make one fdatasync hold every add behind it for
-    // milliseconds: each group commit writes at most one chunk beyond what it needs.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let j = Journal::open(dir.path(), JournalConfig { pre_alloc_size_mb: 16, ..config(0, 1) }, 1, Box::new(|_| {}))
-        .expect("open");
-    let path = journal::file_path(dir.path(), 1);
-    let recs = records(3);
-    for (i, r) in recs.iter().enumerate() {
-        write_all(&j, std::slice::from_ref(r));
-        assert_eq!(fs::metadata(&path).expect("meta").len(), (i as u64 + 1) * journal::PREALLOC_CHUNK);
-    }
+    wait_for_len(&path, 4 * MIB);
     j.halt();
     let (got, outcome) = replay_all(dir.path()).expect("replay");
     assert_eq!(got, recs);
@@ -238,10 +235,11 @@ fn after_a_crash_the_preallocated_zeros_end_the_records_quietly() {
     let recs = records(4);
     let j = Journal::open(dir.path(), config(0, 1), 1, Box::new(|_| {})).expect("open");
     write_all(&j, &recs);
-    j.halt();
     let path = journal::file_path(dir.path(), 1);
+    wait_for_len(&path, 2 * MIB);
+    j.halt();
     let len = fs::metadata(&path).expect("meta").len();
-    assert!(len.is_multiple_of(MIB) && len >= MIB, "the zeros stay after a crash (file length {len})");
+    assert_eq!(len, 2 * MIB, "the zeros stay after a crash");
     let (got, outcome) = replay_all(dir.path()).expect("replay");
     assert_eq!(got, recs);
     assert_eq!(outcome.torn_tail_bytes, 0);
@@ -253,9 +251,10 @@ fn a_record_torn_over_preallocated_zeros_is_dropped() {
     let recs = records(3);
     let j = Journal::open(dir.path(), config(0, 1), 1, Box::new(|_| {})).expect("open");
     write_all(&j, &recs);
+    let path = journal::file_path(dir.path(), 1);
+    wait_for_len(&path, 2 * MIB);
     j.halt();
     // A fourth record of which only the first half reached the disk before the crash.
-    let path = journal::file_path(dir.path(), 1);
     let written: usize = recs.iter().map(|r| r.encoded_len()).sum();
     let mut torn = Vec::new();
     JournalRecord::entry(1, 3, 2, Bytes::from_static(b"never acknowledged")).encode(&mut torn);
