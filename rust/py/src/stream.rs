@@ -196,14 +196,23 @@ impl PyManagedLedger {
             return Err(PyValueError::new_err("entries and num_messages differ in length"));
         }
         let batch = share_batch(&entries)?.into_iter().zip(num_messages).collect();
-        let ml = self.ml.clone();
-        spawn(queue, token, async move { ml.add_entries(batch).await }, |py, results| {
-            let list = PyList::empty(py);
-            for r in results {
-                list.append((r.position.ledger_id, r.position.entry_id, r.index, r.publish_time_ms))?;
-            }
-            Ok(list.into_any().unbind())
-        });
+        // No task of its own: the managed ledger's writer answers the completion queue
+        // directly when the round is confirmed.
+        let completer = queue.completer();
+        let _rt = runtime().enter();
+        self.ml.start_add_entries(batch, Box::new(move |result| {
+            let outcome: Outcome = Box::new(move |py| match result {
+                Ok(results) => {
+                    let list = PyList::empty(py);
+                    for r in results {
+                        list.append((r.position.ledger_id, r.position.entry_id, r.index, r.publish_time_ms))?;
+                    }
+                    Ok(list.into_any().unbind())
+                }
+                Err(e) => Err(stream_err(e)),
+            });
+            completer.complete(token, outcome);
+        }));
         Ok(())
     }
 

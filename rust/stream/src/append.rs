@@ -73,13 +73,62 @@ fn answer(round: Vec<PendingAdd>, done: &[AddResult], err: Option<StreamError>, 
             Err(err.clone().unwrap_or_else(|| StreamError::Closed(name.to_string())))
         };
         at += n;
-        let _ = req.tx.send(reply);
+        req.tx.send(reply);
+    }
+}
+
+/// The callback of [`ManagedLedger::start_add_entries`].
+pub type AddCallback = Box<dyn FnOnce(Result<Vec<AddResult>>) + Send>;
+
+/// Where a request's results go: a channel that an awaiting caller reads, or a callback run
+/// where the round is answered (in the drain task), which spares the caller a task of its
+/// own and the wake-up between the two.
+pub(crate) enum Reply {
+    Channel(oneshot::Sender<Result<Vec<AddResult>>>),
+    Call(CallReply),
+}
+
+impl Reply {
+    fn send(self, result: Result<Vec<AddResult>>) {
+        match self {
+            Reply::Channel(tx) => {
+                let _ = tx.send(result);
+            }
+            Reply::Call(mut call) => {
+                if let Some(f) = call.f.take() {
+                    f(result);
+                }
+            }
+        }
+    }
+}
+
+/// A callback that is called exactly once: dropped unanswered (the managed ledger went
+/// away with the request queued), it is told the managed ledger is closed, as an awaiting
+/// caller's dropped channel tells it.
+pub(crate) struct CallReply {
+    f: Option<AddCallback>,
+    name: String,
+}
+
+impl Drop for CallReply {
+    fn drop(&mut self) {
+        if let Some(f) = self.f.take() {
+            f(Err(StreamError::Closed(std::mem::take(&mut self.name))));
+        }
     }
 }
 
 pub(crate) struct PendingAdd {
     entries: Vec<(Bytes, u32)>,
-    tx: oneshot::Sender<Result<Vec<AddResult>>>,
+    tx: Reply,
+}
+
+fn check_messages(entries: &[(Bytes, u32)]) -> Result<()> {
+    if entries.iter().any(|(_, n)| *n == 0) {
+        return Err(StreamError::InvalidArgument("an entry must hold at least one message".into()));
+    }
+    Ok(())
 }
 
 pub(crate) enum Request {
@@ -128,12 +177,26 @@ impl ManagedLedger {
         if entries.is_empty() {
             return Ok(Vec::new());
         }
-        if entries.iter().any(|(_, n)| *n == 0) {
-            return Err(StreamError::InvalidArgument("an entry must hold at least one message".into()));
-        }
+        check_messages(&entries)?;
         let (tx, rx) = oneshot::channel();
-        self.enqueue(Request::Add(PendingAdd { entries, tx }))?;
+        self.enqueue(Request::Add(PendingAdd { entries, tx: Reply::Channel(tx) }))?;
         rx.await.map_err(|_| StreamError::Closed(self.name.clone()))?
+    }
+
+    /// [`add_entries`](Self::add_entries) without a future to await: `done` gets its
+    /// result, exactly once, from the task that writes the entries (or at once, for a
+    /// request refused before it is queued). Needs a tokio runtime context, as appends do.
+    pub fn start_add_entries(&self, entries: Vec<(Bytes, u32)>, done: AddCallback) {
+        if entries.is_empty() {
+            return done(Ok(Vec::new()));
+        }
+        if let Err(e) = check_messages(&entries).and_then(|()| self.check_open()) {
+            return done(Err(e));
+        }
+        let reply = Reply::Call(CallReply { f: Some(done), name: self.name.clone() });
+        // A refusal here has answered the request already: from the queue it was failed
+        // with, or by dropping it unqueued.
+        let _ = self.enqueue(Request::Add(PendingAdd { entries, tx: reply }));
     }
 
     /// Seal the current ledger and start a new one if it is due: older than
@@ -275,7 +338,7 @@ impl ManagedLedger {
     fn submit_round(&self, round: Vec<PendingAdd>, in_flight: &VecDeque<InFlight>) -> Submitted {
         if let Err(e) = self.check_open() {
             for req in round {
-                let _ = req.tx.send(Err(e.clone()));
+                req.tx.send(Err(e.clone()));
             }
             return Submitted::Answered;
         }
@@ -391,7 +454,7 @@ impl ManagedLedger {
         for p in pending {
             match p {
                 Request::Add(add) => {
-                    let _ = add.tx.send(Err(err.clone()));
+                    add.tx.send(Err(err.clone()));
                 }
                 Request::Rollover(tx) => {
                     let _ = tx.send(Err(err.clone()));

@@ -66,7 +66,7 @@ pub mod records;
 pub mod store;
 mod trim;
 
-pub use append::MAX_ROUND_ENTRIES;
+pub use append::{AddCallback, MAX_ROUND_ENTRIES};
 pub use bookkeeper::BookKeeperStore;
 pub use cache::CacheBudget;
 pub use config::{Clock, ManagedLedgerConfig, ManualClock, SystemClock};

@@ -855,3 +855,51 @@ mod prop {
         }
     }
 }
+
+type Added = magnetar_stream::Result<Vec<magnetar_stream::AddResult>>;
+
+/// Start an add with a callback; the receiver gets what the callback was given.
+fn start_add(ml: &magnetar_stream::ManagedLedger, entries: Vec<(Bytes, u32)>) -> tokio::sync::oneshot::Receiver<Added> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    ml.start_add_entries(entries, Box::new(move |r| tx.send(r).unwrap()));
+    rx
+}
+
+#[tokio::test]
+async fn callback_adds_are_answered_in_call_order_beside_awaited_ones() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/callback", env.config(4)).await.unwrap();
+    let first = start_add(&ml, payloads(0..3));
+    let awaited = {
+        let ml = ml.clone();
+        tokio::spawn(async move { ml.add_entries(payloads(3..6)).await })
+    };
+    let second = start_add(&ml, payloads(6..10));
+    let first = tokio::time::timeout(Duration::from_secs(10), first).await.unwrap().unwrap().unwrap();
+    assert_eq!(first.iter().map(|a| a.index).collect::<Vec<_>>(), [0, 1, 2]);
+    let second = tokio::time::timeout(Duration::from_secs(10), second).await.unwrap().unwrap().unwrap();
+    assert_eq!(second.len(), 4);
+    let awaited = awaited.await.unwrap().unwrap();
+    assert_eq!(awaited.len(), 3);
+    // Every entry has one index, across rollovers (4 entries per ledger).
+    let mut all: Vec<_> = first.iter().chain(&awaited).chain(&second).map(|a| (a.position, a.index)).collect();
+    all.sort();
+    assert_eq!(all.iter().map(|(_, i)| *i).collect::<Vec<_>>(), (0..10).collect::<Vec<u64>>());
+    let read = ml.read_entries(first[0].position, 100).await.unwrap();
+    assert_eq!(read.len(), 10);
+}
+
+#[tokio::test]
+async fn a_refused_callback_add_is_told_why_at_once() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/callback-refused", env.config(10)).await.unwrap();
+    let bad = start_add(&ml, vec![(Bytes::from_static(b"x"), 0)]);
+    assert!(matches!(bad.await.unwrap(), Err(StreamError::InvalidArgument(_))));
+    let empty = start_add(&ml, Vec::new());
+    assert!(empty.await.unwrap().unwrap().is_empty());
+    ml.close().await.unwrap();
+    let closed = start_add(&ml, payloads(0..1));
+    assert!(matches!(closed.await.unwrap(), Err(StreamError::Closed(_))));
+}
