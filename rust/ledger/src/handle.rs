@@ -21,8 +21,39 @@ pub(crate) struct PendingAdd {
     /// Ledger length once this entry is confirmed.
     pub(crate) length: u64,
     /// Ensemble slots that acknowledged the entry.
-    pub(crate) acked: Vec<usize>,
+    pub(crate) acked: AckedSlots,
     pub(crate) done: Option<oneshot::Sender<Result<u64>>>,
+}
+
+/// The ensemble slots that acknowledged an entry: a bit per slot below 64 (any ensemble a
+/// cluster really has), a list only past that, so that recording an ack allocates nothing.
+/// Every pending add has one, and its first ack used to allocate a vector.
+#[derive(Default, Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AckedSlots {
+    bits: u64,
+    more: Vec<usize>,
+}
+
+impl AckedSlots {
+    pub(crate) fn insert(&mut self, slot: usize) {
+        if slot < 64 {
+            self.bits |= 1 << slot;
+        } else if !self.more.contains(&slot) {
+            self.more.push(slot);
+        }
+    }
+
+    pub(crate) fn remove(&mut self, slot: usize) {
+        if slot < 64 {
+            self.bits &= !(1 << slot);
+        } else {
+            self.more.retain(|s| *s != slot);
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.bits.count_ones() as usize + self.more.len()
+    }
 }
 
 /// Everything about a handle that changes, under one lock.
@@ -349,4 +380,24 @@ pub async fn read_from_replicas(
         }
     }
     Err(failures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AckedSlots;
+
+    #[test]
+    fn acked_slots_count_each_slot_once_and_forget_removed_ones() {
+        let mut a = AckedSlots::default();
+        for slot in [0, 2, 2, 63, 64, 200, 200] {
+            a.insert(slot);
+        }
+        assert_eq!(a.len(), 5);
+        a.remove(2);
+        a.remove(200);
+        a.remove(7);
+        assert_eq!(a.len(), 3);
+        a.insert(2);
+        assert_eq!(a.len(), 4);
+    }
 }

@@ -28,7 +28,7 @@ use tokio::sync::oneshot;
 
 use crate::entry::{self, Payload};
 use crate::error::{LedgerError, Result};
-use crate::handle::{HandleInner, LedgerHandle, PendingAdd, State};
+use crate::handle::{AckedSlots, HandleInner, LedgerHandle, PendingAdd, State};
 use crate::metadata::LedgerState;
 use crate::quorum::{min_over_write_sets, write_set};
 use crate::transport::BookieError;
@@ -166,7 +166,7 @@ impl HandleInner {
         let slots: Vec<usize> = write_set(entry, st.meta.ensemble_size, st.meta.write_quorum_size)
             .filter(|slot| !st.failed_slots.contains(slot))
             .collect();
-        st.pending.push_back(PendingAdd { entry, framed: framed.clone(), length, acked: Vec::new(), done: Some(tx) });
+        st.pending.push_back(PendingAdd { entry, framed: framed.clone(), length, acked: AckedSlots::default(), done: Some(tx) });
         for slot in slots {
             self.send(&st, entry, slot, framed.clone());
         }
@@ -210,7 +210,7 @@ impl HandleInner {
                 }
             }
             let done = if i == last_index { done.take() } else { None };
-            st.pending.push_back(PendingAdd { entry, framed, length, acked: Vec::new(), done });
+            st.pending.push_back(PendingAdd { entry, framed, length, acked: AckedSlots::default(), done });
         }
         for (slot, group) in per_slot.into_iter().enumerate() {
             let mut chunk: Vec<(u64, Bytes)> = Vec::new();
@@ -287,8 +287,8 @@ impl HandleInner {
         let head = st.pending.front().map(|p| p.entry);
         let index = head.and_then(|h| entry.checked_sub(h)).and_then(|i| usize::try_from(i).ok());
         if let Some(p) = index.and_then(|i| st.pending.get_mut(i)) {
-            if p.entry == entry && !p.acked.contains(&slot) {
-                p.acked.push(slot);
+            if p.entry == entry {
+                p.acked.insert(slot);
             }
         }
     }
@@ -369,7 +369,7 @@ impl HandleInner {
                 *epoch += 1;
             }
             for p in st.pending.iter_mut() {
-                p.acked.retain(|s| *s != slot);
+                p.acked.remove(slot);
             }
             st.excluded.insert(addr.to_string());
             self.bk.mark_failed(addr);
@@ -488,7 +488,7 @@ impl HandleInner {
             for p in st.pending.iter_mut() {
                 for (slot, _) in &replaced {
                     if write_set(p.entry, e, qw).any(|s| s == *slot) {
-                        p.acked.retain(|s| s != slot);
+                        p.acked.remove(*slot);
                         resend.push((p.entry, *slot, p.framed.clone()));
                     }
                 }
