@@ -17,6 +17,7 @@ from tests.handlers.kafka.test_clients import DEADLINE, create_topic, wait_for
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaConsumer
+    from kafka.structs import MemberState
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:kafka")
 
@@ -96,27 +97,42 @@ def test_kafka_python_static_member_rejoins_with_its_assignment(boot: str, uniqu
     topic, group = f"static-kp-{unique}", f"static-kp-g-{unique}"
     create_topic(boot, topic, 2)
 
-    def consumer() -> Any:
+    def consumer(joins: list[int]) -> Any:
+        """A static consumer, returned once it is assigned and not about to rejoin;
+        ``joins`` gets the generation of each join it completes."""
         c = KafkaConsumer(bootstrap_servers=boot, group_id=group,
                           group_instance_id="kp-inst", session_timeout_ms=20_000,
                           heartbeat_interval_ms=300, auto_offset_reset="earliest")
+        coordinator = c._coordinator  # noqa: SLF001
+        joined = coordinator._on_join_complete_async  # noqa: SLF001
+
+        async def record(generation: int, *args: Any) -> Any:
+            joins.append(generation)
+            return await joined(generation, *args)
+
+        coordinator._on_join_complete_async = record  # noqa: SLF001
         # The topic's metadata first, so that the leader's first assignment sees it.
         assert c.partitions_for_topic(topic) == {0, 1}
         c.subscribe([topic])
         for _ in range(int(DEADLINE / 0.2)):
             c.poll(timeout_ms=200)
-            if c.assignment():
+            if c.assignment() and coordinator.state is MemberState.STABLE \
+                    and not coordinator.need_rejoin():
                 return c
-        raise AssertionError("no assignment")
+        raise AssertionError("no settled assignment")
 
-    first = consumer()
-    generation = first._coordinator._generation.generation_id  # noqa: SLF001
+    first_joins: list[int] = []
+    first = consumer(first_joins)
     assigned = first.assignment()
     first.close(autocommit=False)
-    second = consumer()
+    second_joins: list[int] = []
+    second = consumer(second_joins)
     try:
         assert second.assignment() == assigned
-        # Same generation: the group did not rebalance for the restart.
-        assert second._coordinator._generation.generation_id == generation  # noqa: SLF001
+        # The restart's join is answered in the generation the first consumer left: the
+        # group did not rebalance for it. (kafka-python's leader may rejoin afterwards on
+        # its own, a new generation, when a metadata refresh lands after it assigned; on a
+        # loaded machine it sometimes does.)
+        assert second_joins[0] == first_joins[-1]
     finally:
         second.close(autocommit=False)
