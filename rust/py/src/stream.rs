@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use magnetar_ledger::{BookKeeper, ClientConfig};
 use magnetar_stream::{
-    BookKeeperStore, Cursor, Entry, InitialPosition, ManagedLedger, ManagedLedgerConfig,
+    AddResult, BookKeeperStore, Cursor, Entry, InitialPosition, ManagedLedger, ManagedLedgerConfig,
     ManagedLedgerFactory, Position, StreamError,
 };
 use pyo3::exceptions::PyValueError;
@@ -43,13 +43,28 @@ where
 {
     let completer = queue.completer();
     runtime().spawn(async move {
-        let result = fut.await;
-        let outcome: Outcome = Box::new(move |py| match result {
-            Ok(v) => convert(py, v),
-            Err(e) => Err(stream_err(e)),
-        });
-        completer.complete(token, outcome);
+        completer.complete(token, outcome(fut.await, convert));
     });
+}
+
+/// A native result, to be converted under the GIL when trio drains the queue.
+fn outcome<T, C>(result: Result<T, StreamError>, convert: C) -> Outcome
+where
+    T: Send + 'static,
+    C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+{
+    Box::new(move |py| match result {
+        Ok(v) => convert(py, v),
+        Err(e) => Err(stream_err(e)),
+    })
+}
+
+fn added_list(py: Python<'_>, results: Vec<AddResult>) -> PyResult<Py<PyAny>> {
+    let list = PyList::empty(py);
+    for r in results {
+        list.append((r.position.ledger_id, r.position.entry_id, r.index, r.publish_time_ms))?;
+    }
+    Ok(list.into_any().unbind())
 }
 
 fn none(py: Python<'_>, _: ()) -> PyResult<Py<PyAny>> {
@@ -201,17 +216,7 @@ impl PyManagedLedger {
         let completer = queue.completer();
         let _rt = runtime().enter();
         self.ml.start_add_entries(batch, Box::new(move |result| {
-            let outcome: Outcome = Box::new(move |py| match result {
-                Ok(results) => {
-                    let list = PyList::empty(py);
-                    for r in results {
-                        list.append((r.position.ledger_id, r.position.entry_id, r.index, r.publish_time_ms))?;
-                    }
-                    Ok(list.into_any().unbind())
-                }
-                Err(e) => Err(stream_err(e)),
-            });
-            completer.complete(token, outcome);
+            completer.complete(token, outcome(result, added_list));
         }));
         Ok(())
     }
@@ -342,10 +347,7 @@ impl PyManagedLedger {
 }
 
 fn complete_unit(completer: &Completer, token: u64, result: Result<(), StreamError>) {
-    completer.complete(token, Box::new(move |py| match result {
-        Ok(()) => Ok(py.None()),
-        Err(e) => Err(stream_err(e)),
-    }));
+    completer.complete(token, outcome(result, none));
 }
 
 enum Ack {

@@ -80,38 +80,23 @@ fn answer(round: Vec<PendingAdd>, done: &[AddResult], err: Option<StreamError>, 
 /// The callback of [`ManagedLedger::start_add_entries`].
 pub type AddCallback = Box<dyn FnOnce(Result<Vec<AddResult>>) + Send>;
 
-/// Where a request's results go: a channel that an awaiting caller reads, or a callback run
-/// where the round is answered (in the drain task), which spares the caller a task of its
-/// own and the wake-up between the two.
-pub(crate) enum Reply {
-    Channel(oneshot::Sender<Result<Vec<AddResult>>>),
-    Call(CallReply),
-}
-
-impl Reply {
-    fn send(self, result: Result<Vec<AddResult>>) {
-        match self {
-            Reply::Channel(tx) => {
-                let _ = tx.send(result);
-            }
-            Reply::Call(mut call) => {
-                if let Some(f) = call.f.take() {
-                    f(result);
-                }
-            }
-        }
-    }
-}
-
-/// A callback that is called exactly once: dropped unanswered (the managed ledger went
-/// away with the request queued), it is told the managed ledger is closed, as an awaiting
-/// caller's dropped channel tells it.
-pub(crate) struct CallReply {
+/// Where a request's results go, called where the round is answered (in the drain task):
+/// exactly once, for a reply dropped unanswered (the managed ledger went away with the
+/// request queued) is told the managed ledger is closed.
+pub(crate) struct Reply {
     f: Option<AddCallback>,
     name: String,
 }
 
-impl Drop for CallReply {
+impl Reply {
+    fn send(mut self, result: Result<Vec<AddResult>>) {
+        if let Some(f) = self.f.take() {
+            f(result);
+        }
+    }
+}
+
+impl Drop for Reply {
     fn drop(&mut self) {
         if let Some(f) = self.f.take() {
             f(Err(StreamError::Closed(std::mem::take(&mut self.name))));
@@ -122,13 +107,6 @@ impl Drop for CallReply {
 pub(crate) struct PendingAdd {
     entries: Vec<(Bytes, u32)>,
     tx: Reply,
-}
-
-fn check_messages(entries: &[(Bytes, u32)]) -> Result<()> {
-    if entries.iter().any(|(_, n)| *n == 0) {
-        return Err(StreamError::InvalidArgument("an entry must hold at least one message".into()));
-    }
-    Ok(())
 }
 
 pub(crate) enum Request {
@@ -174,26 +152,29 @@ impl ManagedLedger {
     /// where each landed, in order. Entries of concurrent calls are written in the order
     /// the calls were made, pipelined with one another.
     pub async fn add_entries(&self, entries: Vec<(Bytes, u32)>) -> Result<Vec<AddResult>> {
-        if entries.is_empty() {
-            return Ok(Vec::new());
-        }
-        check_messages(&entries)?;
         let (tx, rx) = oneshot::channel();
-        self.enqueue(Request::Add(PendingAdd { entries, tx: Reply::Channel(tx) }))?;
+        self.start_add_entries(entries, Box::new(move |result| {
+            let _ = tx.send(result);
+        }));
         rx.await.map_err(|_| StreamError::Closed(self.name.clone()))?
     }
 
     /// [`add_entries`](Self::add_entries) without a future to await: `done` gets its
     /// result, exactly once, from the task that writes the entries (or at once, for a
-    /// request refused before it is queued). Needs a tokio runtime context, as appends do.
+    /// request refused before it is queued). A caller that needs no task of its own so
+    /// spares the wake-up between the writer and that task. Needs a tokio runtime
+    /// context, as appends do.
     pub fn start_add_entries(&self, entries: Vec<(Bytes, u32)>, done: AddCallback) {
         if entries.is_empty() {
             return done(Ok(Vec::new()));
         }
-        if let Err(e) = check_messages(&entries).and_then(|()| self.check_open()) {
+        if entries.iter().any(|(_, n)| *n == 0) {
+            return done(Err(StreamError::InvalidArgument("an entry must hold at least one message".into())));
+        }
+        if let Err(e) = self.check_open() {
             return done(Err(e));
         }
-        let reply = Reply::Call(CallReply { f: Some(done), name: self.name.clone() });
+        let reply = Reply { f: Some(done), name: self.name.clone() };
         // A refusal here has answered the request already: from the queue it was failed
         // with, or by dropping it unqueued.
         let _ = self.enqueue(Request::Add(PendingAdd { entries, tx: reply }));
