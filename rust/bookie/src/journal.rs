@@ -716,26 +716,9 @@ impl Journal {
         on_rotate: RotateHook,
     ) -> Result<Journal, BookieError> {
         let dir = data_dir.join(JOURNAL_DIR);
-        fs::create_dir_all(&dir).map_err(|e| BookieError::io("create journal dir", &dir, e))?;
-        let (file, direct) = create_file(data_dir, first_seq, config.direct_io)?;
-        let position = Arc::new(Mutex::new((first_seq, 0)));
+        let writer = Writer::new(data_dir, config, first_seq, on_rotate)?;
+        let (position, counters) = (writer.position.clone(), writer.counters.clone());
         let (tx, rx) = crossbeam_channel::unbounded();
-        let counters = Arc::new(Counters::default());
-        let writer = Writer {
-            counters: counters.clone(),
-            data_dir: data_dir.to_path_buf(),
-            config,
-            file,
-            direct: direct.then(AlignedBuf::default),
-            zeros: AlignedBuf::default(),
-            seq: first_seq,
-            file_len: 0,
-            allocated: 0,
-            prealloc_stopped: false,
-            failed: None,
-            position: position.clone(),
-            on_rotate,
-        };
         let thread = std::thread::Builder::new()
             .name("bookie-journal".into())
             .spawn(move || writer.run(rx))
@@ -1035,6 +1018,34 @@ enum Stop {
 }
 
 impl Writer {
+    /// A writer of `journal/<first_seq>.log` under `data_dir` (the directory created if
+    /// needed), the file just created.
+    fn new(
+        data_dir: &Path,
+        config: JournalConfig,
+        first_seq: u64,
+        on_rotate: RotateHook,
+    ) -> Result<Writer, BookieError> {
+        let dir = data_dir.join(JOURNAL_DIR);
+        fs::create_dir_all(&dir).map_err(|e| BookieError::io("create journal dir", &dir, e))?;
+        let (file, direct) = create_file(data_dir, first_seq, config.direct_io)?;
+        Ok(Writer {
+            counters: Arc::new(Counters::default()),
+            data_dir: data_dir.to_path_buf(),
+            config,
+            file,
+            direct: direct.then(AlignedBuf::default),
+            zeros: AlignedBuf::default(),
+            seq: first_seq,
+            file_len: 0,
+            allocated: 0,
+            prealloc_stopped: false,
+            failed: None,
+            position: Arc::new(Mutex::new((first_seq, 0))),
+            on_rotate,
+        })
+    }
+
     fn run(mut self, rx: Receiver<Msg>) {
         self.serve(&rx);
         // Anything queued behind a stop is failed rather than silently dropped.
@@ -1252,8 +1263,7 @@ impl Writer {
         let at = self.allocated;
         let next = (at / PREALLOC_CHUNK + 1).saturating_mul(PREALLOC_CHUNK);
         let n = usize::try_from(next - at).unwrap_or(0).min(self.zeros.len());
-        let res = self.file.write_all_at(&self.zeros.data()[..n], at);
-        match res {
+        match self.file.write_all_at(&self.zeros.data()[..n], at) {
             Ok(()) => {
                 self.allocated = at + n as u64;
                 true
@@ -1327,23 +1337,8 @@ mod tests {
     use super::*;
 
     fn writer(dir: &Path, pre_alloc_size_mb: u64) -> Writer {
-        fs::create_dir_all(dir.join(JOURNAL_DIR)).expect("journal dir");
-        let (file, direct) = create_file(dir, 1, true).expect("create");
-        Writer {
-            counters: Arc::new(Counters::default()),
-            data_dir: dir.to_path_buf(),
-            config: JournalConfig { pre_alloc_size_mb, ..JournalConfig::default() },
-            file,
-            direct: direct.then(AlignedBuf::default),
-            zeros: AlignedBuf::default(),
-            seq: 1,
-            file_len: 0,
-            allocated: 0,
-            prealloc_stopped: false,
-            failed: None,
-            position: Arc::new(Mutex::new((1, 0))),
-            on_rotate: Box::new(|_| {}),
-        }
+        let config = JournalConfig { pre_alloc_size_mb, ..JournalConfig::default() };
+        Writer::new(dir, config, 1, Box::new(|_| {})).expect("writer")
     }
 
     fn len_on_disk(w: &Writer) -> u64 {
