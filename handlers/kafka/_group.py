@@ -42,6 +42,7 @@ from urllib.parse import quote, unquote
 import trio
 
 from core.storage import Position
+from handlers._ticker import Ticker
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, LocalProtocolError
 from handlers.kafka._produce import topic_error
@@ -135,13 +136,16 @@ class GroupCoordinator:
     def __init__(self, handler: KafkaProtocolHandler):
         self.h = handler
         self.groups: dict[str, Group] = {}
+        self._ticker = Ticker(TICK_S)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Expire sessions and rebalance timeouts until cancelled."""
+        """Expire sessions and rebalance timeouts until cancelled; parked while no group
+        has members."""
         while True:
-            await trio.sleep(TICK_S)
+            await self._ticker.next_tick(
+                any(g.members or g.state == PREPARING for g in self.groups.values()))
             now = trio.current_time()
             for g in list(self.groups.values()):
                 self._expire(g, now)
@@ -315,6 +319,7 @@ class GroupCoordinator:
             if old is not None:
                 self._replace_static(g, old, m)
             g.members[m.member_id] = m
+            self._ticker.arm()
             if g.protocol_type is None or len(g.members) == 1:
                 g.protocol_type = b.protocol_type
         m.session_timeout = b.session_timeout_ms / 1000.0

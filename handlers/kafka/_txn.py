@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 import trio
 
+from handlers._ticker import Ticker
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode
 from handlers.kafka._produce import Pending, publish_batch
@@ -78,11 +79,13 @@ class TxnCoordinator:
         self.txns: dict[str, Txn] = {}
         self._next_id = 0
         self._block_end = 0
+        self._ticker = Ticker(TICK_S)
 
     async def run(self) -> None:
-        """Abort transactions that outlive their timeout, until cancelled."""
+        """Abort transactions that outlive their timeout, until cancelled; parked while
+        none is open."""
         while True:
-            await trio.sleep(TICK_S)
+            await self._ticker.next_tick(any(t.state == ONGOING for t in self.txns.values()))
             now = trio.current_time()
             for txn in list(self.txns.values()):
                 if txn.state == ONGOING and txn.deadline and now >= txn.deadline:
@@ -160,6 +163,7 @@ class TxnCoordinator:
         if txn.state == EMPTY:
             txn.state = ONGOING
             txn.deadline = trio.current_time() + txn.timeout
+            self._ticker.arm()
 
     # -- requests ------------------------------------------------------------------------------
 

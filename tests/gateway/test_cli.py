@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -329,3 +330,36 @@ def test_settling_the_garbage_collector_freezes_startup_objects():
     before, frozen, visible, spaced = json.loads(out.stdout)
     assert before == 0 and frozen > 1000 and frozen > 10 * visible
     assert spaced
+
+
+def _context_switches(pid: int) -> int:
+    """Times any thread of ``pid`` has been put on a CPU so far."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[2])
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return total
+
+
+def test_an_idle_standalone_sleeps(tmp_path):
+    """With no clients, no thread of the broker wakes on a timer: an idle broker costs no
+    CPU. (A bookie's checkpoint looks every 30 s, hence the allowance of a couple.)"""
+    from tests._standalone import Standalone
+
+    with Standalone(tmp_path / "data") as s:
+        assert s.proc is not None
+        pid = s.proc.pid
+        deadline = time.monotonic() + 15
+        while True:  # startup work (journal preallocation, first checkpoint) ends first
+            before = _context_switches(pid)
+            time.sleep(0.5)
+            if _context_switches(pid) == before:
+                break
+            assert time.monotonic() < deadline, "the standalone never went quiet"
+        before = _context_switches(pid)
+        time.sleep(2)
+        woke = _context_switches(pid) - before
+        assert woke <= 2, f"an idle standalone woke {woke} times in 2 s"

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use tokio::sync::Notify;
+
 use crate::entry::Entry;
 use crate::position::Position;
 
@@ -18,11 +20,14 @@ use crate::position::Position;
 pub struct CacheBudget {
     limit: usize,
     used: AtomicUsize,
+    /// Told when the caches go from holding nothing to holding something, so that a
+    /// sweep of an empty budget can wait instead of waking on a timer.
+    filled: Notify,
 }
 
 impl CacheBudget {
     pub fn new(limit: usize) -> Arc<CacheBudget> {
-        Arc::new(CacheBudget { limit, used: AtomicUsize::new(0) })
+        Arc::new(CacheBudget { limit, used: AtomicUsize::new(0), filled: Notify::new() })
     }
 
     /// Bytes cached now, over every cache sharing this budget.
@@ -32,6 +37,20 @@ impl CacheBudget {
 
     pub fn limit(&self) -> usize {
         self.limit
+    }
+
+    /// End a [`wait_filled`](Self::wait_filled) now (its owner is going away).
+    pub(crate) fn wake(&self) {
+        self.filled.notify_one();
+    }
+
+    /// Wait until the caches hold something (at once if they do now, or if they were
+    /// filled since the last wait).
+    pub async fn wait_filled(&self) {
+        let filled = self.filled.notified();
+        if self.used() == 0 {
+            filled.await;
+        }
     }
 
     fn over(&self) -> bool {
@@ -61,7 +80,9 @@ impl EntryCache {
     fn add_bytes(&mut self, n: usize) {
         self.bytes += n;
         if let Some(b) = &self.budget {
-            b.used.fetch_add(n, Ordering::Relaxed);
+            if b.used.fetch_add(n, Ordering::Relaxed) == 0 && n > 0 {
+                b.filled.notify_one();
+            }
         }
     }
 

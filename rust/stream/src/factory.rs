@@ -31,6 +31,15 @@ struct FactoryInner {
     cache: Option<Arc<CacheBudget>>,
 }
 
+impl Drop for FactoryInner {
+    fn drop(&mut self) {
+        // A sweep waiting for entries finds the factory gone and ends.
+        if let Some(budget) = &self.cache {
+            budget.wake();
+        }
+    }
+}
+
 /// Opens managed ledgers over one metadata store and one ledger store. Cheap to clone.
 #[derive(Clone)]
 pub struct ManagedLedgerFactory {
@@ -46,7 +55,8 @@ impl ManagedLedgerFactory {
     /// A factory whose managed ledgers' entry caches hold `cache_bytes` together
     /// (`managedLedgerCacheSizeMB`, see [`CacheBudget`]). Entries past a ledger's
     /// `cache_eviction_time` leave its cache every [`CACHE_EVICTION_INTERVAL`], written to or
-    /// not, so an idle ledger does not keep the budget. Call within a tokio runtime: the
+    /// not, so an idle ledger does not keep the budget; while nothing is cached, the sweep
+    /// waits for the first entry instead. Call within a tokio runtime: the
     /// sweep runs on it, until the factory is dropped.
     pub fn with_cache(meta: Arc<dyn MetadataStore>, ledgers: Arc<dyn LedgerStore>, cache_bytes: usize) -> Self {
         let factory = Self::build(meta, ledgers, Some(CacheBudget::new(cache_bytes)));
@@ -57,8 +67,13 @@ impl ManagedLedgerFactory {
             loop {
                 tick.tick().await;
                 let Some(inner) = weak.upgrade() else { break };
+                let budget = inner.cache.clone();
                 for ml in (ManagedLedgerFactory { inner }).open_ledgers() {
                     ml.evict_expired_cache();
+                }
+                // Nothing cached: no timer until something is (an idle broker sleeps).
+                if let Some(budget) = budget {
+                    budget.wait_filled().await;
                 }
             }
         });

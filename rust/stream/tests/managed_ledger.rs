@@ -769,6 +769,36 @@ async fn tailing_reads_come_from_the_cache_until_entries_age_out() {
     assert_eq!(ml.read_entries(old[0].position, 10).await.unwrap().len(), 4);
 }
 
+/// Waits (bounded) for the factory's sweep to empty the shared cache.
+async fn until_cache_empty(f: &ManagedLedgerFactory) {
+    let budget = f.cache_budget().unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while budget.used() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the sweep left {} bytes cached", budget.used()));
+}
+
+#[tokio::test]
+async fn the_cache_sweep_rests_while_nothing_is_cached_and_resumes_on_the_next_entry() {
+    let env = Env::new();
+    let meta: Arc<dyn MetadataStore> = env.meta.clone();
+    let store: Arc<dyn LedgerStore> = Arc::new(env.store.clone());
+    let f = ManagedLedgerFactory::with_cache(meta, store, 1 << 20);
+    let cfg = ManagedLedgerConfig { cache_eviction_time: Duration::from_secs(1), ..env.config(100) };
+    let ml = f.open("t/sweep", cfg).await.unwrap();
+    for round in 0..2 {
+        ml.add_entries(payloads(0..3)).await.unwrap();
+        assert!(f.cache_budget().unwrap().used() > 0, "round {round}: cached");
+        env.clock.advance(Duration::from_secs(2));
+        // The first round empties the cache from the timer; the second one also needs the
+        // sweep, which rested meanwhile, to have been woken by the new entries.
+        until_cache_empty(&f).await;
+    }
+}
+
 #[tokio::test]
 async fn log_start_and_end_indexes_and_properties() {
     let env = Env::new();
