@@ -16,10 +16,9 @@ would wait for its end.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 __all__ = ["IOV_MAX", "drop_sent", "flush_at_end", "write_batch", "write_now"]
 
@@ -30,23 +29,40 @@ IOV_MAX = 1024  # the most buffers one vectored write takes (Linux's UIO_MAXIOV)
 _flushes: list[Callable[[], None]] | None = None
 
 
-@contextlib.contextmanager
-def write_batch() -> Iterator[None]:
-    """Gather the flushes registered inside; run them at the end (of the outermost)."""
-    global _flushes
-    if _flushes is not None:
-        yield
-        return
-    _flushes = []
-    try:
-        yield
-    finally:
-        flushes, _flushes = _flushes, None
+class _WriteBatch:
+    """The context of :func:`write_batch`: one shared instance, nesting counted (a class
+    rather than a generator context manager: it is entered for every read and drain)."""
+
+    __slots__ = ("depth",)
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def __enter__(self) -> None:
+        global _flushes
+        if self.depth == 0:
+            _flushes = []
+        self.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _flushes
+        self.depth -= 1
+        if self.depth:
+            return
+        flushes, _flushes = _flushes or [], None
         for flush in flushes:
             try:
                 flush()
             except Exception:
                 log.exception("a deferred connection flush failed")
+
+
+_BATCH = _WriteBatch()
+
+
+def write_batch() -> _WriteBatch:
+    """Gather the flushes registered inside; run them at the end (of the outermost)."""
+    return _BATCH
 
 
 def flush_at_end(flush: Callable[[], None]) -> bool:
