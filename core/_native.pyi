@@ -13,6 +13,7 @@ __all__ = [
     "MetadataError", "NativeError", "NoSuchLedgerError", "NotEnoughBookiesError",
     "kafka_batch_from_entry", "kafka_entry_from_batch",
     "encode_pulsar_messages", "encode_pulsar_send_receipt", "scan_pulsar_send",
+    "allocator_options",
 ]
 
 @final
@@ -179,3 +180,8 @@ def encode_pulsar_send_receipt(
 def scan_pulsar_send(command: bytes, entry: bytes) -> tuple[int, int, bool, int, int] | None:
     """(body_start, body_end, checksum_ok, metadata_start, metadata_end) of a plain SEND
     (the body in the command, the metadata in the entry after it), else None."""
+
+def allocator_options() -> dict[str, int]:
+    """The native allocator's settings that Magnetar changes (``purge_delay_ms``: -1, freed
+    memory is kept for reuse rather than handed back to the OS from a hot thread)."""
+    ...

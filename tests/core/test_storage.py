@@ -164,3 +164,10 @@ async def test_an_idle_topic_gives_its_cached_entries_back(tmp_path):
                 break
             await trio.sleep(0.05)
         assert storage.cache_used_bytes == 0
+
+
+def test_the_native_allocator_keeps_freed_memory_for_reuse():
+    """Handing freed memory back to the OS stalled whichever native thread did it (11 ms
+    of madvise in a runtime thread, every add behind it waiting, when a burst's cached
+    entries aged out); the native core keeps it for reuse instead."""
+    assert _native.allocator_options() == {"purge_delay_ms": -1}
