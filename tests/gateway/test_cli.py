@@ -125,6 +125,18 @@ def test_standalone_passes_flags_as_configuration(fake_runner, tmp_path, no_env)
     assert args.wipe_data is True
 
 
+def test_standalone_starts_with_the_collector_off_and_leaves_it_on(fake_runner, monkeypatch,
+                                                                    tmp_path, no_env):
+    import gc
+
+    seen: list[bool] = []
+    monkeypatch.setattr(gateway._standalone, "run", lambda cfg, args: seen.append(gc.isenabled()) or 0)
+    assert gc.isenabled()
+    assert main(["standalone", "--data-dir", str(tmp_path)]) == 0
+    assert seen == [False], "startup runs without collections"
+    assert gc.isenabled(), "on again once the command returns (settling turns it on earlier)"
+
+
 def test_standalone_reads_the_given_config_file(fake_runner, tmp_path, no_env):
     conf = tmp_path / "my.conf"
     conf.write_text("clusterName=from-file\nwebServicePort=18080\n")
@@ -323,13 +335,14 @@ def test_settling_the_garbage_collector_freezes_startup_objects():
     """After startup nothing built so far is walked by a collection again, and young
     collections are spaced out."""
     code = ("import gc, json; from gateway._process import settle_garbage_collector as s, "
-            "GC_YOUNG_THRESHOLD as t; before = gc.get_freeze_count(); s(); "
+            "GC_YOUNG_THRESHOLD as t; before = gc.get_freeze_count(); gc.disable(); s(); "
             "print(json.dumps([before, gc.get_freeze_count(), len(gc.get_objects()), "
-            "gc.get_threshold()[0] == t]))")
+            "gc.get_threshold()[0] == t, gc.isenabled()]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    before, frozen, visible, spaced = json.loads(out.stdout)
+    before, frozen, visible, spaced, enabled = json.loads(out.stdout)
     assert before == 0 and frozen > 1000 and frozen > 10 * visible
     assert spaced
+    assert enabled, "the collector the standalone turned off for startup runs again"
 
 
 def _context_switches(pid: int) -> int:
