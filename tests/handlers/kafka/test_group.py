@@ -16,33 +16,28 @@ from core.metadata._memory import MemoryMetadataStore
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, LocalProtocolError
 from handlers.kafka._group import COMPLETING, EMPTY, PREPARING, STABLE, Group, GroupCoordinator
+from tests.handlers.kafka._coordinators import fake_handler, request
 
 
 def _coordinator() -> GroupCoordinator:
-    h: Any = SimpleNamespace(broker=SimpleNamespace(metadata=MemoryMetadataStore()))
-    return GroupCoordinator(h)
-
-
-def _req(key: int, version: int, **body: Any) -> RequestReceived:
-    return RequestReceived(api_key=key, api_version=version, correlation_id=1, client_id="c",
-                           body=Data(**body), size=0)
+    return GroupCoordinator(fake_handler())
 
 
 def _join(member_id: str = "", session_ms: int = 10_000, rebalance_ms: int = 5_000) -> RequestReceived:
-    return _req(11, 7, group_id="g", session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
-                member_id=member_id, group_instance_id=None, protocol_type="consumer",
-                protocols=[Data(name="range", metadata=b"m")], reason=None)
+    return request(11, 7, group_id="g", session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
+                   member_id=member_id, group_instance_id=None, protocol_type="consumer",
+                   protocols=[Data(name="range", metadata=b"m")], reason=None)
 
 
 def _sync(member_id: str, generation: int, assignments: list[Data] | None = None) -> RequestReceived:
-    return _req(14, 5, group_id="g", generation_id=generation, member_id=member_id,
-                group_instance_id=None, protocol_type="consumer", protocol_name="range",
-                assignments=assignments or [])
+    return request(14, 5, group_id="g", generation_id=generation, member_id=member_id,
+                   group_instance_id=None, protocol_type="consumer", protocol_name="range",
+                   assignments=assignments or [])
 
 
 def _hb(member_id: str, generation: int) -> RequestReceived:
-    return _req(12, 4, group_id="g", generation_id=generation, member_id=member_id,
-                group_instance_id=None)
+    return request(12, 4, group_id="g", generation_id=generation, member_id=member_id,
+                   group_instance_id=None)
 
 
 def test_transitions_outside_the_table_are_refused() -> None:
@@ -124,8 +119,8 @@ async def test_last_member_leaving_empties_the_group(autojump_clock: trio.testin
     gc = _coordinator()
     a = (await gc.join(_join())).member_id
     await gc.sync(_sync(a, 1, []))
-    resp = gc.leave(_req(13, 5, group_id="g", members=[Data(member_id=a, group_instance_id=None,
-                                                             reason=None)]))
+    resp = gc.leave(request(13, 5, group_id="g", members=[Data(member_id=a, group_instance_id=None,
+                                                                reason=None)]))
     assert resp.members[0].error_code == 0
     assert gc.groups["g"].state == EMPTY and not gc.groups["g"].members
 
@@ -140,17 +135,17 @@ async def test_commit_checks_generation_and_member() -> None:
     gc._move_cursor = no_cursor  # type: ignore[method-assign]
     topics = [Data(name="t", partitions=[Data(partition_index=0, committed_offset=5,
                                               committed_metadata="m")])]
-    simple = await gc.commit(_req(8, 8, group_id="g", generation_id_or_member_epoch=-1,
-                                  member_id="", group_instance_id=None, topics=topics))
+    simple = await gc.commit(request(8, 8, group_id="g", generation_id_or_member_epoch=-1,
+                                     member_id="", group_instance_id=None, topics=topics))
     assert simple.topics[0].partitions[0].error_code == 0
-    stale = await gc.commit(_req(8, 8, group_id="g", generation_id_or_member_epoch=3,
-                                 member_id="nobody", group_instance_id=None, topics=topics))
+    stale = await gc.commit(request(8, 8, group_id="g", generation_id_or_member_epoch=3,
+                                    member_id="nobody", group_instance_id=None, topics=topics))
     assert stale.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_MEMBER_ID
-    fetched = gc.fetch_offsets(_req(9, 7, group_id="g", topics=None, require_stable=False))
+    fetched = gc.fetch_offsets(request(9, 7, group_id="g", topics=None, require_stable=False))
     assert fetched.topics[0].partitions[0].committed_offset == 5
     # Durable: a new coordinator over the same store reads the commit back.
     again = GroupCoordinator(gc.h)
-    fetched = again.fetch_offsets(_req(9, 7, group_id="g", topics=[
+    fetched = again.fetch_offsets(request(9, 7, group_id="g", topics=[
         Data(name="t", partition_indexes=[0, 1])], require_stable=False))
     assert [p.committed_offset for p in fetched.topics[0].partitions] == [5, -1]
 
@@ -159,9 +154,9 @@ async def test_commit_checks_generation_and_member() -> None:
 
 
 def _static_join(instance: str, member_id: str = "", version: int = 9) -> RequestReceived:
-    return _req(11, version, group_id="g", session_timeout_ms=10_000, rebalance_timeout_ms=5_000,
-                member_id=member_id, group_instance_id=instance, protocol_type="consumer",
-                protocols=[Data(name="range", metadata=instance.encode())], reason=None)
+    return request(11, version, group_id="g", session_timeout_ms=10_000, rebalance_timeout_ms=5_000,
+                   member_id=member_id, group_instance_id=instance, protocol_type="consumer",
+                   protocols=[Data(name="range", metadata=instance.encode())], reason=None)
 
 
 async def _two_static_members(gc: GroupCoordinator, nursery: trio.Nursery) -> tuple[str, str]:
@@ -214,27 +209,27 @@ async def test_static_member_rejoins_without_a_rebalance_and_fences_its_old_id(
         assert back.error_code == 0 and back.member_id != b
         assert back.generation_id == generation and g.state == STABLE
         assert back.leader == a and back.members == [] and not back.skip_assignment
-        synced = await gc.sync(_req(14, 5, group_id="g", generation_id=generation,
-                                    member_id=back.member_id, group_instance_id="ib",
-                                    protocol_type="consumer", protocol_name="range", assignments=[]))
+        synced = await gc.sync(request(14, 5, group_id="g", generation_id=generation,
+                                       member_id=back.member_id, group_instance_id="ib",
+                                       protocol_type="consumer", protocol_name="range", assignments=[]))
         assert synced.error_code == 0 and synced.assignment == b"p1"
         # a saw no rebalance.
         assert gc.heartbeat(_hb(a, generation)).error_code == 0
         # The old incarnation is fenced everywhere.
-        old_hb = _req(12, 4, group_id="g", generation_id=generation, member_id=b, group_instance_id="ib")
+        old_hb = request(12, 4, group_id="g", generation_id=generation, member_id=b, group_instance_id="ib")
         assert gc.heartbeat(old_hb).error_code == ErrorCode.FENCED_INSTANCE_ID
-        old_sync = _req(14, 5, group_id="g", generation_id=generation, member_id=b,
-                        group_instance_id="ib", protocol_type="consumer", protocol_name="range",
-                        assignments=[])
+        old_sync = request(14, 5, group_id="g", generation_id=generation, member_id=b,
+                           group_instance_id="ib", protocol_type="consumer", protocol_name="range",
+                           assignments=[])
         assert (await gc.sync(old_sync)).error_code == ErrorCode.FENCED_INSTANCE_ID
         assert (await gc.join(_static_join("ib", b))).error_code == ErrorCode.FENCED_INSTANCE_ID
         gc.h.topics = SimpleNamespace(topic_name=lambda name: name)
-        commit = await gc.commit(_req(8, 8, group_id="g", generation_id_or_member_epoch=generation,
-                                      member_id=b, group_instance_id="ib", topics=[Data(
-                                          name="t", partitions=[Data(partition_index=0, committed_offset=1,
-                                                                     committed_metadata=None)])]))
+        commit = await gc.commit(request(8, 8, group_id="g", generation_id_or_member_epoch=generation,
+                                         member_id=b, group_instance_id="ib", topics=[Data(
+                                             name="t", partitions=[Data(partition_index=0, committed_offset=1,
+                                                                        committed_metadata=None)])]))
         assert commit.topics[0].partitions[0].error_code == ErrorCode.FENCED_INSTANCE_ID
-        leave = gc.leave(_req(13, 5, group_id="g", members=[
+        leave = gc.leave(request(13, 5, group_id="g", members=[
             Data(member_id=b, group_instance_id="ib", reason=None)]))
         assert leave.error_code == 0 and leave.members[0].error_code == ErrorCode.FENCED_INSTANCE_ID
         assert g.state == STABLE and len(g.members) == 2
@@ -254,7 +249,7 @@ async def test_static_member_expires_and_leaves_by_instance_id(
     async with _static_group() as (gc, a, b):
         g = gc.groups["g"]
         # An admin removes ib by instance id alone (member id empty): a rebalance follows.
-        leave = gc.leave(_req(13, 5, group_id="g", members=[
+        leave = gc.leave(request(13, 5, group_id="g", members=[
             Data(member_id="", group_instance_id="ib", reason=None),
             Data(member_id="", group_instance_id="nobody", reason=None)]))
         assert [m.error_code for m in leave.members] == [0, ErrorCode.UNKNOWN_MEMBER_ID]
@@ -287,22 +282,21 @@ class _FailingStore(MemoryMetadataStore):
 
 
 def _commit_all(offset: int, partitions: int = 4) -> RequestReceived:
-    return _req(8, 8, group_id="g", generation_id_or_member_epoch=-1, member_id="",
-                group_instance_id=None, topics=[
+    return request(8, 8, group_id="g", generation_id_or_member_epoch=-1, member_id="",
+                   group_instance_id=None, topics=[
                     Data(name="t", partitions=[Data(partition_index=i, committed_offset=offset,
                                                     committed_metadata=None)
                                                for i in range(partitions)])])
 
 
 def _committed(gc: GroupCoordinator) -> list[int]:
-    got = gc.fetch_offsets(_req(9, 7, group_id="g", topics=None, require_stable=False))
+    got = gc.fetch_offsets(request(9, 7, group_id="g", topics=None, require_stable=False))
     return [p.committed_offset for t in got.topics for p in t.partitions]
 
 
 async def test_a_multi_partition_commit_is_all_or_nothing() -> None:
     store = _FailingStore()
-    h: Any = SimpleNamespace(broker=SimpleNamespace(metadata=store),
-                             topics=SimpleNamespace(topic_name=lambda name: name))
+    h = fake_handler(store, topics=SimpleNamespace(topic_name=lambda name: name))
     moved: list[tuple[str, int, int]] = []
 
     async def crash_after_first_cursor(group_id: str, topic: str, partition: int, offset: int) -> None:
