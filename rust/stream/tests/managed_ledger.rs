@@ -23,9 +23,18 @@ impl Env {
     }
 
     fn factory(&self) -> ManagedLedgerFactory {
-        let meta: Arc<dyn MetadataStore> = self.meta.clone();
-        let store: Arc<dyn LedgerStore> = Arc::new(self.store.clone());
+        let (meta, store) = self.stores();
         ManagedLedgerFactory::new(meta, store)
+    }
+
+    /// A factory whose ledgers share a cache budget of `bytes` (and its sweep).
+    fn factory_with_cache(&self, bytes: usize) -> ManagedLedgerFactory {
+        let (meta, store) = self.stores();
+        ManagedLedgerFactory::with_cache(meta, store, bytes)
+    }
+
+    fn stores(&self) -> (Arc<dyn MetadataStore>, Arc<dyn LedgerStore>) {
+        (self.meta.clone(), Arc::new(self.store.clone()))
     }
 
     fn config(&self, max_entries: u64) -> ManagedLedgerConfig {
@@ -784,9 +793,7 @@ async fn until_cache_empty(f: &ManagedLedgerFactory) {
 #[tokio::test]
 async fn the_cache_sweep_rests_while_nothing_is_cached_and_resumes_on_the_next_entry() {
     let env = Env::new();
-    let meta: Arc<dyn MetadataStore> = env.meta.clone();
-    let store: Arc<dyn LedgerStore> = Arc::new(env.store.clone());
-    let f = ManagedLedgerFactory::with_cache(meta, store, 1 << 20);
+    let f = env.factory_with_cache(1 << 20);
     let cfg = ManagedLedgerConfig { cache_eviction_time: Duration::from_secs(1), ..env.config(100) };
     let ml = f.open("t/sweep", cfg).await.unwrap();
     for round in 0..2 {
