@@ -26,30 +26,25 @@ log = logging.getLogger(__name__)
 
 IOV_MAX = 1024  # the most buffers one vectored write takes (Linux's UIO_MAXIOV)
 
-_flushes: list[Callable[[], None]] | None = None
-
-
 class _WriteBatch:
     """The context of :func:`write_batch`: one shared instance, nesting counted (a class
-    rather than a generator context manager: it is entered for every read and drain)."""
+    rather than a generator context manager: it is entered for every read and drain).
+    Inside a batch while ``depth`` is above zero; ``flushes`` are what its end runs."""
 
-    __slots__ = ("depth",)
+    __slots__ = ("depth", "flushes")
 
     def __init__(self) -> None:
         self.depth = 0
+        self.flushes: list[Callable[[], None]] = []
 
     def __enter__(self) -> None:
-        global _flushes
-        if self.depth == 0:
-            _flushes = []
         self.depth += 1
 
     def __exit__(self, *exc: object) -> None:
-        global _flushes
         self.depth -= 1
         if self.depth:
             return
-        flushes, _flushes = _flushes or [], None
+        flushes, self.flushes = self.flushes, []
         for flush in flushes:
             try:
                 flush()
@@ -68,9 +63,9 @@ def write_batch() -> _WriteBatch:
 def flush_at_end(flush: Callable[[], None]) -> bool:
     """Inside a write batch: run ``flush()`` at its end and return True. Outside one:
     False, and the caller wakes its writer."""
-    if _flushes is None:
+    if not _BATCH.depth:
         return False
-    _flushes.append(flush)
+    _BATCH.flushes.append(flush)
     return True
 
 
