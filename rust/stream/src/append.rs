@@ -115,6 +115,18 @@ pub(crate) enum Request {
     Rollover(oneshot::Sender<Result<bool>>),
 }
 
+impl Request {
+    /// Answer the request with `err`, unserved.
+    fn fail(self, err: &StreamError) {
+        match self {
+            Request::Add(add) => add.tx.send(Err(err.clone())),
+            Request::Rollover(tx) => {
+                let _ = tx.send(Err(err.clone()));
+            }
+        }
+    }
+}
+
 pub(crate) struct AddQueue {
     pub(crate) pending: VecDeque<Request>,
     pub(crate) running: bool,
@@ -171,12 +183,8 @@ impl ManagedLedger {
         if entries.iter().any(|(_, n)| *n == 0) {
             return done(Err(StreamError::InvalidArgument("an entry must hold at least one message".into())));
         }
-        if let Err(e) = self.check_open() {
-            return done(Err(e));
-        }
         let reply = Reply { f: Some(done), name: self.name.clone() };
-        // A refusal here has answered the request already: from the queue it was failed
-        // with, or by dropping it unqueued.
+        // A refusal here has answered the request already.
         let _ = self.enqueue(Request::Add(PendingAdd { entries, tx: reply }));
     }
 
@@ -191,8 +199,14 @@ impl ManagedLedger {
         rx.await.map_err(|_| StreamError::Closed(self.name.clone()))?
     }
 
+    /// Queue `req` for the writer task (started if it is not running). A request refused
+    /// (the managed ledger not open, or no runtime to write on) is answered with the error
+    /// returned.
     fn enqueue(&self, req: Request) -> Result<()> {
-        self.check_open()?;
+        if let Err(e) = self.check_open() {
+            req.fail(&e);
+            return Err(e);
+        }
         let spawn = {
             let mut q = self.queue.lock();
             q.pending.push_back(req);
@@ -433,14 +447,7 @@ impl ManagedLedger {
     pub(crate) fn fail_pending(&self, err: &StreamError) {
         let pending: Vec<Request> = self.queue.lock().pending.drain(..).collect();
         for p in pending {
-            match p {
-                Request::Add(add) => {
-                    add.tx.send(Err(err.clone()));
-                }
-                Request::Rollover(tx) => {
-                    let _ = tx.send(Err(err.clone()));
-                }
-            }
+            p.fail(err);
         }
     }
 
