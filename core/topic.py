@@ -55,6 +55,13 @@ log = logging.getLogger(__name__)
 
 DEDUP_SNAPSHOT_INTERVAL = 1000
 MAX_PUBLISH_BATCH = 1000
+MAX_PUBLISH_BATCHES_IN_FLIGHT = 4
+"""Batches of publishes one topic has handed to its managed ledger and not yet seen stored.
+A publish arriving while the ledger is busy starts at once instead of waiting for the
+batch ahead of it (which, at a steady rate, waits half a store on average). A topic with
+deduplication keeps one: a batch handed over after a failed one, before the topic has
+learned of the failure, could be stored ahead of the producer's resend of the failed
+messages, whose sequence ids would then look like duplicates."""
 
 
 class ProducerAccessMode(enum.IntEnum):
@@ -154,7 +161,7 @@ class PersistentTopic:
         self.last_publish_time = 0
         self._entry_listeners: set[Callable[[], None]] = set()
         self.terminated_at: Position | None = None
-        self._flushing = False
+        self._in_flight = 0  # batches handed to the ledger, not yet answered
         self._batch_done = trio.Event()
         self._compaction: dict[str, Any] | None = None
         self._publish_window = RateWindow()
@@ -314,24 +321,25 @@ class PersistentTopic:
                 return
             self.dedup_pushed[producer_name] = sequence_id
         self._pending.append((entry, num_messages, producer_name, sequence_id, callback))
-        if not self._flushing and not hold:
+        if self._room() and not hold:
             self._flush_wanted.set()
 
     def flush(self) -> None:
-        """Start storing what is queued now, unless a batch is being stored already (its
-        completion takes what queued meanwhile)."""
-        if self._pending and not self._flushing and not self._flush_next():
+        """Start storing what is queued now, unless as many batches as a topic may have in
+        flight are being stored already (the first completion takes what queued meanwhile)."""
+        if self._pending and self._room() and not self._flush_next():
             self._flush_wanted.set()  # the flusher waits out the rate window
 
-    # Storing: one batch of entries is in the ledger at a time. When the topic is idle, a
-    # held publish's caller starts the batch (flush), or else the flusher task does (after
-    # the current scheduler pass, so the publishes of that pass go together); the batch's
-    # completion, called from the native drain, answers its publishes and starts the next
-    # batch from what queued meanwhile, with no task woken in between.
+    # Storing: up to MAX_PUBLISH_BATCHES_IN_FLIGHT batches of entries are in the ledger at
+    # a time (one with deduplication), answered in the order they were handed over. While
+    # there is room, a held publish's caller starts a batch (flush), or else the flusher
+    # task does (after the current scheduler pass, so the publishes of that pass go
+    # together); a batch's completion, called from the native drain, answers its publishes
+    # and starts the next batch from what queued meanwhile, with no task woken in between.
 
     async def _flusher(self) -> None:
-        while not self._closed or self._pending or self._flushing:
-            if self._flushing or not self._pending:
+        while not self._closed or self._pending or self._in_flight:
+            if not self._room() or not self._pending:
                 await self._flush_wanted.wait()
                 self._flush_wanted = trio.Event()
                 continue
@@ -345,7 +353,7 @@ class PersistentTopic:
         if not batch:
             return False
         started = time.monotonic()
-        self._flushing = True
+        self._in_flight += 1
         try:
             self.ml.start_add_entries([b[0] for b in batch], [b[1] for b in batch],
                                       lambda got: self._stored(batch, started, got))
@@ -355,7 +363,7 @@ class PersistentTopic:
 
     def _stored(self, batch: list[Queued], started: float,
                 results: list[tuple[Position, int, int]] | BaseException) -> None:
-        self._flushing = False
+        self._in_flight -= 1
         self._batch_done.set()
         try:
             if isinstance(results, BaseException):
@@ -364,12 +372,21 @@ class PersistentTopic:
                 self._answer(batch, started, results)
         finally:
             self.flush()  # what queued meanwhile
-            if self._closed and not self._flushing:
+            if self._closed and not self._in_flight:
                 self._flush_wanted.set()  # the flusher ends once all is stored
+
+    def _room(self) -> bool:
+        """Whether another batch may go to the ledger now."""
+        return self._in_flight < (1 if self.dedup_enabled else MAX_PUBLISH_BATCHES_IN_FLIGHT)
 
     def _failed(self, batch: list[Queued], exc: BaseException) -> None:
         log.warning("publish to %s failed: %s", self.name, exc)
-        for _, _, pname, seq, cb in batch:
+        # What queued behind the failed entries fails with them, as the managed ledger fails
+        # the adds it had queued behind them: a producer resends from its first failed
+        # message on, in order, and nothing it sent after that may be stored ahead of the
+        # resend.
+        behind, self._pending = self._pending, []
+        for _, _, pname, seq, cb in batch + behind:
             if pname is not None and self.dedup_pushed.get(pname) == seq:
                 self.dedup_pushed[pname] = self.dedup_persisted.get(pname, -1)
             self._deliver(cb, PublishResult(None, error=exc))
@@ -556,7 +573,7 @@ class PersistentTopic:
         """Take no more messages, persistently; returns the last message's position."""
         self.terminated_at = Position(-1, -1)  # refuse new sends while the queue drains
         with trio.fail_after(float(self.broker.config.get("bookkeeperClientTimeoutInSeconds", 30))):
-            while self._pending or self._flushing:
+            while self._pending or self._in_flight:
                 self._batch_done = trio.Event()
                 await self._batch_done.wait()
         last = self.ml.last_confirmed()

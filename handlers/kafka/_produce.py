@@ -191,8 +191,13 @@ def publish_batch(plog: PartitionLog, batch: RecordBatch, pending: Pending,
             log.warning("kafka: storing a batch on %s failed: %s", plog.key, result.error)
             if batch.producer_id >= 0:
                 st = plog.producers.get(batch.producer_id)
-                if st is not None and st.last_sequence == batch.last_sequence:
-                    st.last_sequence = (batch.base_sequence - 1) % SEQUENCE_MOD
+                if st is not None:
+                    # What the producer sent after this batch failed with it (the topic
+                    # fails what queued behind a failed write): it resends from here on.
+                    # Failures come in order, so only the first of a run moves it back.
+                    before = (batch.base_sequence - 1) % SEQUENCE_MOD
+                    if (st.last_sequence - before) % SEQUENCE_MOD < SEQUENCE_MOD // 2:
+                        st.last_sequence = before
                     st.recent.pop((batch.base_sequence, batch.last_sequence), None)
             pending.done(-1, ErrorCode.NOT_ENOUGH_REPLICAS)
             return

@@ -13,19 +13,22 @@ import trio
 from core.naming import TopicName
 from core.stats import BrokerStats
 from core.storage import Position
-from core.topic import PersistentTopic, PublishResult
+from core.topic import MAX_PUBLISH_BATCHES_IN_FLIGHT, PersistentTopic, PublishResult
 
 
 class _Ledger:
-    """Stores nothing; gives each entry the next position, or fails while ``fail`` is set."""
+    """Stores nothing; gives each entry the next position, or fails while ``fail`` is set
+    (and the next batch when ``fail_once`` is)."""
 
     def __init__(self) -> None:
         self.next = 0
         self.fail = False
+        self.fail_once = False
         self.batches: list[int] = []
 
     def _store(self, entries: list[bytes]) -> list[tuple[Position, int, int]]:
-        if self.fail:
+        if self.fail or self.fail_once:
+            self.fail_once = False
             raise OSError("bookie gone")
         self.batches.append(len(entries))
         out = []
@@ -89,19 +92,32 @@ async def test_a_raising_callback_does_not_stop_the_topic(caplog: pytest.LogCapt
         nursery.cancel_scope.cancel()
 
 
+class _Answers:
+    """A publish callback that keeps the outcomes; ``all_in`` is set once ``expected``
+    of them came."""
+
+    def __init__(self, expected: int) -> None:
+        self.got: list[PublishResult] = []
+        self.expected = expected
+        self.all_in = trio.Event()
+
+    def __call__(self, result: PublishResult) -> None:
+        self.got.append(result)
+        if len(self.got) == self.expected:
+            self.all_in.set()
+
+    async def wait(self) -> list[PublishResult]:
+        with trio.fail_after(5):
+            await self.all_in.wait()
+        return self.got
+
+
 async def test_held_publishes_are_stored_together_by_flush_alone() -> None:
     """A session publishes what one read brought with ``hold`` and then flushes: the
     entries go to the ledger as one batch, started right there (no flusher task runs
-    here), and what is published while that batch is stored goes in the next one."""
+    here). What the next read brings goes at once, beside the batch in flight."""
     topic, ledger = _topic("held")
-    got: list[PublishResult] = []
-    all_in = trio.Event()
-
-    def record(result: PublishResult) -> None:
-        got.append(result)
-        if len(got) == 5:
-            all_in.set()
-
+    record = _Answers(5)
     for payload in (b"a", b"b", b"c"):
         topic.publish(payload, 1, None, 0, record, hold=True)
     assert ledger.batches == []  # held: nothing started yet
@@ -109,9 +125,56 @@ async def test_held_publishes_are_stored_together_by_flush_alone() -> None:
     assert ledger.batches == [3]
     topic.publish(b"d", 1, None, 0, record, hold=True)
     topic.publish(b"e", 1, None, 0, record, hold=True)
-    topic.flush()  # a batch is in the ledger: these wait for its completion
-    assert ledger.batches == [3]
-    with trio.fail_after(5):
-        await all_in.wait()
+    topic.flush()
     assert ledger.batches == [3, 2]
-    assert [r.position for r in got] == [Position(1, i) for i in range(5)]
+    assert [r.position for r in await record.wait()] == [Position(1, i) for i in range(5)]
+
+
+def _publish_in_reads(topic: PersistentTopic, reads: int, record: Callable[[PublishResult], None],
+                      *, producer: str | None = None) -> None:
+    """``reads`` reads of one publish each, every one flushed as a session does."""
+    for i in range(reads):
+        topic.publish(b"m%d" % i, 1, producer, i, record, hold=True)
+        topic.flush()
+
+
+async def test_batches_in_flight_are_bounded_and_answered_in_order() -> None:
+    """Up to MAX_PUBLISH_BATCHES_IN_FLIGHT batches are in the ledger at once; what comes
+    beyond that waits for the first completion and then goes as one batch."""
+    topic, ledger = _topic("inflight")
+    n = MAX_PUBLISH_BATCHES_IN_FLIGHT + 3
+    record = _Answers(n)
+    _publish_in_reads(topic, n, record)
+    assert ledger.batches == [1] * MAX_PUBLISH_BATCHES_IN_FLIGHT
+    got = await record.wait()
+    assert ledger.batches == [1] * MAX_PUBLISH_BATCHES_IN_FLIGHT + [3]
+    assert [r.position for r in got] == [Position(1, i) for i in range(n)]
+
+
+async def test_a_deduplicating_topic_stores_one_batch_at_a_time() -> None:
+    topic, ledger = _topic("dedup-inflight")
+    topic.policies = {"deduplicationEnabled": True}
+    record = _Answers(3)
+    _publish_in_reads(topic, 3, record, producer="p")
+    assert ledger.batches == [1]
+    got = await record.wait()
+    assert ledger.batches == [1, 2]
+    assert [r.position for r in got] == [Position(1, i) for i in range(3)]
+
+
+async def test_a_failed_write_fails_what_queued_behind_it() -> None:
+    """A producer resends from its first failed message on, so what it published after
+    that must not be stored ahead of the resend: the publishes queued behind a failed
+    batch fail with it, and the next ones are stored again."""
+    topic, ledger = _topic("fail-behind")
+    topic.policies = {"deduplicationEnabled": True}  # one batch in flight: the rest queue
+    ledger.fail_once = True
+    failed = _Answers(3)
+    _publish_in_reads(topic, 3, failed, producer="p")
+    assert ledger.batches == [] and len(topic._pending) == 2
+    assert all(r.error is not None for r in await failed.wait())
+    assert ledger.batches == [], "nothing queued behind the failure was stored"
+    # The resend is stored, not taken for a duplicate of what failed.
+    resent = _Answers(3)
+    _publish_in_reads(topic, 3, resent, producer="p")
+    assert [r.position for r in await resent.wait()] == [Position(1, i) for i in range(3)]

@@ -11,8 +11,9 @@
 //! between. If the ledger fails (not enough
 //! bookies, a bookie error), the ledger is sealed at what it confirmed, a new ledger is
 //! created and the unconfirmed rest of the round is written again, once; a second failure
-//! fails the rest of the round and the indexes it would have taken are reused by the next
-//! round. A *fenced* ledger is different: another owner has recovered it and owns the
+//! fails the rest of the round and every add queued behind it (their callers resend from
+//! the failed entries on, in order), and the indexes they would have taken are reused by
+//! the next round. A *fenced* ledger is different: another owner has recovered it and owns the
 //! topic now, so the managed ledger becomes fenced and writes nothing more (creating a
 //! ledger would race the new owner for the record).
 //! Because the drain task is spawned, a caller that stops waiting does not stop the write.
@@ -431,7 +432,11 @@ impl ManagedLedger {
             }
         }
         done.extend(more);
+        let failed_adds = failed.clone();
         answer(round, &done, failed, &self.name);
+        if let Some(err) = failed_adds {
+            self.fail_queued_adds(&err);
+        }
     }
 
     pub(crate) async fn wait_writer_idle(&self) {
@@ -441,6 +446,25 @@ impl ManagedLedger {
                 return;
             }
             idle.await;
+        }
+    }
+
+    /// After a failed write: fail the adds queued behind it too, as a ledger fails every
+    /// add pending behind a failed one. They were made before their callers could know of
+    /// the failure, and a caller resends from its first failed entry on, in order: an add
+    /// queued behind the failure and stored would land ahead of that resend (out of order,
+    /// and for a deduplicating caller, as a newer sequence id that makes the resend look
+    /// like a duplicate). Rollover requests stay queued.
+    fn fail_queued_adds(&self, err: &StreamError) {
+        let adds: Vec<Request> = {
+            let mut q = self.queue.lock();
+            let (adds, rest): (VecDeque<Request>, VecDeque<Request>) =
+                q.pending.drain(..).partition(|r| matches!(r, Request::Add(_)));
+            q.pending = rest;
+            adds.into_iter().collect()
+        };
+        for add in adds {
+            add.fail(err);
         }
     }
 
@@ -482,7 +506,11 @@ impl ManagedLedger {
                 self.state.lock().assign_index = first_failed.first_index();
             }
         }
+        let failed_adds = err.clone();
         answer(round, &done, err, &self.name);
+        if let Some(err) = failed_adds {
+            self.fail_queued_adds(&err);
+        }
     }
 
     /// Write `prepared` in order; `retried` when a ledger already failed under these entries

@@ -493,6 +493,27 @@ async fn failed_ledger_is_replaced_and_adds_retried() {
 }
 
 #[tokio::test]
+async fn a_failed_write_fails_the_adds_queued_behind_it() {
+    let env = Env::new();
+    let f = env.factory();
+    let ml = f.open("t/fail-queued", env.config(100)).await.unwrap();
+    ml.add_entries(payloads(0..2)).await.unwrap();
+    env.store.fail_next_adds(2);
+    // The rollover request keeps the second add out of the first one's round, so the
+    // second is still queued when the first fails for good. Stored, it would land ahead
+    // of the first one's resend.
+    let (a, _, b) = tokio::join!(
+        ml.add_entries(payloads(2..4)),
+        ml.check_rollover(),
+        ml.add_entries(payloads(4..5)),
+    );
+    assert!(matches!(a, Err(StreamError::Ledger(_))), "{a:?}");
+    assert!(matches!(b, Err(StreamError::Ledger(_))), "queued behind a failed add: {b:?}");
+    let after = ml.add_entries(payloads(2..3)).await.unwrap();
+    assert_eq!(after[0].index, 2, "the failed adds' indexes are taken again");
+}
+
+#[tokio::test]
 async fn a_failure_in_flight_retries_the_rounds_behind_it_in_order() {
     let env = Env::new();
     let f = env.factory();

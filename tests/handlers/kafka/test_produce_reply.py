@@ -3,12 +3,22 @@ no task waits for it, and it is answered once, with what each partition's batche
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import SimpleNamespace
+
 import trio
 import trio.testing
 
+from core.topic import PublishResult
 from handlers.kafka._codec import Data
 from handlers.kafka._errors import ErrorCode
-from handlers.kafka._produce import Pending, ProduceReply
+from handlers.kafka._produce import (
+    Pending,
+    ProduceReply,
+    _check_sequence,
+    _note_sequence,
+    publish_batch,
+)
 
 
 def _partitions(body: Data) -> dict[tuple[str, int], tuple[int, int]]:
@@ -61,3 +71,26 @@ def test_a_pending_can_also_be_awaited() -> None:
         assert p.finished and p.base_offset == 9
 
     trio.run(main)
+
+
+def test_failed_batches_of_an_idempotent_producer_take_its_sequence_back_to_the_first() -> None:
+    """Two batches of one producer in flight fail together (the second queued behind the
+    first): the producer resends from the first one's sequence, which must be accepted."""
+    stored: list[Callable[[PublishResult], None]] = []
+    topic = SimpleNamespace(publish=lambda entry, n, name, seq, done, hold=False: stored.append(done))
+    plog = SimpleNamespace(producers={}, topic=topic, key=("t", 0), owner=None)
+
+    def batch(first: int, last: int) -> SimpleNamespace:
+        return SimpleNamespace(producer_id=7, producer_epoch=0, base_sequence=first,
+                               last_sequence=last, raw=b"", is_transactional=False)
+
+    first, second = batch(0, 4), batch(5, 9)
+    for b in (first, second):
+        assert _check_sequence(plog, b) == (0, None)  # type: ignore[arg-type]
+        pending = Pending()
+        _note_sequence(plog, b, pending)  # type: ignore[arg-type]
+        publish_batch(plog, b, pending, (b"entry", 5, True))  # type: ignore[arg-type]
+    for done in stored:  # failures are answered in order
+        done(PublishResult(None, error=OSError("bookie gone")))
+    assert _check_sequence(plog, first) == (0, None)  # type: ignore[arg-type]
+    assert _check_sequence(plog, second)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # type: ignore[arg-type]
