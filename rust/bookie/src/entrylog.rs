@@ -170,8 +170,10 @@ impl LedgerLog {
     /// Append records already encoded in the record format to the buffer.
     fn append_encoded(&mut self, entries: &EncodedEntries) {
         let base = self.len;
-        self.buf.extend(&entries.encoded);
-        self.len += entries.encoded.len() as u64;
+        for piece in &entries.pieces {
+            self.buf.extend(piece);
+        }
+        self.len += entries.len as u64;
         self.dirty = true;
         self.unindexed.reserve(entries.records.len());
         for &(entry, start, len) in &entries.records {

@@ -114,7 +114,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use parking_lot::Mutex;
 
@@ -211,62 +211,100 @@ impl JournalRecord {
 
     /// Append the encoded record to `dst`.
     pub fn encode(&self, dst: &mut Vec<u8>) {
-        let body_len = RECORD_FIXED_LEN + self.data.len();
-        let start = dst.len();
-        dst.reserve(RECORD_HEADER_LEN + body_len);
-        dst.put_u32(u32::try_from(body_len).unwrap_or(u32::MAX));
-        dst.put_u32(0);
-        dst.put_u8(self.kind as u8);
-        dst.put_u64(self.ledger);
-        dst.put_u64(self.entry);
-        dst.put_i64(self.lac);
+        dst.reserve(self.encoded_len());
+        self.put_head(dst);
         dst.put_slice(&self.data);
-        let crc = crc32c::crc32c(&dst[start + RECORD_HEADER_LEN..]);
-        dst[start + 4..start + 8].copy_from_slice(&crc.to_be_bytes());
+    }
+
+    /// Append what precedes the data in the encoded record: its length, the checksum of
+    /// its body, and the fixed fields.
+    fn put_head(&self, dst: &mut impl BufMut) {
+        let mut fixed = [0u8; RECORD_FIXED_LEN];
+        let mut at = &mut fixed[..];
+        at.put_u8(self.kind as u8);
+        at.put_u64(self.ledger);
+        at.put_u64(self.entry);
+        at.put_i64(self.lac);
+        let body_len = RECORD_FIXED_LEN + self.data.len();
+        dst.put_u32(u32::try_from(body_len).unwrap_or(u32::MAX));
+        dst.put_u32(crc32c::crc32c_append(crc32c::crc32c(&fixed), &self.data));
+        dst.put_slice(&fixed);
     }
 }
 
-/// Entry records of one ledger, encoded once into one buffer in the record format, so the
-/// ledger storage and the journal both write the same bytes without encoding them again.
+/// Entry records of one ledger in the record format, encoded once, so that the ledger
+/// storage and the journal both write the same bytes without encoding them again. The
+/// records are kept as pieces: heads (length, checksum, fixed fields) and small data are
+/// copied together into one buffer, and data of [`COPY_DATA_BELOW`] bytes or more stays
+/// the piece it was given, so a large entry is copied only where each writer puts it into
+/// its own buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EncodedEntries {
     /// The ledger every record belongs to.
     pub ledger: u64,
     /// The lac every record carries.
     pub lac: i64,
-    /// The records, back to back.
-    pub encoded: Bytes,
-    /// Per record: its entry id, where it starts in `encoded` and how long it is.
+    /// The records back to back, in pieces.
+    pub pieces: Vec<Bytes>,
+    /// Bytes of all the pieces.
+    pub len: usize,
+    /// Per record: its entry id, where it starts in the records back to back and how long
+    /// it is.
     pub records: Vec<(u64, usize, usize)>,
 }
+
+/// Data at least this long is kept as its own piece of [`EncodedEntries`] rather than
+/// copied: below it, a copy costs less than handling one more piece.
+pub const COPY_DATA_BELOW: usize = 4096;
+
+const RECORD_HEAD_LEN: usize = RECORD_HEADER_LEN + RECORD_FIXED_LEN;
 
 impl EncodedEntries {
     /// Encode each `(entry id, data)` of `entries` as an entry record of `ledger` with `lac`.
     pub fn new(ledger: u64, lac: i64, entries: Vec<(u64, Bytes)>) -> EncodedEntries {
-        let total = entries
+        let copied: usize = entries
             .iter()
-            .map(|(_, d)| RECORD_HEADER_LEN + RECORD_FIXED_LEN + d.len())
+            .map(|(_, d)| RECORD_HEAD_LEN + if d.len() < COPY_DATA_BELOW { d.len() } else { 0 })
             .sum();
-        let mut buf = Vec::with_capacity(total);
+        let mut buf = BytesMut::with_capacity(copied);
+        let mut pieces = Vec::new();
         let mut records = Vec::with_capacity(entries.len());
+        let mut len = 0;
         for (entry, data) in entries {
-            let start = buf.len();
-            JournalRecord::entry(ledger, entry, lac, data).encode(&mut buf);
-            records.push((entry, start, buf.len() - start));
+            let record = JournalRecord::entry(ledger, entry, lac, data);
+            record.put_head(&mut buf);
+            if record.data.len() < COPY_DATA_BELOW {
+                buf.put_slice(&record.data);
+            } else {
+                pieces.push(buf.split().freeze());
+                pieces.push(record.data.clone());
+            }
+            let n = record.encoded_len();
+            records.push((entry, len, n));
+            len += n;
         }
-        EncodedEntries {
-            ledger,
-            lac,
-            encoded: Bytes::from(buf),
-            records,
+        if !buf.is_empty() {
+            pieces.push(buf.freeze());
         }
+        EncodedEntries { ledger, lac, pieces, len, records }
     }
 
-    /// The data of each record, as `(entry id, data)` (views of the encoded buffer).
+    /// The data of each record, as `(entry id, data)` (views of the pieces).
     pub fn entries(&self) -> impl Iterator<Item = (u64, Bytes)> + '_ {
-        self.records.iter().map(|&(entry, start, len)| {
-            let from = start + RECORD_HEADER_LEN + RECORD_FIXED_LEN;
-            (entry, self.encoded.slice(from..start + len))
+        let (mut piece, mut at) = (0, 0);
+        self.records.iter().map(move |&(entry, _, len)| {
+            let data_len = len - RECORD_HEAD_LEN;
+            at += RECORD_HEAD_LEN;
+            let data = if data_len < COPY_DATA_BELOW {
+                at += data_len;
+                self.pieces[piece].slice(at - data_len..at)
+            } else {
+                // the head ended its piece; the data is the next one
+                let data = self.pieces[piece + 1].clone();
+                (piece, at) = (piece + 2, 0);
+                data
+            };
+            (entry, data)
         })
     }
 }
@@ -662,7 +700,7 @@ enum Msg {
         queued: Instant,
     },
     AppendEncoded {
-        encoded: Bytes,
+        pieces: Vec<Bytes>,
         records: u64,
         done: Completion,
         queued: Instant,
@@ -761,7 +799,7 @@ impl Journal {
     /// `done` runs once, on the journal thread, when they are durable (or with the failure).
     pub fn submit_encoded(&self, entries: &EncodedEntries, done: Completion) {
         let msg = Msg::AppendEncoded {
-            encoded: entries.encoded.clone(),
+            pieces: entries.pieces.clone(),
             records: entries.records.len() as u64,
             done,
             queued: Instant::now(),
@@ -1168,12 +1206,14 @@ impl Writer {
                 Ok(queued)
             }
             Msg::AppendEncoded {
-                encoded,
+                pieces,
                 records: count,
                 done,
                 queued,
             } => {
-                buf.encoded(encoded);
+                for piece in pieces {
+                    buf.encoded(piece);
+                }
                 dones.push(done);
                 *records += count;
                 Ok(queued)
@@ -1343,6 +1383,38 @@ mod tests {
 
     fn len_on_disk(w: &Writer) -> u64 {
         fs::metadata(file_path(&w.data_dir, w.seq)).expect("meta").len()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn encoded_entries_are_the_records_encoded_one_by_one(
+            lens in proptest::collection::vec(
+                proptest::prop_oneof![0usize..64, COPY_DATA_BELOW - 2..COPY_DATA_BELOW + 2, 9000usize..9100],
+                0..12,
+            ),
+        ) {
+            let entries: Vec<(u64, Bytes)> = lens
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (i as u64 + 3, Bytes::from(vec![i as u8; n])))
+                .collect();
+            let encoded = EncodedEntries::new(9, 2, entries.clone());
+            let mut one_by_one = Vec::new();
+            let mut records = Vec::new();
+            for (entry, data) in &entries {
+                let start = one_by_one.len();
+                JournalRecord::entry(9, *entry, 2, data.clone()).encode(&mut one_by_one);
+                records.push((*entry, start, one_by_one.len() - start));
+            }
+            proptest::prop_assert_eq!(encoded.pieces.concat(), one_by_one.clone());
+            proptest::prop_assert_eq!(encoded.len, one_by_one.len());
+            proptest::prop_assert_eq!(&encoded.records, &records);
+            proptest::prop_assert_eq!(encoded.entries().collect::<Vec<_>>(), entries.clone());
+            // Large data is not copied: its piece is the very buffer it came in.
+            for (_, data) in entries.iter().filter(|(_, d)| d.len() >= COPY_DATA_BELOW) {
+                proptest::prop_assert!(encoded.pieces.iter().any(|p| p.as_ptr() == data.as_ptr()));
+            }
+        }
     }
 
     #[test]
