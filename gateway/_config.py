@@ -315,6 +315,9 @@ _KEY_LIST: tuple[Key, ...] = (
     # --- messages and connections
     _int("maxMessageSize", 5242880, "Largest message (batch) payload accepted, in bytes.", 1024),
     _int("keepAliveIntervalSeconds", 30, "Interval of protocol-level keep-alive pings.", 0),
+    _int("maxPendingPublishRequestsPerConnection", 1000,
+         "Publishes of one Pulsar connection awaiting their receipt before the broker reads "
+         "nothing more from it (until half are answered); 0 for no limit.", 0),
     # --- topics
     _bool("allowAutoTopicCreation", True, "Create topics on first produce/subscribe."),
     _enum("allowAutoTopicCreationType", "non-partitioned",

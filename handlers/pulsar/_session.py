@@ -133,6 +133,11 @@ class PulsarSession:
         self.last_received = time.monotonic()
         self.closed = False
         self._nursery: trio.Nursery | None = None
+        # Publishes read from this client and not yet answered; past the limit, nothing
+        # more is read from it until half of them are (Pulsar's back-pressure).
+        self._sends_pending = 0
+        self._max_sends_pending = int(self.config.get("maxPendingPublishRequestsPerConnection"))
+        self._reads_resumed = trio.Event()
 
     # -- driver ----------------------------------------------------------------------------------
 
@@ -151,6 +156,10 @@ class PulsarSession:
 
     async def _reader(self) -> None:
         while True:
+            if self._max_sends_pending and self._sends_pending >= self._max_sends_pending:
+                self._reads_resumed = trio.Event()
+                await self._reads_resumed.wait()
+                self.last_received = time.monotonic()  # not idle: it was this side not reading
             data = await self.stream.receive_some(READ_SIZE)
             if not data:
                 return
@@ -389,8 +398,10 @@ class PulsarSession:
         producer.msg_in += num
         producer.bytes_in += len(event.entry)
         partition = topic.partition_index
+        self._sends_pending += 1
 
         def done(result: PublishResult) -> None:
+            self._send_answered()
             if result.error is not None:
                 code = _server_error(result.error)
                 self._send(ev.CommandSendError.build(
@@ -405,6 +416,11 @@ class PulsarSession:
 
         topic.publish(event.entry, num, producer.name, highest, done, hold=True)
         self._held.add(topic)
+
+    def _send_answered(self) -> None:
+        self._sends_pending -= 1
+        if self._sends_pending <= self._max_sends_pending // 2:
+            self._reads_resumed.set()
 
     def _on_CommandCloseProducer(self, event: Any) -> None:
         cmd = event.command
