@@ -318,6 +318,9 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("maxPendingPublishRequestsPerConnection", 1000,
          "Publishes of one Pulsar connection awaiting their receipt before the broker reads "
          "nothing more from it (until half are answered); 0 for no limit.", 0),
+    _int("maxMessagePublishBufferSizeInMB", 512,
+         "Bytes of publishes, from every Pulsar connection, awaiting their receipt before the "
+         "broker reads no connection (until half is free); -1 for no limit.", -1),
     # --- topics
     _bool("allowAutoTopicCreation", True, "Create topics on first produce/subscribe."),
     _enum("allowAutoTopicCreationType", "non-partitioned",

@@ -156,10 +156,8 @@ class PulsarSession:
 
     async def _reader(self) -> None:
         while True:
-            if self._max_sends_pending and self._sends_pending >= self._max_sends_pending:
-                self._reads_resumed = trio.Event()
-                await self._reads_resumed.wait()
-                self.last_received = time.monotonic()  # not idle: it was this side not reading
+            if self._reading_paused():
+                await self._wait_reads_resumed()
             data = await self.stream.receive_some(READ_SIZE)
             if not data:
                 return
@@ -175,6 +173,22 @@ class PulsarSession:
                 self.closed = True
                 await self.outbox.flush()
                 return
+
+    def _reading_paused(self) -> bool:
+        """Whether this connection's publishes, or every connection's, are past their limit."""
+        return bool(self._max_sends_pending and self._sends_pending >= self._max_sends_pending) \
+            or self.handler.publish_buffer.paused
+
+    async def _wait_reads_resumed(self) -> None:
+        while True:
+            if self._max_sends_pending and self._sends_pending >= self._max_sends_pending:
+                self._reads_resumed = trio.Event()
+                await self._reads_resumed.wait()
+            elif self.handler.publish_buffer.paused:
+                await self.handler.publish_buffer.wait_resumed()
+            else:
+                break
+        self.last_received = time.monotonic()  # not idle: it was this side not reading
 
     def _handle_read(self, data: bytes | bytearray) -> bool:
         """Handle every command ``data`` completes; False once the client closed."""
@@ -398,10 +412,12 @@ class PulsarSession:
         producer.msg_in += num
         producer.bytes_in += len(event.entry)
         partition = topic.partition_index
+        size = len(event.entry)
         self._sends_pending += 1
+        self.handler.publish_buffer.take(size)
 
         def done(result: PublishResult) -> None:
-            self._send_answered()
+            self._send_answered(size)
             if result.error is not None:
                 code = _server_error(result.error)
                 self._send(ev.CommandSendError.build(
@@ -417,7 +433,8 @@ class PulsarSession:
         topic.publish(event.entry, num, producer.name, highest, done, hold=True)
         self._held.add(topic)
 
-    def _send_answered(self) -> None:
+    def _send_answered(self, size: int) -> None:
+        self.handler.publish_buffer.give(size)
         self._sends_pending -= 1
         if self._sends_pending <= self._max_sends_pending // 2:
             self._reads_resumed.set()

@@ -1,6 +1,7 @@
-"""A Pulsar connection whose publishes pile up unanswered is read no further until half of
-them are answered (``maxPendingPublishRequestsPerConnection``, as in Pulsar): a client that
-sends faster than the topic stores cannot grow the broker's memory without bound."""
+"""Publishes piling up unanswered stop the broker reading, as in Pulsar: one connection's
+past ``maxPendingPublishRequestsPerConnection``, every connection's past
+``maxMessagePublishBufferSizeInMB``; reading resumes once half are answered. A client that
+sends faster than its topics store cannot grow the broker's memory without bound."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from core.storage import Position
 from core.topic import Producer, ProducerAccessMode, PublishResult
 from handlers.pulsar import _events as ev
 from handlers.pulsar._codec import NEED_DATA, PulsarConnection, Role
+from handlers.pulsar._handler import PublishBuffer
 from handlers.pulsar._session import PulsarSession
 
 LIMIT = 4
@@ -46,10 +48,10 @@ class _HeldTopic:
         pass
 
 
-def _send(codec: PulsarConnection, seq: int) -> bytes:
+def _send(codec: PulsarConnection, seq: int, payload: bytes = b"") -> bytes:
     md = MessageMetadata(producer_name="p", sequence_id=seq, publish_time=int(time.time() * 1000))
     return codec.send(ev.CommandSend(command=pb.CommandSend(producer_id=1, sequence_id=seq, num_messages=1),
-                                     entry=encode_entry(md, b"m%d" % seq)))
+                                     entry=encode_entry(md, payload or b"m%d" % seq)))
 
 
 async def _collect(stream: trio.abc.ReceiveStream, codec: PulsarConnection, got: list[Any]) -> None:
@@ -63,30 +65,47 @@ def _kinds(got: list[Any]) -> list[str]:
     return [type(e).__name__ for e in got]
 
 
+class _Client:
+    """A session over an in-memory stream, with producer 1 on ``topic``, and what it sent."""
+
+    def __init__(self, topic: _HeldTopic, buffer: PublishBuffer, max_pending: int = 0) -> None:
+        self.stream, server = trio.testing.memory_stream_pair()
+        config = {"maxMessageSize": 5 << 20, "keepAliveIntervalSeconds": 0,
+                  "maxPendingPublishRequestsPerConnection": max_pending}
+        handler = SimpleNamespace(broker=SimpleNamespace(stats=BrokerStats()), config=config,
+                                  publish_buffer=buffer)
+        self.session = PulsarSession(handler, server)
+        self.session.producers[1] = Producer(topic, 1, "p", ProducerAccessMode.Shared)  # type: ignore[arg-type]
+        self.codec = PulsarConnection(Role.CLIENT)
+        self.got: list[Any] = []
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self.session.run)
+        nursery.start_soon(_collect, self.stream, self.codec, self.got)
+        await self.stream.send_all(self.codec.send(
+            ev.CommandConnect.build(client_version="test", protocol_version=21)))
+        await trio.testing.wait_all_tasks_blocked()
+        assert _kinds(self.got) == ["CommandConnected"]
+
+    async def send(self, *frames: bytes) -> None:
+        await self.stream.send_all(b"".join(frames))
+        await trio.testing.wait_all_tasks_blocked()
+
+    def ping(self) -> bytes:
+        return self.codec.send(ev.CommandPing.build())
+
+
 async def test_a_connection_is_read_no_further_past_its_pending_publishes() -> None:
-    client, server = trio.testing.memory_stream_pair()
-    config = {"maxMessageSize": 5 << 20, "keepAliveIntervalSeconds": 0,
-              "maxPendingPublishRequestsPerConnection": LIMIT}
-    session = PulsarSession(SimpleNamespace(broker=SimpleNamespace(stats=BrokerStats()), config=config),
-                            server)
     topic = _HeldTopic()
-    session.producers[1] = Producer(topic, 1, "p", ProducerAccessMode.Shared)  # type: ignore[arg-type]
-    codec = PulsarConnection(Role.CLIENT)
-    got: list[Any] = []
+    c = _Client(topic, PublishBuffer(0), max_pending=LIMIT)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(session.run)
-        nursery.start_soon(_collect, client, codec, got)
-        await client.send_all(codec.send(ev.CommandConnect.build(client_version="test", protocol_version=21)))
-        await trio.testing.wait_all_tasks_blocked()
-        for seq in range(LIMIT):
-            await client.send_all(_send(codec, seq))
-        await trio.testing.wait_all_tasks_blocked()
-        assert _kinds(got) == ["CommandConnected"] and len(topic.callbacks) == LIMIT
+        await c.start(nursery)
+        await c.send(*(_send(c.codec, seq) for seq in range(LIMIT)))
+        assert len(topic.callbacks) == LIMIT
 
         # Past the limit: what the client sends now stays unread, a PING included.
-        await client.send_all(_send(codec, LIMIT) + codec.send(ev.CommandPing.build()))
-        await trio.testing.wait_all_tasks_blocked()
-        assert _kinds(got) == ["CommandConnected"] and len(topic.callbacks) == LIMIT
+        await c.send(_send(c.codec, LIMIT), c.ping())
+        assert _kinds(c.got) == ["CommandConnected"] and len(topic.callbacks) == LIMIT
 
         # One answer leaves it paused; the second brings the pending down to half, and the
         # connection is read again.
@@ -96,7 +115,28 @@ async def test_a_connection_is_read_no_further_past_its_pending_publishes() -> N
         topic.callbacks[1](PublishResult(Position(1, 1), 1, 0))
         await trio.testing.wait_all_tasks_blocked()
         assert len(topic.callbacks) == LIMIT + 1
-        assert _kinds(got) == ["CommandConnected", "CommandSendReceipt", "CommandSendReceipt",
-                               "CommandPong"]
-        assert [e.command.sequence_id for e in got[1:3]] == [0, 1]
+        assert _kinds(c.got) == ["CommandConnected", "CommandSendReceipt", "CommandSendReceipt",
+                                 "CommandPong"]
+        assert [e.command.sequence_id for e in c.got[1:3]] == [0, 1]
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_publish_buffer_past_its_limit_pauses_every_connection() -> None:
+    topic = _HeldTopic()
+    buffer = PublishBuffer(1000)
+    a, b = _Client(topic, buffer), _Client(topic, buffer)
+    async with trio.open_nursery() as nursery:
+        await a.start(nursery)
+        await b.start(nursery)
+        await a.send(_send(a.codec, 0, b"x" * 1500))
+        assert buffer.paused and len(topic.callbacks) == 1
+        # The other connection finishes the read it was waiting in, then reads no more.
+        await b.send(b.ping())
+        await b.send(b.ping())
+        assert _kinds(b.got) == ["CommandConnected", "CommandPong"]
+        topic.callbacks[0](PublishResult(Position(1, 0), 0, 0))
+        await trio.testing.wait_all_tasks_blocked()
+        assert not buffer.paused and buffer.used == 0
+        assert _kinds(b.got) == ["CommandConnected", "CommandPong", "CommandPong"]
+        assert _kinds(a.got) == ["CommandConnected", "CommandSendReceipt"]
         nursery.cancel_scope.cancel()
