@@ -1,7 +1,8 @@
 """What every protocol plugin does with an accepted connection: run its session, count it
 under its protocol in the broker's stats, and log (never raise) how it ended, so one
-connection's failure never reaches the listener or the broker; and how a session writes
-what it has queued (:class:`Outbox`, :func:`send_pieces`)."""
+connection's failure never reaches the listener or the broker; how a session writes
+what it has queued (:class:`Outbox`, :func:`send_pieces`); and when it stops reading
+(:class:`ReadLimit`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import trio
 
 from core.writes import IOV_MAX, drop_sent, flush_at_end, write_now
 
-__all__ = ["Outbox", "Session", "run_session", "send_pieces"]
+__all__ = ["Outbox", "ReadLimit", "Session", "run_session", "send_pieces"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,36 @@ async def run_session(protocol: str, broker: Any, sessions: set[Any], session: S
         log.exception("%s connection failed", protocol)
     finally:
         sessions.discard(session)
+
+
+class ReadLimit:
+    """Work read from clients and not yet answered (requests, or their bytes): once it
+    reaches ``limit``, the sessions it covers read nothing more until it is down to half.
+    ``limit`` <= 0 is no limit. ``announce``, when given, is logged at each pause."""
+
+    def __init__(self, limit: int, announce: str | None = None) -> None:
+        self.limit = limit
+        self.announce = announce
+        self.used = 0
+        self.paused = False
+        self._resumed = trio.Event()
+
+    def take(self, n: int) -> None:
+        self.used += n
+        if 0 < self.limit <= self.used and not self.paused:
+            self.paused = True
+            self._resumed = trio.Event()
+            if self.announce:
+                log.info("%s (%d pending)", self.announce, self.used)
+
+    def give(self, n: int) -> None:
+        self.used -= n
+        if self.paused and self.used <= self.limit // 2:
+            self.paused = False
+            self._resumed.set()
+
+    async def wait_resumed(self) -> None:
+        await self._resumed.wait()
 
 
 async def send_pieces(sock: trio.socket.SocketType, pieces: list[bytes]) -> None:

@@ -10,41 +10,12 @@ from typing import Any
 
 import trio
 
-from handlers._serve import run_session
+from handlers._serve import ReadLimit, run_session
 from handlers.pulsar._session import PulsarSession
 
-__all__ = ["PublishBuffer", "PulsarProtocolHandler"]
+__all__ = ["PulsarProtocolHandler"]
 
 log = logging.getLogger(__name__)
-
-
-class PublishBuffer:
-    """The bytes of publishes read from every Pulsar connection and not yet answered
-    (``maxMessagePublishBufferSizeInMB``, as in Pulsar): once they reach the limit, no
-    connection is read until they are down to half of it. ``limit`` <= 0 is no limit."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-        self.paused = False
-        self._resumed = trio.Event()
-
-    def take(self, size: int) -> None:
-        self.used += size
-        if 0 < self.limit <= self.used and not self.paused:
-            self.paused = True
-            self._resumed = trio.Event()
-            log.info("pulsar: %d bytes of publishes pending; reading no connection until half "
-                     "of maxMessagePublishBufferSizeInMB is free", self.used)
-
-    def give(self, size: int) -> None:
-        self.used -= size
-        if self.paused and self.used <= self.limit // 2:
-            self.paused = False
-            self._resumed.set()
-
-    async def wait_resumed(self) -> None:
-        await self._resumed.wait()
 
 
 class PulsarProtocolHandler:
@@ -56,7 +27,11 @@ class PulsarProtocolHandler:
         self.service_url = ""
         self._producer_names = itertools.count()
         self.sessions: set[PulsarSession] = set()
-        self.publish_buffer = PublishBuffer(int(config.get("maxMessagePublishBufferSizeInMB")) << 20)
+        # Bytes of publishes read from every connection and not yet answered (Pulsar's
+        # maxMessagePublishBufferSizeInMB): past it, no connection is read.
+        self.publish_buffer = ReadLimit(
+            int(config.get("maxMessagePublishBufferSizeInMB")) << 20,
+            "pulsar: reading no connection until half of maxMessagePublishBufferSizeInMB is free")
 
     def new_producer_name(self) -> str:
         return f"{self.broker.cluster}-0-{next(self._producer_names)}"

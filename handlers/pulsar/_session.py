@@ -50,7 +50,7 @@ from core.topic import (
     TopicTerminatedError,
 )
 from core.writes import write_batch
-from handlers._serve import Outbox
+from handlers._serve import Outbox, ReadLimit
 from handlers.pulsar import _events as ev
 from handlers.pulsar._codec import (
     NEED_DATA,
@@ -133,11 +133,9 @@ class PulsarSession:
         self.last_received = time.monotonic()
         self.closed = False
         self._nursery: trio.Nursery | None = None
-        # Publishes read from this client and not yet answered; past the limit, nothing
-        # more is read from it until half of them are (Pulsar's back-pressure).
-        self._sends_pending = 0
-        self._max_sends_pending = int(self.config.get("maxPendingPublishRequestsPerConnection"))
-        self._reads_resumed = trio.Event()
+        # Publishes read from this client and not yet answered (Pulsar's
+        # maxPendingPublishRequestsPerConnection): past it, nothing more is read from it.
+        self._sends = ReadLimit(int(self.config.get("maxPendingPublishRequestsPerConnection")))
 
     # -- driver ----------------------------------------------------------------------------------
 
@@ -156,7 +154,7 @@ class PulsarSession:
 
     async def _reader(self) -> None:
         while True:
-            if self._reading_paused():
+            if self._sends.paused or self.handler.publish_buffer.paused:
                 await self._wait_reads_resumed()
             data = await self.stream.receive_some(READ_SIZE)
             if not data:
@@ -174,20 +172,12 @@ class PulsarSession:
                 await self.outbox.flush()
                 return
 
-    def _reading_paused(self) -> bool:
-        """Whether this connection's publishes, or every connection's, are past their limit."""
-        return bool(self._max_sends_pending and self._sends_pending >= self._max_sends_pending) \
-            or self.handler.publish_buffer.paused
-
     async def _wait_reads_resumed(self) -> None:
-        while True:
-            if self._max_sends_pending and self._sends_pending >= self._max_sends_pending:
-                self._reads_resumed = trio.Event()
-                await self._reads_resumed.wait()
-            elif self.handler.publish_buffer.paused:
-                await self.handler.publish_buffer.wait_resumed()
-            else:
-                break
+        """Wait until neither this connection's publishes nor every connection's are past
+        their limit."""
+        limits = (self._sends, self.handler.publish_buffer)
+        while (paused := next((limit for limit in limits if limit.paused), None)) is not None:
+            await paused.wait_resumed()
         self.last_received = time.monotonic()  # not idle: it was this side not reading
 
     def _handle_read(self, data: bytes | bytearray) -> bool:
@@ -413,11 +403,12 @@ class PulsarSession:
         producer.bytes_in += len(event.entry)
         partition = topic.partition_index
         size = len(event.entry)
-        self._sends_pending += 1
+        self._sends.take(1)
         self.handler.publish_buffer.take(size)
 
         def done(result: PublishResult) -> None:
-            self._send_answered(size)
+            self._sends.give(1)
+            self.handler.publish_buffer.give(size)
             if result.error is not None:
                 code = _server_error(result.error)
                 self._send(ev.CommandSendError.build(
@@ -432,12 +423,6 @@ class PulsarSession:
 
         topic.publish(event.entry, num, producer.name, highest, done, hold=True)
         self._held.add(topic)
-
-    def _send_answered(self, size: int) -> None:
-        self.handler.publish_buffer.give(size)
-        self._sends_pending -= 1
-        if self._sends_pending <= self._max_sends_pending // 2:
-            self._reads_resumed.set()
 
     def _on_CommandCloseProducer(self, event: Any) -> None:
         cmd = event.command

@@ -18,9 +18,9 @@ from core.format import pulsar_api_pb2 as pb
 from core.stats import BrokerStats
 from core.storage import Position
 from core.topic import Producer, ProducerAccessMode, PublishResult
+from handlers._serve import ReadLimit
 from handlers.pulsar import _events as ev
 from handlers.pulsar._codec import NEED_DATA, PulsarConnection, Role
-from handlers.pulsar._handler import PublishBuffer
 from handlers.pulsar._session import PulsarSession
 
 LIMIT = 4
@@ -68,7 +68,7 @@ def _kinds(got: list[Any]) -> list[str]:
 class _Client:
     """A session over an in-memory stream, with producer 1 on ``topic``, and what it sent."""
 
-    def __init__(self, topic: _HeldTopic, buffer: PublishBuffer, max_pending: int = 0) -> None:
+    def __init__(self, topic: _HeldTopic, buffer: ReadLimit, max_pending: int = 0) -> None:
         self.stream, server = trio.testing.memory_stream_pair()
         config = {"maxMessageSize": 5 << 20, "keepAliveIntervalSeconds": 0,
                   "maxPendingPublishRequestsPerConnection": max_pending}
@@ -97,7 +97,7 @@ class _Client:
 
 async def test_a_connection_is_read_no_further_past_its_pending_publishes() -> None:
     topic = _HeldTopic()
-    c = _Client(topic, PublishBuffer(0), max_pending=LIMIT)
+    c = _Client(topic, ReadLimit(0), max_pending=LIMIT)
     async with trio.open_nursery() as nursery:
         await c.start(nursery)
         await c.send(*(_send(c.codec, seq) for seq in range(LIMIT)))
@@ -123,7 +123,7 @@ async def test_a_connection_is_read_no_further_past_its_pending_publishes() -> N
 
 async def test_the_publish_buffer_past_its_limit_pauses_every_connection() -> None:
     topic = _HeldTopic()
-    buffer = PublishBuffer(1000)
+    buffer = ReadLimit(1000)
     a, b = _Client(topic, buffer), _Client(topic, buffer)
     async with trio.open_nursery() as nursery:
         await a.start(nursery)
