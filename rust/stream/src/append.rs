@@ -432,11 +432,7 @@ impl ManagedLedger {
             }
         }
         done.extend(more);
-        let failed_adds = failed.clone();
-        answer(round, &done, failed, &self.name);
-        if let Some(err) = failed_adds {
-            self.fail_queued_adds(&err);
-        }
+        self.answer_round(round, &done, failed);
     }
 
     pub(crate) async fn wait_writer_idle(&self) {
@@ -449,29 +445,36 @@ impl ManagedLedger {
         }
     }
 
-    /// After a failed write: fail the adds queued behind it too, as a ledger fails every
-    /// add pending behind a failed one. They were made before their callers could know of
-    /// the failure, and a caller resends from its first failed entry on, in order: an add
-    /// queued behind the failure and stored would land ahead of that resend (out of order,
-    /// and for a deduplicating caller, as a newer sequence id that makes the resend look
-    /// like a duplicate). Rollover requests stay queued.
-    fn fail_queued_adds(&self, err: &StreamError) {
-        let adds: Vec<Request> = {
-            let mut q = self.queue.lock();
-            let (adds, rest): (VecDeque<Request>, VecDeque<Request>) =
-                q.pending.drain(..).partition(|r| matches!(r, Request::Add(_)));
-            q.pending = rest;
-            adds.into_iter().collect()
-        };
-        for add in adds {
-            add.fail(err);
+    /// Answer a round written in the slow path or settled: from `done`, the rest with
+    /// `err`. A round that failed for good fails the adds queued behind it too, as a ledger
+    /// fails every add pending behind a failed one. They were made before their callers
+    /// could know of the failure, and a caller resends from its first failed entry on, in
+    /// order: an add queued behind the failure and stored would land ahead of that resend
+    /// (out of order, and for a deduplicating caller, as a newer sequence id that makes the
+    /// resend look like a duplicate). Rollover requests stay queued.
+    fn answer_round(&self, round: Vec<PendingAdd>, done: &[AddResult], err: Option<StreamError>) {
+        let behind = err.clone();
+        answer(round, done, err, &self.name);
+        if let Some(err) = behind {
+            self.fail_queued(&err, |r| matches!(r, Request::Add(_)));
         }
     }
 
+    /// Fail every queued request.
     pub(crate) fn fail_pending(&self, err: &StreamError) {
-        let pending: Vec<Request> = self.queue.lock().pending.drain(..).collect();
-        for p in pending {
-            p.fail(err);
+        self.fail_queued(err, |_| true);
+    }
+
+    /// Fail the queued requests that `which` picks; the others stay queued, in order.
+    fn fail_queued(&self, err: &StreamError, which: impl Fn(&Request) -> bool) {
+        let failed: Vec<Request> = {
+            let mut q = self.queue.lock();
+            let (failed, kept): (VecDeque<Request>, VecDeque<Request>) = q.pending.drain(..).partition(which);
+            q.pending = kept;
+            failed.into()
+        };
+        for req in failed {
+            req.fail(err);
         }
     }
 
@@ -506,11 +509,7 @@ impl ManagedLedger {
                 self.state.lock().assign_index = first_failed.first_index();
             }
         }
-        let failed_adds = err.clone();
-        answer(round, &done, err, &self.name);
-        if let Some(err) = failed_adds {
-            self.fail_queued_adds(&err);
-        }
+        self.answer_round(round, &done, err);
     }
 
     /// Write `prepared` in order; `retried` when a ledger already failed under these entries
