@@ -173,7 +173,7 @@ impl LedgerLog {
         for piece in &entries.pieces {
             self.buf.extend(piece);
         }
-        self.len += entries.len as u64;
+        self.len += entries.len() as u64;
         self.dirty = true;
         self.unindexed.reserve(entries.records.len());
         for &(entry, start, len) in &entries.records {

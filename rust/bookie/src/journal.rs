@@ -246,8 +246,6 @@ pub struct EncodedEntries {
     pub lac: i64,
     /// The records back to back, in pieces.
     pub pieces: Vec<Bytes>,
-    /// Bytes of all the pieces.
-    pub len: usize,
     /// Per record: its entry id, where it starts in the records back to back and how long
     /// it is.
     pub records: Vec<(u64, usize, usize)>,
@@ -286,25 +284,35 @@ impl EncodedEntries {
         if !buf.is_empty() {
             pieces.push(buf.freeze());
         }
-        EncodedEntries { ledger, lac, pieces, len, records }
+        EncodedEntries { ledger, lac, pieces, records }
     }
 
-    /// The data of each record, as `(entry id, data)` (views of the pieces).
+    /// Bytes of all the records.
+    pub fn len(&self) -> usize {
+        self.records.last().map_or(0, |&(_, start, len)| start + len)
+    }
+
+    /// Whether there are no records.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The data of each record, as `(entry id, data)` (views of the pieces: a record's data
+    /// lies within one piece).
     pub fn entries(&self) -> impl Iterator<Item = (u64, Bytes)> + '_ {
-        let (mut piece, mut at) = (0, 0);
-        self.records.iter().map(move |&(entry, _, len)| {
-            let data_len = len - RECORD_HEAD_LEN;
-            at += RECORD_HEAD_LEN;
-            let data = if data_len < COPY_DATA_BELOW {
-                at += data_len;
-                self.pieces[piece].slice(at - data_len..at)
-            } else {
-                // the head ended its piece; the data is the next one
-                let data = self.pieces[piece + 1].clone();
-                (piece, at) = (piece + 2, 0);
-                data
-            };
-            (entry, data)
+        let mut pieces = self.pieces.iter();
+        // the piece at hand and where it starts in the records back to back
+        let (mut piece, mut piece_start) = (Bytes::new(), 0);
+        self.records.iter().map(move |&(entry, start, len)| {
+            let (from, to) = (start + RECORD_HEAD_LEN, start + len);
+            while from < to && piece_start + piece.len() <= from {
+                piece_start += piece.len();
+                match pieces.next() {
+                    Some(p) => piece = p.clone(),
+                    None => return (entry, Bytes::new()),
+                }
+            }
+            (entry, if from < to { piece.slice(from - piece_start..to - piece_start) } else { Bytes::new() })
         })
     }
 }
@@ -1407,7 +1415,7 @@ mod tests {
                 records.push((*entry, start, one_by_one.len() - start));
             }
             proptest::prop_assert_eq!(encoded.pieces.concat(), one_by_one.clone());
-            proptest::prop_assert_eq!(encoded.len, one_by_one.len());
+            proptest::prop_assert_eq!(encoded.len(), one_by_one.len());
             proptest::prop_assert_eq!(&encoded.records, &records);
             proptest::prop_assert_eq!(encoded.entries().collect::<Vec<_>>(), entries.clone());
             // Large data is not copied: its piece is the very buffer it came in.
