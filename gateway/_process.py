@@ -2,8 +2,9 @@
 
 The garbage collector is off while the standalone starts (walking startup's objects before
 they are frozen only delayed "ready", by about 50 ms) and settled once the server is up
-(:func:`settle_garbage_collector`), which turns it back on: what startup built (modules, classes, protocol descriptors: some 60,000 objects) is
-frozen out of the collector's view, and a young collection runs every
+(:func:`settle_garbage_collector`), which turns it back on: what startup built (modules,
+classes, protocol descriptors: some 60,000 objects) is frozen out of the collector's
+view, and a young collection runs every
 :data:`GC_YOUNG_THRESHOLD` allocations rather than every 700. Without this, each full
 collection walked every one of those objects again (about 40 ms each, several times a
 second under load), and collections took a tenth of the broker's CPU while it relayed
