@@ -115,7 +115,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use crate::mailbox::{mailbox, Receiver, RecvTimeoutError, SendError, Sender, TryRecvError};
 use parking_lot::Mutex;
 
 use crate::error::BookieError;
@@ -714,7 +714,7 @@ enum Msg {
         queued: Instant,
     },
     Shutdown {
-        ack: Sender<Result<(), String>>,
+        ack: crossbeam_channel::Sender<Result<(), String>>,
     },
     Halt,
 }
@@ -764,7 +764,7 @@ impl Journal {
         let dir = data_dir.join(JOURNAL_DIR);
         let writer = Writer::new(data_dir, config, first_seq, on_rotate)?;
         let (position, counters) = (writer.position.clone(), writer.counters.clone());
-        let (tx, rx) = crossbeam_channel::unbounded();
+        let (tx, rx) = mailbox();
         let thread = std::thread::Builder::new()
             .name("bookie-journal".into())
             .spawn(move || writer.run(rx))
@@ -784,7 +784,7 @@ impl Journal {
             done,
             queued: Instant::now(),
         };
-        if let Err(crossbeam_channel::SendError(Msg::Append { done, .. })) = self.tx.send(msg) {
+        if let Err(SendError(Msg::Append { done, .. })) = self.tx.send(msg) {
             done(Err(BookieError::ShuttingDown));
         }
     }
@@ -798,7 +798,7 @@ impl Journal {
             done,
             queued: Instant::now(),
         };
-        if let Err(crossbeam_channel::SendError(Msg::AppendBatch { done, .. })) = self.tx.send(msg) {
+        if let Err(SendError(Msg::AppendBatch { done, .. })) = self.tx.send(msg) {
             done(Err(BookieError::ShuttingDown));
         }
     }
@@ -812,7 +812,7 @@ impl Journal {
             done,
             queued: Instant::now(),
         };
-        if let Err(crossbeam_channel::SendError(Msg::AppendEncoded { done, .. })) = self.tx.send(msg) {
+        if let Err(SendError(Msg::AppendEncoded { done, .. })) = self.tx.send(msg) {
             done(Err(BookieError::ShuttingDown));
         }
     }
@@ -1059,7 +1059,7 @@ fn write_all_parts(file: &mut File, parts: &[Bytes]) -> std::io::Result<()> {
 }
 
 enum Stop {
-    Shutdown(Sender<Result<(), String>>),
+    Shutdown(crossbeam_channel::Sender<Result<(), String>>),
     Halt,
 }
 
@@ -1366,7 +1366,7 @@ impl Writer {
         }
     }
 
-    fn finish(&mut self, ack: Sender<Result<(), String>>) {
+    fn finish(&mut self, ack: crossbeam_channel::Sender<Result<(), String>>) {
         let res = match &self.failed {
             Some(f) => Err(f.clone()),
             None => self.trim_preallocated().and_then(|()| self.file.sync_all()).map_err(|e| {

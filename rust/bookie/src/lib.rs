@@ -53,6 +53,7 @@ pub mod error;
 pub mod journal;
 pub mod local;
 mod logindex;
+mod mailbox;
 pub mod proto;
 mod reaper;
 pub mod server;
