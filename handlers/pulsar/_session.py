@@ -17,6 +17,7 @@ inline: the topic calls back when the entry is durable and the receipt is queued
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -69,6 +70,25 @@ SERVER_VERSION = "Magnetar 0.1.0"
 READ_SIZE = 256 * 1024
 
 E = pb.ServerError
+
+
+_CPP_CLIENT = re.compile(r"Pulsar-CPP-v(\d+)\.(\d+)")
+LAST_CPP_WITHOUT_END_OF_TOPIC = (4, 2)
+"""The newest C++ client release (under the Python, Node.js and C++ APIs alike) known to
+have no handler for REACHED_END_OF_TOPIC: it takes the command for an invalid message and
+closes its connection. Its consumers then subscribe again, are told again, and so on every
+100 ms, with their unacknowledged messages redelivered each time."""
+
+
+def understands_end_of_topic(client_version: str, protocol_version: int) -> bool:
+    """Whether a client that connected with these values handles REACHED_END_OF_TOPIC.
+    Pulsar sends it from protocol version 9 on; a C++ client up to
+    :data:`LAST_CPP_WITHOUT_END_OF_TOPIC` is not told either, since the notification
+    costs it its connection."""
+    if protocol_version < 9:
+        return False
+    m = _CPP_CLIENT.match(client_version)
+    return m is None or (int(m[1]), int(m[2])) > LAST_CPP_WITHOUT_END_OF_TOPIC
 
 
 def _server_error(exc: BaseException) -> int:
@@ -128,6 +148,11 @@ class PulsarSession:
         self.outbox = Outbox(stream)
         self._held: set[PersistentTopic] = set()
         self.producers: dict[int, Producer] = {}
+        # Producer ids this broker closed (CLOSE_PRODUCER): the client may have SENDs for
+        # them on the wire already, and resends those once it has created the producer
+        # again, so they are dropped without an answer (as Pulsar does) until it does.
+        self._closed_by_broker: set[int] = set()
+        self._tell_end_of_topic = True
         self.consumers: dict[int, Consumer] = {}
         self.consumer_topics: dict[int, PersistentTopic] = {}
         self.last_received = time.monotonic()
@@ -270,6 +295,7 @@ class PulsarSession:
     def _on_CommandConnect(self, event: Any) -> None:
         cmd = event.command
         version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
+        self._tell_end_of_topic = understands_end_of_topic(cmd.client_version, cmd.protocol_version)
         self._send(ev.CommandConnected.build(
             server_version=SERVER_VERSION,
             protocol_version=version,
@@ -342,6 +368,7 @@ class PulsarSession:
         self._spawn(self._producer, event.command)
 
     async def _producer(self, cmd: Any) -> None:
+        self._closed_by_broker.discard(cmd.producer_id)
         if cmd.producer_id in self.producers:
             p = self.producers[cmd.producer_id]
             self._send(ev.CommandProducerSuccess.build(
@@ -375,12 +402,15 @@ class PulsarSession:
 
     def _fenced(self, producer: Producer) -> None:
         self.producers.pop(producer.producer_id, None)
+        self._closed_by_broker.add(producer.producer_id)
         self._send(ev.CommandCloseProducer.build(producer_id=producer.producer_id, request_id=0))
 
     def _on_CommandSend(self, event: Any) -> None:
         cmd = event.command
         producer = self.producers.get(cmd.producer_id)
         if producer is None:
+            if cmd.producer_id in self._closed_by_broker:
+                return
             self._send(ev.CommandSendError.build(
                 producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
                 error=E.NotAllowedError, message="Producer is not connected"))
@@ -427,6 +457,7 @@ class PulsarSession:
     def _on_CommandCloseProducer(self, event: Any) -> None:
         cmd = event.command
         producer = self.producers.pop(cmd.producer_id, None)
+        self._closed_by_broker.discard(cmd.producer_id)
         if producer is not None:
             producer.topic.remove_producer(producer)
         self._success(cmd.request_id)
@@ -489,6 +520,8 @@ class PulsarSession:
                 for d in deliveries for e in (d.entry,)]))
 
     def reached_end_of_topic(self, consumer: Consumer) -> None:
+        if not self._tell_end_of_topic:
+            return
         self._send(ev.CommandReachedEndOfTopic.build(consumer_id=consumer.consumer_id))
 
     def active_consumer_changed(self, consumer: Consumer, active: bool) -> None:

@@ -44,8 +44,9 @@ class RawClient:
             got += data
         raise TimeoutError("the broker did not close the connection")
 
-    def connect(self) -> None:
-        self.send(ev.CommandConnect.build(client_version="raw-test", protocol_version=21))
+    def connect(self, client_version: str = "raw-test", protocol_version: int = 21) -> None:
+        self.send(ev.CommandConnect.build(client_version=client_version,
+                                          protocol_version=protocol_version))
         assert isinstance(self.next_event(), ev.CommandConnected)
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ import pytest
 from core.format import MessageMetadata, encode_entry
 from core.format import pulsar_api_pb2 as pb
 from handlers.pulsar import _events as ev
+from handlers.pulsar._session import understands_end_of_topic
 from tests._standalone import Standalone
 from tests.handlers.pulsar._raw import RawClient
 
@@ -97,9 +98,23 @@ def test_unknown_namespace_gives_topic_not_found(standalone: Standalone):
     _still_serving(standalone.pulsar_url)
 
 
-def test_terminated_topic_refuses_sends_and_tells_consumers(standalone: Standalone, unique):
+def _terminate(standalone: Standalone, local: str) -> None:
     import urllib.request
 
+    web = standalone.addresses["web"][0]
+    req = urllib.request.Request(f"{web}/admin/v2/persistent/public/default/{local}/terminate", method="POST")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status in (200, 204)
+
+
+@pytest.mark.parametrize("client_version, told", [
+    ("raw-test", True),
+    # The C++ client 4.2 takes REACHED_END_OF_TOPIC for an invalid message and drops its
+    # connection, so it is not sent one.
+    ("Pulsar-CPP-v4.2.0", False),
+])
+def test_terminated_topic_refuses_sends_and_tells_consumers(standalone: Standalone, unique,
+                                                          client_version: str, told: bool):
     local = f"terminate-{unique}"
     topic = f"persistent://public/default/{local}"
     client = pulsar.Client(standalone.pulsar_url, operation_timeout_seconds=10)
@@ -107,7 +122,7 @@ def test_terminated_topic_refuses_sends_and_tells_consumers(standalone: Standalo
     try:
         producer = client.create_producer(topic, batching_enabled=False)
         producer.send(b"last words")
-        raw.connect()
+        raw.connect(client_version=client_version, protocol_version=20)
         raw.send(ev.CommandSubscribe.build(topic=topic, subscription="s", subType=pb.CommandSubscribe.Exclusive,
                                            consumer_id=7, request_id=1,
                                            initialPosition=pb.CommandSubscribe.Earliest))
@@ -115,18 +130,71 @@ def test_terminated_topic_refuses_sends_and_tells_consumers(standalone: Standalo
         raw.send(ev.CommandFlow.build(consumer_id=7, messagePermits=10))
         message = raw.next_event()
         assert isinstance(message, ev.CommandMessage) and message.payload == b"last words"
-        web = standalone.addresses["web"][0]
-        req = urllib.request.Request(f"{web}/admin/v2/persistent/public/default/{local}/terminate", method="POST")
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            assert resp.status in (200, 204)
+        _terminate(standalone, local)
         with pytest.raises(pulsar.TopicTerminated):
             producer.send(b"too late")
         raw.send(ev.CommandAck.build(consumer_id=7, ack_type=pb.CommandAck.Individual,
                                      message_id=[message.command.message_id]))
-        assert isinstance(raw.next_event(), ev.CommandReachedEndOfTopic)
+        raw.send(ev.CommandPing.build())
+        first = raw.next_event()
+        if told:
+            assert isinstance(first, ev.CommandReachedEndOfTopic)
+            assert isinstance(raw.next_event(), ev.CommandPong)
+        else:
+            assert isinstance(first, ev.CommandPong)
     finally:
         raw.close()
         client.close()
+
+
+def test_sends_for_a_producer_the_broker_closed_are_dropped_and_the_connection_lives(
+        standalone: Standalone, unique):
+    local = f"closed-producer-{unique}"
+    raw = RawClient(standalone.pulsar_url)
+
+    def send(producer_id: int, seq: int) -> None:
+        md = MessageMetadata(producer_name="raw", sequence_id=seq, publish_time=int(time.time() * 1000))
+        raw.send(ev.CommandSend(command=pb.CommandSend(producer_id=producer_id, sequence_id=seq,
+                                                       num_messages=1),
+                                entry=encode_entry(md, b"payload")))
+
+    try:
+        raw.connect()
+        raw.send(ev.CommandProducer.build(topic=local, producer_id=1, request_id=1))
+        assert isinstance(raw.next_event(), ev.CommandProducerSuccess)
+        _terminate(standalone, local)
+        assert isinstance(raw.next_event(), ev.CommandCloseProducer)
+        # A SEND the client had on the wire when it was told: dropped without an answer,
+        # as Pulsar does; a SEND_ERROR would make the official client drop the connection.
+        send(1, 0)
+        raw.send(ev.CommandPing.build())
+        assert isinstance(raw.next_event(), ev.CommandPong)
+        # A producer id this broker never had still gets its error.
+        send(9, 0)
+        reply = raw.next_event()
+        assert isinstance(reply, ev.CommandSendError) and reply.command.error == pb.NotAllowedError
+        # The client may create the closed id again, and then it is a producer like any other.
+        raw.send(ev.CommandProducer.build(topic=f"{local}-next", producer_id=1, request_id=2))
+        assert isinstance(raw.next_event(), ev.CommandProducerSuccess)
+        send(1, 1)
+        receipt = raw.next_event()
+        assert isinstance(receipt, ev.CommandSendReceipt) and receipt.command.sequence_id == 1
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("client_version, protocol_version, understands", [
+    ("Pulsar-Java-v3.0.0", 19, True),
+    ("Pulsar-Go-v0.14.0", 20, True),
+    ("Pulsar-CPP-v3.4.2", 20, False),
+    ("Pulsar-CPP-v4.2.0", 20, False),
+    ("Pulsar-CPP-v4.3.0", 21, True),
+    ("Pulsar-CPP-v10.0.0", 21, True),
+    ("Pulsar-Java-v1.20", 8, False),
+])
+def test_who_is_told_the_end_of_a_topic(client_version: str, protocol_version: int,
+                                        understands: bool):
+    assert understands_end_of_topic(client_version, protocol_version) is understands
 
 
 def test_consumer_stats_and_last_message_id(standalone: Standalone, unique):

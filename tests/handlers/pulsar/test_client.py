@@ -9,16 +9,7 @@ from datetime import timedelta
 import pulsar
 import pytest
 
-from tests._standalone import Standalone
-
 RECEIVE_MS = 10_000
-
-
-@pytest.fixture
-def client(standalone: Standalone):
-    c = pulsar.Client(standalone.pulsar_url, operation_timeout_seconds=15)
-    yield c
-    c.close()
 
 
 def _drain(consumer, *, idle_ms: int = 1500) -> list:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,18 +27,6 @@ NS = "public/default"
 
 SUB_TYPES = [pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Shared,
              pulsar.ConsumerType.Failover, pulsar.ConsumerType.KeyShared]
-
-
-@pytest.fixture
-def client(standalone: Standalone) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(standalone.pulsar_url, operation_timeout_seconds=15)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def admin(standalone: Standalone) -> AdminClient:
-    return AdminClient(standalone.addresses["web"][0], timeout=30)
 
 
 def _receive(consumer, n: int) -> list:

@@ -1,0 +1,210 @@
+"""Pulsar's messaging model through the official pulsar-client, on persistent topics:
+acknowledgement forms, initial positions, unsubscribe, the last message id, seek by
+publish time, producer access modes and terminated topics."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pulsar
+import pytest
+
+RECEIVE_MS = 10_000
+IDLE_MS = 1500
+
+
+def _texts(consumer, *, ack: bool = True) -> list[str]:
+    """Everything the consumer receives until it is idle for IDLE_MS."""
+    got = []
+    while True:
+        try:
+            msg = consumer.receive(timeout_millis=IDLE_MS)
+        except pulsar.Timeout:
+            return got
+        got.append(msg.data().decode())
+        if ack:
+            consumer.acknowledge(msg)
+
+
+def _send_one_batch(client, topic: str, texts: list[str]) -> None:
+    """Publish ``texts`` as one batch (one entry)."""
+    producer = client.create_producer(topic, batching_enabled=True,
+                                      batching_max_messages=len(texts),
+                                      batching_max_publish_delay_ms=60_000)
+    for t in texts:
+        producer.send_async(t.encode(), None)
+    producer.flush()
+    producer.close()
+
+
+def test_cumulative_ack_holds_across_a_reconnect(client, unique):
+    topic = f"cumulative-{unique}"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(10):
+        producer.send(f"m{i}".encode())
+    got = [consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(10)]
+    consumer.acknowledge_cumulative(got[5])
+    consumer.close()
+    again = client.subscribe(topic, "s")
+    assert _texts(again) == [f"m{i}" for i in range(6, 10)]
+
+
+def test_cumulative_ack_inside_a_batch_keeps_the_rest_of_it(client, unique):
+    topic = f"cumulative-batch-{unique}"
+    consumer = client.subscribe(topic, "s", batch_index_ack_enabled=True)
+    _send_one_batch(client, topic, [f"m{i}" for i in range(8)])
+    got = [consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(8)]
+    assert len({(m.message_id().ledger_id(), m.message_id().entry_id()) for m in got}) == 1
+    consumer.acknowledge_cumulative(got[2])
+    consumer.close()
+    again = client.subscribe(topic, "s", batch_index_ack_enabled=True)
+    assert _texts(again) == [f"m{i}" for i in range(3, 8)]
+
+
+def test_batch_index_acks_leave_only_the_unacknowledged_messages_of_a_batch(client, unique):
+    topic = f"batch-index-{unique}"
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                                batch_index_ack_enabled=True)
+    texts = [f"m{i}" for i in range(10)]
+    _send_one_batch(client, topic, texts)
+    got = [consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(10)]
+    assert [m.data().decode() for m in got] == texts
+    for m in got[::2]:
+        consumer.acknowledge(m)
+    consumer.close()
+    again = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                             batch_index_ack_enabled=True)
+    assert _texts(again) == texts[1::2]
+
+
+def test_a_batch_acknowledged_message_by_message_is_not_redelivered(client, unique):
+    topic = f"batch-whole-{unique}"
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    _send_one_batch(client, topic, [f"m{i}" for i in range(5)])
+    assert _texts(consumer) == [f"m{i}" for i in range(5)]
+    consumer.close()
+    assert _texts(client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)) == []
+
+
+def test_initial_position_decides_whether_a_new_subscription_reads_the_backlog(client, unique):
+    topic = f"initial-{unique}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"before")
+    latest = client.subscribe(topic, "latest", initial_position=pulsar.InitialPosition.Latest)
+    earliest = client.subscribe(topic, "earliest",
+                                initial_position=pulsar.InitialPosition.Earliest)
+    producer.send(b"after")
+    assert _texts(latest) == ["after"]
+    assert _texts(earliest) == ["before", "after"]
+
+
+def test_unsubscribe_deletes_the_subscription_and_its_position(client, admin, unique):
+    topic = f"unsub-{unique}"
+    consumer = client.subscribe(topic, "gone")
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"old")
+    consumer.unsubscribe()
+    subs = admin.get(f"/admin/v2/persistent/public/default/{topic}/subscriptions")
+    assert "gone" not in subs
+    # A new subscription of that name starts where a new one starts (the end), not where
+    # the old one stopped.
+    fresh = client.subscribe(topic, "gone")
+    producer.send(b"new")
+    assert _texts(fresh) == ["new"]
+
+
+def test_unsubscribe_is_refused_while_another_consumer_is_attached(client, unique):
+    topic = f"unsub-busy-{unique}"
+    a = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    b = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    with pytest.raises(pulsar.PulsarException):
+        a.unsubscribe()
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"still")
+    assert sorted(_texts(a) + _texts(b)) == ["still"]
+
+
+def test_last_message_id_is_the_newest_stored_message(client, unique):
+    topic = f"last-id-{unique}"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    ids = [producer.send(f"m{i}".encode()) for i in range(5)]
+    last = consumer.get_last_message_id()
+    assert (last.ledger_id(), last.entry_id()) == (ids[-1].ledger_id(), ids[-1].entry_id())
+    _send_one_batch(client, topic, ["b0", "b1", "b2"])
+    last = consumer.get_last_message_id()
+    assert last.entry_id() == ids[-1].entry_id() + 1
+    assert last.batch_index() == 2
+
+
+def _next_millisecond(after_ms: int) -> None:
+    """Return once the wall clock has passed ``after_ms`` (bounded)."""
+    deadline = time.monotonic() + 1
+    while time.time() * 1000 <= after_ms + 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+
+
+def test_seek_to_a_publish_time_replays_from_the_first_message_at_or_after_it(client, unique):
+    topic = f"seek-time-{unique}"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(6):
+        producer.send(f"m{i}".encode())
+        consumer_msg = consumer.receive(timeout_millis=RECEIVE_MS)
+        consumer.acknowledge(consumer_msg)
+        if i == 2:
+            third_published = consumer_msg.publish_timestamp()
+        _next_millisecond(consumer_msg.publish_timestamp())
+    consumer.seek(third_published)
+    assert _texts(consumer) == ["m2", "m3", "m4", "m5"]
+
+
+def test_wait_for_exclusive_producer_takes_over_when_the_exclusive_one_closes(client, unique):
+    topic = f"wait-excl-{unique}"
+    first = client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive,
+                                   batching_enabled=False)
+    first.send(b"from-first")
+    created = threading.Event()
+    waiting: list = []
+
+    def wait_for_it() -> None:
+        waiting.append(client.create_producer(
+            topic, access_mode=pulsar.ProducerAccessMode.WaitForExclusive,
+            batching_enabled=False))
+        created.set()
+
+    t = threading.Thread(target=wait_for_it, daemon=True)
+    t.start()
+    # The waiting producer is not granted the topic while the exclusive one holds it.
+    assert not created.wait(1.0)
+    first.close()
+    assert created.wait(RECEIVE_MS / 1000)
+    waiting[0].send(b"from-second")
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert [reader.read_next(RECEIVE_MS).data() for _ in range(2)] == [b"from-first", b"from-second"]
+
+
+def test_shared_producers_coexist_and_an_exclusive_one_is_refused_beside_them(client, unique):
+    topic = f"shared-prod-{unique}"
+    a = client.create_producer(topic, batching_enabled=False)
+    b = client.create_producer(topic, batching_enabled=False)
+    a.send(b"a")
+    b.send(b"b")
+    with pytest.raises((pulsar.ProducerBusy, pulsar.ProducerFenced)):
+        client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
+
+
+def test_a_terminated_topic_refuses_producers_and_consumers_still_drain_it(client, admin, unique):
+    topic = f"terminated-{unique}"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"last")
+    admin.post(f"/admin/v2/persistent/public/default/{topic}/terminate")
+    with pytest.raises(pulsar.PulsarException):
+        producer.send(b"refused")
+    with pytest.raises(pulsar.PulsarException):
+        client.create_producer(topic)
+    assert _texts(consumer) == ["last"]
