@@ -146,7 +146,9 @@ class SchemaRegistry:
     def strategy(self, topic_name: TopicName) -> str:
         pol = self.broker.policies.get_namespace(topic_name.namespace_name) or {}
         s = str(pol.get("schema_compatibility_strategy") or "UNDEFINED")
-        return DEFAULT_STRATEGY if s == "UNDEFINED" else s
+        if s != "UNDEFINED":
+            return s
+        return str(self.broker.config.get("schemaCompatibilityStrategy", DEFAULT_STRATEGY))
 
     async def add_or_check(self, topic: PersistentTopic, schema: pb.Schema) -> bytes:
         """The version of `schema` on the topic, registering it if compatible."""

@@ -327,6 +327,10 @@ _KEY_LIST: tuple[Key, ...] = (
           "Kind of topic created automatically.", "partitioned", "non-partitioned"),
     _int("defaultNumPartitions", 1, "Partitions of an automatically created partitioned topic.", 1),
     _bool("brokerDeduplicationEnabled", False, "Message deduplication by producer sequence id."),
+    _enum("schemaCompatibilityStrategy", "FULL",
+          "Schema compatibility strategy of namespaces that set none (UNDEFINED).",
+          "ALWAYS_COMPATIBLE", "ALWAYS_INCOMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+          "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE"),
     # --- retention, TTL, backlog quota
     _int("defaultRetentionTimeInMinutes", 0,
          "Keep acknowledged messages this long; 0 none, -1 forever.", -1),

@@ -166,3 +166,21 @@ def test_standalone_with_three_bookies_replicates_with_the_configured_quorums(tm
         client.close()
     finally:
         assert s.stop() == 0
+
+
+def test_broker_schema_compatibility_strategy_applies_to_namespaces_that_set_none(tmp_path):
+    from pulsar.schema import Integer, JsonSchema, Record, String
+
+    class Book(Record):
+        title = String(required=True)
+
+    class Other(Record):
+        pages = Integer(required=True)
+
+    with Standalone(tmp_path / "data", conf={"schemaCompatibilityStrategy": "ALWAYS_COMPATIBLE"}) as s:
+        client = pulsar.Client(s.pulsar_url)
+        first = client.create_producer("schema-any", schema=JsonSchema(Book))
+        first.send(Book(title="t"))
+        # Under the default (FULL) this is IncompatibleSchema; here it is a new version.
+        client.create_producer("schema-any", schema=JsonSchema(Other)).send(Other(pages=3))
+        client.close()
