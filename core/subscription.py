@@ -404,12 +404,13 @@ class Subscription:
         await self.cursor.flush()
         return gone
 
-    def disconnect_consumers(self) -> None:
-        """Ask each consumer's session to close it (the clients reconnect)."""
+    def disconnect_consumers(self, *, reset: bool = False) -> None:
+        """Ask each consumer's session to close it (the clients reconnect); ``reset`` when
+        the subscription was just moved (a seek), so that a reader finds it again."""
         for c in list(self.consumers):
             close = getattr(c.sink, "broker_closed_consumer", None)
             if close is not None:
-                close(c)
+                close(c, reset=reset)
             else:
                 self.remove_consumer(c)
 

@@ -62,6 +62,10 @@ batch ahead of it (which, at a steady rate, waits half a store on average). A to
 deduplication keeps one: a batch handed over after a failed one, before the topic has
 learned of the failure, could be stored ahead of the producer's resend of the failed
 messages, whose sequence ids would then look like duplicates."""
+RESET_RECONNECT_GRACE = 60.0
+"""Seconds a reader's subscription (non-durable) outlives its consumers after a seek
+disconnected them: the reader subscribes again and must find the position it sought, not
+start over where it first began. Unclaimed by then, it is dropped."""
 
 
 class ProducerAccessMode(enum.IntEnum):
@@ -535,14 +539,30 @@ class PersistentTopic:
         sub.add_consumer(consumer, sub_type)
         return sub
 
-    def consumer_closed(self, consumer: Consumer) -> None:
+    def consumer_closed(self, consumer: Consumer, *, reset: bool = False) -> None:
+        """A consumer is gone. A non-durable subscription goes with its last consumer, or,
+        when ``reset`` (the broker disconnected it after moving the subscription), once its
+        reader has had :data:`RESET_RECONNECT_GRACE` to come back."""
         sub = consumer.subscription
         if sub is None:
             return
         sub.remove_consumer(consumer)
-        if not sub.durable and not sub.consumers:
-            sub.close()
-            self.subscriptions.pop(sub.name, None)
+        if sub.durable or sub.consumers:
+            return
+        if reset and self._nursery is not None:
+            self._nursery.start_soon(self._drop_when_unclaimed, sub)
+        else:
+            self._drop_non_durable(sub)
+
+    def _drop_non_durable(self, sub: Subscription) -> None:
+        sub.close()
+        if self.subscriptions.get(sub.name) is sub:
+            del self.subscriptions[sub.name]
+
+    async def _drop_when_unclaimed(self, sub: Subscription) -> None:
+        await trio.sleep(RESET_RECONNECT_GRACE)
+        if not sub.consumers and self.subscriptions.get(sub.name) is sub:
+            self._drop_non_durable(sub)
 
     async def unsubscribe(self, name: str) -> None:
         sub = self.subscriptions.get(name)

@@ -626,16 +626,13 @@ class PulsarSession:
         self._success(cmd.request_id)
         # As Pulsar does, the subscription's consumers are disconnected after a seek; the
         # clients reconnect and receive from the new position.
-        for c in list(sub.consumers):
-            sink = c.sink
-            if isinstance(sink, PulsarSession):
-                sink.broker_closed_consumer(c)
+        sub.disconnect_consumers(reset=True)
 
-    def broker_closed_consumer(self, consumer: Consumer) -> None:
+    def broker_closed_consumer(self, consumer: Consumer, *, reset: bool = False) -> None:
         topic = self.consumer_topics.pop(consumer.consumer_id, None)
         self.consumers.pop(consumer.consumer_id, None)
         if topic is not None:
-            topic.consumer_closed(consumer)
+            topic.consumer_closed(consumer, reset=reset)
         self._send(ev.CommandCloseConsumer.build(consumer_id=consumer.consumer_id, request_id=0))
 
     def _on_CommandGetLastMessageId(self, event: Any) -> None:

@@ -178,3 +178,37 @@ async def test_a_failed_write_fails_what_queued_behind_it() -> None:
     resent = _Answers(3)
     _publish_in_reads(topic, 3, resent, producer="p")
     assert [r.position for r in await resent.wait()] == [Position(1, i) for i in range(3)]
+
+
+class _ReaderSub:
+    """A non-durable subscription as far as a topic's bookkeeping looks at it."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.durable, self.consumers, self.closed = name, False, [], False
+
+    def remove_consumer(self, consumer: object) -> None:
+        self.consumers.remove(consumer)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_reader_subscription_waits_for_its_reader_after_a_seek(autojump_clock) -> None:
+    from core.topic import RESET_RECONNECT_GRACE
+
+    topic, _ = _topic("reader-reset")
+    claimed, unclaimed, closed = _ReaderSub("claimed"), _ReaderSub("unclaimed"), _ReaderSub("closed")
+    async with trio.open_nursery() as nursery:
+        topic._nursery = nursery
+        for sub in (claimed, unclaimed, closed):
+            consumer = SimpleNamespace(subscription=sub)
+            sub.consumers.append(consumer)
+            topic.subscriptions[sub.name] = sub  # type: ignore[assignment]
+            # a seek disconnected `claimed` and `unclaimed`; `closed` was closed by its client
+            topic.consumer_closed(consumer, reset=sub is not closed)  # type: ignore[arg-type]
+        assert closed.closed and "closed" not in topic.subscriptions
+        assert not claimed.closed and not unclaimed.closed
+        claimed.consumers.append(SimpleNamespace(subscription=claimed))  # the reader is back
+        await trio.sleep(RESET_RECONNECT_GRACE + 1)
+    assert topic.subscriptions.get("claimed") is claimed and not claimed.closed
+    assert unclaimed.closed and "unclaimed" not in topic.subscriptions
