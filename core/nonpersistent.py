@@ -185,6 +185,10 @@ class NonPersistentSubscription(Subscription):
         super().__init__(topic, name, _NoCursor(topic.broker.bridge, name), sub_type, durable=False)
         self.msg_dropped = 0
 
+    def _unacked_limits(self) -> tuple[int, int]:
+        # Nothing is kept for redelivery here, so nothing counts against a limit.
+        return 0, 0
+
     def push(self, entry: Entry) -> bool:
         """Deliver `entry` to a consumer chosen by the subscription type, within its
         permits; returns False when it was dropped."""

@@ -18,6 +18,11 @@ attached to it. One trio task per subscription moves entries from storage to con
   does not own.
 * Entries whose ``deliver_at_time`` is in the future wait in a timer heap (delayed
   delivery works on every subscription type).
+* On Shared and Key_Shared subscriptions, a consumer holding
+  ``maxUnackedMessagesPerConsumer`` unacknowledged messages gets nothing more until its
+  acknowledgements (or redeliveries) bring it down to half of that, and the subscription
+  as a whole stops in the same way at ``maxUnackedMessagesPerSubscription`` (each also a
+  namespace and topic policy; 0 turns it off), as Pulsar blocks them.
 
 Acknowledgements go to the cursor (individual deletes or a cumulative mark-delete); the
 cursor persists them. Batch-index acknowledgements (an ``ack_set`` whose set bits are the
@@ -58,6 +63,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MAX_READ_BATCH = 100
+UNACKED_LIMITS = (
+    ("max_unacked_messages_per_consumer", "maxUnackedMessagesPerConsumer", 50_000),
+    ("max_unacked_messages_per_subscription", "maxUnackedMessagesPerSubscription", 200_000),
+)
+"""(policy, broker config key, default) of the two unacknowledged-message limits."""
 
 
 class SubType(enum.IntEnum):
@@ -94,6 +104,40 @@ class ConsumerSink(Protocol):
     def reached_end_of_topic(self, consumer: Consumer) -> None: ...
 
 
+class UnackedEntries(dict[Position, tuple[int, int]]):
+    """A consumer's delivered, unacknowledged entries (position -> (messages, key hash or
+    -1)), keeping the count of their messages as entries come and go."""
+
+    __slots__ = ("messages",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages = 0
+
+    def __setitem__(self, pos: Position, item: tuple[int, int]) -> None:
+        old = super().get(pos)
+        if old is not None:
+            self.messages -= old[0]
+        super().__setitem__(pos, item)
+        self.messages += item[0]
+
+    def pop(self, pos: Position, *default: tuple[int, int] | None) -> tuple[int, int] | None:  # type: ignore[override]
+        if pos in self:
+            item = super().pop(pos)
+            self.messages -= item[0]
+            return item
+        if default:
+            return default[0]
+        raise KeyError(pos)
+
+    def __delitem__(self, pos: Position) -> None:
+        self.pop(pos)
+
+    def clear(self) -> None:
+        super().clear()
+        self.messages = 0
+
+
 class Consumer:
     def __init__(
         self,
@@ -111,8 +155,9 @@ class Consumer:
         self.sticky_ranges = sticky_ranges
         self.permits = 0
         self.subscription: Subscription | None = None
-        # position -> (messages delivered, key hash or -1)
-        self.unacked: dict[Position, tuple[int, int]] = {}
+        self.unacked = UnackedEntries()
+        # Shared and Key_Shared: no more deliveries until acknowledgements free it
+        self.blocked_on_unacked = False
         self.msg_out = 0
         self.bytes_out = 0
         self.connected_since = time.time()
@@ -125,7 +170,7 @@ class Consumer:
 
     @property
     def unacked_messages(self) -> int:
-        return sum(n for n, _ in self.unacked.values())
+        return self.unacked.messages
 
 
 def _entry_key_hash(entry: Entry) -> int:
@@ -155,6 +200,9 @@ class Subscription:
         self._delayed_set: set[Position] = set()
         # Key_Shared: hash -> (owner consumer, messages delivered and unacked)
         self._hash_owner: dict[int, tuple[Consumer, int]] = {}
+        self.blocked_on_unacked = False
+        # messages the subscription may still deliver before its unacked limit, if it has one
+        self._unacked_room: int | None = None
         self._rr = 0
         self._active: Consumer | None = None
         self._wake = trio.Event()
@@ -452,7 +500,35 @@ class Subscription:
         if self.sub_type in (SubType.Exclusive, SubType.Failover):
             active = self._active
             return [active] if active is not None and active.permits > 0 else []
-        return [c for c in self.consumers if c.permits > 0]
+        per_consumer, per_subscription = self._unacked_limits()
+        self._unacked_room = None
+        if per_subscription:
+            total = sum(c.unacked.messages for c in self.consumers)
+            if self.blocked_on_unacked and total <= per_subscription // 2:
+                self.blocked_on_unacked = False
+            elif total >= per_subscription:
+                self.blocked_on_unacked = True
+            if self.blocked_on_unacked:
+                return []
+            self._unacked_room = per_subscription - total
+        else:
+            self.blocked_on_unacked = False
+        half = per_consumer // 2
+        for c in self.consumers:
+            if c.blocked_on_unacked and (not per_consumer or c.unacked.messages <= half):
+                c.blocked_on_unacked = False
+        return [c for c in self.consumers if c.permits > 0 and not c.blocked_on_unacked]
+
+    def _unacked_limits(self) -> tuple[int, int]:
+        """maxUnackedMessagesPerConsumer and ...PerSubscription as they apply here: the
+        topic's or namespace's policy, else the broker's setting; 0 for none."""
+        out = []
+        for policy, key, default in UNACKED_LIMITS:
+            value = self.topic.policies.get(policy)
+            if value is None:
+                value = self.topic.broker.config.get(key, default)
+            out.append(max(0, int(value)))
+        return out[0], out[1]
 
     async def _dispatch_once(self) -> bool:
         self._release_due_delayed()
@@ -463,6 +539,8 @@ class Subscription:
         # as the permits cover at the average batch size seen, so that entries are not read
         # only to wait in the replay set for permits.
         permits = sum(c.permits for c in receivers)
+        if self._unacked_room is not None:
+            permits = min(permits, self._unacked_room)
         budget = max(1, min(MAX_READ_BATCH, int(permits / self._avg_messages_per_entry)))
         allowed, until = self.topic.dispatch_allowance()
         if allowed is not None:
@@ -529,6 +607,7 @@ class Subscription:
         redelivery_counts, batch_ack_sets = self.redelivery_counts, self.batch_ack_sets
         receivers = self._receivers()
         key_shared = self.sub_type == SubType.Key_Shared
+        per_consumer = self._unacked_limits()[0] if self.sub_type in (SubType.Shared, SubType.Key_Shared) else 0
         for i, entry in enumerate(entries):
             pos = entry.position
             if i >= from_replay and self.topic.has_delayed_messages:
@@ -543,7 +622,8 @@ class Subscription:
                 h = _entry_key_hash(entry)
                 target = self._key_owner(h)
                 held = self._hash_owner.get(h)
-                if target is None or target.permits <= 0 or (held is not None and held[0] is not target):
+                if target is None or target.permits <= 0 or target.blocked_on_unacked or (
+                        held is not None and held[0] is not target):
                     self.replay.add(pos)
                     continue
             elif self.sub_type == SubType.Shared:
@@ -560,6 +640,8 @@ class Subscription:
                                 batch_ack_sets.get(pos) if batch_ack_sets else None)
             target.permits -= entry.num_messages
             target.unacked[pos] = (entry.num_messages, h)
+            if per_consumer and target.unacked.messages >= per_consumer:
+                target.blocked_on_unacked = True
             if h >= 0:
                 held = self._hash_owner.get(h)
                 self._hash_owner[h] = (target, (held[1] if held else 0) + 1)
@@ -585,7 +667,7 @@ class Subscription:
         for _ in range(n):
             c = self.consumers[self._rr % n]
             self._rr += 1
-            if c.permits > 0:
+            if c.permits > 0 and not c.blocked_on_unacked:
                 return c
         return None
 

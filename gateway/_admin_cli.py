@@ -434,6 +434,12 @@ def _policy_verbs(noun: str) -> None:
         verb(noun, f"get-{name}", f"get the {what}", target, *applied)(getter(suffix))
         verb(noun, f"remove-{name}", f"remove the {what}", target)(remover(suffix))
 
+    def value_setter(suffix: str) -> Callable[[AdminClient, argparse.Namespace], Any]:
+        """A setter that posts the ``value`` argument."""
+        def run(c: AdminClient, a: argparse.Namespace) -> Any:
+            return c.post(_scope(noun, a) + "/" + suffix, a.value)
+        return run
+
     # retention
     @verb(noun, "set-retention", "set the retention policy", target,
           A("-s", "--size", required=True, help="retention size, e.g. 10G; -1 unlimited"),
@@ -501,14 +507,21 @@ def _policy_verbs(noun: str) -> None:
         name = f"max-{what}-per-topic" if noun == "namespaces" else f"max-{what}"
         flags = (short, f"{flag}-per-topic") if noun == "namespaces" else (short, flag)
 
-        def setter(suffix: str = suffix) -> Callable[[AdminClient, argparse.Namespace], Any]:
-            def run(c: AdminClient, a: argparse.Namespace) -> Any:
-                return c.post(_scope(noun, a) + "/" + suffix, a.value)
-            return run
-
         verb(noun, f"set-{name}", f"set the maximum {what} per topic", target,
-             A(*flags, dest="value", type=int, required=True))(setter())
+             A(*flags, dest="value", type=int, required=True))(value_setter(suffix))
         simple(name, suffix, f"maximum {what} per topic")
+
+    # unacknowledged-message limits (pulsar-admin's flags differ between the scopes)
+    for what, ns_flag, ns_short in (("consumer", "--maxUnackedMessagesPerConsumer", "-c"),
+                                    ("subscription", "--maxUnackedMessagesPerSubscription", "-m")):
+        unacked_suffix = (f"maxUnackedMessagesPer{what.capitalize()}" if noun == "namespaces"
+                          else f"maxUnackedMessagesOn{what.capitalize()}")
+        unacked_flags = (ns_short, ns_flag) if noun == "namespaces" else ("-m", "--maxNum")
+        verb(noun, f"set-max-unacked-messages-per-{what}",
+             f"set the maximum unacknowledged messages per {what}", target,
+             A(*unacked_flags, dest="value", type=int, required=True))(value_setter(unacked_suffix))
+        simple(f"max-unacked-messages-per-{what}", unacked_suffix,
+               f"maximum unacknowledged messages per {what}")
 
     # dispatch and publish rates
     @verb(noun, "set-dispatch-rate", "set the dispatch rate", target,

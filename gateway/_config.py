@@ -327,6 +327,12 @@ _KEY_LIST: tuple[Key, ...] = (
           "Kind of topic created automatically.", "partitioned", "non-partitioned"),
     _int("defaultNumPartitions", 1, "Partitions of an automatically created partitioned topic.", 1),
     _bool("brokerDeduplicationEnabled", False, "Message deduplication by producer sequence id."),
+    _int("maxUnackedMessagesPerConsumer", 50000,
+         "Unacknowledged messages a Shared or Key_Shared consumer may hold before it gets no "
+         "more (until it is down to half); 0 for no limit.", 0),
+    _int("maxUnackedMessagesPerSubscription", 200000,
+         "Unacknowledged messages a Shared or Key_Shared subscription may hold before it "
+         "delivers no more (until it is down to half); 0 for no limit.", 0),
     _enum("schemaCompatibilityStrategy", "FULL",
           "Schema compatibility strategy of namespaces that set none (UNDEFINED).",
           "ALWAYS_COMPATIBLE", "ALWAYS_INCOMPATIBLE", "BACKWARD", "FORWARD", "FULL",

@@ -155,6 +155,16 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
     PolicySpec("maxConsumers", "max_consumers_per_topic", _max_count("maxConsumers")),
     PolicySpec("dispatchRate", "topicDispatchRate", _DISPATCH),
     PolicySpec("publishRate", "publishMaxMessageRate", _PUBLISH),
+    # Pulsar names these ...PerConsumer/...PerSubscription on a namespace and
+    # ...OnConsumer/...OnSubscription on a topic; both scopes answer to both.
+    PolicySpec("maxUnackedMessagesPerConsumer", "max_unacked_messages_per_consumer",
+               _max_count("maxUnackedMessagesPerConsumer")),
+    PolicySpec("maxUnackedMessagesPerSubscription", "max_unacked_messages_per_subscription",
+               _max_count("maxUnackedMessagesPerSubscription")),
+    PolicySpec("maxUnackedMessagesOnConsumer", "max_unacked_messages_per_consumer",
+               _max_count("maxUnackedMessagesOnConsumer")),
+    PolicySpec("maxUnackedMessagesOnSubscription", "max_unacked_messages_per_subscription",
+               _max_count("maxUnackedMessagesOnSubscription")),
 )
 
 #: Policies a topic has but a namespace does not (Pulsar's topic-level ``maxMessageSize``).

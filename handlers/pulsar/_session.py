@@ -153,6 +153,7 @@ class PulsarSession:
         # again, so they are dropped without an answer (as Pulsar does) until it does.
         self._closed_by_broker: set[int] = set()
         self._tell_end_of_topic = True
+        self.client_version = ""
         self.consumers: dict[int, Consumer] = {}
         self.consumer_topics: dict[int, PersistentTopic] = {}
         self.last_received = time.monotonic()
@@ -296,6 +297,7 @@ class PulsarSession:
         cmd = event.command
         version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
         self._tell_end_of_topic = understands_end_of_topic(cmd.client_version, cmd.protocol_version)
+        self.client_version = cmd.client_version
         self._send(ev.CommandConnected.build(
             server_version=SERVER_VERSION,
             protocol_version=version,
@@ -678,7 +680,7 @@ class PulsarSession:
             consumerName=consumer.name,
             availablePermits=max(consumer.permits, 0),
             unackedMessages=consumer.unacked_messages,
-            blockedConsumerOnUnackedMsgs=False,
+            blockedConsumerOnUnackedMsgs=consumer.blocked_on_unacked,
             address=str(getattr(self.stream, "socket", "")),
             connectedSince=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(consumer.connected_since)),
             type=SubType(sub.sub_type).name,

@@ -143,3 +143,18 @@ def test_partitioned_and_schema_verbs(cli, tmp_path, unique: str) -> None:  # ty
     assert got["type"] == "AVRO" and json.loads(got["data"]) == definition and got["version"] == 0
     cli("schemas", "delete", st)
     assert cli("schemas", "get", st, check=False).returncode == 1
+
+
+def test_unacked_message_limits_by_namespace_and_topic(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
+    ns = f"public/unacked-{unique}"
+    topic = f"persistent://{ns}/t"
+    cli("namespaces", "create", ns)
+    cli("namespaces", "set-max-unacked-messages-per-consumer", ns, "--maxUnackedMessagesPerConsumer", "500")
+    cli("namespaces", "set-max-unacked-messages-per-subscription", ns, "-m", "2000")
+    cli("topics", "create", topic)
+    cli("topics", "set-max-unacked-messages-per-consumer", topic, "--maxNum", "50")
+    assert cli("namespaces", "get-max-unacked-messages-per-consumer", ns).stdout.strip() == "500"
+    assert cli("namespaces", "get-max-unacked-messages-per-subscription", ns).stdout.strip() == "2000"
+    assert cli("topics", "get-max-unacked-messages-per-consumer", topic).stdout.strip() == "50"
+    cli("topics", "remove-max-unacked-messages-per-consumer", topic)
+    assert cli("topics", "get-max-unacked-messages-per-consumer", topic).stdout.strip() in ("", "null")

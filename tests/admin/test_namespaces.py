@@ -40,6 +40,8 @@ def test_namespace_lifecycle(admin: AdminClient, unique: str) -> None:
      {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 3}),
     ("maxProducersPerTopic", "max_producers_per_topic", 5),
     ("maxConsumersPerTopic", "max_consumers_per_topic", 7),
+    ("maxUnackedMessagesPerConsumer", "max_unacked_messages_per_consumer", 1000),
+    ("maxUnackedMessagesPerSubscription", "max_unacked_messages_per_subscription", 4000),
     ("dispatchRate", "topicDispatchRate",
      {"dispatchThrottlingRateInMsg": 100, "dispatchThrottlingRateInByte": -1,
       "relativeToPublishRate": False, "ratePeriodInSecond": 1}),
@@ -66,6 +68,7 @@ def test_policy_set_get_remove(admin: AdminClient, ns: str, suffix: str, key: st
     ("autoTopicCreation", {"allowAutoTopicCreation": True, "topicType": "weird"}, 412),
     ("autoTopicCreation", {"allowAutoTopicCreation": True, "topicType": "partitioned"}, 412),
     ("maxProducersPerTopic", -3, 412),
+    ("maxUnackedMessagesPerConsumer", -1, 412),
     ("backlogQuota", {"limitSize": 10, "policy": "drop_everything"}, 412),
     ("backlogQuota", {"limitSize": "big", "policy": "producer_exception"}, 400),
 ])

@@ -60,6 +60,7 @@ def test_seed_verbs_exist() -> None:
         "namespaces": {"create", "delete", "list", "policies", "set-retention", "set-backlog-quota",
                        "set-message-ttl", "set-deduplication", "set-schema-compatibility-strategy",
                        "set-auto-topic-creation", "set-max-producers-per-topic", "set-max-consumers-per-topic",
+                       "set-max-unacked-messages-per-consumer", "set-max-unacked-messages-per-subscription",
                        "set-dispatch-rate", "set-publish-rate", "grant-permission", "permissions"},
         "topics": {"create", "create-partitioned-topic", "update-partitioned-topic", "list", "delete", "lookup",
                    "partitioned-lookup", "stats", "partitioned-stats", "stats-internal", "subscriptions",

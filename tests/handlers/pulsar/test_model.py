@@ -14,17 +14,22 @@ RECEIVE_MS = 10_000
 IDLE_MS = 1500
 
 
-def _texts(consumer, *, ack: bool = True) -> list[str]:
-    """Everything the consumer receives until it is idle for IDLE_MS."""
+def _receive_until_idle(consumer, *, ack: bool = False) -> list:
+    """Every message the consumer receives until it is idle for IDLE_MS."""
     got = []
     while True:
         try:
             msg = consumer.receive(timeout_millis=IDLE_MS)
         except pulsar.Timeout:
             return got
-        got.append(msg.data().decode())
+        got.append(msg)
         if ack:
             consumer.acknowledge(msg)
+
+
+def _texts(consumer, *, ack: bool = True) -> list[str]:
+    """The payloads received until idle, acknowledged unless ``ack`` is false."""
+    return [m.data().decode() for m in _receive_until_idle(consumer, ack=ack)]
 
 
 def _send_one_batch(client, topic: str, texts: list[str]) -> None:
@@ -310,3 +315,123 @@ def test_a_reader_seeks_ahead_to_a_publish_time(client, unique):
     # last message it returned, so a reader's seek back in time shows nothing new.)
     reader.seek(stamps[2])
     assert [reader.read_next(RECEIVE_MS).data() for _ in range(2)] == [b"m2", b"m3"]
+
+
+def test_failover_spreads_the_partitions_of_a_topic_over_its_consumers(client, admin, unique):
+    topic = f"persistent://public/default/fo-parts-{unique}"
+    admin.put(f"/admin/v2/persistent/public/default/fo-parts-{unique}/partitions", 4)
+    a = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Failover, consumer_name="a")
+    b = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b")
+    producer = client.create_producer(
+        topic, batching_enabled=False,
+        message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    for i in range(40):
+        producer.send(f"m{i}".encode())
+
+    def partitions(consumer) -> set[str]:
+        return {m.topic_name() for m in _receive_until_idle(consumer, ack=True)}
+
+    pa, pb_ = partitions(a), partitions(b)
+    assert pa | pb_ == {f"{topic}-partition-{i}" for i in range(4)}
+    assert not pa & pb_, "a partition had two active consumers"
+    assert len(pa) == len(pb_) == 2
+
+
+def test_a_subscription_without_consumers_may_change_its_type(client, unique):
+    topic = f"retype-{unique}"
+    exclusive = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Exclusive)
+    exclusive.close()
+    shared = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+              for _ in range(2)]
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"x")
+    assert sorted(_texts(shared[0]) + _texts(shared[1])) == ["x"]
+
+
+def test_a_subscription_with_consumers_refuses_another_type(client, unique):
+    topic = f"mixed-{unique}"
+    client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Failover)
+
+
+def test_key_based_batches_reach_key_shared_consumers_one_key_each(client, unique):
+    topic = f"kb-{unique}"
+    consumers = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                                  consumer_name=f"c{i}") for i in range(2)]
+    producer = client.create_producer(topic, batching_enabled=True,
+                                      batching_type=pulsar.BatchingType.KeyBased,
+                                      batching_max_publish_delay_ms=20)
+    for i in range(200):
+        k = f"k{i % 10}"
+        producer.send_async(f"{k}:{i}".encode(), None, partition_key=k)
+    producer.flush()
+    owner: dict[str, int] = {}
+    seen = []
+    for ci, c in enumerate(consumers):
+        for text in _texts(c):
+            k, i = text.split(":")
+            assert owner.setdefault(k, ci) == ci, f"{k} reached two consumers"
+            seen.append(int(i))
+    assert sorted(seen) == list(range(200))
+
+
+def test_a_message_over_the_maximum_size_is_refused_by_the_client(client, unique):
+    producer = client.create_producer(f"too-big-{unique}", batching_enabled=False)
+    with pytest.raises(pulsar.MessageTooBig):
+        producer.send(b"x" * (5 * 1024 * 1024 + 1))
+    producer.send(b"small")  # the producer is still usable
+
+
+def test_a_consumer_at_its_unacked_limit_gets_nothing_more_until_it_acks_half(
+        client, admin, unique):
+    topic = f"unacked-{unique}"
+    path = f"/admin/v2/persistent/public/default/{topic}"
+    a = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, consumer_name="a")
+    admin.post(path + "/maxUnackedMessagesOnConsumer", 10)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(30):
+        producer.send(f"m{i}".encode())
+    held = _receive_until_idle(a)
+    assert len(held) == 10
+
+    def consumer_stats() -> dict:
+        return admin.get(path + "/stats")["subscriptions"]["s"]["consumers"][0]
+
+    assert consumer_stats()["blockedConsumerOnUnackedMsgs"] is True
+    assert consumer_stats()["unackedMessages"] == 10
+    # Another consumer of the subscription is not held back by `a`.
+    b = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, consumer_name="b")
+    assert len(_receive_until_idle(b)) == 10
+    # Acknowledging 4 leaves 6, above half the limit: still blocked; the fifth frees it.
+    for m in held[:4]:
+        a.acknowledge(m)
+    assert _receive_until_idle(a) == []
+    a.acknowledge(held[4])
+    more = _receive_until_idle(a)
+    assert len(more) >= 5
+    assert {m.data() for m in held + more} <= {f"m{i}".encode() for i in range(30)}
+
+
+def test_a_subscription_at_its_unacked_limit_delivers_to_no_consumer(client, admin, unique):
+    topic = f"unacked-sub-{unique}"
+    path = f"/admin/v2/persistent/public/default/{topic}"
+    consumers = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                                  consumer_name=f"c{i}") for i in range(2)]
+    admin.post(path + "/maxUnackedMessagesOnSubscription", 8)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(20):
+        producer.send(f"m{i}".encode())
+    held = [m for c in consumers for m in _receive_until_idle(c)]
+    assert len(held) == 8
+    assert admin.get(path + "/stats")["subscriptions"]["s"]["blockedSubscriptionOnUnackedMsgs"]
+    # Acknowledged, they free the subscription, which delivers (and blocks) again.
+    for c in consumers:
+        for m in held:
+            c.acknowledge(m)
+    rest = [m for c in consumers for m in _receive_until_idle(c)]
+    assert rest, "the subscription stayed blocked"
+    # Acks arrive a few at a time, so it may free and fill up more than once, but it
+    # never holds more than its limit.
+    assert admin.get(path + "/stats")["subscriptions"]["s"]["unackedMessages"] <= 8
+    assert len({m.data() for m in held + rest}) == len(held) + len(rest)
