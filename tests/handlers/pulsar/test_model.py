@@ -5,6 +5,7 @@ publish time, producer access modes and terminated topics."""
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 import time
 
 import pulsar
@@ -435,3 +436,86 @@ def test_a_subscription_at_its_unacked_limit_delivers_to_no_consumer(client, adm
     # never holds more than its limit.
     assert admin.get(path + "/stats")["subscriptions"]["s"]["unackedMessages"] <= 8
     assert len({m.data() for m in held + rest}) == len(held) + len(rest)
+
+
+def test_seek_to_a_message_inside_a_batch_resumes_from_it(client, unique):
+    topic = f"seek-batch-{unique}"
+    consumer = client.subscribe(topic, "s")
+    _send_one_batch(client, topic, [f"m{i}" for i in range(5)])
+    got = [consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(5)]
+    for m in got:
+        consumer.acknowledge(m)
+    consumer.seek(got[2].message_id())
+    # The broker replays the whole entry; the client drops what precedes the id (and, as
+    # for a message outside a batch, the C++ client drops the id's own message too).
+    assert _texts(consumer) in (["m2", "m3", "m4"], ["m3", "m4"])
+
+
+@pytest.mark.parametrize("inclusive", [False, True])
+def test_a_reader_starts_inside_a_batch(client, unique, inclusive):
+    topic = f"reader-batch-{unique}-{inclusive}"
+    probe = client.subscribe(topic, "probe")
+    _send_one_batch(client, topic, [f"m{i}" for i in range(5)])
+    ids = [probe.receive(timeout_millis=RECEIVE_MS).message_id() for _ in range(5)]
+    reader = client.create_reader(topic, ids[2], start_message_id_inclusive=inclusive)
+    expected = [b"m2", b"m3", b"m4"] if inclusive else [b"m3", b"m4"]
+    assert [reader.read_next(RECEIVE_MS).data() for _ in expected] == expected
+    assert not reader.has_message_available()
+
+
+def test_has_message_available_on_an_empty_topic_and_after_a_publish(client, unique):
+    topic = f"available-{unique}"
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert not reader.has_message_available()
+    client.create_producer(topic, batching_enabled=False).send(b"one")
+    assert reader.has_message_available()
+    assert reader.read_next(RECEIVE_MS).data() == b"one"
+    assert not reader.has_message_available()
+
+
+def test_a_delayed_message_from_a_batching_producer_waits_while_the_rest_flow(client, unique):
+    topic = f"delay-batched-{unique}"
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(topic, batching_enabled=True,
+                                      batching_max_publish_delay_ms=10)
+    sent = time.time()
+    producer.send_async(b"later", None, deliver_after=timedelta(seconds=2))
+    for i in range(5):
+        producer.send_async(f"now{i}".encode(), None)
+    producer.flush()
+    first = [consumer.receive(timeout_millis=RECEIVE_MS).data() for _ in range(5)]
+    assert sorted(first) == [f"now{i}".encode() for i in range(5)]
+    later = consumer.receive(timeout_millis=RECEIVE_MS)
+    assert later.data() == b"later" and time.time() - sent >= 1.9
+
+
+def test_key_shared_groups_by_ordering_key_before_partition_key(client, unique):
+    topic = f"ordering-key-{unique}"
+    consumers = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                                  consumer_name=f"c{i}") for i in range(2)]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(60):
+        # Every message has its own partition key; the ordering key decides the owner.
+        producer.send_async(f"o{i % 6}:{i}".encode(), None, partition_key=f"p{i}",
+                            ordering_key=f"o{i % 6}")
+    producer.flush()
+    owner: dict[str, int] = {}
+    total = 0
+    for ci, c in enumerate(consumers):
+        for text in _texts(c):
+            k = text.split(":")[0]
+            assert owner.setdefault(k, ci) == ci, f"{k} reached two consumers"
+            total += 1
+    assert total == 60
+
+
+def test_unloading_a_topic_loses_nothing_for_its_clients(client, admin, unique):
+    topic = f"unload-{unique}"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(5):
+        producer.send(f"m{i}".encode())
+    admin.put(f"/admin/v2/persistent/public/default/{topic}/unload")
+    for i in range(5, 10):
+        producer.send(f"m{i}".encode())
+    assert _texts(consumer) == [f"m{i}" for i in range(10)]
