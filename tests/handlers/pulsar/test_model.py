@@ -1,12 +1,14 @@
 """Pulsar's messaging model through the official pulsar-client, on persistent topics:
-acknowledgement forms, initial positions, unsubscribe, the last message id, seek by
-publish time, producer access modes and terminated topics."""
+acknowledgement forms, initial positions, unsubscribe, the last message id, seeks and
+readers (by message id, inside batches, by publish time), producer access modes,
+subscription types as consumers come and go, unacknowledged-message limits, delayed
+delivery from batching producers, unloaded and terminated topics."""
 
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
 import time
+from datetime import timedelta
 
 import pulsar
 import pytest
