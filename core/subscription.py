@@ -31,6 +31,7 @@ messages still unacknowledged) are kept here until the whole entry is acknowledg
 
 from __future__ import annotations
 
+import bisect
 import enum
 import heapq
 import logging
@@ -147,12 +148,15 @@ class Consumer:
         *,
         priority: int = 0,
         sticky_ranges: list[tuple[int, int]] | None = None,
+        read_compacted: bool = False,
     ):
         self.consumer_id = consumer_id
         self.name = name
         self.sink = sink
         self.priority = priority
         self.sticky_ranges = sticky_ranges
+        # up to the last compaction's horizon, only what the compacted view kept
+        self.read_compacted = read_compacted
         self.permits = 0
         self.subscription: Subscription | None = None
         self.unacked = UnackedEntries()
@@ -552,6 +556,8 @@ class Subscription:
         if self.replay:
             entries = await self._read_replay(budget)
         from_replay = len(entries)
+        if len(entries) < budget and self._active is not None and self._active.read_compacted:
+            entries.extend(await self._read_compacted(budget - len(entries)))
         if len(entries) < budget and self.cursor.has_more():
             entries.extend(await self.cursor.read_entries(budget - len(entries)))
         if entries:
@@ -565,6 +571,26 @@ class Subscription:
             sent = self._assign(entries, from_replay)
         self.topic.note_dispatched(self.msg_out - msg_out, self.bytes_out - bytes_out)
         return sent
+
+    async def _read_compacted(self, n: int) -> list[Entry]:
+        """Up to ``n`` entries of the topic's compacted view from the cursor's read position
+        on, moving the read position past them (and past the view's horizon once it is
+        read), so that reading goes on in the topic itself after the horizon."""
+        view = self.topic.compacted_view()
+        if view is None:
+            return []
+        kept, horizon = view
+        start = self.cursor.read_position()
+        if start > horizon:
+            return []
+        i = bisect.bisect_left(kept, start)
+        picked = kept[i:i + n]
+        out: list[Entry] = []
+        for pos in picked:
+            out.extend(await self.topic.ml.read_entries(pos, 1))
+        last = picked[-1] if i + n < len(kept) else horizon
+        self.cursor.seek(Position(last.ledger_id, last.entry_id + 1))
+        return out
 
     def _tell_end_of_topic(self) -> None:
         """A terminated topic whose every entry was delivered: REACHED_END_OF_TOPIC."""

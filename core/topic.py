@@ -168,6 +168,9 @@ class PersistentTopic:
         self._in_flight = 0  # batches handed to the ledger, not yet answered
         self._batch_done = trio.Event()
         self._compaction: dict[str, Any] | None = None
+        # the last compacted view (kept positions, horizon), loaded when first asked for
+        self._compacted: tuple[list[Position], Position] | None = None
+        self._compacted_loaded = False
         self._publish_window = RateWindow()
         self._publish_resume_at = 0.0
         self._dispatch_window = RateWindow()
@@ -651,6 +654,7 @@ class PersistentTopic:
             "removed": removed, "timestamp": int(time.time() * 1000), "durationMs": duration,
         }).encode())
         self._compaction = None
+        self._compacted_loaded = False  # load the new view when next asked
 
     async def compact(self) -> tuple[list[Position], int, Position | None]:
         """The compacted view up to the last entry now: (kept positions in order, messages
@@ -682,15 +686,17 @@ class PersistentTopic:
         kept_messages = sum(1 for _, null in latest.values() if not null)
         return kept, total - kept_messages, horizon
 
-    async def compacted_entries(self, limit: int) -> list[Entry]:
-        """Up to `limit` entries of the last compacted view, in order."""
-        got = self.broker.metadata.get(self.compaction_path)
-        if got is None:
-            return []
-        out: list[Entry] = []
-        for lid, eid in json.loads(got[0])["positions"][:limit]:
-            out.extend(await self.ml.read_entries(Position(lid, eid), 1))
-        return out
+    def compacted_view(self) -> tuple[list[Position], Position] | None:
+        """The last compaction's kept entries (in order) and its horizon, the last entry
+        it covered; None when the topic was never compacted (or was empty then)."""
+        if not self._compacted_loaded:
+            got = self.broker.metadata.get(self.compaction_path)
+            data = json.loads(got[0]) if got is not None else {}
+            horizon = data.get("horizon")
+            self._compacted = None if horizon is None else (
+                [Position(lid, eid) for lid, eid in data["positions"]], Position(*horizon))
+            self._compacted_loaded = True
+        return self._compacted
 
     def disconnect_all(self) -> None:
         """Ask every producer's and consumer's session to close it (clients reconnect)."""

@@ -482,13 +482,19 @@ class PulsarSession:
             sticky = None
             if cmd.HasField("keySharedMeta") and cmd.keySharedMeta.keySharedMode == pb.STICKY:
                 sticky = [(r.start, r.end) for r in cmd.keySharedMeta.hashRanges]
+            sub_type = SubType(cmd.subType)
+            if cmd.read_compacted and (not name.persistent
+                                       or sub_type not in (SubType.Exclusive, SubType.Failover)):
+                raise NotAllowedError("Read compacted can only be used with exclusive or failover "
+                                      "persistent subscriptions")
             consumer = Consumer(cmd.consumer_id, cmd.consumer_name or f"consumer-{cmd.consumer_id}",
-                                self, priority=cmd.priority_level, sticky_ranges=sticky)
+                                self, priority=cmd.priority_level, sticky_ranges=sticky,
+                                read_compacted=cmd.read_compacted)
             durable = not cmd.HasField("durable") or cmd.durable
             start = None
             if not durable and cmd.HasField("start_message_id"):
                 start = await self._reader_start(topic, cmd)
-            await topic.subscribe(cmd.subscription, consumer, SubType(cmd.subType),
+            await topic.subscribe(cmd.subscription, consumer, sub_type,
                                   earliest=cmd.initialPosition == pb.CommandSubscribe.Earliest,
                                   durable=durable, start=start)
         except Exception as exc:

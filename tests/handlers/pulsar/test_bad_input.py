@@ -221,3 +221,28 @@ def test_consumer_stats_and_last_message_id(standalone: Standalone, unique):
     finally:
         raw.close()
         client.close()
+
+
+@pytest.mark.parametrize("sub_type, domain, refused", [
+    (pb.CommandSubscribe.Shared, "persistent", True),
+    (pb.CommandSubscribe.Key_Shared, "persistent", True),
+    (pb.CommandSubscribe.Exclusive, "non-persistent", True),
+    (pb.CommandSubscribe.Failover, "persistent", False),
+])
+def test_read_compacted_only_on_exclusive_or_failover_persistent_subscriptions(
+        standalone: Standalone, unique, sub_type: int, domain: str, refused: bool):
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        raw.connect()
+        raw.send(ev.CommandSubscribe.build(topic=f"{domain}://public/default/rc-{unique}", subscription="s",
+                                           subType=sub_type, consumer_id=1, request_id=1,
+                                           read_compacted=True))
+        reply = raw.next_event()
+        while isinstance(reply, ev.CommandActiveConsumerChange):  # Failover tells who is active
+            reply = raw.next_event()
+        if refused:
+            assert isinstance(reply, ev.CommandError) and reply.command.error == pb.NotAllowedError
+        else:
+            assert isinstance(reply, ev.CommandSuccess)
+    finally:
+        raw.close()

@@ -521,3 +521,36 @@ def test_unloading_a_topic_loses_nothing_for_its_clients(client, admin, unique):
     for i in range(5, 10):
         producer.send(f"m{i}".encode())
     assert _texts(consumer) == [f"m{i}" for i in range(10)]
+
+
+def _compact(admin, topic: str) -> None:
+    path = f"/admin/v2/persistent/public/default/{topic}/compaction"
+    admin.put(path)
+    deadline = time.monotonic() + 20
+    while admin.get(path)["status"] != "SUCCESS":
+        assert time.monotonic() < deadline, admin.get(path)
+        time.sleep(0.05)
+
+
+def _publish_keyed(client, topic: str, pairs: list[tuple[str, str]]) -> None:
+    producer = client.create_producer(topic, batching_enabled=False)
+    for key, value in pairs:
+        producer.send(value.encode(), partition_key=key)
+    producer.close()
+
+
+def test_a_compacted_read_sees_each_keys_latest_then_what_came_after(client, admin, unique):
+    topic = f"compacted-{unique}"
+    _publish_keyed(client, topic, [("a", "a1"), ("b", "b1"), ("a", "a2"), ("c", "c1"), ("b", "b2")])
+    _compact(admin, topic)
+    _publish_keyed(client, topic, [("a", "a3"), ("a", "a4")])
+    compacted = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    got = [compacted.read_next(RECEIVE_MS).data() for _ in range(5)]
+    # The view up to the compaction, in publish order, then everything after it.
+    assert got == [b"a2", b"c1", b"b2", b"a3", b"a4"]
+    assert not compacted.has_message_available()
+    full = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert [full.read_next(RECEIVE_MS).data() for _ in range(7)][:2] == [b"a1", b"b1"]
+    consumer = client.subscribe(topic, "compacted-sub", is_read_compacted=True,
+                                initial_position=pulsar.InitialPosition.Earliest)
+    assert _texts(consumer) == ["a2", "c1", "b2", "a3", "a4"]
