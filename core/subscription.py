@@ -10,7 +10,8 @@ attached to it. One trio task per subscription moves entries from storage to con
   time has come), then reads new entries from the cursor.
 * Which consumer gets an entry depends on the subscription type: the one active consumer
   (Exclusive, Failover), the next consumer with permits (Shared), or the consumer that
-  owns the entry's key hash (Key_Shared).
+  owns the entry's key hash (Key_Shared). Shared takes turns among the consumers of the
+  highest priority (lowest ``priority_level``) that have permits.
 * Key_Shared keeps per-key order when consumers join or leave by tracking, per key hash,
   how many messages are delivered and not yet acknowledged. An entry whose hash is still
   held by a different consumer waits in the replay set until those messages are acked or
@@ -689,11 +690,19 @@ class Subscription:
         return sent > 0
 
     def _next_shared(self, receivers: list[Consumer]) -> Consumer | None:
+        """The next consumer in turn that can take a message; as in Pulsar, among those of
+        the highest priority (the lowest priority level) that can."""
         n = len(self.consumers)
+        top = None
+        if any(c.priority != self.consumers[0].priority for c in self.consumers):
+            top = min((c.priority for c in self.consumers
+                       if c.permits > 0 and not c.blocked_on_unacked), default=None)
+            if top is None:
+                return None
         for _ in range(n):
             c = self.consumers[self._rr % n]
             self._rr += 1
-            if c.permits > 0 and not c.blocked_on_unacked:
+            if c.permits > 0 and not c.blocked_on_unacked and (top is None or c.priority == top):
                 return c
         return None
 

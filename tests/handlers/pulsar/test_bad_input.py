@@ -246,3 +246,35 @@ def test_read_compacted_only_on_exclusive_or_failover_persistent_subscriptions(
             assert isinstance(reply, ev.CommandSuccess)
     finally:
         raw.close()
+
+
+def test_a_shared_subscription_serves_its_highest_priority_consumers_first(
+        standalone: Standalone, unique):
+    # The Python client has no priority_level; Pulsar's Java client does.
+    topic = f"persistent://public/default/priority-{unique}"
+    client = pulsar.Client(standalone.pulsar_url, operation_timeout_seconds=10)
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        raw.connect()
+        for consumer_id, priority in ((1, 0), (2, 1)):
+            raw.send(ev.CommandSubscribe.build(topic=topic, subscription="s", subType=pb.CommandSubscribe.Shared,
+                                               consumer_id=consumer_id, request_id=consumer_id,
+                                               priority_level=priority))
+            assert isinstance(raw.next_event(), ev.CommandSuccess)
+        raw.send(ev.CommandFlow.build(consumer_id=1, messagePermits=5))
+        raw.send(ev.CommandFlow.build(consumer_id=2, messagePermits=100))
+        raw.send(ev.CommandPing.build())
+        assert isinstance(raw.next_event(), ev.CommandPong)  # the flows are in
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(8):
+            producer.send(f"m{i}".encode())
+        got: dict[int, int] = {1: 0, 2: 0}
+        for _ in range(8):
+            message = raw.next_event()
+            assert isinstance(message, ev.CommandMessage)
+            got[message.command.consumer_id] += 1
+        # priority 0 first, up to its permits; only then the priority-1 consumer
+        assert got == {1: 5, 2: 3}
+    finally:
+        raw.close()
+        client.close()
