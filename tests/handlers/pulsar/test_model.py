@@ -554,3 +554,52 @@ def test_a_compacted_read_sees_each_keys_latest_then_what_came_after(client, adm
     consumer = client.subscribe(topic, "compacted-sub", is_read_compacted=True,
                                 initial_position=pulsar.InitialPosition.Earliest)
     assert _texts(consumer) == ["a2", "c1", "b2", "a3", "a4"]
+
+
+def test_a_second_producer_of_the_same_name_is_refused(client, unique):
+    topic = f"same-name-{unique}"
+    first = client.create_producer(topic, producer_name="only-one", batching_enabled=False)
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic, producer_name="only-one")
+    first.send(b"still mine")
+    first.close()
+    client.create_producer(topic, producer_name="only-one").send(b"now yours")
+
+
+def test_deleting_a_topic_with_clients_needs_force(client, admin, unique):
+    from gateway._admin_cli import AdminError
+
+    topic = f"delete-me-{unique}"
+    path = f"/admin/v2/persistent/public/default/{topic}"
+    consumer = client.subscribe(topic, "s")
+    client.create_producer(topic, batching_enabled=False).send(b"x")
+    with pytest.raises(AdminError) as refused:
+        admin.delete(path)
+    assert refused.value.status == 412
+    admin.delete(path, force="true")
+    assert f"persistent://public/default/{topic}" not in admin.get("/admin/v2/persistent/public/default")
+    consumer.close()
+
+
+def test_a_reader_from_latest_inclusive_reads_the_last_message(client, unique):
+    topic = f"latest-inclusive-{unique}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(3):
+        producer.send(f"m{i}".encode())
+    reader = client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
+    # The C++ client moves such a reader to the last message (a GET_LAST_MESSAGE_ID and a
+    # SEEK) when it is first asked whether a message is available.
+    assert reader.has_message_available()
+    assert reader.read_next(RECEIVE_MS).data() == b"m2"
+    producer.send(b"m3")
+    assert reader.read_next(RECEIVE_MS).data() == b"m3"
+
+
+def test_every_subscription_of_a_topic_gets_every_message(client, unique):
+    topic = f"fan-out-{unique}"
+    subs = [client.subscribe(topic, f"s{i}") for i in range(3)]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(5):
+        producer.send(f"m{i}".encode())
+    for consumer in subs:
+        assert _texts(consumer) == [f"m{i}" for i in range(5)]
