@@ -317,11 +317,11 @@ class NonPersistentTopic(PersistentTopic):
     def start_compaction(self) -> bool:
         raise NotAllowedError("Compaction is not allowed on a non-persistent topic")
 
-    async def compact(self) -> tuple[list[Position], int, Position | None]:
-        return [], 0, None
+    async def compact(self) -> tuple[list[Position], dict[Position, list[int]], int, Position | None]:
+        return [], {}, 0, None
 
-    async def compacted_entries(self, limit: int) -> list[Entry]:
-        return []
+    def compacted_view(self) -> None:
+        return None
 
     def backlog_quota_exceeded(self) -> None:
         return None

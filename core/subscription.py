@@ -580,7 +580,7 @@ class Subscription:
         view = self.topic.compacted_view()
         if view is None:
             return []
-        kept, horizon = view
+        kept, horizon, masks = view
         start = self.cursor.read_position()
         if start > horizon:
             return []
@@ -589,6 +589,11 @@ class Subscription:
         out: list[Entry] = []
         for pos in picked:
             out.extend(await self.topic.ml.read_entries(pos, 1))
+            mask = masks.get(pos)
+            if mask is not None:
+                # what compaction dropped from the batch counts as acknowledged
+                prev = self.batch_ack_sets.get(pos)
+                self.batch_ack_sets[pos] = mask if prev is None else [a & b for a, b in zip(prev, mask, strict=False)]
         last = picked[-1] if i + n < len(kept) else horizon
         self.cursor.seek(Position(last.ledger_id, last.entry_id + 1))
         return out

@@ -68,6 +68,15 @@ disconnected them: the reader subscribes again and must find the position it sou
 start over where it first began. Unclaimed by then, it is dropped."""
 
 
+def _ack_set(indexes: set[int], size: int) -> list[int]:
+    """Pulsar's ack set for a batch of ``size`` messages of which ``indexes`` are still to
+    be delivered: 64-bit words, least significant bit first, as signed int64."""
+    words = [0] * ((size + 63) // 64)
+    for i in indexes:
+        words[i // 64] |= 1 << (i % 64)
+    return [w - (1 << 64) if w >= 1 << 63 else w for w in words]
+
+
 class ProducerAccessMode(enum.IntEnum):
     """Pulsar's ProducerAccessMode numbers."""
 
@@ -168,8 +177,9 @@ class PersistentTopic:
         self._in_flight = 0  # batches handed to the ledger, not yet answered
         self._batch_done = trio.Event()
         self._compaction: dict[str, Any] | None = None
-        # the last compacted view (kept positions, horizon), loaded when first asked for
-        self._compacted: tuple[list[Position], Position] | None = None
+        # the last compacted view (kept positions, horizon, partial batches' ack sets),
+        # loaded when first asked for
+        self._compacted: tuple[list[Position], Position, dict[Position, list[int]]] | None = None
         self._compacted_loaded = False
         self._publish_window = RateWindow()
         self._publish_resume_at = 0.0
@@ -611,8 +621,10 @@ class PersistentTopic:
 
     # Compaction: the latest message of each key, up to a horizon (Pulsar's topic
     # compaction). The compacted view is a list of entry positions kept in the metadata
-    # store; a key whose latest message has a null value is dropped, and so are messages
-    # without a key. Entries are read in bounded batches.
+    # store, and for a batch of which only some messages are kept, their indexes as an
+    # ack set (set bits: the messages a compacted read delivers); a key whose latest
+    # message has a null value is dropped, and so are messages without a key. Entries are
+    # read in bounded batches.
 
     @property
     def compaction_path(self) -> str:
@@ -642,7 +654,7 @@ class PersistentTopic:
     async def _run_compaction(self) -> None:
         started = time.monotonic()
         try:
-            positions, removed, horizon = await self.compact()
+            positions, masks, removed, horizon = await self.compact()
         except Exception as exc:
             log.warning("compaction of %s failed: %s", self.name, exc)
             self._compaction = {"status": "ERROR", "lastError": str(exc), "failedAt": int(time.time() * 1000)}
@@ -651,19 +663,21 @@ class PersistentTopic:
         self.broker.metadata.put(self.compaction_path, json.dumps({
             "horizon": [horizon.ledger_id, horizon.entry_id] if horizon else None,
             "positions": [[p.ledger_id, p.entry_id] for p in positions],
+            "masks": [[p.ledger_id, p.entry_id, words] for p, words in masks.items()],
             "removed": removed, "timestamp": int(time.time() * 1000), "durationMs": duration,
         }).encode())
         self._compaction = None
         self._compacted_loaded = False  # load the new view when next asked
 
-    async def compact(self) -> tuple[list[Position], int, Position | None]:
-        """The compacted view up to the last entry now: (kept positions in order, messages
-        removed, horizon)."""
-        from core.format import messages_from_entry
+    async def compact(self) -> tuple[list[Position], dict[Position, list[int]], int, Position | None]:
+        """The compacted view up to the last entry now: (kept positions in order, the ack
+        sets of batches kept in part, messages removed, horizon)."""
+        from core.format import decode_entry, iter_batch
 
         horizon = self.ml.last_confirmed()
         pos = self.ml.first_position()
-        latest: dict[str, tuple[Position, bool]] = {}
+        # key -> (entry, index in its batch, messages in that batch, null value)
+        latest: dict[str, tuple[Position, int, int, bool]] = {}
         total = 0
         while pos is not None and horizon is not None and pos <= horizon:
             entries = await self.ml.read_entries(pos, 200)
@@ -673,28 +687,38 @@ class PersistentTopic:
                 if e.position > horizon:
                     break
                 try:
-                    messages = messages_from_entry(e.data)
+                    singles = iter_batch(*decode_entry(e.data))
                 except EntryFormatError:
                     continue
-                total += len(messages)
-                for m in messages:
-                    if m.key is not None:
-                        latest[m.key] = (e.position, m.null_value)
+                for index, single in enumerate(singles):
+                    meta = single.metadata
+                    if meta.compacted_out:
+                        continue
+                    total += 1
+                    if meta.HasField("partition_key"):
+                        latest[meta.partition_key] = (e.position, index, len(singles), meta.null_value)
             last = entries[-1].position
             pos = Position(last.ledger_id, last.entry_id + 1)
-        kept = sorted({p for p, null in latest.values() if not null})
-        kept_messages = sum(1 for _, null in latest.values() if not null)
-        return kept, total - kept_messages, horizon
+        kept: dict[Position, tuple[set[int], int]] = {}
+        for p, index, size, null in latest.values():
+            if not null:
+                kept.setdefault(p, (set(), size))[0].add(index)
+        masks = {p: _ack_set(indexes, size) for p, (indexes, size) in kept.items()
+                 if len(indexes) < size}
+        kept_messages = sum(len(indexes) for indexes, _ in kept.values())
+        return sorted(kept), masks, total - kept_messages, horizon
 
-    def compacted_view(self) -> tuple[list[Position], Position] | None:
-        """The last compaction's kept entries (in order) and its horizon, the last entry
-        it covered; None when the topic was never compacted (or was empty then)."""
+    def compacted_view(self) -> tuple[list[Position], Position, dict[Position, list[int]]] | None:
+        """The last compaction's kept entries (in order), its horizon (the last entry it
+        covered) and the ack sets of the batches it kept in part; None when the topic was
+        never compacted (or was empty then)."""
         if not self._compacted_loaded:
             got = self.broker.metadata.get(self.compaction_path)
             data = json.loads(got[0]) if got is not None else {}
             horizon = data.get("horizon")
             self._compacted = None if horizon is None else (
-                [Position(lid, eid) for lid, eid in data["positions"]], Position(*horizon))
+                [Position(lid, eid) for lid, eid in data["positions"]], Position(*horizon),
+                {Position(lid, eid): words for lid, eid, words in data.get("masks", [])})
             self._compacted_loaded = True
         return self._compacted
 

@@ -603,3 +603,21 @@ def test_every_subscription_of_a_topic_gets_every_message(client, unique):
         producer.send(f"m{i}".encode())
     for consumer in subs:
         assert _texts(consumer) == [f"m{i}" for i in range(5)]
+
+
+def test_a_compacted_read_skips_the_older_messages_of_a_batch(client, admin, unique):
+    topic = f"compacted-batch-{unique}"
+    # two batches: (a1, b1, a2) and (c1, b2)
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=3,
+                                      batching_max_publish_delay_ms=60_000)
+    for key, value in [("a", "a1"), ("b", "b1"), ("a", "a2")]:
+        producer.send_async(value.encode(), None, partition_key=key)
+    producer.flush()
+    for key, value in [("c", "c1"), ("b", "b2")]:
+        producer.send_async(value.encode(), None, partition_key=key)
+    producer.flush()
+    _compact(admin, topic)
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    got = [reader.read_next(RECEIVE_MS).data() for _ in range(3)]
+    assert got == [b"a2", b"c1", b"b2"]
+    assert not reader.has_message_available()
