@@ -150,6 +150,7 @@ class Consumer:
         priority: int = 0,
         sticky_ranges: list[tuple[int, int]] | None = None,
         read_compacted: bool = False,
+        metadata: dict[str, str] | None = None,
     ):
         self.consumer_id = consumer_id
         self.name = name
@@ -158,6 +159,7 @@ class Consumer:
         self.sticky_ranges = sticky_ranges
         # up to the last compaction's horizon, only what the compacted view kept
         self.read_compacted = read_compacted
+        self.metadata = metadata or {}
         self.permits = 0
         self.subscription: Subscription | None = None
         self.unacked = UnackedEntries()

@@ -146,6 +146,10 @@ class Producer:
     msg_in: int = 0
     bytes_in: int = 0
     connected_since: float = field(default_factory=time.time)
+    # what the client says of itself: its metadata, address and version (for the stats)
+    metadata: dict[str, str] = field(default_factory=dict)
+    address: str = ""
+    client_version: str = ""
 
 
 class PersistentTopic:

@@ -68,7 +68,7 @@ def consumer_stats(topic: Any, sub: Any, c: Any, rates: Rates) -> dict[str, Any]
         "blockedConsumerOnUnackedMsgs": c.blocked_on_unacked,
         "priorityLevel": c.priority,
         "keyHashRanges": [f"[{a}, {b}]" for a, b in (c.sticky_ranges or [])] or None,
-        "metadata": {},
+        "metadata": dict(c.metadata),
         "connectedSince": _iso(c.connected_since),
         "address": str(getattr(c.sink, "peer_address", "") or ""),
         "clientVersion": str(getattr(c.sink, "client_version", "") or ""),
@@ -130,10 +130,10 @@ def producer_stats(topic: Any, p: Any, rates: Rates) -> dict[str, Any]:
         "producerId": p.producer_id,
         "supportsPartialProducer": False,
         "producerName": p.name,
-        "metadata": {},
+        "metadata": dict(p.metadata),
         "connectedSince": _iso(p.connected_since),
-        "address": "",
-        "clientVersion": "",
+        "address": p.address,
+        "clientVersion": p.client_version,
     }
 
 

@@ -80,6 +80,16 @@ closes its connection. Its consumers then subscribe again, are told again, and s
 100 ms, with their unacknowledged messages redelivered each time."""
 
 
+def _peer_address(stream: Any) -> str:
+    """The client's address as Pulsar's stats show it ("/127.0.0.1:54321"), or "" for a
+    stream that is not a socket."""
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except (AttributeError, OSError, ValueError, TypeError):
+        return ""
+    return f"/{host}:{port}"
+
+
 def understands_end_of_topic(client_version: str, protocol_version: int) -> bool:
     """Whether a client that connected with these values handles REACHED_END_OF_TOPIC.
     Pulsar sends it from protocol version 9 on; a C++ client up to
@@ -154,6 +164,7 @@ class PulsarSession:
         self._closed_by_broker: set[int] = set()
         self._tell_end_of_topic = True
         self.client_version = ""
+        self.peer_address = _peer_address(stream)
         self.consumers: dict[int, Consumer] = {}
         self.consumer_topics: dict[int, PersistentTopic] = {}
         self.last_received = time.monotonic()
@@ -387,7 +398,9 @@ class PulsarSession:
                 else self.handler.new_producer_name()
             mode = ProducerAccessMode(cmd.producer_access_mode) if cmd.HasField("producer_access_mode") \
                 else ProducerAccessMode.Shared
-            producer = Producer(topic, cmd.producer_id, pname, mode)
+            producer = Producer(topic, cmd.producer_id, pname, mode,
+                                metadata={kv.key: kv.value for kv in cmd.metadata},
+                                address=self.peer_address, client_version=self.client_version)
             producer.on_fenced = lambda: self._fenced(producer)
             await topic.add_producer(producer)
         except Exception as exc:
@@ -489,7 +502,8 @@ class PulsarSession:
                                       "persistent subscriptions")
             consumer = Consumer(cmd.consumer_id, cmd.consumer_name or f"consumer-{cmd.consumer_id}",
                                 self, priority=cmd.priority_level, sticky_ranges=sticky,
-                                read_compacted=cmd.read_compacted)
+                                read_compacted=cmd.read_compacted,
+                                metadata={kv.key: kv.value for kv in cmd.metadata})
             durable = not cmd.HasField("durable") or cmd.durable
             start = None
             if not durable and cmd.HasField("start_message_id"):

@@ -621,3 +621,17 @@ def test_a_compacted_read_skips_the_older_messages_of_a_batch(client, admin, uni
     got = [reader.read_next(RECEIVE_MS).data() for _ in range(3)]
     assert got == [b"a2", b"c1", b"b2"]
     assert not reader.has_message_available()
+
+
+def test_stats_show_what_clients_say_of_themselves(client, admin, unique):
+    topic = f"who-{unique}"
+    client.subscribe(topic, "s", properties={"app": "billing"})
+    client.create_producer(topic, properties={"team": "payments"})
+    stats = admin.get(f"/admin/v2/persistent/public/default/{topic}/stats")
+    consumer = stats["subscriptions"]["s"]["consumers"][0]
+    producer = stats["publishers"][0]
+    assert consumer["metadata"] == {"app": "billing"}
+    assert producer["metadata"] == {"team": "payments"}
+    for who in (consumer, producer):
+        assert who["address"].startswith("/127.0.0.1:")
+        assert who["clientVersion"].startswith("Pulsar-")
