@@ -212,3 +212,24 @@ async def test_a_reader_subscription_waits_for_its_reader_after_a_seek(autojump_
         await trio.sleep(RESET_RECONNECT_GRACE + 1)
     assert topic.subscriptions.get("claimed") is claimed and not claimed.closed
     assert unclaimed.closed and "unclaimed" not in topic.subscriptions
+
+
+async def test_a_reader_that_keeps_seeking_has_one_waiting_task(autojump_clock) -> None:
+    from core.topic import RESET_RECONNECT_GRACE
+
+    topic, _ = _topic("reader-seeks")
+    sub = _ReaderSub("seeker")
+    topic.subscriptions[sub.name] = sub  # type: ignore[assignment]
+    async with trio.open_nursery() as nursery:
+        topic._nursery = nursery
+        for _ in range(50):  # seek, come back, seek again...
+            consumer = SimpleNamespace(subscription=sub)
+            sub.consumers.append(consumer)
+            topic.consumer_closed(consumer, reset=True)  # type: ignore[arg-type]
+            await trio.sleep(1)
+        assert len(nursery.child_tasks) == 1
+        # the grace runs from the last seek
+        await trio.sleep(RESET_RECONNECT_GRACE - 2)
+        assert not sub.closed
+        await trio.sleep(3)
+        assert sub.closed and "seeker" not in topic.subscriptions
