@@ -181,8 +181,8 @@ class PersistentTopic:
         self._in_flight = 0  # batches handed to the ledger, not yet answered
         self._batch_done = trio.Event()
         self._compaction: dict[str, Any] | None = None
-        # reader subscriptions a seek left without consumers -> when to drop them
-        self._awaiting_reader: dict[Subscription, float] = {}
+        # reader subscriptions a seek left without consumers -> the wait before dropping them
+        self._awaiting_reader: dict[Subscription, trio.CancelScope] = {}
         # the last compacted view (kept positions, horizon, partial batches' ack sets),
         # loaded when first asked for
         self._compacted: tuple[list[Position], Position, dict[Position, list[int]]] | None = None
@@ -570,10 +570,11 @@ class PersistentTopic:
             return
         if reset and self._nursery is not None:
             # one waiting task per subscription, however often its reader seeks
-            waiting = sub in self._awaiting_reader
-            self._awaiting_reader[sub] = trio.current_time() + RESET_RECONNECT_GRACE
-            if not waiting:
-                self._nursery.start_soon(self._drop_when_unclaimed, sub)
+            grace = self._awaiting_reader.get(sub)
+            if grace is None:
+                grace = self._awaiting_reader[sub] = trio.CancelScope()
+                self._nursery.start_soon(self._drop_when_unclaimed, sub, grace)
+            grace.deadline = trio.current_time() + RESET_RECONNECT_GRACE
         else:
             self._drop_non_durable(sub)
 
@@ -582,9 +583,9 @@ class PersistentTopic:
         if self.subscriptions.get(sub.name) is sub:
             del self.subscriptions[sub.name]
 
-    async def _drop_when_unclaimed(self, sub: Subscription) -> None:
-        while trio.current_time() < self._awaiting_reader[sub]:
-            await trio.sleep_until(self._awaiting_reader[sub])
+    async def _drop_when_unclaimed(self, sub: Subscription, grace: trio.CancelScope) -> None:
+        with grace:  # its deadline moves with every seek
+            await trio.sleep_forever()
         del self._awaiting_reader[sub]
         if not sub.consumers and self.subscriptions.get(sub.name) is sub:
             self._drop_non_durable(sub)

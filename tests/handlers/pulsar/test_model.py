@@ -147,10 +147,13 @@ def test_last_message_id_is_the_newest_stored_message(client, unique):
     assert last.batch_index() == 2
 
 
-def _next_millisecond(after_ms: int) -> None:
-    """Return once the wall clock has passed ``after_ms`` (bounded)."""
+def _next_millisecond() -> None:
+    """Return once the wall clock is past the current millisecond (bounded). Called after
+    a message was received, it orders the next publish time after the broker's timestamp
+    of that message, which seeks by time compare against."""
+    start = time.time() * 1000
     deadline = time.monotonic() + 1
-    while time.time() * 1000 <= after_ms + 1:
+    while time.time() * 1000 <= start + 1:
         assert time.monotonic() < deadline
         time.sleep(0.001)
 
@@ -165,7 +168,7 @@ def test_seek_to_a_publish_time_replays_from_the_first_message_at_or_after_it(cl
         consumer.acknowledge(consumer_msg)
         if i == 2:
             third_published = consumer_msg.publish_timestamp()
-        _next_millisecond(consumer_msg.publish_timestamp())
+        _next_millisecond()
     consumer.seek(third_published)
     assert _texts(consumer) == ["m2", "m3", "m4", "m5"]
 
@@ -310,7 +313,7 @@ def test_a_reader_seeks_ahead_to_a_publish_time(client, unique):
         producer.send(f"m{i}".encode())
         msg = probe.receive(timeout_millis=RECEIVE_MS)
         stamps.append(msg.publish_timestamp())
-        _next_millisecond(msg.publish_timestamp())
+        _next_millisecond()
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     assert reader.read_next(RECEIVE_MS).data() == b"m0"
     # The seek disconnects the reader; it must find its subscription where the seek put
