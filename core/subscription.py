@@ -166,6 +166,9 @@ class Consumer:
         # Shared and Key_Shared: no more deliveries until acknowledgements free it
         self.blocked_on_unacked = False
         self.msg_out = 0
+        self.entries_out = 0
+        # messages of this consumer's sent back for redelivery (nacks, timeouts, leaving)
+        self.redelivered = 0
         self.bytes_out = 0
         self.connected_since = time.time()
         self.told_end_of_topic = False
@@ -216,6 +219,7 @@ class Subscription:
         self._avg_messages_per_entry = 1.0
         self._closed = False
         self.msg_out = 0
+        self.redelivered = 0
         self.bytes_out = 0
         self.expired = 0
         self.last_expire_timestamp = 0
@@ -271,6 +275,8 @@ class Subscription:
             self._release_hash(consumer, item)
             if count:
                 self.redelivery_counts[pos] = self.redelivery_counts.get(pos, 0) + 1
+                consumer.redelivered += item[0]
+                self.redelivered += item[0]
             self.replay.add(pos)
 
     def _release_hash(self, consumer: Consumer, item: tuple[int, int]) -> None:
@@ -686,6 +692,7 @@ class Subscription:
                 slot[1].append(delivery)
             n = len(entry.data)
             target.msg_out += entry.num_messages
+            target.entries_out += 1
             target.bytes_out += n
             self.msg_out += entry.num_messages
             self.bytes_out += n

@@ -638,3 +638,24 @@ def test_stats_show_what_clients_say_of_themselves(client, admin, unique):
     for who in (consumer, producer):
         assert who["address"].startswith("/127.0.0.1:")
         assert who["clientVersion"].startswith("Pulsar-")
+
+
+def test_stats_count_messages_per_entry_and_redeliveries(client, admin, unique):
+    topic = f"rates-{unique}"
+    path = f"/admin/v2/persistent/public/default/{topic}/stats"
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                                negative_ack_redelivery_delay_ms=100)
+    _send_one_batch(client, topic, [f"m{i}" for i in range(10)])
+    got = [consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(10)]
+
+    def consumer_stats() -> dict:
+        return admin.get(path)["subscriptions"]["s"]["consumers"][0]
+
+    assert consumer_stats()["avgMessagesPerEntry"] == 10
+    assert consumer_stats()["msgRateRedeliver"] == 0
+    for m in got:
+        consumer.negative_acknowledge(m)
+    again = [consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(10)]
+    assert {m.redelivery_count() for m in again} == {1}
+    assert consumer_stats()["msgRateRedeliver"] > 0
+    assert admin.get(path)["subscriptions"]["s"]["msgRateRedeliver"] > 0
