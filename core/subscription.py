@@ -305,14 +305,19 @@ class Subscription:
         done: list[Position] = []
         for pos, ack_set in acks:
             if ack_set is not None:
-                prev = self.batch_ack_sets.get(pos)
-                merged = ack_set if prev is None else [a & b for a, b in zip(prev, ack_set, strict=False)]
+                merged = self._narrow_ack_set(pos, ack_set)
                 if any(merged):
                     self.batch_ack_sets[pos] = merged
                     continue
             self.batch_ack_sets.pop(pos, None)
             done.append(pos)
         return done
+
+    def _narrow_ack_set(self, pos: Position, ack_set: list[int]) -> list[int]:
+        """The entry's kept ack set with ``ack_set``'s acknowledgements added (a message is
+        left to deliver only while both still have its bit set)."""
+        prev = self.batch_ack_sets.get(pos)
+        return ack_set if prev is None else [a & b for a, b in zip(prev, ack_set, strict=False)]
 
     def ack_cumulative(self, consumer: Consumer | None, pos: Position) -> None:
         self.cursor.mark_delete(pos)
@@ -600,8 +605,7 @@ class Subscription:
             mask = masks.get(pos)
             if mask is not None:
                 # what compaction dropped from the batch counts as acknowledged
-                prev = self.batch_ack_sets.get(pos)
-                self.batch_ack_sets[pos] = mask if prev is None else [a & b for a, b in zip(prev, mask, strict=False)]
+                self.batch_ack_sets[pos] = self._narrow_ack_set(pos, mask)
         last = picked[-1] if i + n < len(kept) else horizon
         self.cursor.seek(Position(last.ledger_id, last.entry_id + 1))
         return out

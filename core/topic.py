@@ -183,8 +183,9 @@ class PersistentTopic:
         self._compaction: dict[str, Any] | None = None
         # reader subscriptions a seek left without consumers -> the wait before dropping them
         self._awaiting_reader: dict[Subscription, trio.CancelScope] = {}
-        # the last compacted view (kept positions, horizon, partial batches' ack sets),
-        # loaded when first asked for
+        # the last compacted view (kept positions, horizon, partial batches' ack sets):
+        # kept when a compaction ends, loaded from the metadata store when first asked for
+        # after a (re)load
         self._compacted: tuple[list[Position], Position, dict[Position, list[int]]] | None = None
         self._compacted_loaded = False
         self._publish_window = RateWindow()
@@ -680,7 +681,9 @@ class PersistentTopic:
             "removed": removed, "timestamp": int(time.time() * 1000), "durationMs": duration,
         }).encode())
         self._compaction = None
-        self._compacted_loaded = False  # load the new view when next asked
+        # the view just stored is the one reads use from now on
+        self._compacted = (positions, horizon, masks) if horizon is not None else None
+        self._compacted_loaded = True
 
     async def compact(self) -> tuple[list[Position], dict[Position, list[int]], int, Position | None]:
         """The compacted view up to the last entry now: (kept positions in order, the ack
