@@ -9,18 +9,9 @@ from datetime import timedelta
 import pulsar
 import pytest
 
+from tests.handlers.pulsar._receive import receive_until_idle as _drain
+
 RECEIVE_MS = 10_000
-
-
-def _drain(consumer, *, idle_ms: int = 1500) -> list:
-    got = []
-    while True:
-        try:
-            msg = consumer.receive(timeout_millis=idle_ms)
-        except pulsar.Timeout:
-            return got
-        got.append(msg)
-        consumer.acknowledge(msg)
 
 
 def test_round_trip_keeps_payload_key_properties_and_times(client, unique):

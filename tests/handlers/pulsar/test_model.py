@@ -13,26 +13,14 @@ from datetime import timedelta
 import pulsar
 import pytest
 
+from tests.handlers.pulsar._receive import receive_until_idle
+
 RECEIVE_MS = 10_000
-IDLE_MS = 1500
-
-
-def _receive_until_idle(consumer, *, ack: bool = False) -> list:
-    """Every message the consumer receives until it is idle for IDLE_MS."""
-    got = []
-    while True:
-        try:
-            msg = consumer.receive(timeout_millis=IDLE_MS)
-        except pulsar.Timeout:
-            return got
-        got.append(msg)
-        if ack:
-            consumer.acknowledge(msg)
 
 
 def _texts(consumer, *, ack: bool = True) -> list[str]:
     """The payloads received until idle, acknowledged unless ``ack`` is false."""
-    return [m.data().decode() for m in _receive_until_idle(consumer, ack=ack)]
+    return [m.data().decode() for m in receive_until_idle(consumer, ack=ack)]
 
 
 def _send_one_batch(client, topic: str, texts: list[str]) -> None:
@@ -147,29 +135,32 @@ def test_last_message_id_is_the_newest_stored_message(client, unique):
     assert last.batch_index() == 2
 
 
-def _next_millisecond() -> None:
-    """Return once the wall clock is past the current millisecond (bounded). Called after
-    a message was received, it orders the next publish time after the broker's timestamp
-    of that message, which seeks by time compare against."""
-    start = time.time() * 1000
-    deadline = time.monotonic() + 1
-    while time.time() * 1000 <= start + 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
+def _publish_apart(client, topic: str, count: int, consumer) -> list[int]:
+    """Publish m0..m{count-1} one at a time, each received (and acknowledged) by
+    ``consumer`` before the clock passes on to the next millisecond; their publish times.
+    Seeks by time compare against the broker's timestamps, which come after the client's:
+    waiting past each receipt puts every publish time after the broker's stamp of the
+    message before it."""
+    producer = client.create_producer(topic, batching_enabled=False)
+    stamps = []
+    for i in range(count):
+        producer.send(f"m{i}".encode())
+        msg = consumer.receive(timeout_millis=RECEIVE_MS)
+        consumer.acknowledge(msg)
+        stamps.append(msg.publish_timestamp())
+        received = time.time() * 1000
+        deadline = time.monotonic() + 1
+        while time.time() * 1000 <= received + 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+    return stamps
 
 
 def test_seek_to_a_publish_time_replays_from_the_first_message_at_or_after_it(client, unique):
     topic = f"seek-time-{unique}"
     consumer = client.subscribe(topic, "s")
-    producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(6):
-        producer.send(f"m{i}".encode())
-        consumer_msg = consumer.receive(timeout_millis=RECEIVE_MS)
-        consumer.acknowledge(consumer_msg)
-        if i == 2:
-            third_published = consumer_msg.publish_timestamp()
-        _next_millisecond()
-    consumer.seek(third_published)
+    stamps = _publish_apart(client, topic, 6, consumer)
+    consumer.seek(stamps[2])
     assert _texts(consumer) == ["m2", "m3", "m4", "m5"]
 
 
@@ -306,14 +297,7 @@ def test_a_consumer_of_several_topics_gets_each_ones_messages(client, unique):
 
 def test_a_reader_seeks_ahead_to_a_publish_time(client, unique):
     topic = f"reader-seek-{unique}"
-    probe = client.subscribe(topic, "probe")
-    producer = client.create_producer(topic, batching_enabled=False)
-    stamps = []
-    for i in range(4):
-        producer.send(f"m{i}".encode())
-        msg = probe.receive(timeout_millis=RECEIVE_MS)
-        stamps.append(msg.publish_timestamp())
-        _next_millisecond()
+    stamps = _publish_apart(client, topic, 4, client.subscribe(topic, "probe"))
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     assert reader.read_next(RECEIVE_MS).data() == b"m0"
     # The seek disconnects the reader; it must find its subscription where the seek put
@@ -335,7 +319,7 @@ def test_failover_spreads_the_partitions_of_a_topic_over_its_consumers(client, a
         producer.send(f"m{i}".encode())
 
     def partitions(consumer) -> set[str]:
-        return {m.topic_name() for m in _receive_until_idle(consumer, ack=True)}
+        return {m.topic_name() for m in receive_until_idle(consumer, ack=True)}
 
     pa, pb_ = partitions(a), partitions(b)
     assert pa | pb_ == {f"{topic}-partition-{i}" for i in range(4)}
@@ -398,7 +382,7 @@ def test_a_consumer_at_its_unacked_limit_gets_nothing_more_until_it_acks_half(
     producer = client.create_producer(topic, batching_enabled=False)
     for i in range(30):
         producer.send(f"m{i}".encode())
-    held = _receive_until_idle(a)
+    held = receive_until_idle(a, ack=False)
     assert len(held) == 10
 
     def consumer_stats() -> dict:
@@ -408,13 +392,13 @@ def test_a_consumer_at_its_unacked_limit_gets_nothing_more_until_it_acks_half(
     assert consumer_stats()["unackedMessages"] == 10
     # Another consumer of the subscription is not held back by `a`.
     b = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, consumer_name="b")
-    assert len(_receive_until_idle(b)) == 10
+    assert len(receive_until_idle(b, ack=False)) == 10
     # Acknowledging 4 leaves 6, above half the limit: still blocked; the fifth frees it.
     for m in held[:4]:
         a.acknowledge(m)
-    assert _receive_until_idle(a) == []
+    assert receive_until_idle(a, ack=False) == []
     a.acknowledge(held[4])
-    more = _receive_until_idle(a)
+    more = receive_until_idle(a, ack=False)
     assert len(more) >= 5
     assert {m.data() for m in held + more} <= {f"m{i}".encode() for i in range(30)}
 
@@ -428,14 +412,14 @@ def test_a_subscription_at_its_unacked_limit_delivers_to_no_consumer(client, adm
     producer = client.create_producer(topic, batching_enabled=False)
     for i in range(20):
         producer.send(f"m{i}".encode())
-    held = [m for c in consumers for m in _receive_until_idle(c)]
+    held = [m for c in consumers for m in receive_until_idle(c, ack=False)]
     assert len(held) == 8
     assert admin.get(path + "/stats")["subscriptions"]["s"]["blockedSubscriptionOnUnackedMsgs"]
     # Acknowledged, they free the subscription, which delivers (and blocks) again.
     for c in consumers:
         for m in held:
             c.acknowledge(m)
-    rest = [m for c in consumers for m in _receive_until_idle(c)]
+    rest = [m for c in consumers for m in receive_until_idle(c, ack=False)]
     assert rest, "the subscription stayed blocked"
     # Acks arrive a few at a time, so it may free and fill up more than once, but it
     # never holds more than its limit.

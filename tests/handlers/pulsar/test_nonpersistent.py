@@ -20,6 +20,7 @@ from core.subscription import Consumer, SubType
 from core.topic import PublishResult
 from gateway._admin_cli import AdminClient, AdminError
 from tests._standalone import Standalone
+from tests.handlers.pulsar._receive import receive_until_idle as _drain
 
 RECEIVE_MS = 10_000
 IDLE_MS = 1500
@@ -38,17 +39,6 @@ def _receive(consumer, n: int) -> list:
         got.append(msg)
     return got
 
-
-def _drain(consumer, *, idle_ms: int = IDLE_MS) -> list:
-    """What else arrives until the consumer has been idle for `idle_ms`."""
-    got = []
-    while True:
-        try:
-            msg = consumer.receive(timeout_millis=idle_ms)
-        except pulsar.Timeout:
-            return got
-        got.append(msg)
-        consumer.acknowledge(msg)
 
 
 def _consumers_of(admin: AdminClient, name: str, sub: str) -> int:
