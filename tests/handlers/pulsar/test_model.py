@@ -2,13 +2,14 @@
 acknowledgement forms, initial positions, unsubscribe, the last message id, seeks and
 readers (by message id, inside batches, by publish time), producer access modes,
 subscription types as consumers come and go, unacknowledged-message limits, delayed
-delivery from batching producers, unloaded and terminated topics."""
+delivery from batching producers, unloaded and terminated topics, end-to-end encryption."""
 
 from __future__ import annotations
 
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pulsar
 import pytest
@@ -643,3 +644,31 @@ def test_stats_count_messages_per_entry_and_redeliveries(client, admin, unique):
     assert {m.redelivery_count() for m in again} == {1}
     assert consumer_stats()["msgRateRedeliver"] > 0
     assert admin.get(path)["subscriptions"]["s"]["msgRateRedeliver"] > 0
+
+
+KEYS = Path(__file__).parent / "keys"
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
+def test_end_to_end_encrypted_messages_reach_only_key_holders(client, unique, batching):
+    """The broker stores and delivers the producer's ciphertext and its encryption
+    metadata (keys, algorithm, parameter) untouched: the key holder decrypts; a consumer
+    without the key, told to consume anyway, gets the ciphertext and the context."""
+    topic = f"encrypted-{unique}"
+    keys = pulsar.CryptoKeyReader(str(KEYS / "test-public.pem"), str(KEYS / "test-private.pem"))
+    holder = client.subscribe(topic, "holder", crypto_key_reader=keys)
+    stranger = client.subscribe(
+        topic, "stranger", crypto_failure_action=pulsar.ConsumerCryptoFailureAction.CONSUME)
+    producer = client.create_producer(topic, encryption_key="app-key", crypto_key_reader=keys,
+                                      batching_enabled=batching)
+    texts = [f"secret-{i}" for i in range(5)]
+    for t in texts:
+        producer.send_async(t.encode(), None)
+    producer.flush()
+    assert _texts(holder) == texts
+    raw = stranger.receive(timeout_millis=RECEIVE_MS)
+    context = raw.encryption_context()
+    assert context is not None and context.is_decryption_failed()
+    assert [k.key for k in context.keys()] == ["app-key"]
+    assert context.batch_size() == (len(texts) if batching else -1)  # -1: not a batch
+    assert b"secret-" not in raw.data()
