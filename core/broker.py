@@ -41,6 +41,10 @@ class TopicExistsError(Exception):
     pass
 
 
+class SubscriptionNotFoundError(LookupError):
+    pass
+
+
 #: Default period of the message-TTL and backlog-quota checks (Pulsar's defaults).
 MESSAGE_EXPIRY_CHECK_MINUTES = 5.0
 BACKLOG_QUOTA_CHECK_SECONDS = 60.0
@@ -117,6 +121,17 @@ class BrokerService:
         return (bool(self.config.get("allowAutoTopicCreation")),
                 str(self.config.get("allowAutoTopicCreationType")),
                 int(self.config.get("defaultNumPartitions")))
+
+    def allow_auto_subscription_creation(self, name: TopicName) -> bool:
+        """Whether a durable subscription that does not exist yet may be created by a
+        consumer subscribing (or by a producer's initial subscription): the topic's or its
+        namespace's ``autoSubscriptionCreation`` override, else the broker's
+        ``allowAutoSubscriptionCreation``."""
+        pol = self.policies.effective(name, self.namespace_policies(name.namespace_name))
+        override = pol.get("autoSubscriptionCreationOverride")
+        if override:
+            return bool(override.get("allowAutoSubscriptionCreation"))
+        return bool(self.config.get("allowAutoSubscriptionCreation"))
 
     def _ml_exists(self, name: TopicName) -> bool:
         if not name.persistent:

@@ -48,6 +48,7 @@ TOPIC_POLICY_KEYS = (
     "topicDispatchRate",
     "replication_clusters",
     "max_message_size",
+    "autoSubscriptionCreationOverride",
 )
 
 
@@ -61,6 +62,7 @@ def default_policies(clusters: list[str]) -> dict[str, Any]:
         "deduplicationEnabled": None,
         "schema_compatibility_strategy": "UNDEFINED",
         "autoTopicCreationOverride": None,
+        "autoSubscriptionCreationOverride": None,
         "max_producers_per_topic": None,
         "max_consumers_per_topic": None,
         "max_unacked_messages_per_consumer": None,

@@ -581,6 +581,25 @@ def _ns_remove_auto(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.delete(_ns_path(a.namespace) + "/autoTopicCreation")
 
 
+@verb("namespaces", "set-auto-subscription-creation",
+      "override auto subscription creation (disabled unless --enable)", NS,
+      A("-e", "--enable", action="store_true"))
+def _ns_set_auto_sub(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_ns_path(a.namespace) + "/autoSubscriptionCreation",
+                  {"allowAutoSubscriptionCreation": bool(a.enable)})
+
+
+@verb("namespaces", "get-auto-subscription-creation", "the auto subscription creation override", NS)
+def _ns_get_auto_sub(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_ns_path(a.namespace) + "/autoSubscriptionCreation")
+
+
+@verb("namespaces", "remove-auto-subscription-creation",
+      "remove the auto subscription creation override", NS)
+def _ns_remove_auto_sub(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.delete(_ns_path(a.namespace) + "/autoSubscriptionCreation")
+
+
 # -- topics ------------------------------------------------------------------------------------
 
 

@@ -326,6 +326,10 @@ _KEY_LIST: tuple[Key, ...] = (
     _enum("allowAutoTopicCreationType", "non-partitioned",
           "Kind of topic created automatically.", "partitioned", "non-partitioned"),
     _int("defaultNumPartitions", 1, "Partitions of an automatically created partitioned topic.", 1),
+    _bool("allowAutoSubscriptionCreation", True,
+          "Create a durable subscription when a consumer subscribes to one that does not "
+          "exist (and a producer's initial subscription); when false, such a subscribe "
+          "fails with SubscriptionNotFound."),
     _bool("brokerDeduplicationEnabled", False, "Message deduplication by producer sequence id."),
     _int("maxUnackedMessagesPerConsumer", 50000,
          "Unacknowledged messages a Shared or Key_Shared consumer may hold before it gets no "

@@ -83,6 +83,14 @@ def _auto_topic(body: Any, request: Request) -> Any:
     return out
 
 
+def _auto_subscription(body: Any, request: Request) -> Any:
+    data = body_object(body, "AutoSubscriptionCreationOverride")
+    allow = data.get("allowAutoSubscriptionCreation")
+    if not isinstance(allow, bool):
+        raise RestError(400, "allowAutoSubscriptionCreation must be true or false")
+    return {"allowAutoSubscriptionCreation": allow}
+
+
 def _max_count(what: str) -> Callable[[Any, Request], Any]:
     def parse(body: Any, request: Request) -> Any:
         return _non_negative(body, what)
@@ -149,6 +157,7 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
     PolicySpec("schemaCompatibilityStrategy", "schema_compatibility_strategy", _strategy,
                ("PUT", "POST"), unset="UNDEFINED"),
     PolicySpec("autoTopicCreation", "autoTopicCreationOverride", _auto_topic),
+    PolicySpec("autoSubscriptionCreation", "autoSubscriptionCreationOverride", _auto_subscription),
     PolicySpec("maxProducersPerTopic", "max_producers_per_topic", _max_count("maxProducersPerTopic")),
     PolicySpec("maxConsumersPerTopic", "max_consumers_per_topic", _max_count("maxConsumersPerTopic")),
     PolicySpec("maxProducers", "max_producers_per_topic", _max_count("maxProducers")),

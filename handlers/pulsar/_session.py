@@ -24,11 +24,16 @@ from typing import Any
 
 import trio
 
-from core.broker import BrokerService, NamespaceNotFoundError, TopicNotFoundError
+from core.broker import (
+    BrokerService,
+    NamespaceNotFoundError,
+    SubscriptionNotFoundError,
+    TopicNotFoundError,
+)
 from core.format import pulsar_api_pb2 as pb
 from core.naming import InvalidNameError, NamespaceName, TopicName
 from core.nonpersistent import NotAllowedError
-from core.policies import NotFoundError
+from core.policies import ConflictError, NotFoundError
 from core.schema import IncompatibleSchemaError
 from core.storage import Position
 from core.subscription import (
@@ -107,6 +112,8 @@ def _server_error(exc: BaseException) -> int:
             return E.InvalidTopicName
         case TopicNotFoundError() | NamespaceNotFoundError() | NotFoundError():
             return E.TopicNotFound
+        case SubscriptionNotFoundError():
+            return E.SubscriptionNotFound
         case ConsumerBusyError() | SubscriptionTypeMismatchError():
             return E.ConsumerBusy
         case ProducerFencedError():
@@ -402,6 +409,8 @@ class PulsarSession:
                                 metadata={kv.key: kv.value for kv in cmd.metadata},
                                 address=self.peer_address, client_version=self.client_version)
             producer.on_fenced = lambda: self._fenced(producer)
+            if cmd.initial_subscription_name:
+                await self._create_initial_subscription(name, topic, cmd.initial_subscription_name)
             await topic.add_producer(producer)
         except Exception as exc:
             self._error(cmd.request_id, exc)
@@ -414,6 +423,22 @@ class PulsarSession:
         self._send(ev.CommandProducerSuccess.build(
             request_id=cmd.request_id, producer_name=pname, last_sequence_id=last,
             schema_version=schema_version, producer_ready=True))
+
+    async def _create_initial_subscription(self, name: TopicName, topic: Any, sub: str) -> None:
+        """The subscription a producer asks to exist before it publishes (what a client's
+        dead-letter policy asks for its dead-letter topic), from the earliest message, as
+        Pulsar creates it: on persistent topics, where auto subscription creation is
+        allowed."""
+        if not name.persistent or sub in topic.subscriptions:
+            return
+        if not self.broker.allow_auto_subscription_creation(name):
+            raise NotAllowedError("Failed to create the initial subscription: Could not create "
+                                  "the initial subscription due to the auto subscription "
+                                  "creation is not allowed.")
+        try:
+            await topic.create_subscription(sub, None, earliest=True)
+        except ConflictError:
+            pass  # another producer's request created it meanwhile
 
     def _fenced(self, producer: Producer) -> None:
         self.producers.pop(producer.producer_id, None)
@@ -505,6 +530,9 @@ class PulsarSession:
                                 read_compacted=cmd.read_compacted,
                                 metadata={kv.key: kv.value for kv in cmd.metadata})
             durable = not cmd.HasField("durable") or cmd.durable
+            if durable and name.persistent and cmd.subscription not in topic.subscriptions \
+                    and not self.broker.allow_auto_subscription_creation(name):
+                raise SubscriptionNotFoundError("Subscription does not exist")
             start = None
             if not durable and cmd.HasField("start_message_id"):
                 start = await self._reader_start(topic, cmd)

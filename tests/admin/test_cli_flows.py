@@ -158,3 +158,17 @@ def test_unacked_message_limits_by_namespace_and_topic(cli, unique: str) -> None
     assert cli("topics", "get-max-unacked-messages-per-consumer", topic).stdout.strip() == "50"
     cli("topics", "remove-max-unacked-messages-per-consumer", topic)
     assert cli("topics", "get-max-unacked-messages-per-consumer", topic).stdout.strip() in ("", "null")
+
+
+def test_auto_subscription_creation_by_namespace(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
+    ns = f"public/autosub-{unique}"
+    cli("namespaces", "create", ns)
+    assert cli("namespaces", "get-auto-subscription-creation", ns).stdout.strip() in ("", "null")
+    cli("namespaces", "set-auto-subscription-creation", ns)
+    assert json.loads(cli("namespaces", "get-auto-subscription-creation", ns).stdout) == {
+        "allowAutoSubscriptionCreation": False}
+    cli("namespaces", "set-auto-subscription-creation", ns, "--enable")
+    assert json.loads(cli("namespaces", "get-auto-subscription-creation", ns).stdout) == {
+        "allowAutoSubscriptionCreation": True}
+    cli("namespaces", "remove-auto-subscription-creation", ns)
+    assert cli("namespaces", "get-auto-subscription-creation", ns).stdout.strip() in ("", "null")

@@ -9,8 +9,11 @@ import time
 import pulsar
 import pytest
 
+from core.format import pulsar_api_pb2 as pb
 from gateway._admin_cli import AdminClient
+from handlers.pulsar import _events as ev
 from tests._standalone import Standalone
+from tests.handlers.pulsar._raw import RawClient
 
 from .conftest import status_of, wait_for
 
@@ -128,6 +131,45 @@ def test_auto_topic_creation_override(admin: AdminClient, ns: str, client: pulsa
     admin.post(base, {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 3})
     client.create_producer(f"persistent://{ns}/auto").close()
     assert admin.get(f"/admin/v2/persistent/{ns}/auto/partitions")["partitions"] == 3
+
+
+def test_auto_subscription_creation_override(admin: AdminClient, ns: str, server: Standalone,
+                                             client: pulsar.Client, quick_client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/subs", f"/admin/v2/persistent/{ns}/subs"
+    client.subscribe(topic, "existing").close()
+    admin.post(f"/admin/v2/namespaces/{ns}/autoSubscriptionCreation",
+               {"allowAutoSubscriptionCreation": False})
+    raw = RawClient(server.pulsar_url)
+    try:
+        raw.connect()
+        raw.send(ev.CommandSubscribe.build(topic=topic, subscription="new", consumer_id=1,
+                                           request_id=1, subType=pb.CommandSubscribe.Shared))
+        refused_subscribe = raw.next_event()
+        # Nor is a producer's initial subscription (a dead-letter policy's) created.
+        raw.send(ev.CommandProducer.build(topic=topic, producer_id=1, request_id=2,
+                                          initial_subscription_name="dlq-watch"))
+        refused_producer = raw.next_event()
+    finally:
+        raw.close()
+    assert isinstance(refused_subscribe, ev.CommandError)
+    assert (refused_subscribe.command.error, refused_subscribe.command.message) == (
+        pb.SubscriptionNotFound, "Subscription does not exist")
+    assert isinstance(refused_producer, ev.CommandError)
+    assert refused_producer.command.error == pb.NotAllowedError
+    assert "auto subscription creation is not allowed" in refused_producer.command.message
+    # The official client takes SubscriptionNotFound for a passing condition and retries
+    # until its operation timeout, as it does against Pulsar.
+    with pytest.raises(pulsar.PulsarException):
+        quick_client.subscribe(topic, "new")
+    assert admin.get(f"{path}/subscriptions") == ["existing"]
+    client.subscribe(topic, "existing").close()  # what exists may still be joined
+    client.create_reader(topic, pulsar.MessageId.earliest).close()  # readers are not durable
+    admin.put(f"{path}/subscription/made-by-admin")
+    client.subscribe(topic, "made-by-admin").close()
+    # The topic's own override wins over its namespace's.
+    admin.post(f"{path}/autoSubscriptionCreation", {"allowAutoSubscriptionCreation": True})
+    client.subscribe(topic, "new").close()
+    assert sorted(admin.get(f"{path}/subscriptions")) == ["existing", "made-by-admin", "new"]
 
 
 def test_deduplication_enabled_by_rest(admin: AdminClient, ns: str, client: pulsar.Client) -> None:

@@ -1,6 +1,9 @@
-"""Receiving with the official client until a consumer goes quiet."""
+"""Receiving with the official client until a consumer goes quiet, and waiting on a
+condition the broker reports, with a bound."""
 
 from __future__ import annotations
+
+import time
 
 import pulsar
 
@@ -19,3 +22,11 @@ def receive_until_idle(consumer, *, idle_ms: int = IDLE_MS, ack: bool = True) ->
         got.append(msg)
         if ack:
             consumer.acknowledge(msg)
+
+
+def wait_until(condition, timeout: float = 15.0) -> None:
+    """Poll ``condition()`` until it is true; fail once ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)

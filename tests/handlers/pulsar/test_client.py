@@ -9,7 +9,9 @@ from datetime import timedelta
 import pulsar
 import pytest
 
+from gateway._admin_cli import AdminError
 from tests.handlers.pulsar._receive import receive_until_idle as _drain
+from tests.handlers.pulsar._receive import wait_until
 
 RECEIVE_MS = 10_000
 
@@ -199,6 +201,35 @@ def test_negative_ack_redelivers_with_count_and_dead_letter_policy(client, uniqu
         consumer.negative_acknowledge(m)
     assert counts == [0, 1, 2]
     assert dead.receive(timeout_millis=RECEIVE_MS).data() == b"poison"
+
+
+def test_a_dead_letter_policys_initial_subscription_keeps_what_reaches_the_dlq(client, admin, unique):
+    """The client creates the dead-letter producer with the policy's initial subscription;
+    the broker creates that subscription from the earliest message before the producer
+    publishes, so a consumer that subscribes later (at latest) still finds the message."""
+    topic = f"dlq-init-{unique}"
+    dlq = f"persistent://public/default/dlq-init-{unique}-DLQ"
+    consumer = client.subscribe(
+        topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+        negative_ack_redelivery_delay_ms=100,
+        dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(
+            max_redeliver_count=1, dead_letter_topic=dlq, initial_subscription_name="dlq-watch"))
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"poison")
+    for _ in range(2):
+        consumer.negative_acknowledge(consumer.receive(timeout_millis=RECEIVE_MS))
+    stats = f"/admin/v2/persistent/public/default/dlq-init-{unique}-DLQ/stats"
+
+    def dead_lettered() -> bool:
+        try:
+            return admin.get(stats)["msgInCounter"] == 1
+        except AdminError:  # the client has not created the dead-letter topic yet
+            return False
+
+    wait_until(dead_lettered)
+    assert list(admin.get(stats)["subscriptions"]) == ["dlq-watch"]
+    watcher = client.subscribe(dlq, "dlq-watch")  # at latest: only an existing subscription has it
+    assert watcher.receive(timeout_millis=RECEIVE_MS).data() == b"poison"
 
 
 def test_ack_timeout_redelivers(client, unique):

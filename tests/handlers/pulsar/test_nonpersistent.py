@@ -21,6 +21,7 @@ from core.topic import PublishResult
 from gateway._admin_cli import AdminClient, AdminError
 from tests._standalone import Standalone
 from tests.handlers.pulsar._receive import receive_until_idle as _drain
+from tests.handlers.pulsar._receive import wait_until
 
 RECEIVE_MS = 10_000
 IDLE_MS = 1500
@@ -47,13 +48,6 @@ def _consumers_of(admin: AdminClient, name: str, sub: str) -> int:
     except AdminError:
         return 0
     return len(stats["subscriptions"].get(sub, {}).get("consumers", []))
-
-
-def _wait_until(condition, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def _np(name: str) -> str:
@@ -288,7 +282,7 @@ def test_admin_create_unload_and_delete(client, admin, unique):
     producer = client.create_producer(_np(name), batching_enabled=False)
     admin.put(f"/admin/v2/non-persistent/{NS}/{name}/unload")
     # The clients reconnect to a fresh topic; publish once the consumer is back.
-    _wait_until(lambda: _consumers_of(admin, name, "sub") == 1)
+    wait_until(lambda: _consumers_of(admin, name, "sub") == 1)
     producer.send(b"after-unload")
     assert [m.data() for m in _receive(consumer, 1)] == [b"after-unload"]
     consumer.close()
