@@ -34,12 +34,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from core.naming import TopicName
-from core.policies import PreconditionError
 from core.storage import Cursor, Entry, ManagedLedger, Position
 from core.subscription import Consumer, Subscription, SubType
 from core.topic import (
+    NotAllowedError,
     PersistentTopic,
-    ProducerBusyError,
     PublishCallback,
     PublishResult,
     TopicClosedError,
@@ -52,11 +51,6 @@ __all__ = ["NonPersistentTopic", "NonPersistentSubscription", "NotAllowedError",
 
 #: The message id of every non-persistent message (receipts and deliveries).
 NON_PERSISTENT_POSITION = Position(0, 0)
-
-
-class NotAllowedError(PreconditionError):
-    """An operation that needs stored messages, asked of a non-persistent topic (Pulsar's
-    ``NotAllowedError``)."""
 
 
 class _NoLedger(ManagedLedger):
@@ -289,9 +283,7 @@ class NonPersistentTopic(PersistentTopic):
         delivered)."""
         if self._closed:
             raise TopicClosedError(f"Topic {self.name} is closing")
-        limit = self.policies.get("max_consumers_per_topic") or 0
-        if limit and sum(len(s.consumers) for s in self.subscriptions.values()) >= limit:
-            raise ProducerBusyError(f"Topic '{self.name}' reached max consumers limit")
+        self.check_consumer_limits(name)
         sub = self.subscriptions.get(name)
         if sub is None:
             sub = NonPersistentSubscription(self, name, sub_type)

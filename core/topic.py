@@ -31,9 +31,9 @@ import trio
 from core._throttle import RateWindow, rate_limits
 from core.format import EntryFormatError
 from core.naming import TopicName
-from core.policies import ConflictError
+from core.policies import ConflictError, PreconditionError
 from core.storage import Entry, ManagedLedger, Position, entry_metadata
-from core.subscription import Consumer, Subscription, SubType
+from core.subscription import Consumer, ConsumerBusyError, Subscription, SubType
 
 if TYPE_CHECKING:
     from core.broker import BrokerService
@@ -43,6 +43,7 @@ __all__ = [
     "Producer",
     "PersistentTopic",
     "PublishResult",
+    "NotAllowedError",
     "ProducerBusyError",
     "ProducerFencedError",
     "TopicClosedError",
@@ -84,6 +85,12 @@ class ProducerAccessMode(enum.IntEnum):
     Exclusive = 1
     WaitForExclusive = 2
     ExclusiveWithFencing = 3
+
+
+class NotAllowedError(PreconditionError):
+    """An operation the topic does not allow: one that needs stored messages, asked of a
+    non-persistent topic, or a subscription past the topic's limit (Pulsar's
+    ``NotAllowedError``)."""
 
 
 class ProducerBusyError(Exception):
@@ -295,7 +302,7 @@ class PersistentTopic:
                 f"Cannot create producer on topic with backlog quota exceeded ({exceeded.policy})",
                 exceeded.policy)
         mode = producer.access_mode
-        limit = self.policies.get("max_producers_per_topic") or 0
+        limit = self.limit("max_producers_per_topic", "maxProducersPerTopic")
         if limit and len(self.producers) >= limit:
             raise ProducerBusyError(f"Topic '{self.name}' reached max producers limit")
         if any(p.name == producer.name for p in self.producers):
@@ -319,6 +326,33 @@ class PersistentTopic:
                 self._exclusive_released = trio.Event()
                 await self._exclusive_released.wait()
         self.producers.append(producer)
+
+    def limit(self, policy: str, config_key: str) -> int:
+        """A count limit (0: none): the topic's or its namespace's ``policy``, else the
+        broker's ``config_key``."""
+        value = self.policies.get(policy)
+        if value is None:
+            value = self.broker.config.get(config_key, 0)
+        return int(value or 0)
+
+    def check_consumer_limits(self, subscription: str) -> None:
+        """Refuse a consumer as Pulsar does when the topic has as many consumers as it may,
+        or the subscription it joins has, or it would create a subscription past the
+        topic's limit."""
+        subs = self.subscriptions
+        limit = self.limit("max_consumers_per_topic", "maxConsumersPerTopic")
+        if limit and sum(len(s.consumers) for s in subs.values()) >= limit:
+            raise ConsumerBusyError("Topic reached max consumers limit")
+        sub = subs.get(subscription)
+        if sub is None:
+            limit = self.limit("max_subscriptions_per_topic", "maxSubscriptionsPerTopic")
+            if limit and len(subs) >= limit:
+                raise NotAllowedError(
+                    f"Exceed the maximum number of subscriptions of the topic: {self.name}")
+        else:
+            limit = self.limit("max_consumers_per_subscription", "maxConsumersPerSubscription")
+            if limit and len(sub.consumers) >= limit:
+                raise ConsumerBusyError("Subscription reached max consumers limit")
 
     def remove_producer(self, producer: Producer) -> None:
         if producer in self.producers:
@@ -534,9 +568,7 @@ class PersistentTopic:
                         start: Position | None = None) -> Subscription:
         if self._closed:
             raise TopicClosedError(f"Topic {self.name} is closing")
-        limit = self.policies.get("max_consumers_per_topic") or 0
-        if limit and sum(len(s.consumers) for s in self.subscriptions.values()) >= limit:
-            raise ProducerBusyError(f"Topic '{self.name}' reached max consumers limit")
+        self.check_consumer_limits(name)
         sub = self.subscriptions.get(name)
         if sub is None:
             if durable:

@@ -511,6 +511,17 @@ def _policy_verbs(noun: str) -> None:
              A(*flags, dest="value", type=int, required=True))(value_setter(suffix))
         simple(name, suffix, f"maximum {what} per topic")
 
+    # subscriptions per topic and consumers per subscription (the same names and flags on
+    # both scopes)
+    for name, suffix, flags, what in (
+            ("max-subscriptions-per-topic", "maxSubscriptionsPerTopic",
+             ("-m", "--max-subscriptions-per-topic"), "maximum subscriptions per topic"),
+            ("max-consumers-per-subscription", "maxConsumersPerSubscription",
+             ("-c", "--max-consumers-per-subscription"), "maximum consumers per subscription")):
+        verb(noun, f"set-{name}", f"set the {what}", target,
+             A(*flags, dest="value", type=int, required=True))(value_setter(suffix))
+        simple(name, suffix, what)
+
     # unacknowledged-message limits (pulsar-admin's flags differ between the scopes)
     for what, ns_flag, ns_short in (("consumer", "--maxUnackedMessagesPerConsumer", "-c"),
                                     ("subscription", "--maxUnackedMessagesPerSubscription", "-m")):

@@ -330,6 +330,16 @@ _KEY_LIST: tuple[Key, ...] = (
           "Create a durable subscription when a consumer subscribes to one that does not "
           "exist (and a producer's initial subscription); when false, such a subscribe "
           "fails with SubscriptionNotFound."),
+    _int("maxProducersPerTopic", 0,
+         "Producers one topic may have, where its namespace sets no limit; 0 for no limit.", 0),
+    _int("maxConsumersPerTopic", 0,
+         "Consumers one topic may have, where its namespace sets no limit; 0 for no limit.", 0),
+    _int("maxConsumersPerSubscription", 0,
+         "Consumers one subscription may have, where its namespace sets no limit; 0 for no "
+         "limit.", 0),
+    _int("maxSubscriptionsPerTopic", 0,
+         "Subscriptions one topic may have, where its namespace sets no limit; 0 for no "
+         "limit.", 0),
     _bool("brokerDeduplicationEnabled", False, "Message deduplication by producer sequence id."),
     _int("maxUnackedMessagesPerConsumer", 50000,
          "Unacknowledged messages a Shared or Key_Shared consumer may hold before it gets no "

@@ -172,3 +172,21 @@ def test_auto_subscription_creation_by_namespace(cli, unique: str) -> None:  # t
         "allowAutoSubscriptionCreation": True}
     cli("namespaces", "remove-auto-subscription-creation", ns)
     assert cli("namespaces", "get-auto-subscription-creation", ns).stdout.strip() in ("", "null")
+
+
+def test_subscription_and_consumer_limits_by_namespace_and_topic(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
+    ns = f"public/sublimits-{unique}"
+    topic = f"persistent://{ns}/t"
+    cli("namespaces", "create", ns)
+    cli("namespaces", "set-max-subscriptions-per-topic", ns, "--max-subscriptions-per-topic", "5")
+    cli("namespaces", "set-max-consumers-per-subscription", ns, "-c", "2")
+    cli("topics", "create", topic)
+    cli("topics", "set-max-subscriptions-per-topic", topic, "-m", "1")
+    assert cli("namespaces", "get-max-subscriptions-per-topic", ns).stdout.strip() == "5"
+    assert cli("namespaces", "get-max-consumers-per-subscription", ns).stdout.strip() == "2"
+    assert cli("topics", "get-max-subscriptions-per-topic", topic).stdout.strip() == "1"
+    cli("topics", "create-subscription", topic, "-s", "first")
+    cli("topics", "remove-max-subscriptions-per-topic", topic)
+    assert cli("topics", "get-max-subscriptions-per-topic", topic).stdout.strip() in ("", "null")
+    cli("namespaces", "remove-max-consumers-per-subscription", ns)
+    assert cli("namespaces", "get-max-consumers-per-subscription", ns).stdout.strip() in ("", "null")

@@ -116,9 +116,14 @@ def test_max_producers_and_consumers(admin: AdminClient, ns: str, client: pulsar
     first.close()
     admin.post(f"{path}/maxConsumers", 1)
     c1 = client.subscribe(topic, "a", consumer_type=pulsar.ConsumerType.Shared)
-    with pytest.raises(pulsar.PulsarException):
+    with pytest.raises(pulsar.ConsumerBusy):
         quick_client.subscribe(topic, "b", consumer_type=pulsar.ConsumerType.Shared)
     c1.close()
+    admin.delete(f"{path}/maxConsumers")
+    admin.post(f"{path}/maxSubscriptionsPerTopic", 1)
+    with pytest.raises(pulsar.NotAllowedError):
+        quick_client.subscribe(topic, "b")
+    client.subscribe(topic, "a", consumer_type=pulsar.ConsumerType.Shared).close()
 
 
 def test_auto_topic_creation_override(admin: AdminClient, ns: str, client: pulsar.Client,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pulsar
 import pytest
 
+from gateway._admin_cli import AdminClient
 from tests._standalone import Standalone
 
 RECEIVE_MS = 10_000
@@ -183,4 +184,33 @@ def test_broker_schema_compatibility_strategy_applies_to_namespaces_that_set_non
         first.send(Book(title="t"))
         # Under the default (FULL) this is IncompatibleSchema; here it is a new version.
         client.create_producer("schema-any", schema=JsonSchema(Other)).send(Other(pages=3))
+        client.close()
+
+
+def test_broker_limits_on_producers_consumers_and_subscriptions(tmp_path):
+    """The broker's count limits apply where a namespace sets none; a namespace's own
+    value replaces them."""
+    conf = {"maxProducersPerTopic": 1, "maxConsumersPerTopic": 2, "maxConsumersPerSubscription": 1,
+            "maxSubscriptionsPerTopic": 3}
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url, operation_timeout_seconds=5)
+        topic = "persistent://public/default/limits"
+        client.create_producer(topic)
+        with pytest.raises(pulsar.ProducerBusy):
+            client.create_producer(topic)
+        a = client.subscribe(topic, "a", consumer_type=pulsar.ConsumerType.Shared)
+        with pytest.raises(pulsar.ConsumerBusy):  # "Subscription reached max consumers limit"
+            client.subscribe(topic, "a", consumer_type=pulsar.ConsumerType.Shared)
+        b = client.subscribe(topic, "b")
+        with pytest.raises(pulsar.ConsumerBusy):  # "Topic reached max consumers limit"
+            client.subscribe(topic, "c")
+        a.close()
+        b.close()  # the two subscriptions stay
+        client.create_reader(topic, pulsar.MessageId.earliest).close()  # a third, for a while
+        client.subscribe(topic, "c").close()
+        with pytest.raises(pulsar.NotAllowedError):  # a fourth subscription
+            client.subscribe(topic, "d")
+        admin = AdminClient(s.addresses["web"][0])
+        admin.post("/admin/v2/namespaces/public/default/maxProducersPerTopic", 2)
+        client.create_producer(topic).close()
         client.close()
