@@ -63,6 +63,8 @@ def default_policies(clusters: list[str]) -> dict[str, Any]:
         "retention_policies": None,
         "deduplicationEnabled": None,
         "schema_compatibility_strategy": "UNDEFINED",
+        "schema_validation_enforced": False,
+        "is_allow_auto_update_schema": None,
         "autoTopicCreationOverride": None,
         "autoSubscriptionCreationOverride": None,
         "max_producers_per_topic": None,

@@ -150,9 +150,50 @@ class SchemaRegistry:
             return s
         return str(self.broker.config.get("schemaCompatibilityStrategy", DEFAULT_STRATEGY))
 
-    async def add_or_check(self, topic: PersistentTopic, schema: pb.Schema) -> bytes:
-        """The version of `schema` on the topic, registering it if compatible."""
-        return await self.register(topic.name, schema)
+    def _namespace_policy(self, name: TopicName, policy: str) -> Any:
+        return (self.broker.policies.get_namespace(name.namespace_name) or {}).get(policy)
+
+    def validation_enforced(self, name: TopicName) -> bool:
+        """Whether producers without a schema are refused on topics that have one: the
+        broker's ``schemaValidationEnforced`` or the namespace's policy."""
+        return bool(self.broker.config.get("schemaValidationEnforced")
+                    or self._namespace_policy(name, "schema_validation_enforced"))
+
+    def auto_update_allowed(self, name: TopicName) -> bool:
+        """Whether a producer may register a new (compatible) schema version: the
+        namespace's ``is_allow_auto_update_schema``, else the broker's
+        ``isAllowAutoUpdateSchemaEnabled``."""
+        value = self._namespace_policy(name, "is_allow_auto_update_schema")
+        if value is None:
+            value = self.broker.config.get("isAllowAutoUpdateSchemaEnabled", True)
+        return bool(value)
+
+    @staticmethod
+    def _version_in(recs: list[dict[str, Any]], schema: pb.Schema) -> bytes | None:
+        """The version among `recs` (live ones) holding exactly `schema`, if any."""
+        for i, r in enumerate(recs):
+            if not r.get("deleted") and r["type"] == schema.type and \
+                    base64.b64decode(r["data"]) == schema.schema_data:
+                return _version_bytes(i)
+        return None
+
+    async def add_or_check(self, topic: PersistentTopic, schema: pb.Schema | None) -> bytes:
+        """The version of a producer's `schema` on the topic (None: it brings none),
+        registering it if compatible, as Pulsar admits producers: one without a schema is
+        refused on a topic with one where validation is enforced; one with a schema the
+        topic lacks, where auto update is off."""
+        name = topic.name
+        if schema is None or schema.type == _SCHEMA_NONE:
+            if self.validation_enforced(name) and self.get(name, None) is not None:
+                raise IncompatibleSchemaError("Producers cannot connect or send message without "
+                                              "a schema to topics with a schema")
+            return b""
+        if not self.auto_update_allowed(name):
+            version = self._version_in(self.versions(name)[0], schema)
+            if version is None:
+                raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")
+            return version
+        return await self.register(name, schema)
 
     def delete_all(self, name: TopicName) -> int:
         """Mark every version deleted (producers may then bring any schema); returns the
@@ -175,10 +216,9 @@ class SchemaRegistry:
             return b""
         while True:
             recs, version = self.versions(name)
-            for i, r in enumerate(recs):
-                if not r.get("deleted") and r["type"] == schema.type and \
-                        base64.b64decode(r["data"]) == schema.schema_data:
-                    return _version_bytes(i)
+            found = self._version_in(recs, schema)
+            if found is not None:
+                return found
             live = [(r["type"], base64.b64decode(r["data"])) for r in recs if not r.get("deleted")]
             strategy = self.strategy(name)
             if not is_compatible(strategy, (schema.type, schema.schema_data), live):

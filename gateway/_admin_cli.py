@@ -592,6 +592,23 @@ def _ns_remove_auto(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.delete(_ns_path(a.namespace) + "/autoTopicCreation")
 
 
+for _name, _suffix, _what in (
+        ("schema-validation-enforce", "schemaValidationEnforced", "schema validation enforcement"),
+        ("is-allow-auto-update-schema", "isAllowAutoUpdateSchema", "auto update of schemas")):
+
+    def _set_flag(c: AdminClient, a: argparse.Namespace, suffix: str = _suffix) -> Any:
+        if a.enable == a.disable:
+            raise AdminError(0, "Need to specify either --enable or --disable")
+        return c.post(_ns_path(a.namespace) + "/" + suffix, bool(a.enable))
+
+    def _get_flag(c: AdminClient, a: argparse.Namespace, suffix: str = _suffix) -> Any:
+        return c.get(_ns_path(a.namespace) + "/" + suffix)
+
+    verb("namespaces", f"set-{_name}", f"enable or disable {_what}", NS,
+         A("-e", "--enable", action="store_true"), A("-d", "--disable", action="store_true"))(_set_flag)
+    verb("namespaces", f"get-{_name}", f"whether {_what} is on", NS)(_get_flag)
+
+
 @verb("namespaces", "set-auto-subscription-creation",
       "override auto subscription creation (disabled unless --enable)", NS,
       A("-e", "--enable", action="store_true"))

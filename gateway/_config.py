@@ -347,6 +347,11 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("maxUnackedMessagesPerSubscription", 200000,
          "Unacknowledged messages a Shared or Key_Shared subscription may hold before it "
          "delivers no more (until it is down to half); 0 for no limit.", 0),
+    _bool("schemaValidationEnforced", False,
+          "Refuse producers without a schema on topics that have one (in every namespace)."),
+    _bool("isAllowAutoUpdateSchemaEnabled", True,
+          "Let producers register a new, compatible schema version (namespaces that set "
+          "nothing); when false, a producer's schema must be one the topic has."),
     _enum("schemaCompatibilityStrategy", "FULL",
           "Schema compatibility strategy of namespaces that set none (UNDEFINED).",
           "ALWAYS_COMPATIBLE", "ALWAYS_INCOMPATIBLE", "BACKWARD", "FORWARD", "FULL",

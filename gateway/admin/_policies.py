@@ -156,6 +156,8 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
     PolicySpec("deduplicationEnabled", "deduplicationEnabled", _bool),
     PolicySpec("schemaCompatibilityStrategy", "schema_compatibility_strategy", _strategy,
                ("PUT", "POST"), unset="UNDEFINED"),
+    PolicySpec("schemaValidationEnforced", "schema_validation_enforced", _bool, unset=False),
+    PolicySpec("isAllowAutoUpdateSchema", "is_allow_auto_update_schema", _bool),
     PolicySpec("autoTopicCreation", "autoTopicCreationOverride", _auto_topic),
     PolicySpec("autoSubscriptionCreation", "autoSubscriptionCreationOverride", _auto_subscription),
     PolicySpec("maxProducersPerTopic", "max_producers_per_topic", _max_count("maxProducersPerTopic")),

@@ -398,9 +398,8 @@ class PulsarSession:
         try:
             name = TopicName.parse(cmd.topic)
             topic = await self.broker.get_topic(name)
-            schema_version = b""
-            if cmd.HasField("schema"):
-                schema_version = await self.broker.schemas.add_or_check(topic, cmd.schema)
+            schema_version = await self.broker.schemas.add_or_check(
+                topic, cmd.schema if cmd.HasField("schema") else None)
             pname = cmd.producer_name if cmd.HasField("producer_name") and cmd.producer_name \
                 else self.handler.new_producer_name()
             mode = ProducerAccessMode(cmd.producer_access_mode) if cmd.HasField("producer_access_mode") \

@@ -190,3 +190,14 @@ def test_subscription_and_consumer_limits_by_namespace_and_topic(cli, unique: st
     assert cli("topics", "get-max-subscriptions-per-topic", topic).stdout.strip() in ("", "null")
     cli("namespaces", "remove-max-consumers-per-subscription", ns)
     assert cli("namespaces", "get-max-consumers-per-subscription", ns).stdout.strip() in ("", "null")
+
+
+def test_schema_admission_flags_by_namespace(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
+    ns = f"public/schemaflags-{unique}"
+    cli("namespaces", "create", ns)
+    assert cli("namespaces", "get-schema-validation-enforce", ns).stdout.strip() == "false"
+    cli("namespaces", "set-schema-validation-enforce", ns, "--enable")
+    assert cli("namespaces", "get-schema-validation-enforce", ns).stdout.strip() == "true"
+    cli("namespaces", "set-is-allow-auto-update-schema", ns, "-d")
+    assert cli("namespaces", "get-is-allow-auto-update-schema", ns).stdout.strip() == "false"
+    assert cli("namespaces", "set-is-allow-auto-update-schema", ns, check=False).returncode != 0

@@ -82,3 +82,53 @@ def test_producer_schema_visible(admin: AdminClient, ns: str, server: Standalone
             client.create_producer(topic, schema=JsonSchema(Other))
     finally:
         client.close()
+
+
+class UserV2(Record):
+    id = Integer()
+    name = String()
+    email = String()
+
+
+def test_schema_validation_enforced_refuses_producers_without_a_schema(
+        admin: AdminClient, ns: str, server: Standalone) -> None:
+    policy = f"/admin/v2/namespaces/{ns}/schemaValidationEnforced"
+    assert admin.get(policy) is False
+    client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=5)
+    try:
+        typed, plain = f"persistent://{ns}/typed", f"persistent://{ns}/plain"
+        client.create_producer(typed, schema=JsonSchema(User)).close()
+        client.create_producer(typed).close()  # not enforced yet
+        admin.post(policy, True)
+        assert admin.get(policy) is True
+        with pytest.raises(pulsar.IncompatibleSchema):
+            client.create_producer(typed)
+        client.create_producer(typed, schema=JsonSchema(User)).close()
+        client.create_producer(plain).close()  # a topic without a schema takes anyone
+    finally:
+        client.close()
+
+
+def test_without_auto_update_a_producer_needs_a_registered_schema(
+        admin: AdminClient, ns: str, server: Standalone) -> None:
+    policy = f"/admin/v2/namespaces/{ns}/isAllowAutoUpdateSchema"
+    admin.put(f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
+    client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=5)
+    try:
+        topic = f"persistent://{ns}/evolving"
+        client.create_producer(topic, schema=JsonSchema(User)).close()
+        admin.post(policy, False)
+        assert admin.get(policy) is False
+        with pytest.raises(pulsar.IncompatibleSchema):  # compatible, but not registered
+            client.create_producer(topic, schema=JsonSchema(UserV2))
+        client.create_producer(topic, schema=JsonSchema(User)).close()
+        # Registering it over REST is how a new version comes in now.
+        v2 = JsonSchema(UserV2).schema_info()
+        admin.post(f"/admin/v2/schemas/{ns}/evolving/schema",
+                   {"type": "JSON", "schema": v2.schema(), "properties": {}})
+        producer = client.create_producer(topic, schema=JsonSchema(UserV2))
+        producer.send(UserV2(id=2, name="b", email="b@example.org"))
+        admin.delete(policy)
+        assert admin.get(policy) is None
+    finally:
+        client.close()

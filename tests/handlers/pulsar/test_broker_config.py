@@ -214,3 +214,33 @@ def test_broker_limits_on_producers_consumers_and_subscriptions(tmp_path):
         admin.post("/admin/v2/namespaces/public/default/maxProducersPerTopic", 2)
         client.create_producer(topic).close()
         client.close()
+
+
+def test_broker_schema_validation_and_auto_update_keys(tmp_path):
+    from pulsar.schema import Integer, JsonSchema, Record
+
+    class V1(Record):
+        a = Integer()
+
+    class V2(Record):
+        a = Integer()
+        b = Integer()
+
+    conf = {"schemaValidationEnforced": True, "isAllowAutoUpdateSchemaEnabled": False,
+            "schemaCompatibilityStrategy": "ALWAYS_COMPATIBLE"}
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url, operation_timeout_seconds=5)
+        topic = "persistent://public/default/schema-keys"
+        with pytest.raises(pulsar.IncompatibleSchema):  # nothing registered, no auto update
+            client.create_producer(topic, schema=JsonSchema(V1))
+        admin = AdminClient(s.addresses["web"][0])
+        admin.post("/admin/v2/schemas/public/default/schema-keys/schema",
+                   {"type": "JSON", "schema": JsonSchema(V1).schema_info().schema(), "properties": {}})
+        client.create_producer(topic, schema=JsonSchema(V1)).close()
+        with pytest.raises(pulsar.IncompatibleSchema):
+            client.create_producer(topic, schema=JsonSchema(V2))
+        with pytest.raises(pulsar.IncompatibleSchema):  # no schema, on a topic with one
+            client.create_producer(topic)
+        admin.post("/admin/v2/namespaces/public/default/isAllowAutoUpdateSchema", True)
+        client.create_producer(topic, schema=JsonSchema(V2)).close()
+        client.close()
