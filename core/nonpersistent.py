@@ -283,6 +283,7 @@ class NonPersistentTopic(PersistentTopic):
         delivered)."""
         if self._closed:
             raise TopicClosedError(f"Topic {self.name} is closing")
+        self.check_subscription_type(sub_type)
         self.check_consumer_limits(name)
         sub = self.subscriptions.get(name)
         if sub is None:

@@ -335,6 +335,17 @@ class PersistentTopic:
             value = self.broker.config.get(config_key, 0)
         return int(value or 0)
 
+    def check_subscription_type(self, sub_type: SubType) -> None:
+        """Refuse a subscription type the topic's, its namespace's or the broker's
+        ``subscriptionTypesEnabled`` leaves out, as Pulsar does."""
+        config = self.broker.config
+        if sub_type == SubType.Key_Shared and not config.get("subscriptionKeySharedEnable", True):
+            raise NotAllowedError("Key_Shared subscription is disabled by broker.")
+        enabled = self.policies.get("subscription_types_enabled") or \
+            config.get("subscriptionTypesEnabled", [t.name for t in SubType])
+        if sub_type.name not in enabled:
+            raise NotAllowedError(f"Topic[{{{self.name}}}] doesn't support {sub_type.name} sub type!")
+
     def check_consumer_limits(self, subscription: str) -> None:
         """Refuse a consumer as Pulsar does when the topic has as many consumers as it may,
         or the subscription it joins has, or it would create a subscription past the
@@ -568,6 +579,7 @@ class PersistentTopic:
                         start: Position | None = None) -> Subscription:
         if self._closed:
             raise TopicClosedError(f"Topic {self.name} is closing")
+        self.check_subscription_type(sub_type)
         self.check_consumer_limits(name)
         sub = self.subscriptions.get(name)
         if sub is None:

@@ -511,6 +511,15 @@ def _policy_verbs(noun: str) -> None:
              A(*flags, dest="value", type=int, required=True))(value_setter(suffix))
         simple(name, suffix, f"maximum {what} per topic")
 
+    @verb(noun, "set-subscription-types-enabled", "set the subscription types consumers may use",
+          target, A("-t", "--types", required=True,
+                    help="comma-separated: Exclusive, Shared, Failover, Key_Shared"))
+    def set_sub_types(c: AdminClient, a: argparse.Namespace) -> Any:
+        types = [t.strip() for t in a.types.split(",") if t.strip()]
+        return c.post(_scope(noun, a) + "/subscriptionTypesEnabled", types)
+
+    simple("subscription-types-enabled", "subscriptionTypesEnabled", "subscription types enabled")
+
     # subscriptions per topic and consumers per subscription (the same names and flags on
     # both scopes)
     for name, suffix, flags, what in (

@@ -239,6 +239,16 @@ def _listeners(value: Any) -> str | None:
 _METADATA_URL_RE = re.compile(r"^(?:sqlite:.+|memory:.*|zk:[^/\s]+(?:/.*)?)$")
 
 
+SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
+
+
+def _subscription_types(value: Any) -> str | None:
+    for item in value:
+        if item not in SUBSCRIPTION_TYPES:
+            return f"contains {item!r}, which is not a subscription type"
+    return None
+
+
 def _metadata_url(value: Any) -> str | None:
     return None if _METADATA_URL_RE.match(value) else "is not a metadata store URL"
 
@@ -340,6 +350,10 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("maxSubscriptionsPerTopic", 0,
          "Subscriptions one topic may have, where its namespace sets no limit; 0 for no "
          "limit.", 0),
+    Key("subscriptionTypesEnabled", "list", SUBSCRIPTION_TYPES,
+        "Subscription types consumers may use, where neither the topic nor its namespace "
+        "says.", "a comma-separated list of " + ", ".join(SUBSCRIPTION_TYPES), _subscription_types),
+    _bool("subscriptionKeySharedEnable", True, "Allow Key_Shared subscriptions at all."),
     _bool("brokerDeduplicationEnabled", False, "Message deduplication by producer sequence id."),
     _int("maxUnackedMessagesPerConsumer", 50000,
          "Unacknowledged messages a Shared or Key_Shared consumer may hold before it gets no "

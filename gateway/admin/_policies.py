@@ -16,6 +16,7 @@ from typing import Any
 from starlette.requests import Request
 
 from core.schema import STRATEGIES
+from core.subscription import SubType
 
 from ._common import RestError, body_int, body_object, json_body
 
@@ -89,6 +90,18 @@ def _auto_subscription(body: Any, request: Request) -> Any:
     if not isinstance(allow, bool):
         raise RestError(400, "allowAutoSubscriptionCreation must be true or false")
     return {"allowAutoSubscriptionCreation": allow}
+
+
+SUBSCRIPTION_TYPES = tuple(t.name for t in SubType)
+
+
+def _subscription_types(body: Any, request: Request) -> Any:
+    if not isinstance(body, list) or not all(isinstance(t, str) for t in body):
+        raise RestError(400, "Body must be a list of subscription types")
+    unknown = [t for t in body if t not in SUBSCRIPTION_TYPES]
+    if unknown:
+        raise RestError(400, f"Unknown subscription types {unknown}: one of {', '.join(SUBSCRIPTION_TYPES)}")
+    return sorted(set(body), key=SUBSCRIPTION_TYPES.index)
 
 
 def _max_count(what: str) -> Callable[[Any, Request], Any]:
@@ -166,6 +179,8 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
                _max_count("maxConsumersPerSubscription")),
     PolicySpec("maxSubscriptionsPerTopic", "max_subscriptions_per_topic",
                _max_count("maxSubscriptionsPerTopic")),
+    PolicySpec("subscriptionTypesEnabled", "subscription_types_enabled", _subscription_types,
+               unset=[]),
     PolicySpec("maxProducers", "max_producers_per_topic", _max_count("maxProducers")),
     PolicySpec("maxConsumers", "max_consumers_per_topic", _max_count("maxConsumers")),
     PolicySpec("dispatchRate", "topicDispatchRate", _DISPATCH),

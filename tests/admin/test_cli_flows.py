@@ -201,3 +201,17 @@ def test_schema_admission_flags_by_namespace(cli, unique: str) -> None:  # type:
     cli("namespaces", "set-is-allow-auto-update-schema", ns, "-d")
     assert cli("namespaces", "get-is-allow-auto-update-schema", ns).stdout.strip() == "false"
     assert cli("namespaces", "set-is-allow-auto-update-schema", ns, check=False).returncode != 0
+
+
+def test_subscription_types_enabled_by_namespace_and_topic(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
+    ns = f"public/subtypes-{unique}"
+    topic = f"persistent://{ns}/t"
+    cli("namespaces", "create", ns)
+    cli("namespaces", "set-subscription-types-enabled", ns, "--types", "Shared,Key_Shared")
+    assert cli("namespaces", "get-subscription-types-enabled", ns).stdout.split() == ["Shared", "Key_Shared"]
+    cli("topics", "create", topic)
+    cli("topics", "set-subscription-types-enabled", topic, "-t", "Exclusive")
+    assert cli("topics", "get-subscription-types-enabled", topic).stdout.split() == ["Exclusive"]
+    assert cli("topics", "set-subscription-types-enabled", topic, "-t", "Sometimes", check=False).returncode != 0
+    cli("namespaces", "remove-subscription-types-enabled", ns)
+    assert cli("namespaces", "get-subscription-types-enabled", ns).stdout.split() == []

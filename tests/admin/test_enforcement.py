@@ -29,6 +29,21 @@ def _fill(client: pulsar.Client, topic: str, n: int, size: int = 100) -> None:
     producer.close()
 
 
+def _answers(server: Standalone, commands: list) -> list:  # type: ignore[type-arg]
+    """The broker's answer to each command, sent one at a time on a raw connection (for
+    the error codes and messages the official client does not show)."""
+    raw = RawClient(server.pulsar_url)
+    try:
+        raw.connect()
+        out = []
+        for command in commands:
+            raw.send(command)
+            out.append(raw.next_event())
+        return out
+    finally:
+        raw.close()
+
+
 @pytest.fixture
 def quick_client(server: Standalone) -> pulsar.Client:
     c = pulsar.Client(server.pulsar_url, operation_timeout_seconds=2)
@@ -144,18 +159,12 @@ def test_auto_subscription_creation_override(admin: AdminClient, ns: str, server
     client.subscribe(topic, "existing").close()
     admin.post(f"/admin/v2/namespaces/{ns}/autoSubscriptionCreation",
                {"allowAutoSubscriptionCreation": False})
-    raw = RawClient(server.pulsar_url)
-    try:
-        raw.connect()
-        raw.send(ev.CommandSubscribe.build(topic=topic, subscription="new", consumer_id=1,
-                                           request_id=1, subType=pb.CommandSubscribe.Shared))
-        refused_subscribe = raw.next_event()
+    refused_subscribe, refused_producer = _answers(server, [
+        ev.CommandSubscribe.build(topic=topic, subscription="new", consumer_id=1, request_id=1,
+                                  subType=pb.CommandSubscribe.Shared),
         # Nor is a producer's initial subscription (a dead-letter policy's) created.
-        raw.send(ev.CommandProducer.build(topic=topic, producer_id=1, request_id=2,
-                                          initial_subscription_name="dlq-watch"))
-        refused_producer = raw.next_event()
-    finally:
-        raw.close()
+        ev.CommandProducer.build(topic=topic, producer_id=1, request_id=2,
+                                 initial_subscription_name="dlq-watch")])
     assert isinstance(refused_subscribe, ev.CommandError)
     assert (refused_subscribe.command.error, refused_subscribe.command.message) == (
         pb.SubscriptionNotFound, "Subscription does not exist")
@@ -175,6 +184,25 @@ def test_auto_subscription_creation_override(admin: AdminClient, ns: str, server
     admin.post(f"{path}/autoSubscriptionCreation", {"allowAutoSubscriptionCreation": True})
     client.subscribe(topic, "new").close()
     assert sorted(admin.get(f"{path}/subscriptions")) == ["existing", "made-by-admin", "new"]
+
+
+def test_subscription_types_enabled(admin: AdminClient, ns: str, server: Standalone,
+                                    client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/types", f"/admin/v2/persistent/{ns}/types"
+    admin.post(f"/admin/v2/namespaces/{ns}/subscriptionTypesEnabled", ["Shared"])
+    client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared).close()
+    with pytest.raises(pulsar.NotAllowedError):
+        client.subscribe(topic, "exclusive")
+    with pytest.raises(pulsar.NotAllowedError):  # a reader's subscription is Exclusive
+        client.create_reader(topic, pulsar.MessageId.earliest)
+    [refused] = _answers(server, [ev.CommandSubscribe.build(
+        topic=topic, subscription="f", consumer_id=1, request_id=1, subType=pb.CommandSubscribe.Failover)])
+    assert (refused.command.error, refused.command.message) == (
+        pb.NotAllowedError, f"Topic[{{{topic}}}] doesn't support Failover sub type!")
+    admin.post(f"{path}/subscriptionTypesEnabled", ["Exclusive"])  # the topic's own wins
+    client.subscribe(topic, "exclusive").close()
+    with pytest.raises(pulsar.NotAllowedError):
+        client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared)
 
 
 def test_deduplication_enabled_by_rest(admin: AdminClient, ns: str, client: pulsar.Client) -> None:

@@ -82,6 +82,17 @@ def test_bad_policy_values_are_4xx(admin: AdminClient, ns: str, suffix: str, bod
     assert status_of(admin.post, f"/admin/v2/namespaces/{ns}/{suffix}", body)[0] == status
 
 
+def test_subscription_types_enabled(admin: AdminClient, ns: str) -> None:
+    path = f"/admin/v2/namespaces/{ns}/subscriptionTypesEnabled"
+    assert admin.get(path) == []
+    admin.post(path, ["Failover", "Shared", "Shared"])
+    assert admin.get(path) == ["Shared", "Failover"]
+    assert status_of(admin.post, path, ["Shared", "Round_Robin"])[0] == 400
+    assert status_of(admin.post, path, "Shared")[0] == 400
+    admin.delete(path)
+    assert admin.get(path) == []
+
+
 def test_schema_compatibility_strategy(admin: AdminClient, ns: str) -> None:
     path = f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy"
     assert admin.get(path) == "UNDEFINED"

@@ -244,3 +244,15 @@ def test_broker_schema_validation_and_auto_update_keys(tmp_path):
         admin.post("/admin/v2/namespaces/public/default/isAllowAutoUpdateSchema", True)
         client.create_producer(topic, schema=JsonSchema(V2)).close()
         client.close()
+
+
+def test_broker_subscription_type_keys(tmp_path):
+    conf = {"subscriptionTypesEnabled": "Shared,Key_Shared", "subscriptionKeySharedEnable": False}
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url, operation_timeout_seconds=5)
+        topic = "persistent://public/default/types"
+        client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared).close()
+        for kind in (pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.KeyShared):
+            with pytest.raises(pulsar.NotAllowedError):
+                client.subscribe(topic, f"sub-{kind}", consumer_type=kind)
+        client.close()
