@@ -44,6 +44,7 @@ __all__ = [
     "PersistentTopic",
     "PublishResult",
     "NotAllowedError",
+    "EncryptionRequiredError",
     "ProducerBusyError",
     "ProducerFencedError",
     "TopicClosedError",
@@ -91,6 +92,11 @@ class NotAllowedError(PreconditionError):
     """An operation the topic does not allow: one that needs stored messages, asked of a
     non-persistent topic, or a subscription past the topic's limit (Pulsar's
     ``NotAllowedError``)."""
+
+
+class EncryptionRequiredError(Exception):
+    """A producer that does not encrypt, on a topic whose policies require it (Pulsar
+    answers MetadataError)."""
 
 
 class ProducerBusyError(Exception):
@@ -326,6 +332,12 @@ class PersistentTopic:
                 self._exclusive_released = trio.Event()
                 await self._exclusive_released.wait()
         self.producers.append(producer)
+
+    @property
+    def encryption_required(self) -> bool:
+        """Whether the namespace's (or the topic's) ``encryption_required`` policy is on:
+        producers must say they encrypt, and every message must carry encryption keys."""
+        return bool(self.policies.get("encryption_required"))
 
     def limit(self, policy: str, config_key: str) -> int:
         """A count limit (0: none): the topic's or its namespace's ``policy``, else the

@@ -603,7 +603,8 @@ def _ns_remove_auto(c: AdminClient, a: argparse.Namespace) -> Any:
 
 for _name, _suffix, _what in (
         ("schema-validation-enforce", "schemaValidationEnforced", "schema validation enforcement"),
-        ("is-allow-auto-update-schema", "isAllowAutoUpdateSchema", "auto update of schemas")):
+        ("is-allow-auto-update-schema", "isAllowAutoUpdateSchema", "auto update of schemas"),
+        ("encryption-required", "encryptionRequired", "required message encryption")):
 
     def _set_flag(c: AdminClient, a: argparse.Namespace, suffix: str = _suffix) -> Any:
         if a.enable == a.disable:

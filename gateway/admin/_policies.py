@@ -170,6 +170,7 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
     PolicySpec("schemaCompatibilityStrategy", "schema_compatibility_strategy", _strategy,
                ("PUT", "POST"), unset="UNDEFINED"),
     PolicySpec("schemaValidationEnforced", "schema_validation_enforced", _bool, unset=False),
+    PolicySpec("encryptionRequired", "encryption_required", _bool, unset=False),
     PolicySpec("isAllowAutoUpdateSchema", "is_allow_auto_update_schema", _bool),
     PolicySpec("autoTopicCreation", "autoTopicCreationOverride", _auto_topic),
     PolicySpec("autoSubscriptionCreation", "autoSubscriptionCreationOverride", _auto_subscription),

@@ -46,6 +46,7 @@ from core.subscription import (
 )
 from core.topic import (
     BacklogQuotaExceededError,
+    EncryptionRequiredError,
     PersistentTopic,
     Producer,
     ProducerAccessMode,
@@ -118,6 +119,8 @@ def _server_error(exc: BaseException) -> int:
             return E.ConsumerBusy
         case ProducerFencedError():
             return E.ProducerFenced
+        case EncryptionRequiredError():
+            return E.MetadataError
         case ProducerBusyError():
             return E.ProducerBusy
         case IncompatibleSchemaError():
@@ -408,6 +411,8 @@ class PulsarSession:
                                 metadata={kv.key: kv.value for kv in cmd.metadata},
                                 address=self.peer_address, client_version=self.client_version)
             producer.on_fenced = lambda: self._fenced(producer)
+            if topic.encryption_required and not cmd.encrypted:
+                raise EncryptionRequiredError(f"Encryption is required in {name}")
             if cmd.initial_subscription_name:
                 await self._create_initial_subscription(name, topic, cmd.initial_subscription_name)
             await topic.add_producer(producer)
@@ -461,6 +466,11 @@ class PulsarSession:
             return
         md = event.metadata
         topic = producer.topic
+        if topic.encryption_required and not md.encryption_keys:
+            self._send(ev.CommandSendError.build(
+                producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
+                error=E.MetadataError, message="Messages must be encrypted"))
+            return
         if md is not None and md.HasField("deliver_at_time"):
             topic.note_delayed()
         # num_messages defaults to 1, highest_sequence_id to 0 (so never above a sequence id).

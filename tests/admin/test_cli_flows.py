@@ -192,8 +192,8 @@ def test_subscription_and_consumer_limits_by_namespace_and_topic(cli, unique: st
     assert cli("namespaces", "get-max-consumers-per-subscription", ns).stdout.strip() in ("", "null")
 
 
-def test_schema_admission_flags_by_namespace(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
-    ns = f"public/schemaflags-{unique}"
+def test_admission_flags_by_namespace(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
+    ns = f"public/flags-{unique}"
     cli("namespaces", "create", ns)
     assert cli("namespaces", "get-schema-validation-enforce", ns).stdout.strip() == "false"
     cli("namespaces", "set-schema-validation-enforce", ns, "--enable")
@@ -201,6 +201,9 @@ def test_schema_admission_flags_by_namespace(cli, unique: str) -> None:  # type:
     cli("namespaces", "set-is-allow-auto-update-schema", ns, "-d")
     assert cli("namespaces", "get-is-allow-auto-update-schema", ns).stdout.strip() == "false"
     assert cli("namespaces", "set-is-allow-auto-update-schema", ns, check=False).returncode != 0
+    assert cli("namespaces", "get-encryption-required", ns).stdout.strip() == "false"
+    cli("namespaces", "set-encryption-required", ns, "-e")
+    assert cli("namespaces", "get-encryption-required", ns).stdout.strip() == "true"
 
 
 def test_subscription_types_enabled_by_namespace_and_topic(cli, unique: str) -> None:  # type: ignore[no-untyped-def]

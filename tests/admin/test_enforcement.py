@@ -9,10 +9,12 @@ import time
 import pulsar
 import pytest
 
+from core.format import MessageMetadata, encode_entry
 from core.format import pulsar_api_pb2 as pb
 from gateway._admin_cli import AdminClient
 from handlers.pulsar import _events as ev
 from tests._standalone import Standalone
+from tests.handlers.pulsar._keys import key_reader
 from tests.handlers.pulsar._raw import RawClient
 
 from .conftest import status_of, wait_for
@@ -203,6 +205,37 @@ def test_subscription_types_enabled(admin: AdminClient, ns: str, server: Standal
     client.subscribe(topic, "exclusive").close()
     with pytest.raises(pulsar.NotAllowedError):
         client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared)
+
+
+def test_encryption_required(admin: AdminClient, ns: str, server: Standalone, client: pulsar.Client,
+                             quick_client: pulsar.Client) -> None:
+    topic = f"persistent://{ns}/secret"
+    policy = f"/admin/v2/namespaces/{ns}/encryptionRequired"
+    assert admin.get(policy) is False
+    admin.post(policy, True)
+    assert admin.get(policy) is True
+    refused, accepted, unencrypted = _answers(server, [
+        ev.CommandProducer.build(topic=topic, producer_id=1, request_id=1),
+        ev.CommandProducer.build(topic=topic, producer_id=2, request_id=2, encrypted=True),
+        # A producer that says it encrypts, sending a message with no encryption keys.
+        ev.CommandSend(command=pb.CommandSend(producer_id=2, sequence_id=0, num_messages=1),
+                       entry=encode_entry(MessageMetadata(producer_name="raw", sequence_id=0,
+                                                          publish_time=int(time.time() * 1000)),
+                                          b"plain"))])
+    assert (refused.command.error, refused.command.message) == (
+        pb.MetadataError, f"Encryption is required in {topic}")
+    assert isinstance(accepted, ev.CommandProducerSuccess)
+    assert isinstance(unencrypted, ev.CommandSendError)
+    assert (unencrypted.command.error, unencrypted.command.message) == (
+        pb.MetadataError, "Messages must be encrypted")
+    # The official client retries MetadataError until its operation timeout.
+    with pytest.raises(pulsar.PulsarException):
+        quick_client.create_producer(topic)
+    keys = key_reader()
+    consumer = client.subscribe(topic, "s", crypto_key_reader=keys)
+    producer = client.create_producer(topic, encryption_key="app-key", crypto_key_reader=keys)
+    producer.send(b"secret")
+    assert consumer.receive(timeout_millis=10_000).data() == b"secret"
 
 
 def test_deduplication_enabled_by_rest(admin: AdminClient, ns: str, client: pulsar.Client) -> None:

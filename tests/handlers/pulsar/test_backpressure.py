@@ -30,6 +30,7 @@ class _HeldTopic:
     """Takes publishes and answers none until the test does."""
 
     partition_index = -1
+    encryption_required = False
 
     def __init__(self) -> None:
         self.callbacks: list[Callable[[PublishResult], None]] = []

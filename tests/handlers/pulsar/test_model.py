@@ -9,11 +9,11 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import pulsar
 import pytest
 
+from tests.handlers.pulsar._keys import key_reader
 from tests.handlers.pulsar._receive import receive_until_idle
 
 RECEIVE_MS = 10_000
@@ -646,16 +646,13 @@ def test_stats_count_messages_per_entry_and_redeliveries(client, admin, unique):
     assert admin.get(path)["subscriptions"]["s"]["msgRateRedeliver"] > 0
 
 
-KEYS = Path(__file__).parent / "keys"
-
-
 @pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
 def test_end_to_end_encrypted_messages_reach_only_key_holders(client, unique, batching):
     """The broker stores and delivers the producer's ciphertext and its encryption
     metadata (keys, algorithm, parameter) untouched: the key holder decrypts; a consumer
     without the key, told to consume anyway, gets the ciphertext and the context."""
     topic = f"encrypted-{unique}"
-    keys = pulsar.CryptoKeyReader(str(KEYS / "test-public.pem"), str(KEYS / "test-private.pem"))
+    keys = key_reader()
     holder = client.subscribe(topic, "holder", crypto_key_reader=keys)
     stranger = client.subscribe(
         topic, "stranger", crypto_failure_action=pulsar.ConsumerCryptoFailureAction.CONSUME)
