@@ -47,6 +47,7 @@ class SubscriptionNotFoundError(LookupError):
 
 #: Default period of the message-TTL and backlog-quota checks (Pulsar's defaults).
 MESSAGE_EXPIRY_CHECK_MINUTES = 5.0
+SUBSCRIPTION_EXPIRY_CHECK_MINUTES = 5.0
 BACKLOG_QUOTA_CHECK_SECONDS = 60.0
 
 
@@ -317,8 +318,9 @@ class BrokerService:
             event.set()
 
     async def _housekeeping(self) -> None:
-        """Message TTL expiry, backlog quota enforcement and retention trimming
-        (``retentionCheckIntervalInSeconds``), each on its own period
+        """Message TTL expiry, backlog quota enforcement, retention trimming
+        (``retentionCheckIntervalInSeconds``) and the deletion of unused subscriptions
+        (``subscriptionExpiryCheckIntervalInMinutes``), each on its own period
         (``messageExpiryCheckIntervalInMinutes`` - or, finer, Magnetar's
         ``messageExpiryCheckIntervalInSeconds`` - and ``backlogQuotaCheckIntervalInSeconds``)."""
         expiry = float(self.config.get("messageExpiryCheckIntervalInMinutes",
@@ -329,11 +331,14 @@ class BrokerService:
         quota = float(self.config.get("backlogQuotaCheckIntervalInSeconds", BACKLOG_QUOTA_CHECK_SECONDS))
         quota_enabled = str(self.config.get("backlogQuotaCheckEnabled", "true")).lower() != "false"
         retention = float(self.config.get("retentionCheckIntervalInSeconds"))
+        inactive = float(self.config.get("subscriptionExpiryCheckIntervalInMinutes",
+                                         SUBSCRIPTION_EXPIRY_CHECK_MINUTES)) * 60.0
+        next_inactive = trio.current_time() + inactive
         next_expiry = trio.current_time() + expiry
         next_quota = trio.current_time() + quota
         next_retention = trio.current_time() + retention
         while True:
-            await trio.sleep_until(min(next_expiry, next_retention,
+            await trio.sleep_until(min(next_expiry, next_retention, next_inactive,
                                        next_quota if quota_enabled else next_expiry))
             now = trio.current_time()
             for topic in list(self.topics.values()):
@@ -349,6 +354,8 @@ class BrokerService:
                         # cursor has passed and retention no longer needs.
                         await topic.ml.check_rollover()
                         await topic.ml.trim()
+                    if now >= next_inactive:
+                        await topic.expire_inactive_subscriptions()
                 except Exception:
                     log.exception("policy check of %s", topic.name)
             if now >= next_expiry:
@@ -357,3 +364,5 @@ class BrokerService:
                 next_quota = now + quota
             if now >= next_retention:
                 next_retention = now + retention
+            if now >= next_inactive:
+                next_inactive = now + inactive

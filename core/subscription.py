@@ -172,15 +172,27 @@ class Consumer:
         self.bytes_out = 0
         self.connected_since = time.time()
         self.told_end_of_topic = False
+        # messages acknowledged, and when (epoch ms) it last acked, was sent, asked for more
+        self.acked = 0
+        self.last_acked_ts = 0
+        self.last_consumed_ts = 0
+        self.last_flow_ts = 0
 
     def flow(self, permits: int) -> None:
         self.permits += permits
+        self.last_flow_ts = now_ms()
         if self.subscription is not None:
+            self.subscription.last_flow_ts = self.last_flow_ts
             self.subscription.wake()
 
     @property
     def unacked_messages(self) -> int:
         return self.unacked.messages
+
+
+def now_ms() -> int:
+    """Wall-clock time in epoch milliseconds (what the stats' timestamps are in)."""
+    return int(time.time() * 1000)
 
 
 def _entry_key_hash(entry: Entry) -> int:
@@ -224,6 +236,35 @@ class Subscription:
         self.expired = 0
         self.last_expire_timestamp = 0
         self._throttled_until = float("inf")
+        # messages its consumers acknowledged; when (epoch ms) one last acked, was sent
+        # messages, asked for more, moved the mark-delete position; when one came or went
+        self.acked = 0
+        self.last_acked_ts = 0
+        self.last_consumed_ts = 0
+        self.last_flow_ts = 0
+        self._mark_delete_seen: tuple[Position, int] | None = None
+        self._last_seen = now_ms()
+
+    @property
+    def last_mark_delete_ts(self) -> int:
+        """When (epoch ms) the mark-delete position last moved, as far as seen: the cursor
+        applies acknowledgements on its own, so each look compares the position with the
+        one seen before and, when it moved, dates the move to the last acknowledgement."""
+        md = self.cursor.mark_delete_position()
+        seen = self._mark_delete_seen
+        if seen is None:
+            self._mark_delete_seen = (md, 0)
+            return 0
+        if md != seen[0]:
+            seen = self._mark_delete_seen = (md, self.last_acked_ts or now_ms())
+        return seen[1]
+
+    @property
+    def last_active(self) -> int:
+        """When (epoch ms) a consumer last used this subscription: joined or left it,
+        acknowledged, was sent messages or asked for more (what subscription expiration
+        measures from)."""
+        return max(self._last_seen, self.last_acked_ts, self.last_consumed_ts, self.last_flow_ts)
 
     # -- consumers ---------------------------------------------------------------------
 
@@ -236,6 +277,7 @@ class Subscription:
             raise ConsumerBusyError("Exclusive consumer is already connected")
         consumer.subscription = self
         self.consumers.append(consumer)
+        self._last_seen = now_ms()
         self._update_active()
         self.wake()
 
@@ -243,6 +285,7 @@ class Subscription:
         if consumer not in self.consumers:
             return
         self.consumers.remove(consumer)
+        self._last_seen = now_ms()
         consumer.subscription = None
         self._return_unacked(consumer, list(consumer.unacked))
         self._update_active()
@@ -293,12 +336,18 @@ class Subscription:
     # -- acknowledgements -----------------------------------------------------------------
 
     def ack_individual(self, consumer: Consumer | None, acks: list[tuple[Position, list[int] | None]]) -> None:
+        self._acked_at(consumer)
         done = self._merge_batch_acks(acks)
         if not done:
             return
         self.cursor.delete(done)
         self._forget(done)
         self.wake()
+
+    def _acked_at(self, consumer: Consumer | None) -> None:
+        self.last_acked_ts = now_ms()
+        if consumer is not None:
+            consumer.last_acked_ts = self.last_acked_ts
 
     def _merge_batch_acks(self, acks: list[tuple[Position, list[int] | None]]) -> list[Position]:
         """Fold batch-index acks into what is kept per entry; the entries now wholly acked."""
@@ -320,6 +369,7 @@ class Subscription:
         return ack_set if prev is None else [a & b for a, b in zip(prev, ack_set, strict=False)]
 
     def ack_cumulative(self, consumer: Consumer | None, pos: Position) -> None:
+        self._acked_at(consumer)
         self.cursor.mark_delete(pos)
         gone = [p for c in self.consumers for p in c.unacked if p <= pos]
         gone += [p for p in self.replay if p <= pos]
@@ -336,14 +386,21 @@ class Subscription:
             self.replay.difference_update(positions)
         if len(self.consumers) == 1 and self.sub_type != SubType.Key_Shared:
             # One consumer and no key hashes held: nothing else to release.
-            unacked = self.consumers[0].unacked
+            only = self.consumers[0]
+            unacked, acked = only.unacked, 0
             for pos in positions:
-                unacked.pop(pos, None)
+                item = unacked.pop(pos, None)
+                if item is not None:
+                    acked += item[0]
+            only.acked += acked
+            self.acked += acked
             return
         for pos in positions:
             for c in self.consumers:
                 item = c.unacked.pop(pos, None)
                 if item is not None:
+                    c.acked += item[0]
+                    self.acked += item[0]
                     self._release_hash(c, item)
                     break
 
@@ -703,7 +760,9 @@ class Subscription:
             sent += 1
         if sent:
             self.topic.broker.stats.record_dispatch(self.msg_out - msg_out, self.bytes_out - bytes_out)
+            self.last_consumed_ts = now
         for consumer, deliveries in batches.values():
+            consumer.last_consumed_ts = now
             consumer.sink.send_messages(consumer, deliveries)
         return sent > 0
 

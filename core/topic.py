@@ -339,6 +339,30 @@ class PersistentTopic:
         producers must say they encrypt, and every message must carry encryption keys."""
         return bool(self.policies.get("encryption_required"))
 
+    def subscription_expiration_ms(self) -> int:
+        """How long a durable subscription may go unused before it is deleted (0: never):
+        the topic's or namespace's ``subscription_expiration_time_minutes``, else the
+        broker's ``subscriptionExpirationTimeMinutes``."""
+        return self.limit("subscription_expiration_time_minutes",
+                          "subscriptionExpirationTimeMinutes") * 60_000
+
+    async def expire_inactive_subscriptions(self, now_ms: int | None = None) -> list[str]:
+        """Delete the durable subscriptions that no consumer has used for the expiration
+        time (none connected, and none joined, left, acknowledged, received or asked for
+        messages since), as Pulsar's inactive subscription check does; their names."""
+        limit = self.subscription_expiration_ms()
+        if limit <= 0:
+            return []
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        gone = []
+        for name, sub in list(self.subscriptions.items()):
+            if sub.durable and not sub.consumers and now - sub.last_active > limit:
+                await self.unsubscribe(name)
+                log.info("%s: subscription %s deleted after %d minutes unused",
+                         self.name, name, limit // 60_000)
+                gone.append(name)
+        return gone
+
     def limit(self, policy: str, config_key: str) -> int:
         """A count limit (0: none): the topic's or its namespace's ``policy``, else the
         broker's ``config_key``."""

@@ -520,6 +520,12 @@ def _policy_verbs(noun: str) -> None:
 
     simple("subscription-types-enabled", "subscriptionTypesEnabled", "subscription types enabled")
 
+    verb(noun, "set-subscription-expiration-time",
+         "set the minutes an unused subscription is kept (0 keeps them)", target,
+         A("-t", "--time", dest="value", type=int, required=True,
+           help="minutes"))(value_setter("subscriptionExpirationTime"))
+    simple("subscription-expiration-time", "subscriptionExpirationTime", "subscription expiration time")
+
     # subscriptions per topic and consumers per subscription (the same names and flags on
     # both scopes)
     for name, suffix, flags, what in (

@@ -350,6 +350,12 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("maxSubscriptionsPerTopic", 0,
          "Subscriptions one topic may have, where its namespace sets no limit; 0 for no "
          "limit.", 0),
+    _int("subscriptionExpirationTimeMinutes", 0,
+         "Minutes a durable subscription may go unused (no consumer connected or active) "
+         "before it is deleted, where neither the topic nor its namespace says; 0 keeps "
+         "them.", 0),
+    _float("subscriptionExpiryCheckIntervalInMinutes", 5.0,
+           "How often unused subscriptions are looked for.", 0.001),
     Key("subscriptionTypesEnabled", "list", SUBSCRIPTION_TYPES,
         "Subscription types consumers may use, where neither the topic nor its namespace "
         "says.", "a comma-separated list of " + ", ".join(SUBSCRIPTION_TYPES), _subscription_types),

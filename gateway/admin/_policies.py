@@ -180,6 +180,8 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
                _max_count("maxConsumersPerSubscription")),
     PolicySpec("maxSubscriptionsPerTopic", "max_subscriptions_per_topic",
                _max_count("maxSubscriptionsPerTopic")),
+    PolicySpec("subscriptionExpirationTime", "subscription_expiration_time_minutes",
+               _max_count("subscriptionExpirationTime")),
     PolicySpec("subscriptionTypesEnabled", "subscription_types_enabled", _subscription_types,
                unset=[]),
     PolicySpec("maxProducers", "max_producers_per_topic", _max_count("maxProducers")),

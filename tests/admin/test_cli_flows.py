@@ -188,6 +188,8 @@ def test_subscription_and_consumer_limits_by_namespace_and_topic(cli, unique: st
     cli("topics", "create-subscription", topic, "-s", "first")
     cli("topics", "remove-max-subscriptions-per-topic", topic)
     assert cli("topics", "get-max-subscriptions-per-topic", topic).stdout.strip() in ("", "null")
+    cli("namespaces", "set-subscription-expiration-time", ns, "-t", "30")
+    assert cli("namespaces", "get-subscription-expiration-time", ns).stdout.strip() == "30"
     cli("namespaces", "remove-max-consumers-per-subscription", ns)
     assert cli("namespaces", "get-max-consumers-per-subscription", ns).stdout.strip() in ("", "null")
 

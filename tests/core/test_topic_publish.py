@@ -25,6 +25,10 @@ class _Ledger:
         self.fail = False
         self.fail_once = False
         self.batches: list[int] = []
+        self.deleted_cursors: list[str] = []
+
+    async def delete_cursor(self, name: str) -> None:
+        self.deleted_cursors.append(name)
 
     def _store(self, entries: list[bytes]) -> list[tuple[Position, int, int]]:
         if self.fail or self.fail_once:
@@ -233,3 +237,40 @@ async def test_a_reader_that_keeps_seeking_has_one_waiting_task(autojump_clock) 
         assert not sub.closed
         await trio.sleep(3)
         assert sub.closed and "seeker" not in topic.subscriptions
+
+
+class _DurableSub:
+    """A durable subscription as far as the expiration check looks at it."""
+
+    def __init__(self, name: str, last_active: int, consumers: int = 0) -> None:
+        self.name, self.durable, self.last_active = name, True, last_active
+        self.consumers = [object()] * consumers
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize(("broker_minutes", "policy_minutes", "expired"), [
+    (10, None, ["idle"]),
+    (0, None, []),           # the broker's default keeps every subscription
+    (0, 10, ["idle"]),       # the namespace's (or topic's) policy applies
+    (10, 0, []),             # and a policy of 0 keeps them where the broker would not
+    (10, 3, ["idle", "recent"]),
+])
+async def test_unused_durable_subscriptions_expire(broker_minutes: int, policy_minutes: int | None,
+                                                   expired: list[str]) -> None:
+    topic, ledger = _topic("expiry")
+    topic.broker.config["subscriptionExpirationTimeMinutes"] = broker_minutes  # type: ignore[index]
+    topic.policies["subscription_expiration_time_minutes"] = policy_minutes
+    now = 1_000_000_000_000
+    minute = 60_000
+    subs = [_DurableSub("idle", now - 11 * minute), _DurableSub("recent", now - 5 * minute),
+            _DurableSub("connected", now - 60 * minute, consumers=1)]
+    reader = _DurableSub("reader", now - 60 * minute)
+    reader.durable = False
+    for sub in subs + [reader]:
+        topic.subscriptions[sub.name] = sub  # type: ignore[assignment]
+    assert await topic.expire_inactive_subscriptions(now) == expired
+    assert ledger.deleted_cursors == expired
+    assert sorted(topic.subscriptions) == sorted({"idle", "recent", "connected", "reader"} - set(expired))

@@ -14,7 +14,7 @@ import pulsar
 import pytest
 
 from tests.handlers.pulsar._keys import key_reader
-from tests.handlers.pulsar._receive import receive_until_idle
+from tests.handlers.pulsar._receive import receive_until_idle, wait_until
 
 RECEIVE_MS = 10_000
 
@@ -644,6 +644,32 @@ def test_stats_count_messages_per_entry_and_redeliveries(client, admin, unique):
     assert {m.redelivery_count() for m in again} == {1}
     assert consumer_stats()["msgRateRedeliver"] > 0
     assert admin.get(path)["subscriptions"]["s"]["msgRateRedeliver"] > 0
+
+
+def test_stats_say_when_a_subscription_was_last_used(client, admin, unique):
+    topic = f"activity-{unique}"
+    path = f"/admin/v2/persistent/public/default/{topic}/stats"
+    started = int(time.time() * 1000)
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+
+    def stats() -> tuple[dict, dict]:
+        sub = admin.get(path)["subscriptions"]["s"]
+        return sub, sub["consumers"][0]
+
+    sub, one = stats()
+    assert sub["lastConsumedFlowTimestamp"] >= started and one["lastConsumedFlowTimestamp"] >= started
+    assert sub["lastConsumedTimestamp"] == sub["lastAckedTimestamp"] == 0
+    assert sub["messageAckRate"] == 0
+    _send_one_batch(client, topic, [f"m{i}" for i in range(10)])
+    for m in [consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(10)]:
+        consumer.acknowledge(m)
+    wait_until(lambda: stats()[0]["lastMarkDeleteAdvancedTimestamp"] > 0)
+    sub, one = stats()
+    for got in (sub, one):
+        assert got["lastConsumedTimestamp"] >= started
+        assert got["lastAckedTimestamp"] >= got["lastConsumedTimestamp"]
+        assert got["messageAckRate"] > 0
+    assert sub["lastMarkDeleteAdvancedTimestamp"] >= sub["lastConsumedTimestamp"]
 
 
 @pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
