@@ -158,16 +158,22 @@ class BrokerService:
         retention = pol.get("retention_policies") or {}
         rt = retention.get("retentionTimeInMinutes", c.get("defaultRetentionTimeInMinutes"))
         rs = retention.get("retentionSizeInMB", c.get("defaultRetentionSizeInMB"))
+        # A namespace's or topic's persistence policy replaces the broker's defaults.
+        persistence = pol.get("persistence") or {}
         return {
-            "ensemble_size": int(c.get("managedLedgerDefaultEnsembleSize")),
-            "write_quorum": int(c.get("managedLedgerDefaultWriteQuorum")),
-            "ack_quorum": int(c.get("managedLedgerDefaultAckQuorum")),
+            "ensemble_size": int(persistence.get("bookkeeperEnsemble",
+                                                 c.get("managedLedgerDefaultEnsembleSize"))),
+            "write_quorum": int(persistence.get("bookkeeperWriteQuorum",
+                                                c.get("managedLedgerDefaultWriteQuorum"))),
+            "ack_quorum": int(persistence.get("bookkeeperAckQuorum",
+                                              c.get("managedLedgerDefaultAckQuorum"))),
             "max_entries_per_ledger": int(c.get("managedLedgerMaxEntriesPerLedger")),
             "min_rollover_time_ms": int(float(c.get("managedLedgerMinLedgerRolloverTimeMinutes")) * 60_000),
             "max_ledger_size_mb": int(c.get("managedLedgerMaxSizePerLedgerMbytes")),
             "retention_time_ms": -1 if int(rt) < 0 else int(rt) * 60_000,
             "retention_size_mb": int(rs),
-            "mark_delete_rate_per_sec": float(c.get("managedLedgerDefaultMarkDeleteRateLimit")),
+            "mark_delete_rate_per_sec": float(persistence.get(
+                "managedLedgerMaxMarkDeleteRate", c.get("managedLedgerDefaultMarkDeleteRateLimit"))),
             "cache_eviction_time_ms": int(c.get("managedLedgerCacheEvictionTimeThresholdMillis")),
         }
 

@@ -511,6 +511,19 @@ def _policy_verbs(noun: str) -> None:
              A(*flags, dest="value", type=int, required=True))(value_setter(suffix))
         simple(name, suffix, f"maximum {what} per topic")
 
+    @verb(noun, "set-persistence", "set the replication of new ledgers and the mark-delete rate",
+          target, A("-e", "--bookkeeper-ensemble", type=int, required=True),
+          A("-w", "--bookkeeper-write-quorum", type=int, required=True),
+          A("-a", "--bookkeeper-ack-quorum", type=int, required=True),
+          A("-r", "--ml-mark-delete-max-rate", type=float, default=0.0))
+    def set_persistence(c: AdminClient, a: argparse.Namespace) -> Any:
+        return c.post(_scope(noun, a) + "/persistence", {
+            "bookkeeperEnsemble": a.bookkeeper_ensemble, "bookkeeperWriteQuorum": a.bookkeeper_write_quorum,
+            "bookkeeperAckQuorum": a.bookkeeper_ack_quorum,
+            "managedLedgerMaxMarkDeleteRate": a.ml_mark_delete_max_rate})
+
+    simple("persistence", "persistence", "persistence policy")
+
     @verb(noun, "set-subscription-types-enabled", "set the subscription types consumers may use",
           target, A("-t", "--types", required=True,
                     help="comma-separated: Exclusive, Shared, Failover, Key_Shared"))

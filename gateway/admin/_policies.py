@@ -104,6 +104,20 @@ def _subscription_types(body: Any, request: Request) -> Any:
     return sorted(set(body), key=SUBSCRIPTION_TYPES.index)
 
 
+def _persistence(body: Any, request: Request) -> Any:
+    data = body_object(body, "PersistencePolicies")
+    e, w, a = (body_int(data.get(k), k) for k in
+               ("bookkeeperEnsemble", "bookkeeperWriteQuorum", "bookkeeperAckQuorum"))
+    rate = data.get("managedLedgerMaxMarkDeleteRate", 0.0)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate < 0:
+        raise RestError(400, "managedLedgerMaxMarkDeleteRate must be a number >= 0")
+    if not e >= w >= a >= 1:
+        raise RestError(400, f"Bookkeeper Ensemble ({e}) >= WriteQuorum ({w}) >= AckQuorum ({a}) "
+                             "and all >= 1 are required")
+    return {"bookkeeperEnsemble": e, "bookkeeperWriteQuorum": w, "bookkeeperAckQuorum": a,
+            "managedLedgerMaxMarkDeleteRate": float(rate)}
+
+
 def _max_count(what: str) -> Callable[[Any, Request], Any]:
     def parse(body: Any, request: Request) -> Any:
         return _non_negative(body, what)
@@ -164,6 +178,7 @@ class PolicySpec:
 
 POLICY_SPECS: tuple[PolicySpec, ...] = (
     PolicySpec("retention", "retention_policies", _retention, reload=True),
+    PolicySpec("persistence", "persistence", _persistence, reload=True),
     PolicySpec("messageTTL", "message_ttl_in_seconds", _ttl),
     PolicySpec("deduplication", "deduplicationEnabled", _bool),
     PolicySpec("deduplicationEnabled", "deduplicationEnabled", _bool),

@@ -188,6 +188,10 @@ def test_subscription_and_consumer_limits_by_namespace_and_topic(cli, unique: st
     cli("topics", "create-subscription", topic, "-s", "first")
     cli("topics", "remove-max-subscriptions-per-topic", topic)
     assert cli("topics", "get-max-subscriptions-per-topic", topic).stdout.strip() in ("", "null")
+    cli("namespaces", "set-persistence", ns, "-e", "3", "-w", "2", "-a", "2", "-r", "5")
+    assert json.loads(cli("namespaces", "get-persistence", ns).stdout) == {
+        "bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 2, "bookkeeperAckQuorum": 2,
+        "managedLedgerMaxMarkDeleteRate": 5.0}
     cli("namespaces", "set-subscription-expiration-time", ns, "-t", "30")
     assert cli("namespaces", "get-subscription-expiration-time", ns).stdout.strip() == "30"
     cli("namespaces", "remove-max-consumers-per-subscription", ns)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pulsar
 import pytest
 
-from gateway._admin_cli import AdminClient
+from gateway._admin_cli import AdminClient, AdminError
 from tests._standalone import Standalone
 
 RECEIVE_MS = 10_000
@@ -255,4 +255,33 @@ def test_broker_subscription_type_keys(tmp_path):
         for kind in (pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.KeyShared):
             with pytest.raises(pulsar.NotAllowedError):
                 client.subscribe(topic, f"sub-{kind}", consumer_type=kind)
+        client.close()
+
+
+def test_persistence_policies_set_the_replication_of_new_ledgers(tmp_path):
+    import json
+
+    with Standalone(tmp_path / "data", bookies=3) as s:
+        admin = AdminClient(s.addresses["web"][0])
+        client = pulsar.Client(s.pulsar_url, operation_timeout_seconds=10)
+
+        def quorums(topic: str) -> tuple[int, int, int]:
+            client.create_producer(topic, batching_enabled=False).send(b"x")
+            stats = admin.get(f"/admin/v2/persistent/public/default/{topic}/internalStats",
+                              metadata="true")
+            meta = json.loads(stats["ledgers"][-1]["metadata"])
+            return meta["ensembleSize"], meta["writeQuorumSize"], meta["ackQuorumSize"]
+
+        assert quorums("triples") == (1, 1, 1)  # the broker's defaults
+        admin.post("/admin/v2/namespaces/public/default/persistence", {
+            "bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2,
+            "managedLedgerMaxMarkDeleteRate": 0})
+        admin.post("/admin/v2/persistent/public/default/pairs/persistence", {
+            "bookkeeperEnsemble": 2, "bookkeeperWriteQuorum": 2, "bookkeeperAckQuorum": 1})
+        assert quorums("triples") == (3, 3, 2)  # the loaded topic took the policy at once
+        assert quorums("pairs") == (2, 2, 1)  # the topic's own policy wins
+        with pytest.raises(AdminError) as bad:
+            admin.post("/admin/v2/namespaces/public/default/persistence", {
+                "bookkeeperEnsemble": 2, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2})
+        assert bad.value.status == 400
         client.close()
