@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RateWindow", "rate_limits"]
+import trio
+
+__all__ = ["RateWindow", "rate_limits", "window_allowance"]
 
 
 class RateWindow:
@@ -54,3 +56,17 @@ def rate_limits(policy: Any, msg_key: str, byte_key: str) -> tuple[int, int, flo
     if msgs <= 0 and size <= 0:
         return None
     return msgs, size, max(period, 0.001)
+
+
+def window_allowance(window: RateWindow, limits: tuple[int, int, float] | None,
+                     now: float | None = None) -> tuple[int | None, float]:
+    """Messages ``limits`` leave in ``window`` now (None: no limit; 0 once the messages or
+    the bytes are spent), and when the window resets."""
+    if limits is None:
+        return None, float("inf")
+    if now is None:
+        now = trio.current_time()
+    msgs, size, until = window.allowance(*limits, now=now)
+    if msgs == 0 or size == 0:
+        return 0, until
+    return msgs, until

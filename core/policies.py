@@ -52,6 +52,7 @@ TOPIC_POLICY_KEYS = (
     "max_unacked_messages_per_subscription",
     "publishMaxMessageRate",
     "topicDispatchRate",
+    "subscriptionDispatchRate",
     "replication_clusters",
     "max_message_size",
     "autoSubscriptionCreationOverride",
@@ -83,6 +84,7 @@ def default_policies(clusters: list[str]) -> dict[str, Any]:
         "max_unacked_messages_per_subscription": None,
         "auth_policies": {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}},
         "topicDispatchRate": None,
+        "subscriptionDispatchRate": None,
         "publishMaxMessageRate": None,
         "deleted": False,
     }

@@ -45,6 +45,7 @@ import trio
 from sortedcontainers import SortedSet
 
 from core._hash import KEY_HASH_RANGE, key_hash
+from core._throttle import RateWindow, window_allowance
 from core.format import EntryFormatError
 from core.storage import Cursor, Entry, Position, entry_metadata
 from core.writes import write_batch
@@ -236,6 +237,7 @@ class Subscription:
         self.expired = 0
         self.last_expire_timestamp = 0
         self._throttled_until = float("inf")
+        self._dispatch_window = RateWindow()
         # messages its consumers acknowledged; when (epoch ms) one last acked, was sent
         # messages, asked for more, moved the mark-delete position; when one came or went
         self.acked = 0
@@ -617,12 +619,12 @@ class Subscription:
         if self._unacked_room is not None:
             permits = min(permits, self._unacked_room)
         budget = max(1, min(MAX_READ_BATCH, int(permits / self._avg_messages_per_entry)))
-        allowed, until = self.topic.dispatch_allowance()
-        if allowed is not None:
-            if allowed == 0:
-                self._throttled_until = until
-                return False
-            budget = min(budget, allowed)
+        for allowed, until in (self.topic.dispatch_allowance(), self._dispatch_allowance()):
+            if allowed is not None:
+                if allowed == 0:
+                    self._throttled_until = until
+                    return False
+                budget = min(budget, allowed)
         entries: list[Entry] = []
         if self.replay:
             entries = await self._read_replay(budget)
@@ -641,7 +643,17 @@ class Subscription:
         with write_batch():  # each consumer's MESSAGE frames leave in one write
             sent = self._assign(entries, from_replay)
         self.topic.note_dispatched(self.msg_out - msg_out, self.bytes_out - bytes_out)
+        self._dispatch_window.add(self.msg_out - msg_out, self.bytes_out - bytes_out)
         return sent
+
+    def _dispatch_allowance(self) -> tuple[int | None, float]:
+        """What the subscription dispatch rate (the topic's or namespace's
+        ``subscriptionDispatchRate``, else the broker's
+        ``dispatchThrottlingRatePerSubscription*``) leaves this subscription now."""
+        limits = self.topic.rate_policy(
+            "subscriptionDispatchRate", "dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte",
+            "dispatchThrottlingRatePerSubscriptionInMsg", "dispatchThrottlingRatePerSubscriptionInByte")
+        return window_allowance(self._dispatch_window, limits)
 
     async def _read_compacted(self, n: int) -> list[Entry]:
         """Up to ``n`` entries of the topic's compacted view from the cursor's read position

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from core._throttle import RateWindow, rate_limits
+from core._throttle import RateWindow, rate_limits, window_allowance
 from core.format import EntryFormatError
 from core.naming import TopicName
 from core.policies import ConflictError, PreconditionError
@@ -541,8 +541,9 @@ class PersistentTopic:
         publish rate policy leaves in the current window (empty when it leaves none:
         the receipts, and so the producers, wait - Pulsar's publish throttling)."""
         n = min(len(self._pending), MAX_PUBLISH_BATCH)
-        limits = rate_limits(self.policies.get("publishMaxMessageRate"),
-                             "publishThrottlingRateInMsg", "publishThrottlingRateInByte")
+        limits = self.rate_policy("publishMaxMessageRate", "publishThrottlingRateInMsg",
+                                  "publishThrottlingRateInByte", "maxPublishRatePerTopicInMessages",
+                                  "maxPublishRatePerTopicInBytes")
         if limits is not None:
             msgs_left, bytes_left, until = self._publish_window.allowance(*limits, now=trio.current_time())
             take = msgs = size = 0
@@ -568,14 +569,21 @@ class PersistentTopic:
     def dispatch_allowance(self) -> tuple[int | None, float]:
         """Messages the dispatch rate policy leaves in the current window for all of the
         topic's subscriptions (None: no limit), and when the window resets."""
-        limits = rate_limits(self.policies.get("topicDispatchRate"),
-                             "dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte")
-        if limits is None:
-            return None, float("inf")
-        msgs, size, until = self._dispatch_window.allowance(*limits, now=trio.current_time())
-        if msgs == 0 or size == 0:
-            return 0, until
-        return msgs, until
+        limits = self.rate_policy("topicDispatchRate", "dispatchThrottlingRateInMsg",
+                                  "dispatchThrottlingRateInByte", "dispatchThrottlingRatePerTopicInMsg",
+                                  "dispatchThrottlingRatePerTopicInByte")
+        return window_allowance(self._dispatch_window, limits)
+
+    def rate_policy(self, policy: str, msg_field: str, byte_field: str, config_msgs: str,
+                    config_bytes: str) -> tuple[int, int, float] | None:
+        """(max messages, max bytes, period) of a rate policy of the topic or its namespace,
+        else of the broker's per-second keys ``config_msgs``/``config_bytes``; None when
+        nothing limits."""
+        value = self.policies.get(policy)
+        if value is None:
+            config = self.broker.config
+            value = {msg_field: config.get(config_msgs, 0), byte_field: config.get(config_bytes, 0)}
+        return rate_limits(value, msg_field, byte_field)
 
     def note_dispatched(self, messages: int, size: int) -> None:
         self._dispatch_window.add(messages, size)

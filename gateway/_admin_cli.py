@@ -562,17 +562,23 @@ def _policy_verbs(noun: str) -> None:
         simple(f"max-unacked-messages-per-{what}", unacked_suffix,
                f"maximum unacknowledged messages per {what}")
 
-    # dispatch and publish rates
-    @verb(noun, "set-dispatch-rate", "set the dispatch rate", target,
-          A("-md", "--msg-dispatch-rate", type=int, default=-1), A("-bd", "--byte-dispatch-rate", type=int, default=-1),
-          A("-dt", "--dispatch-rate-period", type=int, default=1),
-          A("-rp", "--relative-to-publish-rate", action="store_true"))
-    def set_dispatch(c: AdminClient, a: argparse.Namespace) -> Any:
-        return c.post(_scope(noun, a) + "/dispatchRate", {
-            "dispatchThrottlingRateInMsg": a.msg_dispatch_rate, "dispatchThrottlingRateInByte": a.byte_dispatch_rate,
-            "ratePeriodInSecond": a.dispatch_rate_period, "relativeToPublishRate": a.relative_to_publish_rate})
+    # dispatch rates (of the topic, and of each subscription) and the publish rate
+    for name, suffix, what in (("dispatch-rate", "dispatchRate", "dispatch rate"),
+                               ("subscription-dispatch-rate", "subscriptionDispatchRate",
+                                "dispatch rate of each subscription")):
+        def set_dispatch(c: AdminClient, a: argparse.Namespace, suffix: str = suffix) -> Any:
+            return c.post(_scope(noun, a) + "/" + suffix, {
+                "dispatchThrottlingRateInMsg": a.msg_dispatch_rate,
+                "dispatchThrottlingRateInByte": a.byte_dispatch_rate,
+                "ratePeriodInSecond": a.dispatch_rate_period,
+                "relativeToPublishRate": a.relative_to_publish_rate})
 
-    simple("dispatch-rate", "dispatchRate", "dispatch rate")
+        verb(noun, f"set-{name}", f"set the {what}", target,
+             A("-md", "--msg-dispatch-rate", type=int, default=-1),
+             A("-bd", "--byte-dispatch-rate", type=int, default=-1),
+             A("-dt", "--dispatch-rate-period", type=int, default=1),
+             A("-rp", "--relative-to-publish-rate", action="store_true"))(set_dispatch)
+        simple(name, suffix, what)
 
     @verb(noun, "set-publish-rate", "set the publish rate", target,
           A("-m", "--msg-publish-rate", type=int, default=-1), A("-b", "--byte-publish-rate", type=int, default=-1))

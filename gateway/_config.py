@@ -360,6 +360,21 @@ _KEY_LIST: tuple[Key, ...] = (
         "Subscription types consumers may use, where neither the topic nor its namespace "
         "says.", "a comma-separated list of " + ", ".join(SUBSCRIPTION_TYPES), _subscription_types),
     _bool("subscriptionKeySharedEnable", True, "Allow Key_Shared subscriptions at all."),
+    _int("dispatchThrottlingRatePerTopicInMsg", 0,
+         "Messages per second dispatched from one topic, where its namespace sets no "
+         "dispatch rate; 0 for no limit.", 0),
+    _int("dispatchThrottlingRatePerTopicInByte", 0,
+         "Bytes per second dispatched from one topic, likewise; 0 for no limit.", 0),
+    _int("dispatchThrottlingRatePerSubscriptionInMsg", 0,
+         "Messages per second dispatched to one subscription, where its namespace sets no "
+         "subscription dispatch rate; 0 for no limit.", 0),
+    _int("dispatchThrottlingRatePerSubscriptionInByte", 0,
+         "Bytes per second dispatched to one subscription, likewise; 0 for no limit.", 0),
+    _int("maxPublishRatePerTopicInMessages", 0,
+         "Messages per second one topic accepts, where its namespace sets no publish "
+         "rate; 0 for no limit.", 0),
+    _int("maxPublishRatePerTopicInBytes", 0,
+         "Bytes per second one topic accepts, likewise; 0 for no limit.", 0),
     _bool("brokerDeduplicationEnabled", False, "Message deduplication by producer sequence id."),
     _int("maxUnackedMessagesPerConsumer", 50000,
          "Unacknowledged messages a Shared or Key_Shared consumer may hold before it gets no "

@@ -202,6 +202,7 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
     PolicySpec("maxProducers", "max_producers_per_topic", _max_count("maxProducers")),
     PolicySpec("maxConsumers", "max_consumers_per_topic", _max_count("maxConsumers")),
     PolicySpec("dispatchRate", "topicDispatchRate", _DISPATCH),
+    PolicySpec("subscriptionDispatchRate", "subscriptionDispatchRate", _DISPATCH),
     PolicySpec("publishRate", "publishMaxMessageRate", _PUBLISH),
     # Pulsar names these ...PerConsumer/...PerSubscription on a namespace and
     # ...OnConsumer/...OnSubscription on a topic; both scopes answer to both.

@@ -272,12 +272,15 @@ def test_publish_rate_throttles_producers(admin: AdminClient, ns: str, client: p
     assert stats["msgInCounter"] == 15 and stats["publishRateLimitedTimes"] >= 2
 
 
-def test_dispatch_rate_throttles_consumers(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+@pytest.mark.parametrize("policy", ["dispatchRate", "subscriptionDispatchRate"])
+def test_dispatch_rate_throttles_consumers(admin: AdminClient, ns: str, client: pulsar.Client,
+                                           policy: str) -> None:
+    """The topic's dispatch rate, or each subscription's, at five messages a second."""
     topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
     admin.put(path)
     admin.put(f"{path}/subscription/s")
     _fill(client, topic, 15)
-    admin.post(f"/admin/v2/namespaces/{ns}/dispatchRate",
+    admin.post(f"/admin/v2/namespaces/{ns}/{policy}",
                {"dispatchThrottlingRateInMsg": 5, "ratePeriodInSecond": 1})
     consumer = client.subscribe(topic, "s")
     started = time.monotonic()
@@ -285,3 +288,4 @@ def test_dispatch_rate_throttles_consumers(admin: AdminClient, ns: str, client: 
         consumer.acknowledge(consumer.receive(timeout_millis=10_000))
     assert time.monotonic() - started >= 1.8
     consumer.close()
+

@@ -285,3 +285,27 @@ def test_persistence_policies_set_the_replication_of_new_ledgers(tmp_path):
                 "bookkeeperEnsemble": 2, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2})
         assert bad.value.status == 400
         client.close()
+
+
+def test_broker_publish_and_dispatch_rate_keys(tmp_path):
+    """Without namespace rate policies, the broker's per-topic publish rate and
+    per-subscription dispatch rate keys throttle (five messages a second here)."""
+    import time
+
+    conf = {"maxPublishRatePerTopicInMessages": 5, "dispatchThrottlingRatePerSubscriptionInMsg": 5}
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url, operation_timeout_seconds=10)
+        topic = "persistent://public/default/rates"
+        client.subscribe(topic, "s").close()  # the subscription waits for what is published
+        producer = client.create_producer(topic, batching_enabled=False)
+        started = time.monotonic()
+        for i in range(15):
+            producer.send_async(f"m{i}".encode(), None)
+        producer.flush()
+        assert time.monotonic() - started >= 1.8  # three windows of five publishes
+        consumer = client.subscribe(topic, "s")
+        started = time.monotonic()
+        for _ in range(15):
+            consumer.acknowledge(consumer.receive(timeout_millis=RECEIVE_MS))
+        assert time.monotonic() - started >= 1.8  # and of five deliveries
+        client.close()
