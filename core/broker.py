@@ -45,6 +45,10 @@ class SubscriptionNotFoundError(LookupError):
     pass
 
 
+class TopicQuotaError(PreconditionError):
+    """Creating the topic would take its namespace past ``maxTopicsPerNamespace``."""
+
+
 #: Default period of the message-TTL and backlog-quota checks (Pulsar's defaults).
 MESSAGE_EXPIRY_CHECK_MINUTES = 5.0
 SUBSCRIPTION_EXPIRY_CHECK_MINUTES = 5.0
@@ -134,6 +138,22 @@ class BrokerService:
             return bool(override.get("allowAutoSubscriptionCreation"))
         return bool(self.config.get("allowAutoSubscriptionCreation"))
 
+    def check_topic_quota(self, name: TopicName, new_topics: int = 1) -> None:
+        """Refuse to create `new_topics` persistent topics (a partitioned topic's
+        partitions count one each) where the namespace's ``max_topics_per_namespace``, else
+        the broker's ``maxTopicsPerNamespace``, would be passed."""
+        if not name.persistent:
+            return
+        ns = name.namespace_name
+        limit = self.namespace_policies(ns).get("max_topics_per_namespace")
+        if limit is None:
+            limit = self.config.get("maxTopicsPerNamespace", 0)
+        if not limit or limit <= 0:
+            return
+        existing = len(self.metadata.children(f"/managed-ledgers/{ns}/persistent"))
+        if existing + new_topics > limit:
+            raise TopicQuotaError("Exceed maximum number of topics in namespace.")
+
     def _ml_exists(self, name: TopicName) -> bool:
         if not name.persistent:
             return False  # a non-persistent topic exists only while it is loaded
@@ -149,6 +169,7 @@ class BrokerService:
         if create and not self.topic_exists(name):
             allowed, kind, count = self._auto_create(pol)
             if allowed and kind == "partitioned":
+                self.check_topic_quota(name, count)
                 self.policies.create_partitioned(name, count)
                 return count
         return 0
@@ -197,6 +218,8 @@ class BrokerService:
                 self.policies.partitions(name.partitioned_topic) > name.partition_index
             if not (create and (allowed or implicit_partition)):
                 raise TopicNotFoundError(f"Topic {name} does not exist")
+            if not implicit_partition:
+                self.check_topic_quota(name)
         return await self._load(name, pol)
 
     async def _load(self, name: TopicName, pol: dict[str, Any]) -> PersistentTopic:
@@ -268,6 +291,7 @@ class BrokerService:
             if str(name) in self.topics:
                 raise TopicExistsError("This topic already exists")
             return await self._load(name, self.namespace_policies(name.namespace_name))
+        self.check_topic_quota(name)
         pol = self.policies.effective(name, self.namespace_policies(name.namespace_name))
         ml = await self.storage.open(name.storage_name, self.ml_config(pol))
         await ml.close()

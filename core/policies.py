@@ -80,6 +80,7 @@ def default_policies(clusters: list[str]) -> dict[str, Any]:
         "encryption_required": False,
         "subscription_expiration_time_minutes": None,
         "persistence": None,
+        "max_topics_per_namespace": None,
         "max_unacked_messages_per_consumer": None,
         "max_unacked_messages_per_subscription": None,
         "auth_policies": {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}},

@@ -644,6 +644,23 @@ for _name, _suffix, _what in (
     verb("namespaces", f"get-{_name}", f"whether {_what} is on", NS)(_get_flag)
 
 
+def _ns_get_remove(name: str, suffix: str, what: str) -> None:
+    """The get-``name`` and remove-``name`` verbs of the namespace policy at ``suffix``."""
+    verb("namespaces", f"get-{name}", f"the {what}", NS)(
+        lambda c, a: c.get(_ns_path(a.namespace) + "/" + suffix))
+    verb("namespaces", f"remove-{name}", f"remove the {what}", NS)(
+        lambda c, a: c.delete(_ns_path(a.namespace) + "/" + suffix))
+
+
+@verb("namespaces", "set-max-topics-per-namespace", "set the maximum topics in a namespace", NS,
+      A("-t", "--max-topics-per-namespace", dest="value", type=int, required=True))
+def _ns_set_max_topics(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_ns_path(a.namespace) + "/maxTopicsPerNamespace", a.value)
+
+
+_ns_get_remove("max-topics-per-namespace", "maxTopicsPerNamespace", "maximum topics in a namespace")
+
+
 @verb("namespaces", "set-auto-subscription-creation",
       "override auto subscription creation (disabled unless --enable)", NS,
       A("-e", "--enable", action="store_true"))
@@ -652,15 +669,8 @@ def _ns_set_auto_sub(c: AdminClient, a: argparse.Namespace) -> Any:
                   {"allowAutoSubscriptionCreation": bool(a.enable)})
 
 
-@verb("namespaces", "get-auto-subscription-creation", "the auto subscription creation override", NS)
-def _ns_get_auto_sub(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.get(_ns_path(a.namespace) + "/autoSubscriptionCreation")
-
-
-@verb("namespaces", "remove-auto-subscription-creation",
-      "remove the auto subscription creation override", NS)
-def _ns_remove_auto_sub(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.delete(_ns_path(a.namespace) + "/autoSubscriptionCreation")
+_ns_get_remove("auto-subscription-creation", "autoSubscriptionCreation",
+               "auto subscription creation override")
 
 
 # -- topics ------------------------------------------------------------------------------------

@@ -340,6 +340,9 @@ _KEY_LIST: tuple[Key, ...] = (
           "Create a durable subscription when a consumer subscribes to one that does not "
           "exist (and a producer's initial subscription); when false, such a subscribe "
           "fails with SubscriptionNotFound."),
+    _int("maxTopicsPerNamespace", 0,
+         "Persistent topics (each partition counting one) a namespace may hold, where it "
+         "sets no limit itself; 0 for no limit.", 0),
     _int("maxProducersPerTopic", 0,
          "Producers one topic may have, where its namespace sets no limit; 0 for no limit.", 0),
     _int("maxConsumersPerTopic", 0,

@@ -190,6 +190,7 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
     PolicySpec("autoTopicCreation", "autoTopicCreationOverride", _auto_topic),
     PolicySpec("autoSubscriptionCreation", "autoSubscriptionCreationOverride", _auto_subscription),
     PolicySpec("maxProducersPerTopic", "max_producers_per_topic", _max_count("maxProducersPerTopic")),
+    PolicySpec("maxTopicsPerNamespace", "max_topics_per_namespace", _max_count("maxTopicsPerNamespace")),
     PolicySpec("maxConsumersPerTopic", "max_consumers_per_topic", _max_count("maxConsumersPerTopic")),
     PolicySpec("maxConsumersPerSubscription", "max_consumers_per_subscription",
                _max_count("maxConsumersPerSubscription")),

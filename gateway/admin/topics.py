@@ -96,6 +96,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
             raise RestError(412, "Number of partitions should be more than 0")
         if broker.topic_exists(name):
             raise RestError(409, "This topic already exists")
+        broker.check_topic_quota(name, n)
         policies.create_partitioned(name, n)
         return None
 

@@ -29,6 +29,7 @@ from core.broker import (
     NamespaceNotFoundError,
     SubscriptionNotFoundError,
     TopicNotFoundError,
+    TopicQuotaError,
 )
 from core.format import pulsar_api_pb2 as pb
 from core.naming import InvalidNameError, NamespaceName, TopicName
@@ -133,7 +134,7 @@ def _server_error(exc: BaseException) -> int:
             return E.ProducerBlockedQuotaExceededError
         case TopicClosedError():
             return E.ServiceNotReady
-        case NotAllowedError():
+        case NotAllowedError() | TopicQuotaError():
             return E.NotAllowedError
     return E.UnknownError
 

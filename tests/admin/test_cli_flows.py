@@ -192,6 +192,8 @@ def test_subscription_and_consumer_limits_by_namespace_and_topic(cli, unique: st
     assert json.loads(cli("namespaces", "get-persistence", ns).stdout) == {
         "bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 2, "bookkeeperAckQuorum": 2,
         "managedLedgerMaxMarkDeleteRate": 5.0}
+    cli("namespaces", "set-max-topics-per-namespace", ns, "-t", "50")
+    assert cli("namespaces", "get-max-topics-per-namespace", ns).stdout.strip() == "50"
     cli("namespaces", "set-subscription-expiration-time", ns, "-t", "30")
     assert cli("namespaces", "get-subscription-expiration-time", ns).stdout.strip() == "30"
     cli("namespaces", "remove-max-consumers-per-subscription", ns)

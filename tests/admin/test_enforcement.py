@@ -238,6 +238,21 @@ def test_encryption_required(admin: AdminClient, ns: str, server: Standalone, cl
     assert consumer.receive(timeout_millis=10_000).data() == b"secret"
 
 
+def test_max_topics_per_namespace(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    admin.post(f"/admin/v2/namespaces/{ns}/maxTopicsPerNamespace", 3)
+    admin.put(f"/admin/v2/persistent/{ns}/one")
+    client.create_producer(f"persistent://{ns}/two").close()  # created on first use
+    assert status_of(admin.put, f"/admin/v2/persistent/{ns}/parts/partitions", 2) == (
+        412, "Exceed maximum number of topics in namespace.")
+    client.create_producer(f"persistent://{ns}/three").close()
+    with pytest.raises(pulsar.NotAllowedError):
+        client.create_producer(f"persistent://{ns}/four")
+    assert status_of(admin.put, f"/admin/v2/persistent/{ns}/four")[0] == 412
+    client.create_producer(f"non-persistent://{ns}/fleeting").close()  # not counted
+    admin.delete(f"/admin/v2/namespaces/{ns}/maxTopicsPerNamespace")
+    client.create_producer(f"persistent://{ns}/four").close()
+
+
 def test_deduplication_enabled_by_rest(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
     topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
     admin.put(path)

@@ -42,6 +42,7 @@ def test_namespace_lifecycle(admin: AdminClient, unique: str) -> None:
      {"allowAutoSubscriptionCreation": False}),
     ("maxProducersPerTopic", "max_producers_per_topic", 5),
     ("maxSubscriptionsPerTopic", "max_subscriptions_per_topic", 4),
+    ("maxTopicsPerNamespace", "max_topics_per_namespace", 100),
     ("subscriptionExpirationTime", "subscription_expiration_time_minutes", 30),
     ("persistence", "persistence", {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 2,
                                     "bookkeeperAckQuorum": 2, "managedLedgerMaxMarkDeleteRate": 1.0}),
