@@ -152,6 +152,7 @@ class Consumer:
         sticky_ranges: list[tuple[int, int]] | None = None,
         read_compacted: bool = False,
         metadata: dict[str, str] | None = None,
+        allow_out_of_order: bool = False,
     ):
         self.consumer_id = consumer_id
         self.name = name
@@ -161,6 +162,8 @@ class Consumer:
         # up to the last compaction's horizon, only what the compacted view kept
         self.read_compacted = read_compacted
         self.metadata = metadata or {}
+        # Key_Shared: a key may move to a new owner while the old one still holds some
+        self.allow_out_of_order = allow_out_of_order
         self.permits = 0
         self.subscription: Subscription | None = None
         self.unacked = UnackedEntries()
@@ -238,6 +241,9 @@ class Subscription:
         self.last_expire_timestamp = 0
         self._throttled_until = float("inf")
         self._dispatch_window = RateWindow()
+        # Key_Shared: deliver a key's messages to its new owner at once, without waiting
+        # for its previous owner to acknowledge what it holds (allowOutOfOrderDelivery)
+        self.allow_out_of_order = False
         # messages its consumers acknowledged; when (epoch ms) one last acked, was sent
         # messages, asked for more, moved the mark-delete position; when one came or went
         self.acked = 0
@@ -275,6 +281,8 @@ class Subscription:
             raise SubscriptionTypeMismatchError("Subscription is of different type")
         if not self.consumers:
             self.sub_type = sub_type
+            # As in Pulsar, the subscription's first consumer sets it for the others.
+            self.allow_out_of_order = consumer.allow_out_of_order
         if self.sub_type == SubType.Exclusive and self.consumers:
             raise ConsumerBusyError("Exclusive consumer is already connected")
         consumer.subscription = self
@@ -736,7 +744,7 @@ class Subscription:
                 target = self._key_owner(h)
                 held = self._hash_owner.get(h)
                 if target is None or target.permits <= 0 or target.blocked_on_unacked or (
-                        held is not None and held[0] is not target):
+                        held is not None and held[0] is not target and not self.allow_out_of_order):
                     self.replay.add(pos)
                     continue
             elif self.sub_type == SubType.Shared:

@@ -111,7 +111,7 @@ def subscription_stats(topic: Any, sub: Any, rates: Rates) -> dict[str, Any]:
         "consumers": [consumer_stats(topic, sub, c, rates) for c in sub.consumers],
         "isDurable": sub.durable,
         "isReplicated": False,
-        "allowOutOfOrderDelivery": False,
+        "allowOutOfOrderDelivery": sub.allow_out_of_order,
         "consumersAfterMarkDeletePosition": {},
         "nonContiguousDeletedMessagesRanges": len(sub.cursor.individually_deleted()),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,

@@ -538,7 +538,9 @@ class PulsarSession:
             consumer = Consumer(cmd.consumer_id, cmd.consumer_name or f"consumer-{cmd.consumer_id}",
                                 self, priority=cmd.priority_level, sticky_ranges=sticky,
                                 read_compacted=cmd.read_compacted,
-                                metadata={kv.key: kv.value for kv in cmd.metadata})
+                                metadata={kv.key: kv.value for kv in cmd.metadata},
+                                allow_out_of_order=cmd.HasField("keySharedMeta")
+                                and cmd.keySharedMeta.allowOutOfOrderDelivery)
             durable = not cmd.HasField("durable") or cmd.durable
             if durable and name.persistent and cmd.subscription not in topic.subscriptions \
                     and not self.broker.allow_auto_subscription_creation(name):

@@ -672,6 +672,40 @@ def test_stats_say_when_a_subscription_was_last_used(client, admin, unique):
     assert sub["lastMarkDeleteAdvancedTimestamp"] >= sub["lastConsumedTimestamp"]
 
 
+@pytest.mark.parametrize("out_of_order", [False, True], ids=["in-order", "out-of-order"])
+def test_key_shared_keys_move_to_a_new_consumer_only_as_the_policy_allows(client, admin, unique,
+                                                                          out_of_order):
+    """Without allowOutOfOrderDelivery, a key that moves to a consumer that joined waits
+    until its old owner has acknowledged what it holds of it; with it, its new messages
+    go to the new owner at once."""
+    topic = f"ks-order-{unique}"
+    policy = pulsar.ConsumerKeySharedPolicy(allow_out_of_order_delivery=out_of_order)
+
+    def join(name: str):
+        return client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                                key_shared_policy=policy, consumer_name=name)
+
+    first = join("first")
+    producer = client.create_producer(topic, batching_enabled=False)
+    keys = [f"key-{i}" for i in range(20)]
+    for k in keys:
+        producer.send(k.encode(), partition_key=k)
+    held = [first.receive(timeout_millis=RECEIVE_MS) for _ in keys]  # none acknowledged
+    second = join("second")
+    for k in keys:
+        producer.send(k.encode(), partition_key=k)
+    moved = receive_until_idle(second)
+    if out_of_order:
+        assert moved  # about half the keys now hash to the second consumer
+    else:
+        assert moved == []
+        for m in held:
+            first.acknowledge(m)
+        assert receive_until_idle(second)
+    stats = admin.get(f"/admin/v2/persistent/public/default/{topic}/stats")
+    assert stats["subscriptions"]["s"]["allowOutOfOrderDelivery"] is out_of_order
+
+
 @pytest.mark.parametrize("batching", [False, True], ids=["unbatched", "batched"])
 def test_end_to_end_encrypted_messages_reach_only_key_holders(client, unique, batching):
     """The broker stores and delivers the producer's ciphertext and its encryption
