@@ -45,6 +45,11 @@ class SubscriptionNotFoundError(LookupError):
     pass
 
 
+class PartitionCountError(ValueError):
+    """A partitioned topic with more partitions than the broker allows (Pulsar answers
+    406 over REST)."""
+
+
 class TopicQuotaError(PreconditionError):
     """Creating the topic would take its namespace past ``maxTopicsPerNamespace``."""
 
@@ -138,6 +143,13 @@ class BrokerService:
             return bool(override.get("allowAutoSubscriptionCreation"))
         return bool(self.config.get("allowAutoSubscriptionCreation"))
 
+    def check_partition_count(self, partitions: int) -> None:
+        """Refuse a partitioned topic of `partitions` past ``maxNumPartitionsPerPartitionedTopic``
+        (0: no limit), as Pulsar does."""
+        limit = int(self.config.get("maxNumPartitionsPerPartitionedTopic", 0) or 0)
+        if limit > 0 and partitions > limit:
+            raise PartitionCountError(f"Number of partitions should be less than or equal to {limit}")
+
     def check_topic_quota(self, name: TopicName, new_topics: int = 1) -> None:
         """Refuse to create `new_topics` persistent topics (a partitioned topic's
         partitions count one each) where the namespace's ``max_topics_per_namespace``, else
@@ -169,6 +181,7 @@ class BrokerService:
         if create and not self.topic_exists(name):
             allowed, kind, count = self._auto_create(pol)
             if allowed and kind == "partitioned":
+                self.check_partition_count(count)
                 self.check_topic_quota(name, count)
                 self.policies.create_partitioned(name, count)
                 return count

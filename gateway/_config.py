@@ -336,6 +336,9 @@ _KEY_LIST: tuple[Key, ...] = (
     _enum("allowAutoTopicCreationType", "non-partitioned",
           "Kind of topic created automatically.", "partitioned", "non-partitioned"),
     _int("defaultNumPartitions", 1, "Partitions of an automatically created partitioned topic.", 1),
+    _int("maxNumPartitionsPerPartitionedTopic", 0,
+         "Most partitions a partitioned topic may have (created, updated or auto-created); "
+         "0 for no limit.", 0),
     _bool("allowAutoSubscriptionCreation", True,
           "Create a durable subscription when a consumer subscribes to one that does not "
           "exist (and a producer's initial subscription); when false, such a subscribe "

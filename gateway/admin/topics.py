@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from core.broker import PartitionCountError
 from core.naming import NamespaceName, TopicName
 
 from ._common import RestError, body_int, endpoint, json_body, namespace_of, query_bool, topic_of
@@ -23,6 +24,18 @@ __all__ = ["routes", "DOMAINS", "load_topic", "partition_targets"]
 
 DOMAINS = ("persistent", "non-persistent")
 
+
+
+def _partition_count(broker: Any, body: Any) -> int:
+    """A request's partition count, checked as Pulsar checks it (406 when out of range)."""
+    n = body_int(body, "Number of partitions")
+    if n < 1:
+        raise RestError(406, "Number of partitions should be more than 0")
+    try:
+        broker.check_partition_count(n)
+    except PartitionCountError as exc:
+        raise RestError(406, str(exc)) from None
+    return n
 
 def existing_namespace(broker: Any, ns: NamespaceName) -> None:
     if broker.policies.get_tenant(ns.tenant) is None:
@@ -91,9 +104,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         existing_namespace(broker, name.namespace_name)
         if name.partition_index >= 0:
             raise RestError(412, "Partitioned topic name must not end in -partition-N")
-        n = body_int(await json_body(request), "Number of partitions")
-        if n < 1:
-            raise RestError(412, "Number of partitions should be more than 0")
+        n = _partition_count(broker, await json_body(request))
         if broker.topic_exists(name):
             raise RestError(409, "This topic already exists")
         broker.check_topic_quota(name, n)
@@ -104,7 +115,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
     async def update_partitions(request: Request) -> Any:
         name = topic_of(request)
         existing_namespace(broker, name.namespace_name)
-        n = body_int(await json_body(request), "Number of partitions")
+        n = _partition_count(broker, await json_body(request))
         policies.update_partitions(name, n)
         return None
 

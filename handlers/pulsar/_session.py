@@ -27,6 +27,7 @@ import trio
 from core.broker import (
     BrokerService,
     NamespaceNotFoundError,
+    PartitionCountError,
     SubscriptionNotFoundError,
     TopicNotFoundError,
     TopicQuotaError,
@@ -134,7 +135,7 @@ def _server_error(exc: BaseException) -> int:
             return E.ProducerBlockedQuotaExceededError
         case TopicClosedError():
             return E.ServiceNotReady
-        case NotAllowedError() | TopicQuotaError():
+        case NotAllowedError() | TopicQuotaError() | PartitionCountError():
             return E.NotAllowedError
     return E.UnknownError
 

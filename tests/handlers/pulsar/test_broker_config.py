@@ -309,3 +309,25 @@ def test_broker_publish_and_dispatch_rate_keys(tmp_path):
             consumer.acknowledge(consumer.receive(timeout_millis=RECEIVE_MS))
         assert time.monotonic() - started >= 1.8  # and of five deliveries
         client.close()
+
+
+def test_max_partitions_per_partitioned_topic(tmp_path):
+    conf = {"maxNumPartitionsPerPartitionedTopic": 2, "allowAutoTopicCreationType": "partitioned",
+            "defaultNumPartitions": 3}
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        admin = AdminClient(s.addresses["web"][0])
+        base = "/admin/v2/persistent/public/default"
+        for method, n in ((admin.put, 3), (admin.put, 2), (admin.post, 3)):
+            try:
+                method(f"{base}/two/partitions", n)
+            except AdminError as exc:
+                assert (n, exc.status, str(exc)) == (3, 406, "Number of partitions should be less "
+                                                            "than or equal to 2")
+            else:
+                assert n == 2
+        assert admin.get(f"{base}/two/partitions")["partitions"] == 2
+        client = pulsar.Client(s.pulsar_url, operation_timeout_seconds=3)
+        with pytest.raises(pulsar.PulsarException):  # auto-created with 3 partitions: refused
+            client.create_producer("persistent://public/default/auto")
+        assert admin.get(f"{base}/partitioned") == ["persistent://public/default/two"]
+        client.close()
