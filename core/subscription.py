@@ -537,10 +537,13 @@ class Subscription:
         await self.cursor.flush()
         return gone
 
-    def disconnect_consumers(self, *, reset: bool = False) -> None:
-        """Ask each consumer's session to close it (the clients reconnect); ``reset`` when
-        the subscription was just moved (a seek), so that a reader finds it again."""
+    def disconnect_consumers(self, *, reset: bool = False, keep: Consumer | None = None) -> None:
+        """Ask each consumer's session (but ``keep``'s) to close it (the clients
+        reconnect); ``reset`` when the subscription was just moved (a seek), so that a
+        reader finds it again."""
         for c in list(self.consumers):
+            if c is keep:
+                continue
             close = getattr(c.sink, "broker_closed_consumer", None)
             if close is not None:
                 close(c, reset=reset)

@@ -682,7 +682,7 @@ class PersistentTopic:
     async def unsubscribe(self, name: str) -> None:
         sub = self.subscriptions.get(name)
         if sub is not None and sub.consumers:
-            raise ProducerBusyError("Subscription has active connected consumers")
+            raise ConsumerBusyError("Subscription has active connected consumers")
         if sub is not None:
             sub.close()
             del self.subscriptions[name]

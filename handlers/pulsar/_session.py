@@ -647,8 +647,12 @@ class PulsarSession:
             return
         consumer, topic, sub = attached
         if len(sub.consumers) > 1:
-            self._error(cmd.request_id, E.UnknownError, "Subscription has active connected consumers")
-            return
+            if not cmd.force:
+                # Pulsar's answer (a ServerMetadataException) to a consumer that is not alone
+                self._error(cmd.request_id, E.MetadataError,
+                            "Unconnected or shared consumer attempting to unsubscribe")
+                return
+            sub.disconnect_consumers(keep=consumer)  # a forced unsubscribe
         topic.consumer_closed(consumer)
         del self.consumers[cmd.consumer_id]
         try:

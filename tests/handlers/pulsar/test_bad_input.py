@@ -278,3 +278,25 @@ def test_a_shared_subscription_serves_its_highest_priority_consumers_first(
     finally:
         raw.close()
         client.close()
+
+
+def test_unsubscribe_while_others_are_attached_is_refused_unless_forced(standalone: Standalone):
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        raw.connect()
+        for consumer_id in (1, 2):
+            raw.send(ev.CommandSubscribe.build(topic="unsub-force", subscription="s", consumer_id=consumer_id,
+                                               request_id=consumer_id, subType=pb.CommandSubscribe.Shared))
+            assert isinstance(raw.next_event(), ev.CommandSuccess)
+        raw.send(ev.CommandUnsubscribe.build(consumer_id=1, request_id=3))
+        refused = raw.next_event()
+        assert isinstance(refused, ev.CommandError)
+        assert (refused.command.error, refused.command.message) == (
+            pb.MetadataError, "Unconnected or shared consumer attempting to unsubscribe")
+        raw.send(ev.CommandUnsubscribe.build(consumer_id=1, request_id=4, force=True))
+        events = [raw.next_event(), raw.next_event()]
+        assert {type(e) for e in events} == {ev.CommandCloseConsumer, ev.CommandSuccess}
+        closed = next(e for e in events if isinstance(e, ev.CommandCloseConsumer))
+        assert closed.command.consumer_id == 2  # the other consumer was told to go
+    finally:
+        raw.close()
