@@ -274,3 +274,44 @@ async def test_unused_durable_subscriptions_expire(broker_minutes: int, policy_m
     assert await topic.expire_inactive_subscriptions(now) == expired
     assert ledger.deleted_cursors == expired
     assert sorted(topic.subscriptions) == sorted({"idle", "recent", "connected", "reader"} - set(expired))
+
+
+class _CheckedTopic:
+    """A loaded topic as the broker's housekeeping sees it: records when each check ran."""
+
+    def __init__(self) -> None:
+        self.name = TopicName.parse("persistent://public/default/checked")
+        self.ran: dict[str, list[float]] = {"ttl": [], "quota": [], "retention": [], "expiry": []}
+        self.ml = SimpleNamespace(check_rollover=self._note("retention"), trim=self._async_none)
+
+    def _note(self, what: str) -> Callable[[], object]:
+        async def run() -> None:
+            self.ran[what].append(trio.current_time())
+        return run
+
+    async def _async_none(self) -> None:
+        return None
+
+    async def expire_messages(self) -> None:
+        await self._note("ttl")()
+
+    async def enforce_backlog_quota(self) -> None:
+        await self._note("quota")()
+
+    async def expire_inactive_subscriptions(self) -> None:
+        await self._note("expiry")()
+
+
+async def test_housekeeping_runs_each_check_on_its_own_period(autojump_clock) -> None:
+    from core.broker import BrokerService
+
+    topic = _CheckedTopic()
+    broker = SimpleNamespace(topics={"t": topic}, config={
+        "messageExpiryCheckIntervalInMinutes": 5, "backlogQuotaCheckIntervalInSeconds": 60,
+        "retentionCheckIntervalInSeconds": 120, "subscriptionExpiryCheckIntervalInMinutes": 2})
+    start = trio.current_time()
+    with trio.move_on_after(601):
+        await BrokerService._housekeeping(broker)  # type: ignore[arg-type]
+    ran = {what: [round(t - start) for t in times] for what, times in topic.ran.items()}
+    assert ran == {"ttl": [300, 600], "quota": list(range(60, 601, 60)),
+                   "retention": [120, 240, 360, 480, 600], "expiry": [120, 240, 360, 480, 600]}
