@@ -132,17 +132,6 @@ class BrokerService:
                 str(self.config.get("allowAutoTopicCreationType")),
                 int(self.config.get("defaultNumPartitions")))
 
-    def allow_auto_subscription_creation(self, name: TopicName) -> bool:
-        """Whether a durable subscription that does not exist yet may be created by a
-        consumer subscribing (or by a producer's initial subscription): the topic's or its
-        namespace's ``autoSubscriptionCreation`` override, else the broker's
-        ``allowAutoSubscriptionCreation``."""
-        pol = self.policies.effective(name, self.namespace_policies(name.namespace_name))
-        override = pol.get("autoSubscriptionCreationOverride")
-        if override:
-            return bool(override.get("allowAutoSubscriptionCreation"))
-        return bool(self.config.get("allowAutoSubscriptionCreation"))
-
     def check_partition_count(self, partitions: int) -> None:
         """Refuse a partitioned topic of `partitions` past ``maxNumPartitionsPerPartitionedTopic``
         (0: no limit), as Pulsar does."""
@@ -150,14 +139,14 @@ class BrokerService:
         if limit > 0 and partitions > limit:
             raise PartitionCountError(f"Number of partitions should be less than or equal to {limit}")
 
-    def check_topic_quota(self, name: TopicName, new_topics: int = 1) -> None:
+    def check_topic_quota(self, name: TopicName, pol: dict[str, Any], new_topics: int = 1) -> None:
         """Refuse to create `new_topics` persistent topics (a partitioned topic's
-        partitions count one each) where the namespace's ``max_topics_per_namespace``, else
-        the broker's ``maxTopicsPerNamespace``, would be passed."""
+        partitions count one each) where the namespace's ``max_topics_per_namespace`` (in
+        its policies `pol`), else the broker's ``maxTopicsPerNamespace``, would be passed."""
         if not name.persistent:
             return
         ns = name.namespace_name
-        limit = self.namespace_policies(ns).get("max_topics_per_namespace")
+        limit = pol.get("max_topics_per_namespace")
         if limit is None:
             limit = self.config.get("maxTopicsPerNamespace", 0)
         if not limit or limit <= 0:
@@ -182,7 +171,7 @@ class BrokerService:
             allowed, kind, count = self._auto_create(pol)
             if allowed and kind == "partitioned":
                 self.check_partition_count(count)
-                self.check_topic_quota(name, count)
+                self.check_topic_quota(name, pol, count)
                 self.policies.create_partitioned(name, count)
                 return count
         return 0
@@ -232,7 +221,7 @@ class BrokerService:
             if not (create and (allowed or implicit_partition)):
                 raise TopicNotFoundError(f"Topic {name} does not exist")
             if not implicit_partition:
-                self.check_topic_quota(name)
+                self.check_topic_quota(name, pol)
         return await self._load(name, pol)
 
     async def _load(self, name: TopicName, pol: dict[str, Any]) -> PersistentTopic:
@@ -304,8 +293,9 @@ class BrokerService:
             if str(name) in self.topics:
                 raise TopicExistsError("This topic already exists")
             return await self._load(name, self.namespace_policies(name.namespace_name))
-        self.check_topic_quota(name)
-        pol = self.policies.effective(name, self.namespace_policies(name.namespace_name))
+        ns_pol = self.namespace_policies(name.namespace_name)
+        self.check_topic_quota(name, ns_pol)
+        pol = self.policies.effective(name, ns_pol)
         ml = await self.storage.open(name.storage_name, self.ml_config(pol))
         await ml.close()
         return await self.get_topic(name)

@@ -150,20 +150,17 @@ class SchemaRegistry:
             return s
         return str(self.broker.config.get("schemaCompatibilityStrategy", DEFAULT_STRATEGY))
 
-    def _namespace_policy(self, name: TopicName, policy: str) -> Any:
-        return (self.broker.policies.get_namespace(name.namespace_name) or {}).get(policy)
-
-    def validation_enforced(self, name: TopicName) -> bool:
+    def validation_enforced(self, policies: dict[str, Any]) -> bool:
         """Whether producers without a schema are refused on topics that have one: the
-        broker's ``schemaValidationEnforced`` or the namespace's policy."""
+        broker's ``schemaValidationEnforced`` or the namespace's policy (in `policies`)."""
         return bool(self.broker.config.get("schemaValidationEnforced")
-                    or self._namespace_policy(name, "schema_validation_enforced"))
+                    or policies.get("schema_validation_enforced"))
 
-    def auto_update_allowed(self, name: TopicName) -> bool:
+    def auto_update_allowed(self, policies: dict[str, Any]) -> bool:
         """Whether a producer may register a new (compatible) schema version: the
-        namespace's ``is_allow_auto_update_schema``, else the broker's
+        namespace's ``is_allow_auto_update_schema`` (in `policies`), else the broker's
         ``isAllowAutoUpdateSchemaEnabled``."""
-        value = self._namespace_policy(name, "is_allow_auto_update_schema")
+        value = policies.get("is_allow_auto_update_schema")
         if value is None:
             value = self.broker.config.get("isAllowAutoUpdateSchemaEnabled", True)
         return bool(value)
@@ -184,11 +181,11 @@ class SchemaRegistry:
         topic lacks, where auto update is off."""
         name = topic.name
         if schema is None or schema.type == _SCHEMA_NONE:
-            if self.validation_enforced(name) and self.get(name, None) is not None:
+            if self.validation_enforced(topic.policies) and self.get(name, None) is not None:
                 raise IncompatibleSchemaError("Producers cannot connect or send message without "
                                               "a schema to topics with a schema")
             return b""
-        if not self.auto_update_allowed(name):
+        if not self.auto_update_allowed(topic.policies):
             version = self._version_in(self.versions(name)[0], schema)
             if version is None:
                 raise IncompatibleSchemaError("Schema not found and schema auto updating is disabled.")

@@ -610,13 +610,8 @@ class Subscription:
     def _unacked_limits(self) -> tuple[int, int]:
         """maxUnackedMessagesPerConsumer and ...PerSubscription as they apply here: the
         topic's or namespace's policy, else the broker's setting; 0 for none."""
-        out = []
-        for policy, key, default in UNACKED_LIMITS:
-            value = self.topic.policies.get(policy)
-            if value is None:
-                value = self.topic.broker.config.get(key, default)
-            out.append(max(0, int(value)))
-        return out[0], out[1]
+        (cp, ck, cd), (sp, sk, sd) = UNACKED_LIMITS
+        return max(0, self.topic.limit(cp, ck, cd)), max(0, self.topic.limit(sp, sk, sd))
 
     async def _dispatch_once(self) -> bool:
         self._release_due_delayed()

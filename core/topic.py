@@ -363,13 +363,24 @@ class PersistentTopic:
                 gone.append(name)
         return gone
 
-    def limit(self, policy: str, config_key: str) -> int:
+    def limit(self, policy: str, config_key: str, default: int = 0) -> int:
         """A count limit (0: none): the topic's or its namespace's ``policy``, else the
-        broker's ``config_key``."""
+        broker's ``config_key`` (``default`` where the configuration lacks it)."""
         value = self.policies.get(policy)
         if value is None:
-            value = self.broker.config.get(config_key, 0)
+            value = self.broker.config.get(config_key, default)
         return int(value or 0)
+
+    @property
+    def auto_subscription_creation_allowed(self) -> bool:
+        """Whether a durable subscription that does not exist yet may be created by a
+        consumer subscribing (or by a producer's initial subscription): the topic's or its
+        namespace's ``autoSubscriptionCreation`` override, else the broker's
+        ``allowAutoSubscriptionCreation``."""
+        override = self.policies.get("autoSubscriptionCreationOverride")
+        if override:
+            return bool(override.get("allowAutoSubscriptionCreation"))
+        return bool(self.broker.config.get("allowAutoSubscriptionCreation", True))
 
     def check_subscription_type(self, sub_type: SubType) -> None:
         """Refuse a subscription type the topic's, its namespace's or the broker's
@@ -580,10 +591,11 @@ class PersistentTopic:
         else of the broker's per-second keys ``config_msgs``/``config_bytes``; None when
         nothing limits."""
         value = self.policies.get(policy)
-        if value is None:
-            config = self.broker.config
-            value = {msg_field: config.get(config_msgs, 0), byte_field: config.get(config_bytes, 0)}
-        return rate_limits(value, msg_field, byte_field)
+        if value is not None:
+            return rate_limits(value, msg_field, byte_field)
+        config = self.broker.config
+        msgs, size = int(config.get(config_msgs, 0) or 0), int(config.get(config_bytes, 0) or 0)
+        return (msgs, size, 1.0) if msgs > 0 or size > 0 else None
 
     def note_dispatched(self, messages: int, size: int) -> None:
         self._dispatch_window.add(messages, size)

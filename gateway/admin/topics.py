@@ -107,7 +107,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         n = _partition_count(broker, await json_body(request))
         if broker.topic_exists(name):
             raise RestError(409, "This topic already exists")
-        broker.check_topic_quota(name, n)
+        broker.check_topic_quota(name, broker.namespace_policies(name.namespace_name), n)
         policies.create_partitioned(name, n)
         return None
 

@@ -416,7 +416,7 @@ class PulsarSession:
             if topic.encryption_required and not cmd.encrypted:
                 raise EncryptionRequiredError(f"Encryption is required in {name}")
             if cmd.initial_subscription_name:
-                await self._create_initial_subscription(name, topic, cmd.initial_subscription_name)
+                await self._create_initial_subscription(topic, cmd.initial_subscription_name)
             await topic.add_producer(producer)
         except Exception as exc:
             self._error(cmd.request_id, exc)
@@ -430,14 +430,14 @@ class PulsarSession:
             request_id=cmd.request_id, producer_name=pname, last_sequence_id=last,
             schema_version=schema_version, producer_ready=True))
 
-    async def _create_initial_subscription(self, name: TopicName, topic: Any, sub: str) -> None:
+    async def _create_initial_subscription(self, topic: PersistentTopic, sub: str) -> None:
         """The subscription a producer asks to exist before it publishes (what a client's
         dead-letter policy asks for its dead-letter topic), from the earliest message, as
         Pulsar creates it: on persistent topics, where auto subscription creation is
         allowed."""
-        if not name.persistent or sub in topic.subscriptions:
+        if not topic.name.persistent or sub in topic.subscriptions:
             return
-        if not self.broker.allow_auto_subscription_creation(name):
+        if not topic.auto_subscription_creation_allowed:
             raise NotAllowedError("Failed to create the initial subscription: Could not create "
                                   "the initial subscription due to the auto subscription "
                                   "creation is not allowed.")
@@ -544,7 +544,7 @@ class PulsarSession:
                                 and cmd.keySharedMeta.allowOutOfOrderDelivery)
             durable = not cmd.HasField("durable") or cmd.durable
             if durable and name.persistent and cmd.subscription not in topic.subscriptions \
-                    and not self.broker.allow_auto_subscription_creation(name):
+                    and not topic.auto_subscription_creation_allowed:
                 raise SubscriptionNotFoundError("Subscription does not exist")
             start = None
             if not durable and cmd.HasField("start_message_id"):
