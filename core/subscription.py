@@ -141,7 +141,19 @@ class UnackedEntries(dict[Position, tuple[int, int]]):
         self.messages = 0
 
 
-class Consumer:
+class Activity:
+    """How much a consumer (or the consumers of a subscription) acknowledged, and when, in
+    epoch ms, it last acknowledged, was sent messages and asked for more (the stats'
+    messageAckRate and last*Timestamp)."""
+
+    def __init__(self) -> None:
+        self.acked = 0
+        self.last_acked_ts = 0
+        self.last_consumed_ts = 0
+        self.last_flow_ts = 0
+
+
+class Consumer(Activity):
     def __init__(
         self,
         consumer_id: int,
@@ -154,6 +166,7 @@ class Consumer:
         metadata: dict[str, str] | None = None,
         allow_out_of_order: bool = False,
     ):
+        super().__init__()
         self.consumer_id = consumer_id
         self.name = name
         self.sink = sink
@@ -176,11 +189,6 @@ class Consumer:
         self.bytes_out = 0
         self.connected_since = time.time()
         self.told_end_of_topic = False
-        # messages acknowledged, and when (epoch ms) it last acked, was sent, asked for more
-        self.acked = 0
-        self.last_acked_ts = 0
-        self.last_consumed_ts = 0
-        self.last_flow_ts = 0
 
     def flow(self, permits: int) -> None:
         self.permits += permits
@@ -210,9 +218,10 @@ def _entry_key_hash(entry: Entry) -> int:
     return key_hash(key) if key else 0
 
 
-class Subscription:
+class Subscription(Activity):
     def __init__(self, topic: PersistentTopic, name: str, cursor: Cursor, sub_type: SubType, *,
                  durable: bool = True):
+        super().__init__()
         self.topic = topic
         self.name = name
         self.cursor = cursor
@@ -244,12 +253,7 @@ class Subscription:
         # Key_Shared: deliver a key's messages to its new owner at once, without waiting
         # for its previous owner to acknowledge what it holds (allowOutOfOrderDelivery)
         self.allow_out_of_order = False
-        # messages its consumers acknowledged; when (epoch ms) one last acked, was sent
-        # messages, asked for more, moved the mark-delete position; when one came or went
-        self.acked = 0
-        self.last_acked_ts = 0
-        self.last_consumed_ts = 0
-        self.last_flow_ts = 0
+        # the mark-delete position last seen and when it moved; when a consumer came or went
         self._mark_delete_seen: tuple[Position, int] | None = None
         self._last_seen = now_ms()
 

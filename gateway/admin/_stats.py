@@ -52,6 +52,17 @@ def _pos(p: Position | None) -> str:
     return f"{p.ledger_id}:{p.entry_id}" if p is not None else "-1:-1"
 
 
+def _activity(key: tuple[Any, ...], who: Any, rates: Rates) -> dict[str, Any]:
+    """The acknowledgement rate and last-activity timestamps of a consumer or subscription
+    (a ``core.subscription.Activity``)."""
+    return {
+        "messageAckRate": rates.rate(key + ("acked",), who.acked),
+        "lastAckedTimestamp": who.last_acked_ts,
+        "lastConsumedTimestamp": who.last_consumed_ts,
+        "lastConsumedFlowTimestamp": who.last_flow_ts,
+    }
+
+
 def consumer_stats(topic: Any, sub: Any, c: Any, rates: Rates) -> dict[str, Any]:
     key = (str(topic.name), sub.name, id(c))
     return {
@@ -60,7 +71,7 @@ def consumer_stats(topic: Any, sub: Any, c: Any, rates: Rates) -> dict[str, Any]
         "bytesOutCounter": c.bytes_out,
         "msgOutCounter": c.msg_out,
         "msgRateRedeliver": rates.rate(key + ("redelivered",), c.redelivered),
-        "messageAckRate": rates.rate(key + ("acked",), c.acked),
+        **_activity(key, c, rates),
         "chunkedMessageRate": 0.0,
         "consumerName": c.name,
         "availablePermits": c.permits,
@@ -70,9 +81,6 @@ def consumer_stats(topic: Any, sub: Any, c: Any, rates: Rates) -> dict[str, Any]
         "priorityLevel": c.priority,
         "keyHashRanges": [f"[{a}, {b}]" for a, b in (c.sticky_ranges or [])] or None,
         "metadata": dict(c.metadata),
-        "lastAckedTimestamp": c.last_acked_ts,
-        "lastConsumedTimestamp": c.last_consumed_ts,
-        "lastConsumedFlowTimestamp": c.last_flow_ts,
         "connectedSince": _iso(c.connected_since),
         "address": str(getattr(c.sink, "peer_address", "") or ""),
         "clientVersion": str(getattr(c.sink, "client_version", "") or ""),
@@ -90,7 +98,7 @@ def subscription_stats(topic: Any, sub: Any, rates: Rates) -> dict[str, Any]:
         "bytesOutCounter": sub.bytes_out,
         "msgOutCounter": sub.msg_out,
         "msgRateRedeliver": rates.rate(key + ("redelivered",), sub.redelivered),
-        "messageAckRate": rates.rate(key + ("acked",), sub.acked),
+        **_activity(key, sub, rates),
         "chunkedMessageRate": 0,
         "msgBacklog": backlog,
         "backlogSize": topic.backlog_bytes(sub),
@@ -104,9 +112,6 @@ def subscription_stats(topic: Any, sub: Any, rates: Rates) -> dict[str, Any]:
         "msgRateExpired": rates.rate(key + ("expired",), sub.expired),
         "totalMsgExpired": sub.expired,
         "lastExpireTimestamp": sub.last_expire_timestamp,
-        "lastConsumedFlowTimestamp": sub.last_flow_ts,
-        "lastConsumedTimestamp": sub.last_consumed_ts,
-        "lastAckedTimestamp": sub.last_acked_ts,
         "lastMarkDeleteAdvancedTimestamp": sub.last_mark_delete_ts,
         "consumers": [consumer_stats(topic, sub, c, rates) for c in sub.consumers],
         "isDurable": sub.durable,
