@@ -24,6 +24,14 @@ def _texts(consumer, *, ack: bool = True) -> list[str]:
     return [m.data().decode() for m in receive_until_idle(consumer, ack=ack)]
 
 
+def _send_each(client, topic: str, count: int):
+    """Publish m0, m1, ... m<count-1>, one entry each; the producer."""
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(count):
+        producer.send(f"m{i}".encode())
+    return producer
+
+
 def _send_one_batch(client, topic: str, texts: list[str]) -> None:
     """Publish ``texts`` as one batch (one entry)."""
     producer = client.create_producer(topic, batching_enabled=True,
@@ -38,9 +46,7 @@ def _send_one_batch(client, topic: str, texts: list[str]) -> None:
 def test_cumulative_ack_holds_across_a_reconnect(client, unique):
     topic = f"cumulative-{unique}"
     consumer = client.subscribe(topic, "s")
-    producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(10):
-        producer.send(f"m{i}".encode())
+    _send_each(client, topic, 10)
     got = [consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(10)]
     consumer.acknowledge_cumulative(got[5])
     consumer.close()
@@ -264,9 +270,7 @@ def test_a_negative_ack_inside_a_batch_redelivers_only_that_message(client, uniq
 def test_redeliver_unacknowledged_messages_sends_them_again(client, unique):
     topic = f"redeliver-{unique}"
     consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
-    producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(3):
-        producer.send(f"m{i}".encode())
+    _send_each(client, topic, 3)
     first = [consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(3)]
     consumer.acknowledge(first[1])
     consumer.redeliver_unacknowledged_messages()
@@ -380,9 +384,7 @@ def test_a_consumer_at_its_unacked_limit_gets_nothing_more_until_it_acks_half(
     path = f"/admin/v2/persistent/public/default/{topic}"
     a = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared, consumer_name="a")
     admin.post(path + "/maxUnackedMessagesOnConsumer", 10)
-    producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(30):
-        producer.send(f"m{i}".encode())
+    _send_each(client, topic, 30)
     held = receive_until_idle(a, ack=False)
     assert len(held) == 10
 
@@ -410,9 +412,7 @@ def test_a_subscription_at_its_unacked_limit_delivers_to_no_consumer(client, adm
     consumers = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
                                   consumer_name=f"c{i}") for i in range(2)]
     admin.post(path + "/maxUnackedMessagesOnSubscription", 8)
-    producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(20):
-        producer.send(f"m{i}".encode())
+    _send_each(client, topic, 20)
     held = [m for c in consumers for m in receive_until_idle(c, ack=False)]
     assert len(held) == 8
     assert admin.get(path + "/stats")["subscriptions"]["s"]["blockedSubscriptionOnUnackedMsgs"]
@@ -502,9 +502,7 @@ def test_key_shared_groups_by_ordering_key_before_partition_key(client, unique):
 def test_unloading_a_topic_loses_nothing_for_its_clients(client, admin, unique):
     topic = f"unload-{unique}"
     consumer = client.subscribe(topic, "s")
-    producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(5):
-        producer.send(f"m{i}".encode())
+    producer = _send_each(client, topic, 5)
     admin.put(f"/admin/v2/persistent/public/default/{topic}/unload")
     for i in range(5, 10):
         producer.send(f"m{i}".encode())
@@ -571,9 +569,7 @@ def test_deleting_a_topic_with_clients_needs_force(client, admin, unique):
 
 def test_a_reader_from_latest_inclusive_reads_the_last_message(client, unique):
     topic = f"latest-inclusive-{unique}"
-    producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(3):
-        producer.send(f"m{i}".encode())
+    producer = _send_each(client, topic, 3)
     reader = client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
     # The C++ client moves such a reader to the last message (a GET_LAST_MESSAGE_ID and a
     # SEEK) when it is first asked whether a message is available.
@@ -586,9 +582,7 @@ def test_a_reader_from_latest_inclusive_reads_the_last_message(client, unique):
 def test_every_subscription_of_a_topic_gets_every_message(client, unique):
     topic = f"fan-out-{unique}"
     subs = [client.subscribe(topic, f"s{i}") for i in range(3)]
-    producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(5):
-        producer.send(f"m{i}".encode())
+    _send_each(client, topic, 5)
     for consumer in subs:
         assert _texts(consumer) == [f"m{i}" for i in range(5)]
 
