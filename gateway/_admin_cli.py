@@ -408,6 +408,13 @@ def _ns_get_clusters(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get(_ns_path(a.namespace) + "/replication")
 
 
+def _enabled(a: argparse.Namespace) -> bool:
+    """The value of a ``--enable``/``--disable`` pair, exactly one of which is given."""
+    if a.enable == a.disable:
+        raise AdminError(0, "Need to specify either --enable or --disable")
+    return bool(a.enable)
+
+
 # Policies that a namespace and a topic both carry: (noun, path) is the scope.
 
 def _scope(noun: str, a: argparse.Namespace) -> str:
@@ -494,9 +501,7 @@ def _policy_verbs(noun: str) -> None:
     @verb(noun, "set-deduplication", "enable or disable deduplication", target,
           A("-e", "--enable", action="store_true"), A("-d", "--disable", action="store_true"))
     def set_dedup(c: AdminClient, a: argparse.Namespace) -> Any:
-        if a.enable == a.disable:
-            raise AdminError(0, "Need to specify either --enable or --disable")
-        return c.post(_scope(noun, a) + "/" + dedup_suffix, bool(a.enable))
+        return c.post(_scope(noun, a) + "/" + dedup_suffix, _enabled(a))
 
     simple("deduplication", dedup_suffix, "deduplication setting")
 
@@ -588,6 +593,35 @@ def _policy_verbs(noun: str) -> None:
 
     simple("publish-rate", "publishRate", "publish rate")
 
+    if noun != "namespaces":
+        return
+    # policies pulsar-admin sets on a namespace only
+    verb(noun, "set-max-topics-per-namespace", "set the maximum topics in a namespace", target,
+         A("-t", "--max-topics-per-namespace", dest="value", type=int,
+           required=True))(value_setter("maxTopicsPerNamespace"))
+    simple("max-topics-per-namespace", "maxTopicsPerNamespace", "maximum topics in a namespace")
+
+    @verb(noun, "set-auto-subscription-creation",
+          "override auto subscription creation (disabled unless --enable)", target,
+          A("-e", "--enable", action="store_true"))
+    def set_auto_sub(c: AdminClient, a: argparse.Namespace) -> Any:
+        return c.post(_scope(noun, a) + "/autoSubscriptionCreation",
+                      {"allowAutoSubscriptionCreation": bool(a.enable)})
+
+    simple("auto-subscription-creation", "autoSubscriptionCreation",
+           "auto subscription creation override")
+
+    for name, suffix, what in (
+            ("schema-validation-enforce", "schemaValidationEnforced", "schema validation enforcement"),
+            ("is-allow-auto-update-schema", "isAllowAutoUpdateSchema", "auto update of schemas"),
+            ("encryption-required", "encryptionRequired", "required message encryption")):
+        def set_flag(c: AdminClient, a: argparse.Namespace, suffix: str = suffix) -> Any:
+            return c.post(_scope(noun, a) + "/" + suffix, _enabled(a))
+
+        verb(noun, f"set-{name}", f"enable or disable {what}", target,
+             A("-e", "--enable", action="store_true"), A("-d", "--disable", action="store_true"))(set_flag)
+        verb(noun, f"get-{name}", f"whether {what} is on", target)(getter(suffix))
+
 
 _policy_verbs("namespaces")
 
@@ -608,9 +642,7 @@ def _ns_get_strategy(c: AdminClient, a: argparse.Namespace) -> Any:
       A("-t", "--type", default="non-partitioned", choices=["partitioned", "non-partitioned"]),
       A("-n", "--num-partitions", type=int))
 def _ns_set_auto(c: AdminClient, a: argparse.Namespace) -> Any:
-    if a.enable == a.disable:
-        raise AdminError(0, "Need to specify either --enable or --disable")
-    body: dict[str, Any] = {"allowAutoTopicCreation": bool(a.enable), "topicType": a.type}
+    body: dict[str, Any] = {"allowAutoTopicCreation": _enabled(a), "topicType": a.type}
     if a.num_partitions is not None:
         body["defaultNumPartitions"] = a.num_partitions
     return c.post(_ns_path(a.namespace) + "/autoTopicCreation", body)
@@ -624,53 +656,6 @@ def _ns_get_auto(c: AdminClient, a: argparse.Namespace) -> Any:
 @verb("namespaces", "remove-auto-topic-creation", "remove the auto topic creation override", NS)
 def _ns_remove_auto(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.delete(_ns_path(a.namespace) + "/autoTopicCreation")
-
-
-for _name, _suffix, _what in (
-        ("schema-validation-enforce", "schemaValidationEnforced", "schema validation enforcement"),
-        ("is-allow-auto-update-schema", "isAllowAutoUpdateSchema", "auto update of schemas"),
-        ("encryption-required", "encryptionRequired", "required message encryption")):
-
-    def _set_flag(c: AdminClient, a: argparse.Namespace, suffix: str = _suffix) -> Any:
-        if a.enable == a.disable:
-            raise AdminError(0, "Need to specify either --enable or --disable")
-        return c.post(_ns_path(a.namespace) + "/" + suffix, bool(a.enable))
-
-    def _get_flag(c: AdminClient, a: argparse.Namespace, suffix: str = _suffix) -> Any:
-        return c.get(_ns_path(a.namespace) + "/" + suffix)
-
-    verb("namespaces", f"set-{_name}", f"enable or disable {_what}", NS,
-         A("-e", "--enable", action="store_true"), A("-d", "--disable", action="store_true"))(_set_flag)
-    verb("namespaces", f"get-{_name}", f"whether {_what} is on", NS)(_get_flag)
-
-
-def _ns_get_remove(name: str, suffix: str, what: str) -> None:
-    """The get-``name`` and remove-``name`` verbs of the namespace policy at ``suffix``."""
-    verb("namespaces", f"get-{name}", f"the {what}", NS)(
-        lambda c, a: c.get(_ns_path(a.namespace) + "/" + suffix))
-    verb("namespaces", f"remove-{name}", f"remove the {what}", NS)(
-        lambda c, a: c.delete(_ns_path(a.namespace) + "/" + suffix))
-
-
-@verb("namespaces", "set-max-topics-per-namespace", "set the maximum topics in a namespace", NS,
-      A("-t", "--max-topics-per-namespace", dest="value", type=int, required=True))
-def _ns_set_max_topics(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.post(_ns_path(a.namespace) + "/maxTopicsPerNamespace", a.value)
-
-
-_ns_get_remove("max-topics-per-namespace", "maxTopicsPerNamespace", "maximum topics in a namespace")
-
-
-@verb("namespaces", "set-auto-subscription-creation",
-      "override auto subscription creation (disabled unless --enable)", NS,
-      A("-e", "--enable", action="store_true"))
-def _ns_set_auto_sub(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.post(_ns_path(a.namespace) + "/autoSubscriptionCreation",
-                  {"allowAutoSubscriptionCreation": bool(a.enable)})
-
-
-_ns_get_remove("auto-subscription-creation", "autoSubscriptionCreation",
-               "auto subscription creation override")
 
 
 # -- topics ------------------------------------------------------------------------------------
