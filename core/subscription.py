@@ -207,6 +207,17 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _consecutive_runs(positions: list[Position]) -> list[list[Position]]:
+    """Sorted ``positions`` split into runs of adjacent entries of one ledger."""
+    runs: list[list[Position]] = []
+    for pos in positions:
+        if runs and runs[-1][-1].ledger_id == pos.ledger_id and runs[-1][-1].entry_id + 1 == pos.entry_id:
+            runs[-1].append(pos)
+        else:
+            runs.append([pos])
+    return runs
+
+
 def _entry_key_hash(entry: Entry) -> int:
     try:
         md = entry_metadata(entry.data)
@@ -679,8 +690,10 @@ class Subscription(Activity):
         i = bisect.bisect_left(kept, start)
         picked = kept[i:i + n]
         out: list[Entry] = []
+        for run in _consecutive_runs(picked):  # one read per run of adjacent kept entries
+            got = await self.topic.ml.read_entries(run[0], len(run))
+            out.extend(e for e in got if e.position <= run[-1])
         for pos in picked:
-            out.extend(await self.topic.ml.read_entries(pos, 1))
             mask = masks.get(pos)
             if mask is not None:
                 # what compaction dropped from the batch counts as acknowledged
