@@ -28,7 +28,10 @@
 //! append itself once a log has [`MAX_BUFFERED`] bytes waiting. The write goes from that
 //! buffer straight to the disk with direct I/O where the file system allows it, as the
 //! journal's does: copying every entry into the page cache was the costliest thing a
-//! bookie did per byte. Direct writes cover whole [`DIRECT_ALIGN`] blocks, so each starts
+//! bookie did per byte. It goes in pieces of [`WRITE_OUT_PIECE`] (more when a log has
+//! fallen behind), one after the other: a journal commit issued meanwhile waits behind one
+//! piece on the disk, not behind the whole buffer (a megabyte written at once held such a
+//! commit for most of a millisecond, once per megabyte added). Direct writes cover whole [`DIRECT_ALIGN`] blocks, so each starts
 //! at the block holding the end of the previous one, writes that block's bytes again, and
 //! pads the last block with zeros, which the next write overwrites; a file can therefore
 //! end in zeros past its last record, and opening it cuts them off without a word (see
@@ -88,6 +91,15 @@ pub const DEFAULT_MAX_OPEN_LOGS: usize = 256;
 /// How many bytes a log may hold in memory before the append that passes it writes them
 /// out itself.
 pub const MAX_BUFFERED: usize = 16 << 20;
+/// A write-out goes to the disk in pieces of at least this many bytes, so that a journal
+/// commit issued meanwhile waits behind one piece, not the whole buffer.
+const WRITE_OUT_PIECE: usize = 128 << 10;
+
+/// The piece size for writing out `len` bytes: [`WRITE_OUT_PIECE`], or a quarter of a
+/// buffer that has grown large, so that a log that falls behind catches up with few writes.
+fn write_out_piece(len: usize) -> usize {
+    (len / 4).next_multiple_of(DIRECT_ALIGN).max(WRITE_OUT_PIECE)
+}
 
 fn block_start(off: u64) -> u64 {
     off - off % DIRECT_ALIGN as u64
@@ -395,7 +407,12 @@ impl EntryLogStorage {
             g.writing = Some((off, cur.clone()));
             (files, off, cur)
         };
-        let res = files.write.write_all_at(buf.blocks(), off);
+        let piece = write_out_piece(buf.len());
+        let res = buf
+            .blocks()
+            .chunks(piece)
+            .zip((off..).step_by(piece))
+            .try_for_each(|(piece, at)| files.write.write_all_at(piece, at));
         let end = off + buf.len() as u64;
         let mut g = log.lock();
         g.writing = None;

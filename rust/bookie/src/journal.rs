@@ -28,14 +28,16 @@
 //! a journaling file system.
 //!
 //! The zeros are written while the journal is idle, never by a group commit: when the
-//! queue is empty after a commit, the thread writes one [`PREALLOC_CHUNK`] of zeros, and
-//! goes on chunk by chunk while nothing is queued, until the zeros reach
-//! `pre_alloc_size_mb` past the records. Writing zeros costs as much disk time as writing
-//! the records over them; a commit that wrote a chunk of them first (as this journal once
-//! did) held its adds behind that chunk, about a millisecond on a disk that writes a
-//! GB/s, and at half of peak that was every fourth commit. An add that arrives during an
-//! idle chunk waits for at most that one chunk. The chunk's new size becomes durable with
-//! the next commit's fdatasync, once per chunk; syncing it on its own, while idle, was
+//! queue is empty after a commit, the thread writes one [`PREALLOC_STEP`] of zeros, and
+//! goes on step by step while nothing is queued, until the zeros reach
+//! `pre_alloc_size_mb` past the records (rounded up to a [`PREALLOC_CHUNK`] boundary).
+//! Writing zeros costs as much disk time as writing the records over them; a commit that
+//! wrote a chunk of them first (as this journal once did) held its adds behind that chunk,
+//! about a millisecond on a disk that writes a GB/s, and at half of peak that was every
+//! fourth commit. An add that arrives while the thread writes zeros waits for at most one
+//! step, tens of microseconds (whole 1 MiB chunks, as it once wrote, held such an add for
+//! most of a millisecond once per megabyte of records). The new size becomes durable with
+//! the next commit's fdatasync; syncing it on its own, while idle, was
 //! measured to be worse: an add that arrived meanwhile waited for that metadata commit,
 //! which on a journaling file system can wait behind other files' data. A commit that
 //! finds no zeros ahead (a new file, or a burst that used them up) appends: its
@@ -131,9 +133,12 @@ pub const MAX_RECORD_BODY: usize = RECORD_FIXED_LEN + MAX_ENTRY_SIZE;
 
 /// The subdirectory of the data dir that holds journal files.
 pub const JOURNAL_DIR: &str = "journal";
-/// How much preallocation writes at a time, while the journal is idle (see the module's
-/// Preallocation section). Chunks end at multiples of this.
+/// Preallocation keeps the zeros ahead of the records ending at a multiple of this (see the
+/// module's Preallocation section).
 pub const PREALLOC_CHUNK: u64 = 1 << 20;
+/// The most zeros one idle step writes: the thread looks at its queue between steps, so
+/// an add that arrives while it preallocates waits for at most this much.
+pub const PREALLOC_STEP: u64 = 64 << 10;
 /// Offsets, lengths and buffers of direct journal writes are multiples of this.
 pub const DIRECT_ALIGN: usize = 4096;
 
@@ -1289,7 +1294,7 @@ impl Writer {
     }
 
     /// With preallocation on and the zeros short of `pre_alloc_size_mb` past the records,
-    /// write the zeros up to the next [`PREALLOC_CHUNK`] boundary (see the module's
+    /// write the zeros up to the next [`PREALLOC_STEP`] boundary (see the module's
     /// Preallocation section). Returns whether it wrote any. The zeros are
     /// written, not just reserved, so that later writes over them change no file-system
     /// metadata. A failure is logged and ends preallocation for this file: records are then
@@ -1304,12 +1309,13 @@ impl Writer {
             return false;
         }
         // Zeros from an aligned buffer, so that a direct file takes them too: they start
-        // where a commit's padded blocks end, and end at a chunk boundary.
-        if self.zeros.len() < PREALLOC_CHUNK as usize {
-            self.zeros = AlignedBuf::zeros(PREALLOC_CHUNK as usize);
+        // where a commit's padded blocks end, and end at a step boundary (chunks are whole
+        // steps, so the target is one too).
+        if self.zeros.len() < PREALLOC_STEP as usize {
+            self.zeros = AlignedBuf::zeros(PREALLOC_STEP as usize);
         }
         let at = self.allocated;
-        let next = (at / PREALLOC_CHUNK + 1).saturating_mul(PREALLOC_CHUNK);
+        let next = (at / PREALLOC_STEP + 1).saturating_mul(PREALLOC_STEP);
         let n = usize::try_from(next - at).unwrap_or(0).min(self.zeros.len());
         match self.file.write_all_at(&self.zeros.data()[..n], at) {
             Ok(()) => {
@@ -1426,7 +1432,7 @@ mod tests {
     }
 
     #[test]
-    fn a_commit_writes_no_zeros_and_each_idle_step_writes_one_chunk() {
+    fn a_commit_writes_no_zeros_and_each_idle_step_writes_one_step() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut w = writer(dir.path(), 3);
         let mut group = Group::default();
@@ -1436,12 +1442,14 @@ mod tests {
         // The commit wrote its records (a direct file pads them to whole blocks), no zeros.
         let committed = len_on_disk(&w);
         assert!(committed >= len && committed < len + DIRECT_ALIGN as u64, "length {committed}");
-        // Idle steps: one chunk each, to chunk boundaries, until 3 MiB past the records.
+        // Idle steps: the first up to a step boundary, then one step each, until the zeros
+        // reach the chunk boundary at or after 3 MiB past the records.
         let mut lengths = Vec::new();
         while w.preallocate_idle() {
             lengths.push(len_on_disk(&w));
         }
-        assert_eq!(lengths, [PREALLOC_CHUNK, 2 * PREALLOC_CHUNK, 3 * PREALLOC_CHUNK, 4 * PREALLOC_CHUNK]);
+        let expected: Vec<u64> = (1..=4 * PREALLOC_CHUNK / PREALLOC_STEP).map(|i| i * PREALLOC_STEP).collect();
+        assert_eq!(lengths, expected);
         // The next commit lands on the zeros and leaves the length alone.
         let mut group = Group::default();
         group.record(&JournalRecord::entry(1, 1, 0, Bytes::from(vec![8u8; 300_000])));
