@@ -47,6 +47,19 @@
 //! the file and offset. Deleting a ledger first drops it from
 //! `CHECKPOINT`, so a later log under the same id is never judged by the old one's length.
 //!
+//! # Memory
+//!
+//! An in-memory index costs about 60 bytes per entry, so a bookie that kept every index
+//! would grow with the data it stores: some GB for tens of millions of small entries. After
+//! each flush (and after open), the indexes of the least recently used logs are dropped until
+//! all of them together hold at most [`DEFAULT_MAX_INDEXED_ENTRIES`] entries (or the limit
+//! given to [`EntryLogStorage::open_with_limits`]). Only a log whose every record is on disk
+//! and listed in its index file loses its index: a ledger still being appended to keeps
+//! its own. The next use of a dropped index (a read, an append, a fence) reads it back from
+//! the index file, about a millisecond for a rolled-over ledger of 50,000 entries. The
+//! same pass gives back the write buffers of every log nothing was appended to since the
+//! flush, which would otherwise keep a megabyte or more per ledger ever written.
+//!
 //! ```
 //! use bytes::Bytes;
 //! use magnetar_bookie::storage::{EntryLogStorage, LedgerStorage};
@@ -87,6 +100,10 @@ const CHECKPOINT_MAGIC: &[u8; 8] = b"MGBKCKP1";
 
 /// How many ledger logs [`EntryLogStorage::open`] keeps open at most by default.
 pub const DEFAULT_MAX_OPEN_LOGS: usize = 256;
+
+/// How many entries the in-memory indexes of [`EntryLogStorage::open`] hold at most by
+/// default, past a flush (about 60 bytes each: some tens of MB).
+pub const DEFAULT_MAX_INDEXED_ENTRIES: usize = 1 << 20;
 
 /// How many bytes a log may hold in memory before the append that passes it writes them
 /// out itself.
@@ -150,6 +167,9 @@ struct LedgerLog {
     idx_len: u64,
     /// False once writing the index failed: it is removed and rebuilt by the next open.
     idx_ok: bool,
+    /// `index` was dropped to bound memory; the index file lists every record, and the
+    /// index is read back from it on the log's next use.
+    evicted: bool,
 }
 
 impl LedgerLog {
@@ -176,7 +196,42 @@ impl LedgerLog {
             unindexed_spare: Vec::new(),
             idx_len: 0,
             idx_ok: true,
+            evicted: false,
         }
+    }
+
+    /// Whether nothing was appended since a flush synced the log and listed it in its index
+    /// file.
+    fn quiet(&self) -> bool {
+        !self.deleted
+            && !self.dirty
+            && self.writing.is_none()
+            && self.len == self.on_disk
+            && self.unindexed.is_empty()
+    }
+
+    /// Give back the buffers a quiet log does not need: the next append or write-out makes
+    /// new ones.
+    fn release_buffers(&mut self) {
+        self.spare = None;
+        if self.buf.capacity() > 2 * DIRECT_ALIGN {
+            let mut small = AlignedBuf::default();
+            small.extend(self.buf.data());
+            self.buf = small;
+        }
+        self.unindexed = Vec::new();
+        self.unindexed_spare = Vec::new();
+    }
+
+    /// Whether `index` may be dropped: every record is on disk and listed in the index file,
+    /// so that it can be read back from there alone.
+    fn evictable(&self) -> bool {
+        self.quiet() && self.idx_ok && !self.evicted && !self.index.is_empty()
+    }
+
+    fn evict_index(&mut self) {
+        self.index = BTreeMap::new();
+        self.evicted = true;
     }
 
     /// Append records already encoded in the record format to the buffer.
@@ -299,6 +354,8 @@ pub struct EntryLogStorage {
     /// One flush at a time, so CHECKPOINT lengths never go backwards.
     flush_lock: Mutex<()>,
     max_open: usize,
+    /// See [`EntryLogStorage::open_with_limits`].
+    max_indexed: usize,
     open_files: AtomicUsize,
     tick: AtomicU64,
 }
@@ -308,7 +365,7 @@ impl EntryLogStorage {
     /// in-memory index from the index files and verifying every log past them (see the module
     /// docs). Keeps at most [`DEFAULT_MAX_OPEN_LOGS`] logs open.
     pub fn open(data_dir: &Path) -> Result<EntryLogStorage, BookieError> {
-        EntryLogStorage::open_with_limit(data_dir, DEFAULT_MAX_OPEN_LOGS)
+        EntryLogStorage::open_with_limits(data_dir, DEFAULT_MAX_OPEN_LOGS, DEFAULT_MAX_INDEXED_ENTRIES)
     }
 
     /// Like [`open`](Self::open), keeping at most about `max_open_logs` log files open: past
@@ -316,6 +373,17 @@ impl EntryLogStorage {
     pub fn open_with_limit(
         data_dir: &Path,
         max_open_logs: usize,
+    ) -> Result<EntryLogStorage, BookieError> {
+        EntryLogStorage::open_with_limits(data_dir, max_open_logs, DEFAULT_MAX_INDEXED_ENTRIES)
+    }
+
+    /// Like [`open_with_limit`](Self::open_with_limit), and with the in-memory indexes
+    /// cut back to about `max_indexed_entries` entries after each flush (see the module's
+    /// Memory section).
+    pub fn open_with_limits(
+        data_dir: &Path,
+        max_open_logs: usize,
+        max_indexed_entries: usize,
     ) -> Result<EntryLogStorage, BookieError> {
         let dir = data_dir.join(LEDGERS_DIR);
         fs::create_dir_all(&dir).map_err(|e| BookieError::io("create ledgers dir", &dir, e))?;
@@ -344,16 +412,102 @@ impl EntryLogStorage {
             };
             ledgers.insert(ledger, Arc::new(Mutex::new(log)));
         }
-        Ok(EntryLogStorage {
+        let storage = EntryLogStorage {
             dir,
             ledgers: RwLock::new(ledgers),
             dir_dirty: AtomicBool::new(true),
             checkpointed: Mutex::new(synced),
             flush_lock: Mutex::new(()),
             max_open: max_open_logs.max(1),
+            max_indexed: max_indexed_entries,
             open_files: AtomicUsize::new(0),
             tick: AtomicU64::new(0),
-        })
+        };
+        storage.evict_indexes();
+        Ok(storage)
+    }
+
+    /// How many entries the in-memory indexes hold now.
+    pub fn indexed_entries(&self) -> usize {
+        self.sum_over_logs(|g| g.index.len())
+    }
+
+    /// Bytes of memory the logs' write buffers hold now.
+    pub fn buffer_bytes(&self) -> usize {
+        self.sum_over_logs(|g| g.buf.capacity() + g.spare.as_ref().map_or(0, AlignedBuf::capacity))
+    }
+
+    fn sum_over_logs(&self, f: impl Fn(&LedgerLog) -> usize) -> usize {
+        let logs: Vec<Arc<Mutex<LedgerLog>>> = self.ledgers.read().values().cloned().collect();
+        logs.iter().map(|l| f(&l.lock())).sum()
+    }
+
+    /// Give back the buffers of quiet logs, and drop the indexes of the least recently used
+    /// logs that can be read back from their index files, until the indexes hold at most
+    /// `max_indexed` entries (or none is left to drop: a log still being appended to keeps
+    /// its index).
+    fn evict_indexes(&self) {
+        let logs: Vec<Arc<Mutex<LedgerLog>>> = self.ledgers.read().values().cloned().collect();
+        let mut total = 0usize;
+        let mut idle = Vec::new();
+        for log in logs {
+            let mut g = log.lock();
+            if g.quiet() {
+                g.release_buffers();
+            }
+            total += g.index.len();
+            if g.evictable() {
+                idle.push((g.last_used, log.clone()));
+            }
+        }
+        idle.sort_unstable_by_key(|(used, _)| *used);
+        for (_, log) in idle {
+            if total <= self.max_indexed {
+                break;
+            }
+            let mut g = log.lock();
+            if g.evictable() {
+                total -= g.index.len();
+                g.evict_index();
+            }
+        }
+    }
+
+    /// Read an evicted log's index back from its index file (see the module's Memory
+    /// section). Should the file not list the whole log after all, the log is read as an
+    /// open reads it.
+    fn reload_index(&self, ledger: u64, g: &mut LedgerLog) -> Result<(), BookieError> {
+        if !g.evicted {
+            return Ok(());
+        }
+        let idx = logindex::idx_path(&self.dir, ledger);
+        match logindex::load(&idx, g.len).filter(|l| l.covered() == g.len) {
+            Some(listed) => {
+                g.index = listed
+                    .records
+                    .iter()
+                    .filter(|r| r.kind == RecordKind::Entry)
+                    .map(|r| (r.entry, (r.off, r.byte_len())))
+                    .collect();
+            }
+            None => {
+                log::warn!("index {}: does not list the whole log; reading the log", idx.display());
+                let loaded = load_log(&self.dir, ledger, g.len, true)?;
+                if loaded.len != g.len {
+                    return Err(BookieError::corrupt(
+                        &g.path,
+                        loaded.len,
+                        format!("log reads back {} bytes long instead of {}", loaded.len, g.len),
+                    ));
+                }
+                g.index = loaded.index;
+                g.unindexed = loaded.unindexed;
+                g.idx_len = loaded.idx_len;
+            }
+        }
+        g.evicted = false;
+        g.last_used = self.tick.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// How many log files are held open now.
@@ -512,6 +666,7 @@ impl EntryLogStorage {
             if guard.deleted {
                 continue;
             }
+            self.reload_index(ledger, &mut guard)?;
             return f(&mut guard);
         }
     }
@@ -543,6 +698,7 @@ impl LedgerStorage for EntryLogStorage {
         };
         let (at, path, off, len) = {
             let mut g = log.lock();
+            self.reload_index(ledger, &mut g)?;
             let Some(&(off, len)) = g.index.get(&entry) else {
                 return Ok(None);
             };
@@ -586,9 +742,12 @@ impl LedgerStorage for EntryLogStorage {
     }
 
     fn last_entry(&self, ledger: u64) -> Result<Option<u64>, BookieError> {
-        Ok(self
-            .get(ledger)
-            .and_then(|l| l.lock().index.keys().next_back().copied()))
+        let Some(log) = self.get(ledger) else {
+            return Ok(None);
+        };
+        let mut g = log.lock();
+        self.reload_index(ledger, &mut g)?;
+        Ok(g.index.keys().next_back().copied())
     }
 
     fn lac(&self, ledger: u64) -> Result<Option<i64>, BookieError> {
@@ -714,6 +873,8 @@ impl LedgerStorage for EntryLogStorage {
         };
         write_checkpoint(&self.dir, &lengths)?;
         *ck = lengths;
+        drop(ck);
+        self.evict_indexes();
         Ok(())
     }
 

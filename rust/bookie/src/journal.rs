@@ -935,6 +935,11 @@ impl AlignedBuf {
         self.len
     }
 
+    /// Bytes of memory held.
+    pub(crate) fn capacity(&self) -> usize {
+        self.raw.len()
+    }
+
     pub(crate) fn data(&self) -> &[u8] {
         &self.raw[self.start..self.start + self.len]
     }

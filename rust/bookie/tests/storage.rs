@@ -626,3 +626,83 @@ fn a_write_out_of_many_pieces_reads_back_after_a_reopen() {
         assert_eq!(s.get_entry(12, e).expect("get"), Some((e as i64 - 1, entry(e))), "entry {e}");
     }
 }
+
+#[test]
+fn idle_indexes_are_dropped_after_a_flush_and_read_back_on_use() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open_with_limits(dir.path(), 256, 150).expect("open");
+    for ledger in 20..24 {
+        for e in 0..100 {
+            s.add_entry(ledger, e, e as i64 - 1, sized(e)).expect("add");
+        }
+    }
+    assert_eq!(s.indexed_entries(), 400, "nothing is dropped before a flush");
+    s.flush().expect("flush");
+    let kept = s.indexed_entries();
+    assert!(kept <= 150, "{kept} entries indexed in memory after the flush");
+    // Reads, the last entry and the lac of a dropped index are as before.
+    for ledger in 20..24 {
+        assert_eq!(s.last_entry(ledger).expect("last"), Some(99));
+        assert_eq!(s.lac(ledger).expect("lac"), Some(98));
+        assert_sized(&s, ledger, 0..100);
+    }
+    assert_eq!(s.indexed_entries(), 400, "each use read its index back");
+    s.flush().expect("flush");
+    assert!(s.indexed_entries() <= 150);
+    // Appending to, fencing and deleting logs whose index was dropped.
+    for ledger in 20..24 {
+        s.add_entry(ledger, 100, 99, sized(100)).expect("add");
+    }
+    s.flush().expect("flush");
+    assert!(!s.set_fenced(21).expect("fence"), "not fenced before");
+    assert!(s.delete_ledger(22).expect("delete"));
+    s.flush().expect("flush");
+    drop(s);
+    let s = EntryLogStorage::open_with_limits(dir.path(), 256, 150).expect("reopen");
+    assert!(s.indexed_entries() <= 150, "open keeps to the limit too");
+    for ledger in [20, 21, 23] {
+        assert_sized(&s, ledger, 0..101);
+    }
+    assert!(s.is_fenced(21).expect("fenced"));
+    assert!(!s.has_ledger(22).expect("has"));
+}
+
+#[test]
+fn with_a_zero_limit_every_flushed_index_is_dropped_and_an_append_reads_its_own_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open_with_limits(dir.path(), 256, 0).expect("open");
+    for e in 0..50 {
+        s.add_entry(30, e, e as i64 - 1, sized(e)).expect("add");
+        s.add_entry(31, e, e as i64 - 1, sized(e)).expect("add");
+    }
+    s.flush().expect("flush");
+    assert_eq!(s.indexed_entries(), 0);
+    // The append reads ledger 31's index back, and adds to it; ledger 30 stays dropped.
+    s.add_entry(31, 50, 49, sized(50)).expect("add");
+    assert_eq!(s.indexed_entries(), 51);
+    s.flush().expect("flush");
+    assert_eq!(s.indexed_entries(), 0);
+    assert_sized(&s, 30, 0..50);
+    assert_sized(&s, 31, 0..51);
+}
+
+#[test]
+fn a_flush_gives_back_the_buffers_of_logs_nothing_was_appended_to_since() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open(dir.path()).expect("open");
+    let big = Bytes::from(vec![3u8; 100_000]);
+    for ledger in 40..50 {
+        for e in 0..20 {
+            s.add_entry(ledger, e, e as i64 - 1, big.clone()).expect("add");
+        }
+    }
+    assert!(s.buffer_bytes() >= 10 * 2_000_000, "{} bytes buffered", s.buffer_bytes());
+    s.flush().expect("flush");
+    assert!(s.buffer_bytes() <= 10 * 2 * 4096, "{} bytes still held", s.buffer_bytes());
+    // The logs go on as before: appends, write-outs and reads.
+    s.add_entry(45, 20, 19, big.clone()).expect("add");
+    s.flush().expect("flush");
+    for e in 0..21 {
+        assert_eq!(s.get_entry(45, e).expect("get"), Some((e as i64 - 1, big.clone())));
+    }
+}
