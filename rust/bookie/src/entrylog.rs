@@ -51,7 +51,7 @@
 //!
 //! An in-memory index costs about 60 bytes per entry, so a bookie that kept every index
 //! would grow with the data it stores: some GB for tens of millions of small entries. After
-//! each flush (and after open), the indexes of the least recently used logs are dropped until
+//! each flush (and at open, as each log is read), the indexes of the least recently used logs are dropped until
 //! all of them together hold at most [`DEFAULT_MAX_INDEXED_ENTRIES`] entries (or the limit
 //! given to [`EntryLogStorage::open_with_limits`]). Only a log whose every record is on disk
 //! and listed in its index file loses its index: a ledger still being appended to keeps
@@ -102,8 +102,8 @@ const CHECKPOINT_MAGIC: &[u8; 8] = b"MGBKCKP1";
 pub const DEFAULT_MAX_OPEN_LOGS: usize = 256;
 
 /// How many entries the in-memory indexes of [`EntryLogStorage::open`] hold at most by
-/// default, past a flush (about 60 bytes each: some tens of MB).
-pub const DEFAULT_MAX_INDEXED_ENTRIES: usize = 1 << 20;
+/// default, past a flush and at open (about 60 bytes each: some 15 MB).
+pub const DEFAULT_MAX_INDEXED_ENTRIES: usize = 1 << 18;
 
 /// How many bytes a log may hold in memory before the append that passes it writes them
 /// out itself.
@@ -389,6 +389,7 @@ impl EntryLogStorage {
         fs::create_dir_all(&dir).map_err(|e| BookieError::io("create ledgers dir", &dir, e))?;
         let synced = read_checkpoint(&dir)?;
         let mut ledgers = HashMap::new();
+        let mut indexed = 0usize;
         let rd = fs::read_dir(&dir).map_err(|e| BookieError::io("list ledgers dir", &dir, e))?;
         for item in rd {
             let item = item.map_err(|e| BookieError::io("list ledgers dir", &dir, e))?;
@@ -410,6 +411,13 @@ impl EntryLogStorage {
                 }
                 other => other?,
             };
+            // Past the limit, a log's index goes as soon as it is read, so that opening
+            // never holds more than the limit (and the one log being read) in memory.
+            let mut log = log;
+            if indexed + log.index.len() > max_indexed_entries && log.evictable() {
+                log.evict_index();
+            }
+            indexed += log.index.len();
             ledgers.insert(ledger, Arc::new(Mutex::new(log)));
         }
         let storage = EntryLogStorage {

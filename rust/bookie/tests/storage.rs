@@ -706,3 +706,22 @@ fn a_flush_gives_back_the_buffers_of_logs_nothing_was_appended_to_since() {
         assert_eq!(s.get_entry(45, e).expect("get"), Some((e as i64 - 1, big.clone())));
     }
 }
+
+#[test]
+fn open_keeps_the_indexes_it_reads_within_the_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open(dir.path()).expect("open");
+    for ledger in 50..60 {
+        for e in 0..30 {
+            s.add_entry(ledger, e, e as i64 - 1, sized(e)).expect("add");
+        }
+    }
+    s.flush().expect("flush");
+    drop(s);
+    let s = EntryLogStorage::open_with_limits(dir.path(), 256, 100).expect("reopen");
+    let kept = s.indexed_entries();
+    assert!(kept <= 100 && kept > 0, "{kept} entries indexed after open");
+    for ledger in 50..60 {
+        assert_sized(&s, ledger, 0..30);
+    }
+}
