@@ -31,7 +31,8 @@
 //! bookie did per byte. It goes in pieces of [`WRITE_OUT_PIECE`] (more when a log has
 //! fallen behind), one after the other: a journal commit issued meanwhile waits behind one
 //! piece on the disk, not behind the whole buffer (a megabyte written at once held such a
-//! commit for most of a millisecond, once per megabyte added). Direct writes cover whole [`DIRECT_ALIGN`] blocks, so each starts
+//! commit for most of a millisecond, once per megabyte added). Direct writes cover whole
+//! [`DIRECT_ALIGN`] blocks, so each starts
 //! at the block holding the end of the previous one, writes that block's bytes again, and
 //! pads the last block with zeros, which the next write overwrites; a file can therefore
 //! end in zeros past its last record, and opening it cuts them off without a word (see
@@ -51,8 +52,9 @@
 //!
 //! An in-memory index costs about 60 bytes per entry, so a bookie that kept every index
 //! would grow with the data it stores: some GB for tens of millions of small entries. After
-//! each flush (and at open, as each log is read), the indexes of the least recently used logs are dropped until
-//! all of them together hold at most [`DEFAULT_MAX_INDEXED_ENTRIES`] entries (or the limit
+//! each flush (and at open, as each log is read), the indexes of the least recently used
+//! logs are dropped until all of them together hold at most [`DEFAULT_MAX_INDEXED_ENTRIES`]
+//! entries (or the limit
 //! given to [`EntryLogStorage::open_with_limits`]). Only a log whose every record is on disk
 //! and listed in its index file loses its index: a ledger still being appended to keeps
 //! its own. The next use of a dropped index (a read, an append, a fence) reads it back from
