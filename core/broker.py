@@ -58,6 +58,7 @@ class TopicQuotaError(PreconditionError):
 MESSAGE_EXPIRY_CHECK_MINUTES = 5.0
 SUBSCRIPTION_EXPIRY_CHECK_MINUTES = 5.0
 BACKLOG_QUOTA_CHECK_SECONDS = 60.0
+COMPACTION_CHECK_SECONDS = 60.0
 
 
 class BrokerService:
@@ -77,6 +78,8 @@ class BrokerService:
         # In-process bookies (standalone), for their metrics.
         self.bookies: list[Any] = []
         self._nursery: trio.Nursery | None = None
+        #: How many topics compact at once (``compactionServiceThreads``).
+        self.compaction_limiter = trio.CapacityLimiter(int(config.get("compactionServiceThreads", 1)))
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; then close every topic (cursors and dedup persisted)."""
@@ -352,8 +355,9 @@ class BrokerService:
 
     async def _housekeeping(self) -> None:
         """Message TTL expiry, backlog quota enforcement, retention trimming
-        (``retentionCheckIntervalInSeconds``) and the deletion of unused subscriptions
-        (``subscriptionExpiryCheckIntervalInMinutes``), each on its own period
+        (``retentionCheckIntervalInSeconds``), the deletion of unused subscriptions
+        (``subscriptionExpiryCheckIntervalInMinutes``) and compaction past a threshold
+        (``brokerServiceCompactionMonitorIntervalInSeconds``), each on its own period
         (``messageExpiryCheckIntervalInMinutes`` - or, finer, Magnetar's
         ``messageExpiryCheckIntervalInSeconds`` - and ``backlogQuotaCheckIntervalInSeconds``)."""
         expiry = float(self.config.get("messageExpiryCheckIntervalInMinutes",
@@ -367,11 +371,14 @@ class BrokerService:
         inactive = float(self.config.get("subscriptionExpiryCheckIntervalInMinutes",
                                          SUBSCRIPTION_EXPIRY_CHECK_MINUTES)) * 60.0
         next_inactive = trio.current_time() + inactive
+        compaction = float(self.config.get("brokerServiceCompactionMonitorIntervalInSeconds",
+                                           COMPACTION_CHECK_SECONDS))
+        next_compaction = trio.current_time() + compaction
         next_expiry = trio.current_time() + expiry
         next_quota = trio.current_time() + quota
         next_retention = trio.current_time() + retention
         while True:
-            await trio.sleep_until(min(next_expiry, next_retention, next_inactive,
+            await trio.sleep_until(min(next_expiry, next_retention, next_inactive, next_compaction,
                                        next_quota if quota_enabled else next_expiry))
             now = trio.current_time()
             for topic in list(self.topics.values()):
@@ -389,6 +396,8 @@ class BrokerService:
                         await topic.ml.trim()
                     if now >= next_inactive:
                         await topic.expire_inactive_subscriptions()
+                    if now >= next_compaction:
+                        topic.check_compaction()
                 except Exception:
                     log.exception("policy check of %s", topic.name)
             if now >= next_expiry:
@@ -399,3 +408,5 @@ class BrokerService:
                 next_retention = now + retention
             if now >= next_inactive:
                 next_inactive = now + inactive
+            if now >= next_compaction:
+                next_compaction = now + compaction

@@ -756,6 +756,35 @@ class PersistentTopic:
         return {"status": "SUCCESS", "lastError": "", "removed": data.get("removed", 0),
                 "succeededAt": data.get("timestamp", 0), "durationMs": data.get("durationMs", 0)}
 
+    def bytes_since_compaction(self) -> int:
+        """About how many bytes of entries were stored after the last compaction's horizon
+        (all of the topic's, when it was never compacted): a ledger's share is its size
+        times the share of its entries past the horizon."""
+        view = self.compacted_view()
+        horizon = view[1] if view is not None else None
+        total = 0
+        for info in self.ml.ledgers():
+            lid, entries, size = int(info["ledgerId"]), int(info["entries"]), int(info["size"])
+            if horizon is None or lid > horizon.ledger_id:
+                total += size
+            elif lid == horizon.ledger_id and entries > 0:
+                after = max(0, entries - (horizon.entry_id + 1))
+                total += size * after // entries
+        return total
+
+    def check_compaction(self) -> bool:
+        """Start a compaction when the bytes stored since the last one pass the topic's or
+        its namespace's ``compactionThreshold``, else the broker's
+        ``brokerServiceCompactionThresholdInBytes`` (0: only on request), as Pulsar's
+        compaction monitor does. Whether one was started."""
+        threshold = self.limit("compaction_threshold", "brokerServiceCompactionThresholdInBytes")
+        if threshold <= 0 or self.compaction_status()["status"] == "RUNNING":
+            return False
+        if self.bytes_since_compaction() <= threshold:
+            return False
+        log.info("compacting %s: past its compaction threshold of %d bytes", self.name, threshold)
+        return self.start_compaction()
+
     def start_compaction(self) -> bool:
         """Start compacting in the background; False when a run is already going."""
         if self._compaction is not None and self._compaction.get("status") == "RUNNING":
@@ -766,9 +795,11 @@ class PersistentTopic:
         return True
 
     async def _run_compaction(self) -> None:
-        started = time.monotonic()
         try:
-            positions, masks, removed, horizon = await self.compact()
+            # compactionServiceThreads topics at once; the others wait here, RUNNING
+            async with self.broker.compaction_limiter:
+                started = time.monotonic()
+                positions, masks, removed, horizon = await self.compact()
         except Exception as exc:
             log.warning("compaction of %s failed: %s", self.name, exc)
             self._compaction = {"status": "ERROR", "lastError": str(exc), "failedAt": int(time.time() * 1000)}

@@ -544,6 +544,13 @@ def _policy_verbs(noun: str) -> None:
            help="minutes"))(value_setter("subscriptionExpirationTime"))
     simple("subscription-expiration-time", "subscriptionExpirationTime", "subscription expiration time")
 
+    verb(noun, "set-compaction-threshold",
+         "set the backlog past the last compaction that starts one (0: never automatically)",
+         target, A("-t", "--threshold", dest="value", type=parse_size, required=True,
+                   help="bytes, e.g. 10M, 16G, 3T; 0 disables automatic compaction"),
+         )(value_setter("compactionThreshold"))
+    simple("compaction-threshold", "compactionThreshold", "compaction threshold")
+
     # subscriptions per topic and consumers per subscription (the same names and flags on
     # both scopes)
     for name, suffix, flags, what in (

@@ -362,6 +362,15 @@ _KEY_LIST: tuple[Key, ...] = (
          "them.", 0),
     _float("subscriptionExpiryCheckIntervalInMinutes", 5.0,
            "How often unused subscriptions are looked for.", 0.001),
+    _int("brokerServiceCompactionThresholdInBytes", 0,
+         "Bytes published after a topic's last compaction (all of it, for a topic never "
+         "compacted) that start a compaction, where neither the topic nor its namespace "
+         "sets a compactionThreshold; 0 compacts only on request.", 0),
+    _float("brokerServiceCompactionMonitorIntervalInSeconds", 60.0,
+           "How often topics are checked against their compaction threshold.", 0.001),
+    _int("compactionServiceThreads", 1,
+         "Topics compacted at once, on request or by threshold; the others wait their "
+         "turn.", 1),
     Key("subscriptionTypesEnabled", "list", SUBSCRIPTION_TYPES,
         "Subscription types consumers may use, where neither the topic nor its namespace "
         "says.", "a comma-separated list of " + ", ".join(SUBSCRIPTION_TYPES), _subscription_types),

@@ -198,6 +198,7 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
                _max_count("maxSubscriptionsPerTopic")),
     PolicySpec("subscriptionExpirationTime", "subscription_expiration_time_minutes",
                _max_count("subscriptionExpirationTime")),
+    PolicySpec("compactionThreshold", "compaction_threshold", _max_count("compactionThreshold")),
     PolicySpec("subscriptionTypesEnabled", "subscription_types_enabled", _subscription_types,
                unset=[]),
     PolicySpec("maxProducers", "max_producers_per_topic", _max_count("maxProducers")),

@@ -11,7 +11,8 @@ from gateway._admin_cli import AdminClient, AdminError
 from tests._standalone import Standalone
 
 #: Fast policy checks so TTL expiry and backlog quota enforcement are observable in tests.
-FAST_CHECKS = {"messageExpiryCheckIntervalInSeconds": 1, "backlogQuotaCheckIntervalInSeconds": 1}
+FAST_CHECKS = {"messageExpiryCheckIntervalInSeconds": 1, "backlogQuotaCheckIntervalInSeconds": 1,
+               "brokerServiceCompactionMonitorIntervalInSeconds": 0.2}
 
 
 @pytest.fixture(scope="module")

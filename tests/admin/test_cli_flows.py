@@ -196,6 +196,12 @@ def test_subscription_and_consumer_limits_by_namespace_and_topic(cli, unique: st
     assert cli("namespaces", "get-max-topics-per-namespace", ns).stdout.strip() == "50"
     cli("namespaces", "set-subscription-expiration-time", ns, "-t", "30")
     assert cli("namespaces", "get-subscription-expiration-time", ns).stdout.strip() == "30"
+    cli("namespaces", "set-compaction-threshold", ns, "-t", "10M")
+    assert cli("namespaces", "get-compaction-threshold", ns).stdout.strip() == str(10 << 20)
+    cli("topics", "set-compaction-threshold", topic, "--threshold", "0")
+    assert cli("topics", "get-compaction-threshold", topic).stdout.strip() == "0"
+    cli("topics", "remove-compaction-threshold", topic)
+    assert cli("topics", "get-compaction-threshold", topic).stdout.strip() in ("", "null")
     cli("namespaces", "remove-max-consumers-per-subscription", ns)
     assert cli("namespaces", "get-max-consumers-per-subscription", ns).stdout.strip() in ("", "null")
 

@@ -177,6 +177,29 @@ def test_compaction_keeps_latest_per_key(admin: AdminClient, ns: str, client: pu
     assert stats["compaction"]["lastCompactionSucceedTimestamp"] > 0
 
 
+@pytest.mark.parametrize("scope", ["namespace", "topic"])
+def test_a_compaction_threshold_compacts_without_a_request(admin: AdminClient, ns: str,
+                                                           client: pulsar.Client, scope: str) -> None:
+    full, path = _topic(ns)
+    admin.put(path)
+    producer = client.create_producer(full, batching_enabled=False)
+    for key, value in [("a", b"1"), ("b", b"1"), ("a", b"2")]:
+        producer.send(value, partition_key=key)
+    where = f"/admin/v2/namespaces/{ns}" if scope == "namespace" else path
+    admin.post(f"{where}/compactionThreshold", 1)
+    assert admin.get(f"{where}/compactionThreshold") == 1
+    # The broker's monitor starts it: past 1 byte since the last compaction (none yet).
+    wait_for(lambda: admin.get(f"{path}/compaction")["status"] == "SUCCESS")
+    assert admin.get(f"{path}/stats")["compaction"]["lastCompactionRemovedEventCount"] == 1
+    reader = client.create_reader(full, pulsar.MessageId.earliest, is_read_compacted=True)
+    assert [reader.read_next(5000).data() for _ in range(2)] == [b"1", b"2"]  # b's, then a's latest
+    reader.close()
+    # Later messages pass the threshold again, and the next run covers them too.
+    producer.send(b"3", partition_key="b")
+    wait_for(lambda: admin.get(f"{path}/stats")["compaction"]["lastCompactionRemovedEventCount"] == 2)
+    producer.close()
+
+
 def test_retention_change_reloads_loaded_topics(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
     full, path = _topic(ns)
     producer = client.create_producer(full, batching_enabled=False)

@@ -281,7 +281,8 @@ class _CheckedTopic:
 
     def __init__(self) -> None:
         self.name = TopicName.parse("persistent://public/default/checked")
-        self.ran: dict[str, list[float]] = {"ttl": [], "quota": [], "retention": [], "expiry": []}
+        self.ran: dict[str, list[float]] = {"ttl": [], "quota": [], "retention": [], "expiry": [],
+                                            "compaction": []}
         self.ml = SimpleNamespace(check_rollover=self._note("retention"), trim=self._async_none)
 
     def _note(self, what: str) -> Callable[[], object]:
@@ -301,6 +302,10 @@ class _CheckedTopic:
     async def expire_inactive_subscriptions(self) -> None:
         await self._note("expiry")()
 
+    def check_compaction(self) -> bool:
+        self.ran["compaction"].append(trio.current_time())
+        return False
+
 
 async def test_housekeeping_runs_each_check_on_its_own_period(autojump_clock) -> None:
     from core.broker import BrokerService
@@ -308,10 +313,42 @@ async def test_housekeeping_runs_each_check_on_its_own_period(autojump_clock) ->
     topic = _CheckedTopic()
     broker = SimpleNamespace(topics={"t": topic}, config={
         "messageExpiryCheckIntervalInMinutes": 5, "backlogQuotaCheckIntervalInSeconds": 60,
-        "retentionCheckIntervalInSeconds": 120, "subscriptionExpiryCheckIntervalInMinutes": 2})
+        "retentionCheckIntervalInSeconds": 120, "subscriptionExpiryCheckIntervalInMinutes": 2,
+        "brokerServiceCompactionMonitorIntervalInSeconds": 150})
     start = trio.current_time()
     with trio.move_on_after(601):
         await BrokerService._housekeeping(broker)  # type: ignore[arg-type]
     ran = {what: [round(t - start) for t in times] for what, times in topic.ran.items()}
     assert ran == {"ttl": [300, 600], "quota": list(range(60, 601, 60)),
-                   "retention": [120, 240, 360, 480, 600], "expiry": [120, 240, 360, 480, 600]}
+                   "retention": [120, 240, 360, 480, 600], "expiry": [120, 240, 360, 480, 600],
+                   "compaction": [150, 300, 450, 600]}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+async def test_compactions_past_compaction_service_threads_wait_their_turn(autojump_clock,
+                                                                           threads: int) -> None:
+    running, most = [0], [0]
+
+    async def compact() -> tuple[list[Position], dict[Position, list[int]], int, Position | None]:
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        await trio.sleep(1)  # the clock jumps: a compaction that takes a second
+        running[0] -= 1
+        return [], {}, 0, None
+
+    stored: list[str] = []
+    broker = SimpleNamespace(bridge=None, stats=BrokerStats(), config={},
+                             compaction_limiter=trio.CapacityLimiter(threads),
+                             metadata=SimpleNamespace(put=lambda path, data: stored.append(path)))
+    topics = [PersistentTopic(broker, TopicName.parse(f"persistent://public/default/c{i}"),  # type: ignore[arg-type]
+                              _Ledger(), {}) for i in range(3)]  # type: ignore[arg-type]
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        for topic in topics:
+            topic._nursery = nursery
+            topic.compact = compact  # type: ignore[method-assign]
+            assert topic.start_compaction()
+        assert all(t.compaction_status()["status"] == "RUNNING" for t in topics)
+    assert most[0] == threads
+    assert round(trio.current_time() - start) == -(-3 // threads)
+    assert len(stored) == 3
