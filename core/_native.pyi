@@ -47,6 +47,8 @@ class BookieServer:
         journal_flush_when_queue_empty: bool = True,
         journal_pre_alloc_size_mb: int = 16,
         flush_entry_log_bytes: int = 67108864,
+        flush_interval_ms: int = 60000,
+        journal_max_backups: int = 0,
     ) -> BookieServer: ...
     @property
     def address(self) -> str: ...

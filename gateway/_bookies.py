@@ -38,6 +38,8 @@ def start_bookie(cfg: Any, data_dir: str, port: int) -> Any:
         journal_flush_when_queue_empty=bool(cfg.get("journalFlushWhenQueueEmpty")),
         journal_pre_alloc_size_mb=int(cfg.get("journalPreAllocSizeMB")),
         flush_entry_log_bytes=int(cfg.get("flushEntrylogBytes")),
+        flush_interval_ms=int(cfg.get("flushInterval")),
+        journal_max_backups=int(cfg.get("journalMaxBackups")),
     )
     with open(port_file, "w") as f:
         f.write(bookie.address.rsplit(":", 1)[1])

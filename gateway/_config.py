@@ -458,7 +458,14 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("flushEntrylogBytes", 64 << 20,
          "Flush ledger storage once this many bytes were added since the last flush, so it is "
          "written back steadily rather than all at a journal rotation (BookKeeper defaults to "
-         "0, off; Magnetar to 64 MiB). 0: only at rotations and every 30 s.", 0),
+         "0, off; Magnetar to 64 MiB). 0: only at rotations and every flushInterval.", 0),
+    _int("flushInterval", 60000,
+         "Milliseconds between checkpoints of ledger storage while the journal moves (besides "
+         "those at journal rotations and per flushEntrylogBytes); bounds how much journal a "
+         "restart replays.", 1),
+    _int("journalMaxBackups", 0,
+         "Journal files kept, newest first, once a checkpoint no longer needs them "
+         "(BookKeeper defaults to 5; Magnetar to 0).", 0),
     _int("journalMaxGroupWaitMSec", 2, "Longest wait to group journal writes into one sync.", 0),
     _int("journalBufferedWritesThreshold", 524288,
          "Bytes buffered before a grouped journal write is flushed early.", 0),

@@ -19,7 +19,7 @@
 //! fencing READ / READ_LAC answered.
 //!
 //! Checkpoints run on their own thread whenever the journal rotates and every
-//! [`CHECKPOINT_INTERVAL`] while it moves: take the journal position, flush storage, record the
+//! `flush_interval` while it moves: take the journal position, flush storage, record the
 //! position (`journal/LASTMARK`) and delete the journal files before it. A restart replays only
 //! what follows the mark. [`BookieServer::shutdown`] stops accepting, lets every
 //! connection finish its in-flight adds, syncs and closes the journal, checkpoints, and returns.
@@ -30,7 +30,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::{Mutex, RwLock};
@@ -49,9 +49,9 @@ use crate::storage::LedgerStorage;
 /// Bytes of unanswered adds and unwritten responses one connection may have before it stops
 /// being read.
 pub const MAX_IN_FLIGHT_BYTES: usize = 64 * 1024 * 1024;
-/// How often storage is checkpointed (when the journal has moved), besides at every journal
-/// rotation: this bounds how much journal a restart replays.
-pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
+/// How often storage is checkpointed (when the journal has moved) by default, besides at
+/// every journal rotation: BookKeeper's flushInterval.
+pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Every this many bytes added to ledger storage, the checkpointer writes them out
 /// ([`LedgerStorage::start_writeback`]), off the add path: storage then reaches the disk as
@@ -121,8 +121,15 @@ pub struct JournalConfig {
     /// flushEntrylogBytes: once this many bytes have been added to ledger storage since
     /// the last flush, the checkpointer flushes (checkpoints) at once, so that storage is
     /// written back steadily rather than in one flood at a journal rotation (default 64 MiB;
-    /// 0: only at rotations and every [`CHECKPOINT_INTERVAL`]).
+    /// 0: only at rotations and every `flush_interval`).
     pub flush_entry_log_bytes: u64,
+    /// flushInterval: storage is checkpointed at least this often while the journal moves
+    /// (default 60 s, BookKeeper's), besides at rotations and per `flush_entry_log_bytes`;
+    /// this bounds how much journal a restart replays.
+    pub flush_interval: Duration,
+    /// journalMaxBackups: journal files a checkpoint keeps before its mark, newest first,
+    /// although replay no longer needs them (default 0; BookKeeper's is 5).
+    pub max_backups: u64,
     /// Write the journal with direct I/O where the file system allows it (default true):
     /// records go from the journal's buffer to the disk without a copy into the page cache
     /// (see [`crate::journal`]). Off, or where direct I/O is refused, writes are buffered.
@@ -139,6 +146,8 @@ impl Default for JournalConfig {
             flush_when_queue_empty: true,
             pre_alloc_size_mb: 16,
             flush_entry_log_bytes: 64 << 20,
+            flush_interval: DEFAULT_FLUSH_INTERVAL,
+            max_backups: 0,
             direct_io: true,
         }
     }
@@ -172,6 +181,8 @@ pub(crate) struct Core {
     flush_due: ByteTrigger,
     writeback_due: ByteTrigger,
     checkpointer: crossbeam_channel::Sender<Ask>,
+    /// journalMaxBackups.
+    max_backups: u64,
 }
 
 impl Core {
@@ -184,7 +195,7 @@ impl Core {
         let mark = self.journal.position();
         self.storage.flush()?;
         journal::write_mark(&self.data_dir, mark)?;
-        journal::delete_before(&self.data_dir, mark.0)?;
+        journal::delete_before(&self.data_dir, mark.0.saturating_sub(self.max_backups))?;
         Ok(mark)
     }
 
@@ -465,7 +476,7 @@ impl BookieServer {
                 storage.flush()?;
                 let next = outcome.next_seq();
                 journal::write_mark(&data_dir, (next, 0))?;
-                journal::delete_before(&data_dir, next)?;
+                journal::delete_before(&data_dir, next.saturating_sub(jconfig.max_backups))?;
                 Journal::open(
                     &data_dir,
                     jconfig,
@@ -489,6 +500,7 @@ impl BookieServer {
             flush_due: ByteTrigger::new(config.journal.flush_entry_log_bytes),
             writeback_due: ByteTrigger::new(WRITEBACK_BYTES),
             checkpointer: ckpt_tx.clone(),
+            max_backups: config.journal.max_backups,
         });
         let listener = TcpListener::bind(config.bind)
             .await
@@ -501,12 +513,16 @@ impl BookieServer {
             source: e,
         })?;
         let ckpt_core = core.clone();
+        let flush_interval = config.journal.flush_interval;
         let ckpt_thread = std::thread::Builder::new()
             .name("bookie-checkpoint".into())
             .spawn(move || {
                 let mut last = ckpt_core.journal.position();
+                // A deadline, not a timeout restarted by every ask: writeback asks come every
+                // megabyte, and would otherwise put the periodic checkpoint off for ever.
+                let mut due = Instant::now() + flush_interval;
                 loop {
-                    match ckpt_rx.recv_timeout(CHECKPOINT_INTERVAL) {
+                    match ckpt_rx.recv_deadline(due) {
                         // A rotation, or enough added since the last flush.
                         Ok(Ask::Checkpoint) => {}
                         Ok(Ask::Writeback) => {
@@ -516,7 +532,10 @@ impl BookieServer {
                         }
                         Err(crossbeam_channel::RecvTimeoutError::Timeout)
                             if ckpt_core.journal.position() != last => {}
-                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                            due = Instant::now() + flush_interval;
+                            continue;
+                        }
                         Ok(Ask::Stop) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
                     }
                     if ckpt_core.halted.load(Ordering::SeqCst) {
@@ -526,6 +545,7 @@ impl BookieServer {
                         Ok(mark) => last = mark,
                         Err(e) => log::error!("checkpoint failed: {e}"),
                     }
+                    due = Instant::now() + flush_interval;
                 }
             })
             .map_err(|e| BookieError::Io {
@@ -564,7 +584,7 @@ impl BookieServer {
 
     /// Checkpoint now: flush storage, record the journal position a restart replays from, and
     /// delete the journal files before it. (This also runs by itself on every journal rotation
-    /// and every [`CHECKPOINT_INTERVAL`].)
+    /// and every `flush_interval`.)
     pub async fn checkpoint(&self) -> Result<(), BookieError> {
         let core = self.core.clone();
         tokio::task::spawn_blocking(move || core.checkpoint().map(drop))
@@ -591,7 +611,7 @@ impl BookieServer {
             let mark = core.journal.position();
             core.storage.flush()?;
             journal::write_mark(&core.data_dir, mark)?;
-            journal::delete_before(&core.data_dir, mark.0)?;
+            journal::delete_before(&core.data_dir, mark.0.saturating_sub(core.max_backups))?;
             Ok(())
         })
         .await

@@ -328,3 +328,63 @@ async fn storage_writeback_starts_as_adds_arrive() {
         storage.writebacks.load(std::sync::atomic::Ordering::SeqCst));
     server.shutdown().await.expect("shutdown");
 }
+
+/// flushInterval: with only the clock to go by (flushEntrylogBytes off), storage is
+/// checkpointed once the interval has passed, although the checkpointer is asked to write
+/// out every megabyte meanwhile (those asks must not put the checkpoint off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_is_checkpointed_every_flush_interval_while_adds_go_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(dir.path());
+    cfg.journal.flush_entry_log_bytes = 0;
+    cfg.journal.flush_interval = Duration::from_millis(300);
+    let server = BookieServer::start(cfg).await.expect("start");
+    let client = BookieClient::connect(&server.local_addr().to_string(), Duration::from_secs(5))
+        .await
+        .expect("connect");
+    let data = Bytes::from(vec![7u8; 64 * 1024]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut entry = 0u64;
+    while checkpointed_lengths(dir.path()).get(&3).copied().unwrap_or(0) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint within 10 s of adds");
+        for _ in 0..16 {
+            client.add(3, entry, entry as i64 - 1, data.clone(), false).await.expect("add");
+            entry += 1;
+        }
+    }
+    server.shutdown().await.expect("shutdown");
+}
+
+/// The journal files under `dir`, by sequence number.
+fn journal_files(dir: &Path) -> Vec<u64> {
+    let mut seqs: Vec<u64> = std::fs::read_dir(dir.join("journal"))
+        .expect("journal dir")
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            name.strip_suffix(".log")?.parse().ok()
+        })
+        .collect();
+    seqs.sort_unstable();
+    seqs
+}
+
+/// journalMaxBackups: a checkpoint keeps that many journal files before its mark, the
+/// newest ones; 0 keeps none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_keeps_journal_max_backups_files() {
+    for backups in [0u64, 2] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cfg = config(dir.path());
+        cfg.journal.max_size_mb = 1;
+        cfg.journal.max_backups = backups;
+        let server = BookieServer::start(cfg).await.expect("start");
+        add_64k_entries(&server, 6 * 16).await;
+        // Shutting down checkpoints last, after the rotations' own checkpoints.
+        server.shutdown().await.expect("shutdown");
+        let (mark, _) = magnetar_bookie::journal::read_mark(dir.path()).expect("mark").expect("a mark");
+        assert!(mark >= 4, "6 MiB in 1 MiB files: rotated only to {mark}");
+        let files = journal_files(dir.path());
+        let expected: Vec<u64> = (mark - backups..=*files.last().expect("a file")).collect();
+        assert_eq!(files, expected, "{backups} backups kept before mark {mark}");
+    }
+}

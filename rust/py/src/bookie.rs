@@ -30,7 +30,8 @@ impl PyBookieServer {
     #[pyo3(signature = (data_dir, host, port, journal_sync_data=true, journal_max_group_wait_ms=2.0,
                         journal_buffered_writes_threshold=524288, journal_max_size_mb=2048,
                         journal_flush_when_queue_empty=true, journal_pre_alloc_size_mb=16,
-                        flush_entry_log_bytes=67108864))]
+                        flush_entry_log_bytes=67108864, flush_interval_ms=60000,
+                        journal_max_backups=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -44,6 +45,8 @@ impl PyBookieServer {
         journal_flush_when_queue_empty: bool,
         journal_pre_alloc_size_mb: u64,
         flush_entry_log_bytes: u64,
+        flush_interval_ms: u64,
+        journal_max_backups: u64,
     ) -> PyResult<Self> {
         let bind = resolve(host, port)?;
         let config = BookieConfig {
@@ -57,6 +60,8 @@ impl PyBookieServer {
                 flush_when_queue_empty: journal_flush_when_queue_empty,
                 pre_alloc_size_mb: journal_pre_alloc_size_mb,
                 flush_entry_log_bytes,
+                flush_interval: Duration::from_millis(flush_interval_ms.max(1)),
+                max_backups: journal_max_backups,
                 ..JournalConfig::default()
             },
         };
