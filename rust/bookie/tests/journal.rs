@@ -23,6 +23,8 @@ fn config(max_group_wait_ms: u64, threshold: usize) -> JournalConfig {
         flush_when_queue_empty: false,
         pre_alloc_size_mb: 1,
         flush_entry_log_bytes: 0,
+        flush_interval: std::time::Duration::from_secs(60),
+        max_backups: 0,
         direct_io: true,
     }
 }
