@@ -8,7 +8,7 @@ tasks that topics and subscriptions run in.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import unquote
@@ -360,53 +360,49 @@ class BrokerService:
         (``brokerServiceCompactionMonitorIntervalInSeconds``), each on its own period
         (``messageExpiryCheckIntervalInMinutes`` - or, finer, Magnetar's
         ``messageExpiryCheckIntervalInSeconds`` - and ``backlogQuotaCheckIntervalInSeconds``)."""
-        expiry = float(self.config.get("messageExpiryCheckIntervalInMinutes",
-                                       MESSAGE_EXPIRY_CHECK_MINUTES)) * 60.0
-        finer = self.config.get("messageExpiryCheckIntervalInSeconds")
+        config = self.config
+        expiry = float(config.get("messageExpiryCheckIntervalInMinutes",
+                                  MESSAGE_EXPIRY_CHECK_MINUTES)) * 60.0
+        finer = config.get("messageExpiryCheckIntervalInSeconds")
         if finer not in (None, "", 0):
             expiry = float(finer)
-        quota = float(self.config.get("backlogQuotaCheckIntervalInSeconds", BACKLOG_QUOTA_CHECK_SECONDS))
-        quota_enabled = str(self.config.get("backlogQuotaCheckEnabled", "true")).lower() != "false"
-        retention = float(self.config.get("retentionCheckIntervalInSeconds"))
-        inactive = float(self.config.get("subscriptionExpiryCheckIntervalInMinutes",
-                                         SUBSCRIPTION_EXPIRY_CHECK_MINUTES)) * 60.0
-        next_inactive = trio.current_time() + inactive
-        compaction = float(self.config.get("brokerServiceCompactionMonitorIntervalInSeconds",
-                                           COMPACTION_CHECK_SECONDS))
-        next_compaction = trio.current_time() + compaction
-        next_expiry = trio.current_time() + expiry
-        next_quota = trio.current_time() + quota
-        next_retention = trio.current_time() + retention
+
+        async def retention_check(topic: PersistentTopic) -> None:
+            # Seal idle ledgers past their rollover age, then drop what every cursor has
+            # passed and retention no longer needs.
+            await topic.ml.check_rollover()
+            await topic.ml.trim()
+
+        async def compaction_check(topic: PersistentTopic) -> None:
+            topic.check_compaction()
+
+        # (period in seconds, the check), in the order a topic's checks run
+        checks: list[tuple[float, Callable[[PersistentTopic], Awaitable[object]]]] = [
+            (expiry, lambda topic: topic.expire_messages())]
+        if str(config.get("backlogQuotaCheckEnabled", "true")).lower() != "false":
+            checks.append((float(config.get("backlogQuotaCheckIntervalInSeconds",
+                                            BACKLOG_QUOTA_CHECK_SECONDS)),
+                           lambda topic: topic.enforce_backlog_quota()))
+        checks += [
+            (float(config.get("retentionCheckIntervalInSeconds")), retention_check),
+            (float(config.get("subscriptionExpiryCheckIntervalInMinutes",
+                              SUBSCRIPTION_EXPIRY_CHECK_MINUTES)) * 60.0,
+             lambda topic: topic.expire_inactive_subscriptions()),
+            (float(config.get("brokerServiceCompactionMonitorIntervalInSeconds",
+                              COMPACTION_CHECK_SECONDS)), compaction_check),
+        ]
+        due = [trio.current_time() + period for period, _ in checks]
         while True:
-            await trio.sleep_until(min(next_expiry, next_retention, next_inactive, next_compaction,
-                                       next_quota if quota_enabled else next_expiry))
+            await trio.sleep_until(min(due))
             now = trio.current_time()
+            ready = [check for (_, check), at in zip(checks, due, strict=True) if now >= at]
             for topic in list(self.topics.values()):
                 if not topic.name.persistent:
                     continue
                 try:
-                    if now >= next_expiry:
-                        await topic.expire_messages()
-                    if quota_enabled and now >= next_quota:
-                        await topic.enforce_backlog_quota()
-                    if now >= next_retention:
-                        # Seal idle ledgers past their rollover age, then drop what every
-                        # cursor has passed and retention no longer needs.
-                        await topic.ml.check_rollover()
-                        await topic.ml.trim()
-                    if now >= next_inactive:
-                        await topic.expire_inactive_subscriptions()
-                    if now >= next_compaction:
-                        topic.check_compaction()
+                    for check in ready:
+                        await check(topic)
                 except Exception:
                     log.exception("policy check of %s", topic.name)
-            if now >= next_expiry:
-                next_expiry = now + expiry
-            if now >= next_quota:
-                next_quota = now + quota
-            if now >= next_retention:
-                next_retention = now + retention
-            if now >= next_inactive:
-                next_inactive = now + inactive
-            if now >= next_compaction:
-                next_compaction = now + compaction
+            due = [now + period if now >= at else at
+                   for (period, _), at in zip(checks, due, strict=True)]
