@@ -778,16 +778,20 @@ class PersistentTopic:
         ``brokerServiceCompactionThresholdInBytes`` (0: only on request), as Pulsar's
         compaction monitor does. Whether one was started."""
         threshold = self.limit("compaction_threshold", "brokerServiceCompactionThresholdInBytes")
-        if threshold <= 0 or self.compaction_status()["status"] == "RUNNING":
+        if threshold <= 0 or self._compaction_running:
             return False
         if self.bytes_since_compaction() <= threshold:
             return False
         log.info("compacting %s: past its compaction threshold of %d bytes", self.name, threshold)
         return self.start_compaction()
 
+    @property
+    def _compaction_running(self) -> bool:
+        return self._compaction is not None and self._compaction.get("status") == "RUNNING"
+
     def start_compaction(self) -> bool:
         """Start compacting in the background; False when a run is already going."""
-        if self._compaction is not None and self._compaction.get("status") == "RUNNING":
+        if self._compaction_running:
             return False
         self._compaction = {"status": "RUNNING", "lastError": ""}
         assert self._nursery is not None
