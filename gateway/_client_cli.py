@@ -10,11 +10,11 @@ import time
 from typing import Any
 
 from ._cli import Command, register_command
+from ._config import SUBSCRIPTION_TYPES
 
 __all__ = ["produce", "consume"]
 
 DEFAULT_SERVICE_URL = "pulsar://127.0.0.1:6650"
-SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
 
 
 def _property(text: str) -> tuple[str, str]:

@@ -239,6 +239,8 @@ def _listeners(value: Any) -> str | None:
 _METADATA_URL_RE = re.compile(r"^(?:sqlite:.+|memory:.*|zk:[^/\s]+(?:/.*)?)$")
 
 
+#: Pulsar's subscription types, by name (``core.subscription.SubType``; kept here so that
+#: reading a configuration imports nothing of the broker).
 SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
 
 

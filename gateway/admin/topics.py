@@ -25,7 +25,6 @@ __all__ = ["routes", "DOMAINS", "load_topic", "partition_targets"]
 DOMAINS = ("persistent", "non-persistent")
 
 
-
 def _partition_count(broker: Any, body: Any) -> int:
     """A request's partition count, checked as Pulsar checks it (406 when out of range)."""
     n = body_int(body, "Number of partitions")
@@ -36,6 +35,7 @@ def _partition_count(broker: Any, body: Any) -> int:
     except PartitionCountError as exc:
         raise RestError(406, str(exc)) from None
     return n
+
 
 def existing_namespace(broker: Any, ns: NamespaceName) -> None:
     if broker.policies.get_tenant(ns.tenant) is None:

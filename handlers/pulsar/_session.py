@@ -34,7 +34,6 @@ from core.broker import (
 )
 from core.format import pulsar_api_pb2 as pb
 from core.naming import InvalidNameError, NamespaceName, TopicName
-from core.nonpersistent import NotAllowedError
 from core.policies import ConflictError, NotFoundError
 from core.schema import IncompatibleSchemaError
 from core.storage import Position
@@ -49,6 +48,7 @@ from core.subscription import (
 from core.topic import (
     BacklogQuotaExceededError,
     EncryptionRequiredError,
+    NotAllowedError,
     PersistentTopic,
     Producer,
     ProducerAccessMode,
