@@ -422,7 +422,7 @@ impl EntryLogStorage {
             indexed += log.index.len();
             ledgers.insert(ledger, Arc::new(Mutex::new(log)));
         }
-        let storage = EntryLogStorage {
+        Ok(EntryLogStorage {
             dir,
             ledgers: RwLock::new(ledgers),
             dir_dirty: AtomicBool::new(true),
@@ -432,9 +432,7 @@ impl EntryLogStorage {
             max_indexed: max_indexed_entries,
             open_files: AtomicUsize::new(0),
             tick: AtomicU64::new(0),
-        };
-        storage.evict_indexes();
-        Ok(storage)
+        })
     }
 
     /// How many entries the in-memory indexes hold now.

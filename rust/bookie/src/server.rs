@@ -185,6 +185,14 @@ pub(crate) struct Core {
     max_backups: u64,
 }
 
+/// Record `mark` as where replay starts, once storage holds everything before it, and
+/// delete the journal files before it but the newest `backups` (journalMaxBackups).
+fn record_mark(data_dir: &Path, mark: (u64, u64), backups: u64) -> Result<(), BookieError> {
+    journal::write_mark(data_dir, mark)?;
+    journal::delete_before(data_dir, mark.0.saturating_sub(backups))?;
+    Ok(())
+}
+
 impl Core {
     /// Take the journal position, flush storage (which then holds every record before that
     /// position), record the position as the replay start, and delete the files before it.
@@ -194,8 +202,7 @@ impl Core {
         self.flush_due.rearm();
         let mark = self.journal.position();
         self.storage.flush()?;
-        journal::write_mark(&self.data_dir, mark)?;
-        journal::delete_before(&self.data_dir, mark.0.saturating_sub(self.max_backups))?;
+        record_mark(&self.data_dir, mark, self.max_backups)?;
         Ok(mark)
     }
 
@@ -475,8 +482,7 @@ impl BookieServer {
                 }
                 storage.flush()?;
                 let next = outcome.next_seq();
-                journal::write_mark(&data_dir, (next, 0))?;
-                journal::delete_before(&data_dir, next.saturating_sub(jconfig.max_backups))?;
+                record_mark(&data_dir, (next, 0), jconfig.max_backups)?;
                 Journal::open(
                     &data_dir,
                     jconfig,
@@ -610,8 +616,7 @@ impl BookieServer {
             synced?;
             let mark = core.journal.position();
             core.storage.flush()?;
-            journal::write_mark(&core.data_dir, mark)?;
-            journal::delete_before(&core.data_dir, mark.0.saturating_sub(core.max_backups))?;
+            record_mark(&core.data_dir, mark, core.max_backups)?;
             Ok(())
         })
         .await
