@@ -145,6 +145,17 @@ def test_partitioned_and_schema_verbs(cli, tmp_path, unique: str) -> None:  # ty
     assert cli("schemas", "get", st, check=False).returncode == 1
 
 
+def _got(cli, noun: str, name: str, target: str) -> str:  # type: ignore[no-untyped-def]
+    """What ``<noun> get-<name> <target>`` prints."""
+    return str(cli(noun, f"get-{name}", target).stdout.strip())
+
+
+def _removed(cli, noun: str, name: str, target: str) -> None:  # type: ignore[no-untyped-def]
+    """``<noun> remove-<name> <target>``, and the policy then reads back unset."""
+    cli(noun, f"remove-{name}", target)
+    assert _got(cli, noun, name, target) in ("", "null")
+
+
 def test_unacked_message_limits_by_namespace_and_topic(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
     ns = f"public/unacked-{unique}"
     topic = f"persistent://{ns}/t"
@@ -153,25 +164,23 @@ def test_unacked_message_limits_by_namespace_and_topic(cli, unique: str) -> None
     cli("namespaces", "set-max-unacked-messages-per-subscription", ns, "-m", "2000")
     cli("topics", "create", topic)
     cli("topics", "set-max-unacked-messages-per-consumer", topic, "--maxNum", "50")
-    assert cli("namespaces", "get-max-unacked-messages-per-consumer", ns).stdout.strip() == "500"
-    assert cli("namespaces", "get-max-unacked-messages-per-subscription", ns).stdout.strip() == "2000"
-    assert cli("topics", "get-max-unacked-messages-per-consumer", topic).stdout.strip() == "50"
-    cli("topics", "remove-max-unacked-messages-per-consumer", topic)
-    assert cli("topics", "get-max-unacked-messages-per-consumer", topic).stdout.strip() in ("", "null")
+    assert _got(cli, "namespaces", "max-unacked-messages-per-consumer", ns) == "500"
+    assert _got(cli, "namespaces", "max-unacked-messages-per-subscription", ns) == "2000"
+    assert _got(cli, "topics", "max-unacked-messages-per-consumer", topic) == "50"
+    _removed(cli, "topics", "max-unacked-messages-per-consumer", topic)
 
 
 def test_auto_subscription_creation_by_namespace(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
     ns = f"public/autosub-{unique}"
     cli("namespaces", "create", ns)
-    assert cli("namespaces", "get-auto-subscription-creation", ns).stdout.strip() in ("", "null")
+    assert _got(cli, "namespaces", "auto-subscription-creation", ns) in ("", "null")
     cli("namespaces", "set-auto-subscription-creation", ns)
-    assert json.loads(cli("namespaces", "get-auto-subscription-creation", ns).stdout) == {
+    assert json.loads(_got(cli, "namespaces", "auto-subscription-creation", ns)) == {
         "allowAutoSubscriptionCreation": False}
     cli("namespaces", "set-auto-subscription-creation", ns, "--enable")
-    assert json.loads(cli("namespaces", "get-auto-subscription-creation", ns).stdout) == {
+    assert json.loads(_got(cli, "namespaces", "auto-subscription-creation", ns)) == {
         "allowAutoSubscriptionCreation": True}
-    cli("namespaces", "remove-auto-subscription-creation", ns)
-    assert cli("namespaces", "get-auto-subscription-creation", ns).stdout.strip() in ("", "null")
+    _removed(cli, "namespaces", "auto-subscription-creation", ns)
 
 
 def test_subscription_and_consumer_limits_by_namespace_and_topic(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
@@ -182,42 +191,39 @@ def test_subscription_and_consumer_limits_by_namespace_and_topic(cli, unique: st
     cli("namespaces", "set-max-consumers-per-subscription", ns, "-c", "2")
     cli("topics", "create", topic)
     cli("topics", "set-max-subscriptions-per-topic", topic, "-m", "1")
-    assert cli("namespaces", "get-max-subscriptions-per-topic", ns).stdout.strip() == "5"
-    assert cli("namespaces", "get-max-consumers-per-subscription", ns).stdout.strip() == "2"
-    assert cli("topics", "get-max-subscriptions-per-topic", topic).stdout.strip() == "1"
+    assert _got(cli, "namespaces", "max-subscriptions-per-topic", ns) == "5"
+    assert _got(cli, "namespaces", "max-consumers-per-subscription", ns) == "2"
+    assert _got(cli, "topics", "max-subscriptions-per-topic", topic) == "1"
     cli("topics", "create-subscription", topic, "-s", "first")
-    cli("topics", "remove-max-subscriptions-per-topic", topic)
-    assert cli("topics", "get-max-subscriptions-per-topic", topic).stdout.strip() in ("", "null")
+    _removed(cli, "topics", "max-subscriptions-per-topic", topic)
     cli("namespaces", "set-persistence", ns, "-e", "3", "-w", "2", "-a", "2", "-r", "5")
-    assert json.loads(cli("namespaces", "get-persistence", ns).stdout) == {
+    assert json.loads(_got(cli, "namespaces", "persistence", ns)) == {
         "bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 2, "bookkeeperAckQuorum": 2,
         "managedLedgerMaxMarkDeleteRate": 5.0}
     cli("namespaces", "set-max-topics-per-namespace", ns, "-t", "50")
-    assert cli("namespaces", "get-max-topics-per-namespace", ns).stdout.strip() == "50"
+    assert _got(cli, "namespaces", "max-topics-per-namespace", ns) == "50"
     cli("namespaces", "set-subscription-expiration-time", ns, "-t", "30")
-    assert cli("namespaces", "get-subscription-expiration-time", ns).stdout.strip() == "30"
+    assert _got(cli, "namespaces", "subscription-expiration-time", ns) == "30"
     cli("namespaces", "set-compaction-threshold", ns, "-t", "10M")
-    assert cli("namespaces", "get-compaction-threshold", ns).stdout.strip() == str(10 << 20)
+    assert _got(cli, "namespaces", "compaction-threshold", ns) == str(10 << 20)
     cli("topics", "set-compaction-threshold", topic, "--threshold", "0")
-    assert cli("topics", "get-compaction-threshold", topic).stdout.strip() == "0"
-    cli("topics", "remove-compaction-threshold", topic)
-    assert cli("topics", "get-compaction-threshold", topic).stdout.strip() in ("", "null")
-    cli("namespaces", "remove-max-consumers-per-subscription", ns)
-    assert cli("namespaces", "get-max-consumers-per-subscription", ns).stdout.strip() in ("", "null")
+    assert _got(cli, "topics", "compaction-threshold", topic) == "0"
+    _removed(cli, "topics", "compaction-threshold", topic)
+    _removed(cli, "namespaces", "max-consumers-per-subscription", ns)
 
 
 def test_admission_flags_by_namespace(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
     ns = f"public/flags-{unique}"
     cli("namespaces", "create", ns)
-    assert cli("namespaces", "get-schema-validation-enforce", ns).stdout.strip() == "false"
+    assert _got(cli, "namespaces", "schema-validation-enforce", ns) == "false"
     cli("namespaces", "set-schema-validation-enforce", ns, "--enable")
-    assert cli("namespaces", "get-schema-validation-enforce", ns).stdout.strip() == "true"
+    assert _got(cli, "namespaces", "schema-validation-enforce", ns) == "true"
     cli("namespaces", "set-is-allow-auto-update-schema", ns, "-d")
-    assert cli("namespaces", "get-is-allow-auto-update-schema", ns).stdout.strip() == "false"
+    assert _got(cli, "namespaces", "is-allow-auto-update-schema", ns) == "false"
     assert cli("namespaces", "set-is-allow-auto-update-schema", ns, check=False).returncode != 0
-    assert cli("namespaces", "get-encryption-required", ns).stdout.strip() == "false"
+    assert _got(cli, "namespaces", "encryption-required", ns) == "false"
     cli("namespaces", "set-encryption-required", ns, "-e")
-    assert cli("namespaces", "get-encryption-required", ns).stdout.strip() == "true"
+    assert _got(cli, "namespaces", "encryption-required", ns) == "true"
 
 
 def test_subscription_types_enabled_by_namespace_and_topic(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
