@@ -64,11 +64,12 @@ _Position = tuple[int, int]
 class ManagedLedgerFactory:
     """Opens managed ledgers whose ledgers live on the bookies listed in `metadata_store`.
     With `local_bookies`, bookies running in this process are called directly, not over TCP.
-    `cache_size_mb` bounds the entry caches of all its managed ledgers together."""
+    `cache_size_mb` bounds the entry caches of all its managed ledgers together; once over
+    it, they are evicted down to `cache_eviction_watermark` (0 to 1) of it."""
 
     def __new__(
         cls, metadata_store: object, request_timeout_ms: int = 30000, local_bookies: bool = True,
-        cache_size_mb: int = 256,
+        cache_size_mb: int = 256, cache_eviction_watermark: float = 0.9,
     ) -> ManagedLedgerFactory: ...
     @property
     def cache_used_bytes(self) -> int:

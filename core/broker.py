@@ -89,7 +89,8 @@ class BrokerService:
                 await nursery.start(self.bridge.run)
                 self.storage = Storage(self.bridge, self.metadata,
                                        int(self.config.get("bookkeeperClientTimeoutInSeconds", 30)) * 1000,
-                                       int(self.config.get("managedLedgerCacheSizeMB")))
+                                       int(self.config.get("managedLedgerCacheSizeMB")),
+                                       float(self.config.get("managedLedgerCacheEvictionWatermark")))
                 host = self.config.get("advertisedAddress") or self.config.get("bindAddress")
                 self.policies.ensure_defaults(
                     f"pulsar://{host}:{self.config.get('brokerServicePort')}",

@@ -80,10 +80,11 @@ class Storage:
     """Opens managed ledgers (one per topic) over the native core."""
 
     def __init__(self, bridge: NativeBridge, metadata_store: object, request_timeout_ms: int = 30000,
-                 cache_size_mb: int = 256):
+                 cache_size_mb: int = 256, cache_eviction_watermark: float = 0.9):
         self.bridge = bridge
-        self._factory = _native.ManagedLedgerFactory(metadata_store, request_timeout_ms,
-                                                     cache_size_mb=cache_size_mb)
+        self._factory = _native.ManagedLedgerFactory(
+            metadata_store, request_timeout_ms, cache_size_mb=cache_size_mb,
+            cache_eviction_watermark=cache_eviction_watermark)
 
     @property
     def cache_used_bytes(self) -> int:

@@ -259,19 +259,29 @@ def _port(name: str, default: int, doc: str) -> Key:
     return Key(name, "int", default, doc, "an integer port 0-65535", _range(0, 65535))
 
 
-def _int(name: str, default: int, doc: str, lo: int | None = None, hi: int | None = None) -> Key:
+def _bounded(kind: str, noun: str, name: str, default: float, doc: str,
+             lo: float | None, hi: float | None) -> Key:
+    """A numeric key, its expected form naming the bounds (``an integer 1-16``)."""
+
+    def show(v: float) -> str:
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
     if lo is not None and hi is not None:
-        expected = f"an integer {lo}-{hi}"
+        expected = f"{noun} {show(lo)}-{show(hi)}"
     elif lo is not None:
-        expected = f"an integer >= {lo}"
+        expected = f"{noun} >= {show(lo)}"
     else:
-        expected = "an integer"
-    return Key(name, "int", default, doc, expected, _range(lo, hi))
+        expected = noun
+    return Key(name, kind, default, doc, expected, _range(lo, hi))
 
 
-def _float(name: str, default: float, doc: str, lo: float | None = None) -> Key:
-    expected = "a number" if lo is None else f"a number >= {lo:g}"
-    return Key(name, "float", default, doc, expected, _range(lo, None))
+def _int(name: str, default: int, doc: str, lo: int | None = None, hi: int | None = None) -> Key:
+    return _bounded("int", "an integer", name, default, doc, lo, hi)
+
+
+def _float(name: str, default: float, doc: str, lo: float | None = None,
+           hi: float | None = None) -> Key:
+    return _bounded("float", "a number", name, default, doc, lo, hi)
 
 
 def _bool(name: str, default: bool, doc: str) -> Key:
@@ -440,6 +450,9 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("managedLedgerCacheSizeMB", 256,
          "Memory for recently added entries, shared by all topics, so tailing consumers are "
          "served without reading the bookies (0: no cache).", 0),
+    _float("managedLedgerCacheEvictionWatermark", 0.9,
+           "Once the cache is over its size, it is evicted down to this fraction of it, so "
+           "that the adds that follow find room.", 0.0, 1.0),
     _int("managedLedgerCacheEvictionTimeThresholdMillis", 1000,
          "Cached entries older than this are evicted.", 0),
     _int("bookkeeperClientTimeoutInSeconds", 30,

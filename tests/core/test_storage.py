@@ -147,6 +147,28 @@ async def test_entry_cache_is_bounded_by_managed_ledger_cache_size(tmp_path, cac
         assert [e.data for e in got] == [b"tail"]
 
 
+@pytest.mark.parametrize("watermark", [0.5, 1.0])
+async def test_a_full_cache_is_evicted_down_to_its_watermark(tmp_path, watermark):
+    """managedLedgerCacheEvictionWatermark: the add that takes the cache over its size
+    evicts the oldest entries until the cache holds that fraction of its size."""
+    from core.storage import Storage
+
+    async with storage_env(tmp_path) as env:
+        storage = Storage(env.bridge, env.metadata, 5000, cache_size_mb=1,
+                          cache_eviction_watermark=watermark)
+        ml = await storage.open("t/ns/persistent/watermark", ml_config())
+        used = []
+        for _ in range(20):
+            await ml.add_entries([bytes(64 * 1024)], [1])
+            used.append(storage.cache_used_bytes)
+        assert used[15] == 1 << 20  # 16 entries: full, nothing evicted yet
+        assert max(used) <= 1 << 20
+        # The 17th entry went over: evicted down to the watermark, then refilled.
+        assert used[16] <= watermark * (1 << 20)
+        assert used[16] > watermark * (1 << 20) - 64 * 1024
+        assert used[19] == used[16] + 3 * 64 * 1024 or watermark == 1.0
+
+
 async def test_an_idle_topic_gives_its_cached_entries_back(tmp_path):
     """Entries past managedLedgerCacheEvictionTimeThresholdMillis leave the cache even when
     their topic is not written again, so an idle topic does not hold the shared budget."""

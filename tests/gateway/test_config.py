@@ -189,6 +189,7 @@ def test_bad_integer_message_names_key_value_and_form():
         ("metadataStoreUrl", "etcd:foo", "expected sqlite:PATH, memory: or zk:"),
         ("logFormat", "xml", "expected one of text, json"),
         ("standaloneBookies", "0", "expected an integer 1-16"),
+        ("managedLedgerCacheEvictionWatermark", "1.5", "is out of range (expected a number 0-1)"),
         ("defaultNumPartitions", "1.5", "is not an integer"),
     ],
 )

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use magnetar_ledger::{BookKeeper, ClientConfig};
 use magnetar_stream::{
-    AddResult, BookKeeperStore, Cursor, Entry, InitialPosition, ManagedLedger, ManagedLedgerConfig,
+    AddResult, BookKeeperStore, CacheBudget, Cursor, Entry, InitialPosition, ManagedLedger, ManagedLedgerConfig,
     ManagedLedgerFactory, Position, StreamError,
 };
 use pyo3::exceptions::PyValueError;
@@ -142,9 +142,20 @@ impl PyFactory {
     #[new]
     /// With `local_bookies`, bookies running in this process (a standalone's) are called
     /// directly rather than over TCP. `cache_size_mb` is what the entry caches of all the
-    /// managed ledgers opened here may hold together.
-    #[pyo3(signature = (metadata_store, request_timeout_ms=30000, local_bookies=true, cache_size_mb=256))]
-    fn new(metadata_store: Py<PyAny>, request_timeout_ms: u64, local_bookies: bool, cache_size_mb: u64) -> PyResult<Self> {
+    /// managed ledgers opened here may hold together; once over it, they are evicted down to
+    /// `cache_eviction_watermark` of it.
+    #[pyo3(signature = (metadata_store, request_timeout_ms=30000, local_bookies=true, cache_size_mb=256,
+                        cache_eviction_watermark=0.9))]
+    fn new(
+        metadata_store: Py<PyAny>,
+        request_timeout_ms: u64,
+        local_bookies: bool,
+        cache_size_mb: u64,
+        cache_eviction_watermark: f64,
+    ) -> PyResult<Self> {
+        if !(0.0..=1.0).contains(&cache_eviction_watermark) {
+            return Err(PyValueError::new_err("cache_eviction_watermark must be between 0 and 1"));
+        }
         let meta: Arc<dyn magnetar_meta::MetadataStore> = Arc::new(PyMetadataStore::new(metadata_store));
         let _guard = runtime().enter();
         let config = ClientConfig {
@@ -155,7 +166,8 @@ impl PyFactory {
         let bk = BookKeeper::new(meta.clone(), config);
         let store = Arc::new(BookKeeperStore::new(bk));
         let cache_bytes = usize::try_from(cache_size_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-        Ok(Self { factory: Arc::new(ManagedLedgerFactory::with_cache(meta, store, cache_bytes)) })
+        let budget = CacheBudget::with_watermark(cache_bytes, cache_eviction_watermark);
+        Ok(Self { factory: Arc::new(ManagedLedgerFactory::with_cache(meta, store, budget)) })
     }
 
     /// Bytes the entry caches hold now, over every managed ledger.

@@ -1,7 +1,7 @@
 //! A bounded cache of recently added entries, so that tailing readers are served from
 //! memory rather than from the bookies. Oldest entries are evicted first: when the cache
 //! is over its own size, when the caches sharing a [`CacheBudget`] hold more than it
-//! allows together, and once they are older than the eviction time.
+//! allows together (down to its watermark), and once they are older than the eviction time.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,9 +16,15 @@ use crate::position::Position;
 /// `managedLedgerCacheSizeMB` is one amount for the whole broker. A cache that adds past
 /// the limit evicts its own oldest entries: the ledgers being written are the ones that
 /// grow, and a cache left alone empties by age.
+///
+/// Eviction goes below the limit, down to the watermark (Pulsar's
+/// `managedLedgerCacheEvictionWatermark`, a fraction of the limit): a full cache then makes
+/// room for a run of adds at once, rather than evicting on every add that follows.
 #[derive(Debug)]
 pub struct CacheBudget {
     limit: usize,
+    /// What the caches are brought down to once they go over `limit`.
+    low: usize,
     used: AtomicUsize,
     /// Told when the caches go from holding nothing to holding something, so that a
     /// sweep of an empty budget can wait instead of waking on a timer.
@@ -26,8 +32,16 @@ pub struct CacheBudget {
 }
 
 impl CacheBudget {
+    /// A budget evicted down to the limit itself (a watermark of 1).
     pub fn new(limit: usize) -> Arc<CacheBudget> {
-        Arc::new(CacheBudget { limit, used: AtomicUsize::new(0), filled: Notify::new() })
+        CacheBudget::with_watermark(limit, 1.0)
+    }
+
+    /// A budget evicted down to `watermark` × `limit` once over `limit`; `watermark` is
+    /// clamped to 0..=1.
+    pub fn with_watermark(limit: usize, watermark: f64) -> Arc<CacheBudget> {
+        let low = (limit as f64 * watermark.clamp(0.0, 1.0)) as usize;
+        Arc::new(CacheBudget { limit, low, used: AtomicUsize::new(0), filled: Notify::new() })
     }
 
     /// Bytes cached now, over every cache sharing this budget.
@@ -37,6 +51,11 @@ impl CacheBudget {
 
     pub fn limit(&self) -> usize {
         self.limit
+    }
+
+    /// What eviction brings the caches down to (the watermark × the limit).
+    pub fn low_watermark(&self) -> usize {
+        self.low
     }
 
     /// End a [`wait_filled`](Self::wait_filled) now (its owner is going away).
@@ -93,10 +112,6 @@ impl EntryCache {
         }
     }
 
-    fn over(&self) -> bool {
-        self.bytes > self.capacity || self.budget.as_ref().is_some_and(|b| b.over())
-    }
-
     /// Drop entries published before `cutoff_ms` (entries are kept in publish order).
     pub(crate) fn evict_published_before(&mut self, cutoff_ms: u64) {
         while let Some(first) = self.entries.first_key_value() {
@@ -118,11 +133,24 @@ impl EntryCache {
         if let Some(old) = self.entries.insert(entry.position, entry) {
             self.sub_bytes(old.data.len());
         }
-        while self.over() {
-            match self.entries.pop_first() {
-                Some((_, e)) => self.sub_bytes(e.data.len()),
-                None => break,
+        while self.bytes > self.capacity {
+            self.pop_oldest();
+        }
+        if let Some(b) = self.budget.clone() {
+            if b.over() {
+                while b.used() > b.low && self.pop_oldest() {}
             }
+        }
+    }
+
+    /// Evict the oldest entry; false when there was none.
+    fn pop_oldest(&mut self) -> bool {
+        match self.entries.pop_first() {
+            Some((_, e)) => {
+                self.sub_bytes(e.data.len());
+                true
+            }
+            None => false,
         }
     }
 
@@ -193,6 +221,28 @@ mod tests {
         assert_eq!(budget.used(), 200, "a dropped cache gives its bytes back");
         b.remove_ledgers(&[2]);
         assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_full_budget_is_evicted_down_to_its_watermark() {
+        let budget = CacheBudget::with_watermark(1000, 0.6);
+        assert_eq!(budget.low_watermark(), 600);
+        let mut c = EntryCache::new(10_000, Some(budget.clone()));
+        for i in 0..10 {
+            c.insert(entry(1, i, 100));
+        }
+        assert_eq!(budget.used(), 1000, "at the limit, nothing is evicted");
+        c.insert(entry(1, 10, 100));
+        // Over the limit: the oldest go until the caches hold the watermark.
+        assert_eq!(budget.used(), 600);
+        assert_eq!(c.get_run(1, 5, 100).len(), 6);
+        assert!(c.get_run(1, 4, 1).is_empty());
+        // The room made takes the next adds without evicting.
+        for i in 11..15 {
+            c.insert(entry(1, i, 100));
+        }
+        assert_eq!(budget.used(), 1000);
+        assert_eq!(c.get_run(1, 5, 100).len(), 10);
     }
 
     #[test]

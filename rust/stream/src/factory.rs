@@ -52,14 +52,14 @@ impl ManagedLedgerFactory {
         Self::build(meta, ledgers, None)
     }
 
-    /// A factory whose managed ledgers' entry caches hold `cache_bytes` together
-    /// (`managedLedgerCacheSizeMB`, see [`CacheBudget`]). Entries past a ledger's
+    /// A factory whose managed ledgers' entry caches share `budget`
+    /// (`managedLedgerCacheSizeMB` and its eviction watermark, see [`CacheBudget`]). Entries past a ledger's
     /// `cache_eviction_time` leave its cache every [`CACHE_EVICTION_INTERVAL`], written to or
     /// not, so an idle ledger does not keep the budget; while nothing is cached, the sweep
     /// waits for the first entry instead. Call within a tokio runtime: the
     /// sweep runs on it, until the factory is dropped.
-    pub fn with_cache(meta: Arc<dyn MetadataStore>, ledgers: Arc<dyn LedgerStore>, cache_bytes: usize) -> Self {
-        let factory = Self::build(meta, ledgers, Some(CacheBudget::new(cache_bytes)));
+    pub fn with_cache(meta: Arc<dyn MetadataStore>, ledgers: Arc<dyn LedgerStore>, budget: Arc<CacheBudget>) -> Self {
+        let factory = Self::build(meta, ledgers, Some(budget));
         let weak = Arc::downgrade(&factory.inner);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(CACHE_EVICTION_INTERVAL);

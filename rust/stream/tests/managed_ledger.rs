@@ -7,8 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use magnetar_meta::{MemStore, MetadataStore};
 use magnetar_stream::{
-    InitialPosition, LedgerStore, ManagedLedgerConfig, ManagedLedgerFactory, ManualClock, MemLedgerStore, Position,
-    StreamError,
+    CacheBudget, InitialPosition, LedgerStore, ManagedLedgerConfig, ManagedLedgerFactory, ManualClock, MemLedgerStore,
+    Position, StreamError,
 };
 
 struct Env {
@@ -30,7 +30,7 @@ impl Env {
     /// A factory whose ledgers share a cache budget of `bytes` (and its sweep).
     fn factory_with_cache(&self, bytes: usize) -> ManagedLedgerFactory {
         let (meta, store) = self.stores();
-        ManagedLedgerFactory::with_cache(meta, store, bytes)
+        ManagedLedgerFactory::with_cache(meta, store, CacheBudget::new(bytes))
     }
 
     fn stores(&self) -> (Arc<dyn MetadataStore>, Arc<dyn LedgerStore>) {
