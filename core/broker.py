@@ -80,6 +80,8 @@ class BrokerService:
         self._nursery: trio.Nursery | None = None
         #: How many topics compact at once (``compactionServiceThreads``).
         self.compaction_limiter = trio.CapacityLimiter(int(config.get("compactionServiceThreads", 1)))
+        #: How many topics load at once (``maxConcurrentTopicLoadRequest``).
+        self.topic_load_limiter = trio.CapacityLimiter(int(config.get("maxConcurrentTopicLoadRequest", 5000)))
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; then close every topic (cursors and dedup persisted)."""
@@ -233,13 +235,14 @@ class BrokerService:
         event = self._opening[key] = trio.Event()
         try:
             assert self.storage is not None and self._nursery is not None
-            pol = self.policies.effective(name, pol)
-            if name.persistent:
-                topic = PersistentTopic(self, name, await self.storage.open(name.storage_name,
-                                                                            self.ml_config(pol)), pol)
-            else:
-                topic = NonPersistentTopic(self, name, pol)
-            await topic.start(self._nursery)
+            async with self.topic_load_limiter:
+                pol = self.policies.effective(name, pol)
+                if name.persistent:
+                    topic = PersistentTopic(self, name, await self.storage.open(
+                        name.storage_name, self.ml_config(pol)), pol)
+                else:
+                    topic = NonPersistentTopic(self, name, pol)
+                await topic.start(self._nursery)
             self.topics[key] = topic
             return topic
         finally:

@@ -383,6 +383,9 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("compactionServiceThreads", 1,
          "Topics compacted at once, on request or by threshold; the others wait their "
          "turn.", 1),
+    _int("maxConcurrentTopicLoadRequest", 5000,
+         "Topics being loaded (their storage opened and state recovered) at once; the "
+         "others wait their turn.", 1),
     Key("subscriptionTypesEnabled", "list", SUBSCRIPTION_TYPES,
         "Subscription types consumers may use, where neither the topic nor its namespace "
         "says.", "a comma-separated list of " + ", ".join(SUBSCRIPTION_TYPES), _subscription_types),
