@@ -33,7 +33,8 @@ class CursorNotFoundError(NativeError): ...
 
 @final
 class BookieServer:
-    """A bookie serving on its own TCP port from `data_dir` (journal replayed on start)."""
+    """A bookie serving on its own TCP port from `data_dir` (journal replayed on start).
+    Its ledgers live in `data_dir` too, or spread over `ledger_dirs` when given."""
 
     def __new__(
         cls,
@@ -49,6 +50,7 @@ class BookieServer:
         flush_entry_log_bytes: int = 67108864,
         flush_interval_ms: int = 60000,
         journal_max_backups: int = 0,
+        ledger_dirs: list[str] = ...,
     ) -> BookieServer: ...
     @property
     def address(self) -> str: ...

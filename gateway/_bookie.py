@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from core.metadata import open_metadata_store
-from gateway._bookies import register_bookie, start_bookie
+from gateway._bookies import bookie_directories, register_bookie, start_bookie
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +22,9 @@ def run(cfg: Any, args: argparse.Namespace) -> int:
 
 async def _main(cfg: Any) -> int:
     metadata = open_metadata_store(str(cfg.get("metadataStoreUrl")))
-    data_dir = os.path.join(str(cfg.get("dataDirectory")), "bookie")
-    bookie = start_bookie(cfg, data_dir, int(cfg.get("bookiePort")))
+    journal_dir, ledger_dirs = bookie_directories(
+        cfg, os.path.join(str(cfg.get("dataDirectory")), "bookie"))
+    bookie = start_bookie(cfg, journal_dir, int(cfg.get("bookiePort")), ledger_dirs)
     try:
         register_bookie(metadata, bookie.address)
         print(f"bookie ready on {bookie.address}", flush=True)

@@ -274,8 +274,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         # A metadata store that cannot be opened or reached is an operator's problem,
         # not a crash: say what failed. (core.metadata is only loaded by commands.)
+        # So is a bookie that refuses its directories (locked, or not its own).
         metadata = sys.modules.get("core.metadata")
-        if metadata is not None and isinstance(e, metadata.MetadataError):
+        native = sys.modules.get("core._native")
+        if (metadata is not None and isinstance(e, metadata.MetadataError)
+                or native is not None and isinstance(e, native.BookieError)):
             print(f"{PROG}: error: {e}", file=sys.stderr)
             return 1
         raise

@@ -481,6 +481,18 @@ _KEY_LIST: tuple[Key, ...] = (
          "Milliseconds between checkpoints of ledger storage while the journal moves (besides "
          "those at journal rotations and per flushEntrylogBytes); bounds how much journal a "
          "restart replays.", 1),
+    _str("journalDirectory", "",
+         "Directory of a bookie's journal, best on a disk of its own; empty: under "
+         "dataDirectory. A standalone's bookie N uses its subdirectory N."),
+    Key("ledgerDirectories", "list", (),
+        "Directories of a bookie's entry logs and indexes, each best on a disk of its own; "
+        "each ledger lives wholly in one of them. Empty: under dataDirectory. A "
+        "standalone's bookie N uses subdirectory N of each.",
+        "a comma-separated list of directory paths"),
+    Key("indexDirectories", "list", (),
+        "Where ledger indexes go: empty, or the same list as ledgerDirectories (an index "
+        "is kept beside its ledger's entry log).",
+        "a comma-separated list of directory paths"),
     _int("journalMaxBackups", 0,
          "Journal files kept, newest first, once a checkpoint no longer needs them "
          "(BookKeeper defaults to 5; Magnetar to 0).", 0),

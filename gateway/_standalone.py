@@ -21,7 +21,7 @@ import trio
 
 from core.broker import BrokerService
 from core.metadata import open_metadata_store
-from gateway._bookies import register_bookie, start_bookie
+from gateway._bookies import bookie_directories, register_bookie, start_bookie
 from gateway._config import Config
 from gateway._plugins import load_protocol
 from gateway._process import settle_garbage_collector
@@ -73,7 +73,9 @@ async def serve(cfg: Any, bookies: int, *,
         base_port = int(cfg.get("bookiePort"))
         for i in range(bookies):
             port = 0 if base_port == 0 else base_port + i
-            bookie = start_bookie(cfg, os.path.join(data, "bookies", str(i)), port)
+            journal_dir, ledger_dirs = bookie_directories(
+                cfg, os.path.join(data, "bookies", str(i)), str(i))
+            bookie = start_bookie(cfg, journal_dir, port, ledger_dirs)
             started_bookies.append(bookie)
             register_bookie(metadata, bookie.address)
         broker = BrokerService(cfg, metadata)

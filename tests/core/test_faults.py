@@ -68,9 +68,15 @@ class Proc:
         self._reader.join(WAIT)
 
 
-def start_bookie(data: Path, port: int, metadata_url: str) -> Proc:
-    p = Proc([sys.executable, "-m", "gateway", "bookie", "--port", str(port),
-              "--data-dir", str(data), "--metadata-store-url", metadata_url])
+def bookie_args(data: Path, port: int, metadata_url: str, *conf: str) -> list[str]:
+    """``magnetar bookie`` with ``-c key=value`` for each of ``conf``."""
+    return [sys.executable, "-m", "gateway", "bookie", "--port", str(port), "--data-dir",
+            str(data), "--metadata-store-url", metadata_url,
+            *(arg for kv in conf for arg in ("-c", kv))]
+
+
+def start_bookie(data: Path, port: int, metadata_url: str, *conf: str) -> Proc:
+    p = Proc(bookie_args(data, port, metadata_url, *conf))
     p.wait_for(lambda lines: any("bookie ready" in x for x in lines))
     return p
 
@@ -190,6 +196,49 @@ def test_restarted_bookie_replays_its_journal(tmp_path):
         data = trio.run(read_everything, tmp_path, url, name, ml_config())
         assert_all_acked_present(acked, data)
         assert len(data) == 500
+    finally:
+        writer.kill()
+        bookie.kill()
+
+
+def test_bookie_with_journal_and_ledgers_on_their_own_directories(tmp_path):
+    """journalDirectory and ledgerDirectories: the journal and the entry logs go where they
+    say, a killed bookie recovers from them, and a bookie started without one of its
+    ledger directories refuses to run, saying why."""
+    url = f"sqlite:{tmp_path / 'meta.db'}"
+    port = free_port()
+    journal, l1, l2 = tmp_path / "journal-disk", tmp_path / "ledgers-1", tmp_path / "ledgers-2"
+    dirs = (f"journalDirectory={journal}", f"ledgerDirectories={l1},{l2}")
+    bookie = start_bookie(tmp_path / "data", port, url, *dirs)
+    name = "t/ns/persistent/dirs"
+    # Several ledgers, spread over both directories.
+    config = ml_config(max_entries_per_ledger=100, min_rollover_time_ms=0)
+    writer = start_writer(url, name, config, 500)
+    try:
+        writer.wait_for(lambda lines: "done" in lines)
+        acked = writer.acked()
+        bookie.kill()
+        writer.kill()
+        assert list((journal / "journal").glob("*.log"))
+        assert not (journal / "ledgers").exists()
+        for d in (l1, l2):
+            assert list((d / "ledgers").glob("*.log")), f"no ledger in {d}"
+            assert not (d / "journal").exists()
+        assert not (tmp_path / "data" / "bookie" / "journal").exists()
+
+        bookie = start_bookie(tmp_path / "data", port, url, *dirs)
+        data = trio.run(read_everything, tmp_path, url, name, config)
+        assert_all_acked_present(acked, data)
+        assert len(data) == 500
+        bookie.kill()
+
+        refused = subprocess.run(
+            bookie_args(tmp_path / "data", port, url, dirs[0], f"ledgerDirectories={l1}"),
+            capture_output=True, text=True, timeout=WAIT)
+        assert refused.returncode == 1
+        assert "cookie mismatch" in refused.stderr
+        assert "created with 3 directories, 2 are configured" in refused.stderr
+        assert "Traceback" not in refused.stderr
     finally:
         writer.kill()
         bookie.kill()

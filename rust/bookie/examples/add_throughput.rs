@@ -25,6 +25,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = BookieServer::start(BookieConfig {
         data_dir: dir.path().to_path_buf(),
         bind: "127.0.0.1:0".parse()?,
+        ledger_dirs: Vec::new(),
         journal: JournalConfig::default(),
     })
     .await?;

@@ -17,8 +17,10 @@
 //! `journalSyncData`) fdatasynced, sharing that write with every add queued alongside it.
 //! Ledger storage is flushed at checkpoints, after which the journal before the checkpoint is
 //! deleted; a restart replays the journal from the last checkpoint into storage. A data
-//! directory holds `LOCK` (one bookie at a time), `journal/<seq>.log` with `journal/LASTMARK`,
-//! and `ledgers/<ledger>.log` with `ledgers/CHECKPOINT`.
+//! directory holds `LOCK` (one bookie at a time), `COOKIE` (which bookie it belongs to),
+//! `journal/<seq>.log` with `journal/LASTMARK`, and `ledgers/<ledger>.log` with
+//! `ledgers/CHECKPOINT`; the ledgers may instead be spread over directories of their own,
+//! each with its own `LOCK`, `COOKIE` and `ledgers/`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -32,6 +34,7 @@
 //!     let config = BookieConfig {
 //!         data_dir: dir.path().to_path_buf(),
 //!         bind: "127.0.0.1:0".parse()?,
+//!         ledger_dirs: Vec::new(),
 //!         journal: JournalConfig::default(),
 //!     };
 //!     let server = BookieServer::start(config).await?;
@@ -48,12 +51,14 @@
 //! ```
 
 pub mod client;
+pub mod cookie;
 pub mod entrylog;
 pub mod error;
 pub mod journal;
 pub mod local;
 mod logindex;
 mod mailbox;
+pub mod multidir;
 pub mod proto;
 mod reaper;
 pub mod server;

@@ -40,9 +40,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::cookie;
 use crate::entrylog::EntryLogStorage;
 use crate::error::BookieError;
 use crate::journal::{self, EncodedEntries, Journal, JournalRecord, JournalStats, RecordKind};
+use crate::multidir::MultiDirStorage;
 use crate::proto::{self, OpCode, Request, Response, ResponseBody, Status};
 use crate::storage::LedgerStorage;
 
@@ -156,8 +158,11 @@ impl Default for JournalConfig {
 /// Where a bookie keeps its files, where it listens, and how it journals.
 #[derive(Debug, Clone)]
 pub struct BookieConfig {
-    /// Holds `journal/` and `ledgers/`.
+    /// Holds `journal/` (journalDirectory), and `ledgers/` unless `ledger_dirs` says.
     pub data_dir: PathBuf,
+    /// ledgerDirectories: each holds a `ledgers/` of its own, and a ledger lives wholly in
+    /// one of them (see [`crate::multidir`]). Empty: `data_dir` alone.
+    pub ledger_dirs: Vec<PathBuf>,
     /// The listen address; port 0 picks a free port (see [`BookieServer::local_addr`]).
     pub bind: SocketAddr,
     pub journal: JournalConfig,
@@ -412,6 +417,11 @@ fn lock_data_dir(data_dir: &Path) -> Result<File, BookieError> {
     }
 }
 
+/// `dir` with symbolic links and `..` resolved (it exists: it was locked).
+fn canonical(dir: &Path) -> Result<PathBuf, BookieError> {
+    dir.canonicalize().map_err(|e| BookieError::io("resolve directory", dir, e))
+}
+
 /// Apply a replayed journal record to storage.
 fn apply_record(storage: &dyn LedgerStorage, r: &JournalRecord) -> Result<(), BookieError> {
     match r.kind {
@@ -431,20 +441,51 @@ pub struct BookieServer {
         crossbeam_channel::Sender<Ask>,
         std::thread::JoinHandle<()>,
     )>,
-    /// The exclusive lock on `data_dir/LOCK`; fields drop in order, so this goes last.
-    _lock: File,
+    /// The exclusive locks on `LOCK` in each directory; fields drop in order, so these go
+    /// last.
+    _locks: Vec<File>,
 }
 
 impl BookieServer {
     /// Opens storage (replaying the journal), binds (port 0 allowed), starts serving on the
-    /// current tokio runtime. Returns once listening.
+    /// current tokio runtime. Returns once listening. Every directory is locked, and must
+    /// carry the cookie of the same bookie (see [`crate::cookie`]).
     pub async fn start(config: BookieConfig) -> Result<BookieServer, BookieError> {
-        let lock = lock_data_dir(&config.data_dir)?;
-        let dir = config.data_dir.clone();
-        let storage = tokio::task::spawn_blocking(move || EntryLogStorage::open(&dir))
-            .await
-            .map_err(|e| BookieError::Config(format!("opening storage: {e}")))??;
-        BookieServer::start_locked(config, Arc::new(storage), lock).await
+        let mut locks = vec![lock_data_dir(&config.data_dir)?];
+        let mut dirs = vec![canonical(&config.data_dir)?];
+        let ledger_dirs = if config.ledger_dirs.is_empty() {
+            vec![config.data_dir.clone()]
+        } else {
+            config.ledger_dirs.clone()
+        };
+        let mut listed = Vec::with_capacity(ledger_dirs.len());
+        for dir in &ledger_dirs {
+            std::fs::create_dir_all(dir).map_err(|e| BookieError::io("create ledger dir", dir, e))?;
+            let resolved = canonical(dir)?;
+            if listed.contains(&resolved) {
+                return Err(BookieError::Config(format!("ledgerDirectories lists {} twice", dir.display())));
+            }
+            listed.push(resolved.clone());
+            if resolved != dirs[0] {
+                // (The journal's own directory is locked already.)
+                locks.push(lock_data_dir(dir)?);
+                dirs.push(resolved);
+            }
+        }
+        cookie::check_or_create(&dirs)?;
+        let storage = tokio::task::spawn_blocking(move || -> Result<Arc<dyn LedgerStorage>, BookieError> {
+            if let [only] = &ledger_dirs[..] {
+                return Ok(Arc::new(EntryLogStorage::open(only)?));
+            }
+            let parts = ledger_dirs
+                .iter()
+                .map(|d| EntryLogStorage::open(d).map(|s| Arc::new(s) as Arc<dyn LedgerStorage>))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Arc::new(MultiDirStorage::new(parts)))
+        })
+        .await
+        .map_err(|e| BookieError::Config(format!("opening storage: {e}")))??;
+        BookieServer::start_locked(config, storage, locks).await
     }
 
     /// Like [`start`](Self::start), with a ledger storage of the caller's choosing. The journal
@@ -457,13 +498,13 @@ impl BookieServer {
         storage: Arc<dyn LedgerStorage>,
     ) -> Result<BookieServer, BookieError> {
         let lock = lock_data_dir(&config.data_dir)?;
-        BookieServer::start_locked(config, storage, lock).await
+        BookieServer::start_locked(config, storage, vec![lock]).await
     }
 
     async fn start_locked(
         config: BookieConfig,
         storage: Arc<dyn LedgerStorage>,
-        lock: File,
+        locks: Vec<File>,
     ) -> Result<BookieServer, BookieError> {
         let data_dir = config.data_dir.clone();
         let jconfig = config.journal.clone();
@@ -563,7 +604,7 @@ impl BookieServer {
         let serve = tokio::spawn(accept_loop(listener, core.clone(), stop_rx));
         log::info!("bookie listening on {local_addr}");
         Ok(BookieServer {
-            _lock: lock,
+            _locks: locks,
             local_addr,
             core,
             stop,

@@ -92,6 +92,7 @@ async fn sigkill_loses_no_acknowledged_add() {
     let server = BookieServer::start(BookieConfig {
         data_dir: dir.path().to_path_buf(),
         bind: "127.0.0.1:0".parse().expect("addr"),
+        ledger_dirs: Vec::new(),
         journal: JournalConfig::default(),
     })
     .await

@@ -63,6 +63,7 @@ fn config(dir: &Path) -> BookieConfig {
     BookieConfig {
         data_dir: dir.to_path_buf(),
         bind: "127.0.0.1:0".parse().expect("addr"),
+        ledger_dirs: Vec::new(),
         journal: JournalConfig {
             max_group_wait: Duration::ZERO,
             ..JournalConfig::default()

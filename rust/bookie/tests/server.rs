@@ -18,6 +18,7 @@ fn config(dir: &Path) -> BookieConfig {
     BookieConfig {
         data_dir: dir.to_path_buf(),
         bind: "127.0.0.1:0".parse().expect("addr"),
+        ledger_dirs: Vec::new(),
         journal: JournalConfig::default(),
     }
 }
@@ -869,4 +870,70 @@ async fn add_batch_on_a_fenced_ledger_is_refused_whole_unless_recovery() {
         .expect("recovery batch");
     assert_eq!(client.read(9, 2, false).await.expect("read").data, payload(9, 2));
     server.shutdown().await.expect("shutdown");
+}
+
+fn split_config(journal: &Path, ledgers: &[&Path]) -> BookieConfig {
+    BookieConfig { ledger_dirs: ledgers.iter().map(|d| d.to_path_buf()).collect(), ..config(journal) }
+}
+
+/// Files directly under `dir/sub`, by name.
+fn names(dir: &Path, sub: &str) -> Vec<String> {
+    match std::fs::read_dir(dir.join(sub)) {
+        Ok(rd) => rd.map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journal_and_ledgers_in_directories_of_their_own() {
+    let (j, l1, l2) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    let cfg = split_config(j.path(), &[l1.path(), l2.path()]);
+    let server = BookieServer::start(cfg.clone()).await.expect("start");
+    let client = connect(&server).await;
+    for ledger in 1..=4 {
+        add_many(&client, ledger, 20).await;
+    }
+    server.checkpoint().await.expect("checkpoint");
+    add_many(&client, 5, 20).await; // only in the journal until replayed
+    drop(client);
+    drop(server); // a crash: no final checkpoint
+
+    // The journal is in its directory alone; the ledgers are spread over the other two.
+    assert!(names(j.path(), "journal").iter().any(|n| n.ends_with(".log")));
+    assert!(names(j.path(), "ledgers").is_empty());
+    for l in [&l1, &l2] {
+        assert!(names(l.path(), "journal").is_empty());
+        assert!(names(l.path(), "ledgers").iter().any(|n| n.ends_with(".log")), "{:?}", l.path());
+    }
+
+    let server = BookieServer::start(cfg.clone()).await.expect("restart");
+    let client = connect(&server).await;
+    for ledger in 1..=5 {
+        assert_entries(&client, ledger, 20).await;
+    }
+    // Each directory is locked while the bookie runs.
+    match BookieServer::start(split_config(l2.path(), &[])).await {
+        Err(BookieError::Locked(d)) => assert_eq!(d, l2.path()),
+        Err(other) => panic!("expected Locked, got {other}"),
+        Ok(_) => panic!("a second bookie on a ledger directory in use"),
+    }
+    drop(client);
+    server.shutdown().await.expect("shutdown");
+
+    // Started without one of its ledger directories, the bookie refuses, saying why.
+    let err = BookieServer::start(split_config(j.path(), &[l1.path()])).await.err().expect("refused");
+    assert!(err.to_string().contains("cookie mismatch"), "{err}");
+    let fresh = tempfile::tempdir().expect("tempdir");
+    let err = BookieServer::start(split_config(j.path(), &[l1.path(), fresh.path()]))
+        .await
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("has no cookie"), "{err}");
+    // Listing a directory twice is a configuration error.
+    let err = BookieServer::start(split_config(j.path(), &[l1.path(), l1.path()])).await.err().expect("refused");
+    assert!(err.to_string().contains("twice"), "{err}");
 }

@@ -5,6 +5,9 @@ use std::fs::{self, OpenOptions};
 use std::path::Path;
 
 use bytes::Bytes;
+use std::sync::Arc;
+
+use magnetar_bookie::multidir::MultiDirStorage;
 use magnetar_bookie::storage::{EntryLogStorage, LedgerStorage, MemStorage};
 use magnetar_bookie::BookieError;
 use proptest::prelude::*;
@@ -118,6 +121,67 @@ fn entry_log_storage_suite_with_few_open_files() {
     suite(&EntryLogStorage::open_with_limit(dir.path(), 1).expect("open"));
     let dir = tempfile::tempdir().expect("tempdir");
     concurrent_suite(&EntryLogStorage::open_with_limit(dir.path(), 2).expect("open"));
+}
+
+fn spread_over(dirs: &[&Path]) -> MultiDirStorage {
+    MultiDirStorage::new(
+        dirs.iter()
+            .map(|d| Arc::new(EntryLogStorage::open(d).expect("open")) as Arc<dyn LedgerStorage>)
+            .collect(),
+    )
+}
+
+#[test]
+fn multi_dir_storage_suite() {
+    let parts = || (0..3).map(|_| Arc::new(MemStorage::new()) as Arc<dyn LedgerStorage>).collect();
+    suite(&MultiDirStorage::new(parts()));
+    concurrent_suite(&MultiDirStorage::new(parts()));
+    let (a, b) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    suite(&spread_over(&[a.path(), b.path()]));
+    let (a, b) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    concurrent_suite(&spread_over(&[a.path(), b.path()]));
+}
+
+#[test]
+fn ledgers_spread_over_directories_stay_found_after_reopen_and_reorder() {
+    let (a, c) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    let b_path = c.path();
+    {
+        let s = spread_over(&[a.path(), b_path]);
+        for ledger in 0..10u64 {
+            s.add_entry(ledger, 0, -1, Bytes::from(format!("ledger {ledger}"))).expect("add");
+        }
+        s.set_fenced(3).expect("fence");
+        s.flush().expect("flush");
+    }
+    // Each directory holds its share: the even ledgers in the first, the odd in the second.
+    for (dir, parity) in [(a.path(), 0), (b_path, 1)] {
+        let alone = EntryLogStorage::open(dir).expect("open one");
+        for ledger in 0..10u64 {
+            assert_eq!(alone.has_ledger(ledger).expect("has"), ledger % 2 == parity, "ledger {ledger}");
+        }
+    }
+    // Listed the other way round, every ledger is still where it was written.
+    let s = spread_over(&[b_path, a.path()]);
+    for ledger in 0..10u64 {
+        assert_eq!(s.get_entry(ledger, 0).expect("get"), Some((-1, Bytes::from(format!("ledger {ledger}")))));
+    }
+    assert!(s.is_fenced(3).expect("fenced"));
+    s.add_entry(4, 1, 0, b("more")).expect("add to a ledger written before");
+    s.flush().expect("flush");
+    drop(s);
+    let alone = EntryLogStorage::open(a.path()).expect("open one");
+    assert_eq!(alone.get_entry(4, 1).expect("get"), Some((0, b("more"))));
+    assert!(deleted_everywhere(&[a.path(), b_path], 4));
+}
+
+/// Deleting through a spread storage removes the ledger from whichever directory has it.
+fn deleted_everywhere(dirs: &[&Path], ledger: u64) -> bool {
+    let s = spread_over(dirs);
+    assert!(s.delete_ledger(ledger).expect("delete"));
+    s.flush().expect("flush");
+    drop(s);
+    dirs.iter().all(|d| !EntryLogStorage::open(d).expect("open").has_ledger(ledger).expect("has"))
 }
 
 #[test]

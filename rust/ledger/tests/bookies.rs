@@ -45,6 +45,7 @@ impl Cluster {
             let config = BookieConfig {
                 data_dir: dir.path().to_path_buf(),
                 bind: "127.0.0.1:0".parse().unwrap(),
+                ledger_dirs: Vec::new(),
                 journal: JournalConfig::default(),
             };
             let server = BookieServer::start(config).await.unwrap();
@@ -95,6 +96,7 @@ impl Cluster {
         let config = BookieConfig {
             data_dir: self._dirs[i].path().to_path_buf(),
             bind: addr.parse().unwrap(),
+            ledger_dirs: Vec::new(),
             journal: JournalConfig::default(),
         };
         self.servers[i] = Some(bounded("bookie restart", BookieServer::start(config)).await.unwrap());

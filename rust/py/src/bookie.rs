@@ -31,7 +31,7 @@ impl PyBookieServer {
                         journal_buffered_writes_threshold=524288, journal_max_size_mb=2048,
                         journal_flush_when_queue_empty=true, journal_pre_alloc_size_mb=16,
                         flush_entry_log_bytes=67108864, flush_interval_ms=60000,
-                        journal_max_backups=0))]
+                        journal_max_backups=0, ledger_dirs=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -47,11 +47,13 @@ impl PyBookieServer {
         flush_entry_log_bytes: u64,
         flush_interval_ms: u64,
         journal_max_backups: u64,
+        ledger_dirs: Vec<PathBuf>,
     ) -> PyResult<Self> {
         let bind = resolve(host, port)?;
         let config = BookieConfig {
             data_dir,
             bind,
+            ledger_dirs,
             journal: JournalConfig {
                 sync_data: journal_sync_data,
                 max_group_wait: Duration::from_secs_f64(journal_max_group_wait_ms.max(0.0) / 1000.0),

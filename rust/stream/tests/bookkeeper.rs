@@ -112,7 +112,7 @@ async fn not_enough_bookies_is_reported() {
 
 async fn start_bookie(dir: &std::path::Path) -> BookieServer {
     let bind: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    BookieServer::start(BookieConfig { data_dir: dir.to_path_buf(), bind, journal: JournalConfig::default() })
+    BookieServer::start(BookieConfig { data_dir: dir.to_path_buf(), ledger_dirs: Vec::new(), bind, journal: JournalConfig::default() })
         .await
         .unwrap()
 }

@@ -103,6 +103,7 @@ fn parse_args() -> Result<(BookieConfig, log::LevelFilter), String> {
         BookieConfig {
             data_dir,
             bind,
+            ledger_dirs: Vec::new(),
             journal,
         },
         level,
