@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from core.metadata import open_metadata_store
-from gateway._bookies import bookie_directories, register_bookie, start_bookie
+from gateway._bookies import bookie_directories, garbage_collector, register_bookie, start_bookie
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +28,14 @@ async def _main(cfg: Any) -> int:
     try:
         register_bookie(metadata, bookie.address)
         print(f"bookie ready on {bookie.address}", flush=True)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                break
+        async with trio.open_nursery() as nursery:
+            gc_wait = int(cfg.get("gcWaitTime"))
+            if gc_wait > 0:
+                nursery.start_soon(garbage_collector, [bookie], metadata, gc_wait)
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    break
+            nursery.cancel_scope.cancel()
     finally:
         await trio.to_thread.run_sync(bookie.shutdown)
         metadata.close()

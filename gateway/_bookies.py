@@ -7,14 +7,20 @@ import logging
 import os
 from typing import Any
 
+import trio
+
 from core import _native
 from gateway._config import ConfigError
 
-__all__ = ["start_bookie", "bookie_directories", "register_bookie", "AVAILABLE_BOOKIES"]
+__all__ = ["start_bookie", "bookie_directories", "register_bookie", "collect_garbage",
+           "garbage_collector", "AVAILABLE_BOOKIES"]
 
 log = logging.getLogger(__name__)
 
 AVAILABLE_BOOKIES = "/ledgers/available"
+#: One metadata record per ledger, named by its id; and the counter ledger ids come from.
+LEDGERS_ROOT = "/ledgers/ledger"
+LEDGER_ID_COUNTER = "/ledgers/idgen"
 
 
 PORT_FILE = "bookie.port"
@@ -79,3 +85,43 @@ def register_bookie(metadata: Any, address: str) -> None:
     if metadata.exists(path):
         metadata.delete(path)
     metadata.put(path, b"{}", ephemeral=True)
+
+
+def collect_garbage(bookie: Any, metadata: Any) -> list[int]:
+    """Delete the ledgers ``bookie`` holds that the metadata store no longer lists: ledgers
+    deleted while this bookie was down, or whose delete request failed, whose space would
+    otherwise never come back. A ledger's record is written before any of its entries, so
+    a held ledger without one is garbage; but only ledgers the store's id counter has
+    issued are judged, so a bookie pointed at another cluster's store (whose counter is
+    behind this bookie's ledgers) deletes nothing. Returns the ledgers deleted."""
+    held = bookie.ledgers()
+    if not held:
+        return []
+    got = metadata.get(LEDGER_ID_COUNTER)
+    issued = int(got[0].decode()) if got is not None else -1
+    if held[-1] > issued:
+        log.warning("bookie %s: garbage collection skipped: it holds ledger %d, which the "
+                    "metadata store never issued (its counter is at %d); is "
+                    "metadataStoreUrl this cluster's?", bookie.address, held[-1], issued)
+        return []
+    listed = set(metadata.children(LEDGERS_ROOT))
+    gone = [ledger for ledger in held if str(ledger) not in listed
+            and not metadata.exists(f"{LEDGERS_ROOT}/{ledger}")]
+    for ledger in gone:
+        bookie.delete_ledger(ledger)
+    if gone:
+        log.info("bookie %s: garbage collected %d deleted ledgers: %s", bookie.address,
+                 len(gone), ", ".join(map(str, gone[:20])) + (" ..." if len(gone) > 20 else ""))
+    return gone
+
+
+async def garbage_collector(bookies: list[Any], metadata: Any, period_ms: int) -> None:
+    """Every ``period_ms`` (gcWaitTime), :func:`collect_garbage` on each of ``bookies``,
+    until cancelled. A failed pass is logged and the next one runs on time."""
+    while True:
+        await trio.sleep(period_ms / 1000)
+        for bookie in bookies:
+            try:
+                await trio.to_thread.run_sync(collect_garbage, bookie, metadata)
+            except Exception:
+                log.exception("bookie %s: garbage collection failed", bookie.address)

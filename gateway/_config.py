@@ -493,6 +493,10 @@ _KEY_LIST: tuple[Key, ...] = (
         "Where ledger indexes go: empty, or the same list as ledgerDirectories (an index "
         "is kept beside its ledger's entry log).",
         "a comma-separated list of directory paths"),
+    _int("gcWaitTime", 900000,
+         "Milliseconds between a bookie's garbage collections, which delete the ledgers it "
+         "holds that the metadata store no longer lists (a delete it missed while down); "
+         "0 turns them off.", 0),
     _int("journalMaxBackups", 0,
          "Journal files kept, newest first, once a checkpoint no longer needs them "
          "(BookKeeper defaults to 5; Magnetar to 0).", 0),

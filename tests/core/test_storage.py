@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import trio
 
 from core import _native
 from core.storage import Position
@@ -193,3 +194,95 @@ def test_the_native_allocator_keeps_freed_memory_for_reuse():
     of madvise in a runtime thread, every add behind it waiting, when a burst's cached
     entries aged out); the native core keeps it for reuse instead."""
     assert _native.allocator_options() == {"purge_delay_ms": -1}
+
+
+async def test_a_bookie_down_during_a_delete_collects_the_ledgers_it_missed(tmp_path):
+    """gcWaitTime's garbage collection: ledgers deleted while a bookie was down stay on
+    its disk until it compares what it holds with the metadata store."""
+    from gateway._bookies import collect_garbage
+
+    async with storage_env(tmp_path, bookies=2) as env:
+        quorum = {"ensemble_size": 2, "write_quorum": 2, "ack_quorum": 2,
+                  "max_entries_per_ledger": 5, "min_rollover_time_ms": 0}
+        gone = await env.storage.open("t/ns/persistent/deleted", ml_config(**quorum))
+        kept = await env.storage.open("t/ns/persistent/kept", ml_config(**quorum))
+        for i in range(12):
+            await gone.add_entries([b"g%d" % i], [1])
+            await kept.add_entries([b"k%d" % i], [1])
+        held = env.bookies[1].ledgers()
+        assert len(held) >= 6  # both topics rolled over: several ledgers each
+        assert collect_garbage(env.bookies[1], env.metadata) == []  # all still listed
+
+        env.stop_bookie(env.bookies[1])
+        await gone.delete()  # bookie 1 misses the deletes
+        back = env.add_bookie(index=1)
+        assert back.ledgers() == held
+        assert env.bookies[0].ledgers() != held  # the live bookie did delete
+
+        collected = collect_garbage(back, env.metadata)
+        assert collected and set(collected) < set(held)
+        assert back.ledgers() == env.bookies[0].ledgers()
+        # What was not deleted is untouched and still readable from both copies.
+        first = kept.first_position()
+        assert first is not None
+        got = await kept.read_entries(first, 20)
+        assert [e.data for e in got] == [b"k%d" % i for i in range(12)]
+        assert collect_garbage(back, env.metadata) == []
+
+
+async def test_garbage_collection_spares_a_bookie_on_another_clusters_metadata(tmp_path, caplog):
+    """A bookie whose ledgers the metadata store never issued (wrong metadataStoreUrl)
+    deletes nothing."""
+    from core.metadata import open_metadata_store
+    from gateway._bookies import collect_garbage
+
+    async with storage_env(tmp_path) as env:
+        ml = await env.storage.open("t/ns/persistent/mine", ml_config())
+        await ml.add_entries([b"x"], [1])
+        held = env.bookies[0].ledgers()
+        other = open_metadata_store(f"sqlite:{tmp_path / 'other.db'}")
+        try:
+            assert collect_garbage(env.bookies[0], other) == []
+        finally:
+            other.close()
+        assert env.bookies[0].ledgers() == held
+        assert "garbage collection skipped" in caplog.text
+
+
+async def test_the_garbage_collector_runs_every_gc_wait_time():
+    from gateway._bookies import garbage_collector
+
+    class Bookie:
+        address = "127.0.0.1:1"
+
+        def __init__(self) -> None:
+            self.held = [0, 1]
+            self.passes = 0
+            self.third_pass = trio.Event()
+
+        def ledgers(self) -> list[int]:  # called in a worker thread
+            self.passes += 1
+            if self.passes == 3:
+                trio.from_thread.run_sync(self.third_pass.set)
+            return list(self.held)
+
+        def delete_ledger(self, ledger: int) -> None:
+            self.held.remove(ledger)
+
+    class Store:
+        def get(self, path: str):
+            return (b"5", 0)
+
+        def children(self, path: str) -> list[str]:
+            return ["1"]
+
+        def exists(self, path: str) -> bool:
+            return path.endswith("/1")
+
+    bookie = Bookie()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(garbage_collector, [bookie], Store(), 20)
+            await bookie.third_pass.wait()
+            nursery.cancel_scope.cancel()
+    assert bookie.held == [1]

@@ -781,6 +781,12 @@ impl LedgerStorage for EntryLogStorage {
         Ok(self.get(ledger).is_some_and(|l| l.lock().fenced))
     }
 
+    fn ledgers(&self) -> Result<Vec<u64>, BookieError> {
+        let mut ids: Vec<u64> = self.ledgers.read().keys().copied().collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
     fn delete_ledger(&self, ledger: u64) -> Result<bool, BookieError> {
         let Some(log) = self.ledgers.write().remove(&ledger) else {
             return Ok(false);

@@ -105,6 +105,16 @@ impl LedgerStorage for MultiDirStorage {
         Ok(existed)
     }
 
+    fn ledgers(&self) -> Result<Vec<u64>, BookieError> {
+        let mut ids = Vec::new();
+        for part in &self.parts {
+            ids.extend(part.ledgers()?);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
     fn flush(&self) -> Result<(), BookieError> {
         std::thread::scope(|scope| {
             let flushes: Vec<_> = self.parts.iter().map(|p| scope.spawn(move || p.flush())).collect();

@@ -629,6 +629,17 @@ impl BookieServer {
         self.core.journal.stats()
     }
 
+    /// The ledgers this bookie holds, in ascending order.
+    pub fn ledgers(&self) -> Result<Vec<u64>, BookieError> {
+        self.core.storage.ledgers()
+    }
+
+    /// Delete `ledger` here (as a DELETE request would), durably. Deleting a ledger this
+    /// bookie does not hold is not an error.
+    pub async fn delete_ledger(&self, ledger: u64) -> Result<(), BookieError> {
+        self.core.delete_ledger(ledger).await
+    }
+
     /// Checkpoint now: flush storage, record the journal position a restart replays from, and
     /// delete the journal files before it. (This also runs by itself on every journal rotation
     /// and every `flush_interval`.)

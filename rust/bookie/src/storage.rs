@@ -74,6 +74,9 @@ pub trait LedgerStorage: Send + Sync {
     /// Remove `ledger`, its entries and fence flag, freeing its space. Returns whether it existed.
     fn delete_ledger(&self, ledger: u64) -> Result<bool, BookieError>;
 
+    /// The ledgers that exist here, in ascending order.
+    fn ledgers(&self) -> Result<Vec<u64>, BookieError>;
+
     /// Make every mutation applied so far durable (write out and fsync). Used by the checkpoint
     /// before journal files are deleted.
     fn flush(&self) -> Result<(), BookieError>;
@@ -160,6 +163,12 @@ impl LedgerStorage for MemStorage {
 
     fn delete_ledger(&self, ledger: u64) -> Result<bool, BookieError> {
         Ok(self.ledgers.write().remove(&ledger).is_some())
+    }
+
+    fn ledgers(&self) -> Result<Vec<u64>, BookieError> {
+        let mut ids: Vec<u64> = self.ledgers.read().keys().copied().collect();
+        ids.sort_unstable();
+        Ok(ids)
     }
 
     fn flush(&self) -> Result<(), BookieError> {

@@ -297,6 +297,9 @@ impl magnetar_bookie::LedgerStorage for CountingStorage {
     fn delete_ledger(&self, ledger: u64) -> Result<bool, magnetar_bookie::BookieError> {
         self.inner.delete_ledger(ledger)
     }
+    fn ledgers(&self) -> Result<Vec<u64>, magnetar_bookie::BookieError> {
+        self.inner.ledgers()
+    }
     fn flush(&self) -> Result<(), magnetar_bookie::BookieError> {
         self.inner.flush()
     }

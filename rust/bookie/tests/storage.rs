@@ -58,7 +58,9 @@ fn suite(s: &dyn LedgerStorage) {
         .expect("storage itself does not refuse adds");
 
     // Deleting removes everything of that ledger only.
+    assert_eq!(s.ledgers().expect("ledgers"), vec![1, 2]);
     assert!(s.delete_ledger(1).expect("delete"));
+    assert_eq!(s.ledgers().expect("ledgers"), vec![2]);
     assert!(!s.delete_ledger(1).expect("delete again"));
     assert_eq!(s.get_entry(1, 0).expect("get"), None);
     assert_eq!(s.lac(1).expect("lac"), None);
@@ -235,6 +237,7 @@ fn entry_log_storage_suite_survives_reopen() {
     assert_eq!(s.get_entry(2, 0).expect("get"), Some((-1, b("recovered"))));
     assert!(s.is_fenced(2).expect("fence survives"));
     assert!(!s.is_fenced(1).expect("fenced"));
+    assert_eq!(s.ledgers().expect("ledgers"), vec![1, 2]);
     assert_eq!(s.lac(1).expect("lac"), Some(4));
     assert_eq!(s.last_entry(1).expect("last"), Some(5));
 }

@@ -96,6 +96,20 @@ impl PyBookieServer {
         Ok(d)
     }
 
+    /// The ledgers this bookie holds, in ascending order.
+    fn ledgers(&self) -> PyResult<Vec<u64>> {
+        let server = self.server.as_ref().ok_or_else(|| BookieError::new_err("bookie is shut down"))?;
+        server.ledgers().map_err(|e| BookieError::new_err(e.to_string()))
+    }
+
+    /// Delete `ledger` here, durably (as a ledger client's delete would); a ledger this
+    /// bookie does not hold is no error.
+    fn delete_ledger(&self, py: Python<'_>, ledger: u64) -> PyResult<()> {
+        let server = self.server.as_ref().ok_or_else(|| BookieError::new_err("bookie is shut down"))?;
+        py.detach(|| runtime().block_on(server.delete_ledger(ledger)))
+            .map_err(|e| BookieError::new_err(e.to_string()))
+    }
+
     /// Stop serving: in-flight adds finish, the journal and ledger storage are synced, files
     /// closed. Idempotent.
     fn shutdown(&mut self, py: Python<'_>) -> PyResult<()> {
