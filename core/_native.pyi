@@ -75,6 +75,12 @@ class ManagedLedgerFactory:
         cls, metadata_store: object, request_timeout_ms: int = 30000, local_bookies: bool = True,
         cache_size_mb: int = 256, cache_eviction_watermark: float = 0.9,
     ) -> ManagedLedgerFactory: ...
+    def replace_bookie(self, queue: CompletionQueue, token: int, ledger_id: int, lost: str,
+                       batch: int) -> None:
+        """Give lost bookie `lost`'s place in closed ledger `ledger_id` to other bookies,
+        after copying what it held there, `batch` entries at a time. Completes with
+        `(status, new bookies, entries copied)`; status is `replaced`, `not-closed` or
+        `not-in-ledger`."""
     @property
     def cache_used_bytes(self) -> int:
         """Bytes the entry caches hold now, over every managed ledger."""

@@ -16,6 +16,7 @@ from urllib.parse import unquote
 import trio
 
 from core._bridge import NativeBridge
+from core.autorecovery import Auditor
 from core.naming import NamespaceName, TopicName
 from core.nonpersistent import NonPersistentTopic
 from core.policies import PolicyStore, PreconditionError
@@ -79,6 +80,8 @@ class BrokerService:
         self.bookies: list[Any] = []
         self._nursery: trio.Nursery | None = None
         #: How many topics compact at once (``compactionServiceThreads``).
+        #: Restores the copies of lost bookies (when this broker is the auditor).
+        self.auditor: Auditor | None = None
         self.compaction_limiter = trio.CapacityLimiter(int(config.get("compactionServiceThreads", 1)))
         #: How many topics load at once (``maxConcurrentTopicLoadRequest``).
         self.topic_load_limiter = trio.CapacityLimiter(int(config.get("maxConcurrentTopicLoadRequest", 5000)))
@@ -99,6 +102,12 @@ class BrokerService:
                     f"http://{host}:{self.config.get('webServicePort')}",
                 )
                 nursery.start_soon(self._housekeeping)
+                if self.config.get("autoRecoveryDaemonEnabled", True):
+                    self.auditor = Auditor(
+                        self.metadata, self.storage,
+                        lost_delay_s=float(self.config.get("lostBookieRecoveryDelay", 0)),
+                        batch=int(self.config.get("rereplicationEntryBatchSize", 100)))
+                    nursery.start_soon(self.auditor.run)
                 task_status.started()
                 await trio.sleep_forever()
         finally:

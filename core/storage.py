@@ -91,6 +91,13 @@ class Storage:
         """Bytes the managed ledgers' entry caches hold now, all topics together."""
         return int(self._factory.cache_used_bytes)
 
+    async def replace_bookie(self, ledger_id: int, lost: str, batch: int) -> tuple[str, list[str], int]:
+        """Re-replicate closed ledger ``ledger_id`` off the lost bookie ``lost`` (see
+        :meth:`core._native.ManagedLedgerFactory.replace_bookie`)."""
+        status, bookies, entries = await self.bridge.call(self._factory.replace_bookie, ledger_id,
+                                                          lost, batch)
+        return str(status), list(bookies), int(entries)
+
     async def open(self, name: str, config: dict[str, Any]) -> ManagedLedger:
         native = await self.bridge.call(self._factory.open, name, config)
         return ManagedLedger(self.bridge, native)

@@ -31,7 +31,8 @@ async def _main(cfg: Any) -> int:
         async with trio.open_nursery() as nursery:
             gc_wait = int(cfg.get("gcWaitTime"))
             if gc_wait > 0:
-                nursery.start_soon(garbage_collector, [bookie], metadata, gc_wait)
+                nursery.start_soon(garbage_collector, [bookie], metadata, gc_wait,
+                                   int(cfg.get("gcOverreplicatedLedgerWaitTime")))
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for _ in signals:
                     break

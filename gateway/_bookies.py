@@ -3,13 +3,16 @@ them in the metadata store where ledger clients find them."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from functools import partial
 from typing import Any
 
 import trio
 
 from core import _native
+from core.metadata import AlreadyExistsError, MetadataError
 from gateway._config import ConfigError
 
 __all__ = ["start_bookie", "bookie_directories", "register_bookie", "collect_garbage",
@@ -21,6 +24,8 @@ AVAILABLE_BOOKIES = "/ledgers/available"
 #: One metadata record per ledger, named by its id; and the counter ledger ids come from.
 LEDGERS_ROOT = "/ledgers/ledger"
 LEDGER_ID_COUNTER = "/ledgers/idgen"
+#: Ledgers being re-replicated (see core.autorecovery), which over-replication checks skip.
+UNDER_REPLICATION = "/ledgers/underreplication"
 
 
 PORT_FILE = "bookie.port"
@@ -87,13 +92,18 @@ def register_bookie(metadata: Any, address: str) -> None:
     metadata.put(path, b"{}", ephemeral=True)
 
 
-def collect_garbage(bookie: Any, metadata: Any) -> list[int]:
+def collect_garbage(bookie: Any, metadata: Any, *, overreplicated: bool = False) -> list[int]:
     """Delete the ledgers ``bookie`` holds that the metadata store no longer lists: ledgers
     deleted while this bookie was down, or whose delete request failed, whose space would
     otherwise never come back. A ledger's record is written before any of its entries, so
     a held ledger without one is garbage; but only ledgers the store's id counter has
     issued are judged, so a bookie pointed at another cluster's store (whose counter is
-    behind this bookie's ledgers) deletes nothing. Returns the ledgers deleted."""
+    behind this bookie's ledgers) deletes nothing.
+
+    With ``overreplicated``, also delete the ledgers whose record no longer names this
+    bookie in any ensemble (its place was given to another bookie while it was away),
+    except one being re-replicated (marked under ``/ledgers/underreplication``), whose
+    record names its new bookie only once the copy is done. Returns the ledgers deleted."""
     held = bookie.ledgers()
     if not held:
         return []
@@ -105,23 +115,70 @@ def collect_garbage(bookie: Any, metadata: Any) -> list[int]:
                     "metadataStoreUrl this cluster's?", bookie.address, held[-1], issued)
         return []
     listed = set(metadata.children(LEDGERS_ROOT))
-    gone = [ledger for ledger in held if str(ledger) not in listed
-            and not metadata.exists(f"{LEDGERS_ROOT}/{ledger}")]
-    for ledger in gone:
-        bookie.delete_ledger(ledger)
+    gone = []
+    for ledger in held:
+        if str(ledger) not in listed:
+            if not metadata.exists(f"{LEDGERS_ROOT}/{ledger}"):
+                bookie.delete_ledger(ledger)
+                gone.append(ledger)
+        elif overreplicated and _delete_if_overreplicated(bookie, metadata, ledger):
+            gone.append(ledger)
     if gone:
-        log.info("bookie %s: garbage collected %d deleted ledgers: %s", bookie.address,
-                 len(gone), ", ".join(map(str, gone[:20])) + (" ..." if len(gone) > 20 else ""))
+        log.info("bookie %s: garbage collected %d ledgers it no longer has a place in: %s",
+                 bookie.address, len(gone),
+                 ", ".join(map(str, gone[:20])) + (" ..." if len(gone) > 20 else ""))
     return gone
 
 
-async def garbage_collector(bookies: list[Any], metadata: Any, period_ms: int) -> None:
+def _delete_if_overreplicated(bookie: Any, metadata: Any, ledger: int) -> bool:
+    """Delete ``ledger`` from ``bookie`` if its record no longer names the bookie; whether
+    it did. The check and the delete hold the ledger's under-replication marker, as the
+    auditor does while it copies, so that a copy being made onto this bookie is never
+    deleted under it."""
+    path = f"{LEDGERS_ROOT}/{ledger}"
+    record = metadata.get(path)
+    if record is None or _names(record[0], bookie.address):
+        return False
+    marker = f"{UNDER_REPLICATION}/{ledger}"
+    try:
+        metadata.put(marker, b"garbage collection", -1, ephemeral=True)
+    except AlreadyExistsError:
+        return False  # being re-replicated: looked at again next time
+    try:
+        record = metadata.get(path)
+        if record is None or _names(record[0], bookie.address):
+            return False
+        bookie.delete_ledger(ledger)
+        return True
+    finally:
+        try:
+            metadata.delete(marker)
+        except MetadataError:
+            pass
+
+
+def _names(record: bytes, address: str) -> bool:
+    """Whether a ledger record names ``address`` in any of its ensembles."""
+    return any(address in ensemble for _, ensemble in json.loads(record).get("ensembles", []))
+
+
+async def garbage_collector(bookies: list[Any], metadata: Any, period_ms: int,
+                            overreplicated_ms: int = 0) -> None:
     """Every ``period_ms`` (gcWaitTime), :func:`collect_garbage` on each of ``bookies``,
-    until cancelled. A failed pass is logged and the next one runs on time."""
+    looking for over-replicated ledgers too once ``overreplicated_ms``
+    (gcOverreplicatedLedgerWaitTime, 0 never) have passed since it last did, until
+    cancelled. A failed pass is logged and the next one runs on time."""
+    last_overreplicated = trio.current_time()
     while True:
         await trio.sleep(period_ms / 1000)
+        now = trio.current_time()
+        overreplicated = overreplicated_ms > 0 and \
+            now - last_overreplicated >= overreplicated_ms / 1000
+        if overreplicated:
+            last_overreplicated = now
         for bookie in bookies:
             try:
-                await trio.to_thread.run_sync(collect_garbage, bookie, metadata)
+                await trio.to_thread.run_sync(
+                    partial(collect_garbage, bookie, metadata, overreplicated=overreplicated))
             except Exception:
                 log.exception("bookie %s: garbage collection failed", bookie.address)

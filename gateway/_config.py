@@ -493,10 +493,22 @@ _KEY_LIST: tuple[Key, ...] = (
         "Where ledger indexes go: empty, or the same list as ledgerDirectories (an index "
         "is kept beside its ledger's entry log).",
         "a comma-separated list of directory paths"),
+    _bool("autoRecoveryDaemonEnabled", True,
+          "Restore the copies a lost bookie held: one broker at a time audits the bookies "
+          "and re-replicates the closed ledgers of a lost one onto others."),
+    _int("lostBookieRecoveryDelay", 0,
+         "Seconds a bookie must be gone before it counts as lost and its ledgers are "
+         "re-replicated.", 0),
+    _int("rereplicationEntryBatchSize", 100,
+         "Entries copied at a time when a ledger is re-replicated.", 1),
     _int("gcWaitTime", 900000,
          "Milliseconds between a bookie's garbage collections, which delete the ledgers it "
          "holds that the metadata store no longer lists (a delete it missed while down); "
          "0 turns them off.", 0),
+    _int("gcOverreplicatedLedgerWaitTime", 86400000,
+         "Milliseconds between a bookie's checks for ledgers whose record no longer names "
+         "it (its place was given to another bookie while it was away), which it then "
+         "deletes; 0 turns them off.", 0),
     _int("journalMaxBackups", 0,
          "Journal files kept, newest first, once a checkpoint no longer needs them "
          "(BookKeeper defaults to 5; Magnetar to 0).", 0),

@@ -84,7 +84,8 @@ async def serve(cfg: Any, bookies: int, *,
             await nursery.start(broker.run)
             if int(cfg.get("gcWaitTime")) > 0:
                 nursery.start_soon(garbage_collector, started_bookies, metadata,
-                                   int(cfg.get("gcWaitTime")))
+                                   int(cfg.get("gcWaitTime")),
+                                   int(cfg.get("gcOverreplicatedLedgerWaitTime")))
             addresses: dict[str, list[str]] = {"bookies": [b.address for b in started_bookies]}
             for name in cfg.get("messagingProtocols"):
                 handler = load_protocol(name)(cfg, broker)

@@ -57,6 +57,7 @@ pub mod metadata;
 mod pool;
 pub mod quorum;
 mod recovery;
+mod rereplicate;
 mod transport;
 mod writer;
 
@@ -65,4 +66,5 @@ pub use error::{LedgerError, Result};
 pub use handle::{read_from_replicas, LedgerHandle, ReplicaFailure};
 pub use metadata::{LedgerMetadata, LedgerState};
 pub use pool::BookiePool;
+pub use rereplicate::Replacement;
 pub use transport::{BookieError, BookieTransport, BoxFuture, ReadEntry};

@@ -361,3 +361,93 @@ async fn pipelined_adds_from_a_plain_thread_keep_call_order() {
     assert_eq!(ids, (0..50).collect::<Vec<u64>>());
     assert_eq!(lh.read_entries(0, 49).await.unwrap(), (0..50).map(|i| (i as u64, payload(i))).collect::<Vec<_>>());
 }
+
+/// Ledger `id`'s entries as the bookies of its (current) metadata return them.
+async fn read_all(bk: &BookKeeper, id: u64, n: usize) -> Vec<(u64, Bytes)> {
+    let reader = bk.open_ledger(id, false).await.unwrap();
+    reader.read_entries(0, n as u64 - 1).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_bookie_is_replaced_in_closed_ledgers_with_copies_of_what_it_held() {
+    // Two bookies to write on; two more join later.
+    let c = cluster(2);
+    let writer = c.bk.create_ledger(2, 2, 2, BTreeMap::new()).await.unwrap();
+    writer.add_entries((0..20).map(payload).collect()).await.unwrap();
+    let open = c.bk.create_ledger(2, 2, 2, BTreeMap::new()).await.unwrap();
+    open.add_entry(payload(0)).await.unwrap();
+    writer.close().await.unwrap();
+    for i in 2..4 {
+        c.bookies.add_bookie(&addr(i));
+        c.store.put(&format!("/ledgers/available/{}", addr(i)), b"", None).unwrap();
+    }
+    // Bookie 0 is lost for good.
+    c.bookies.set_down(&addr(0), true);
+    c.store.delete(&format!("/ledgers/available/{}", addr(0)), None).unwrap();
+
+    assert_eq!(c.bk.replace_bookie(open.id(), &addr(0), 7).await.unwrap(), magnetar_ledger::Replacement::NotClosed);
+    let done = c.bk.replace_bookie(writer.id(), &addr(0), 7).await.unwrap();
+    let magnetar_ledger::Replacement::Replaced { bookies, entries } = done else { panic!("{done:?}") };
+    assert_eq!(entries, 20, "E=Qw=2: the lost bookie held every entry");
+    assert_eq!(bookies.len(), 1);
+    let new = &bookies[0];
+    assert!(*new == addr(2) || *new == addr(3));
+    let meta = stored_metadata(&c.store, writer.id());
+    assert_eq!(meta.ensembles, vec![(0, vec![new.clone(), addr(1)])]);
+    assert_eq!(meta.state, LedgerState::Closed);
+    assert_eq!(c.bookies.entries(new, writer.id()), (0..20).collect::<Vec<_>>());
+
+    // With the other original copy gone too, the ledger reads from the new one.
+    c.bookies.set_down(&addr(1), true);
+    assert_eq!(read_all(&c.bk, writer.id(), 20).await, (0..20).map(|i| (i as u64, payload(i))).collect::<Vec<_>>());
+    // A second pass has nothing to do.
+    assert_eq!(
+        c.bk.replace_bookie(writer.id(), &addr(0), 7).await.unwrap(),
+        magnetar_ledger::Replacement::NotInLedger
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_replication_copies_only_the_lost_slot_of_each_fragment() {
+    let c = cluster(3);
+    let writer = c.bk.create_ledger(3, 2, 2, BTreeMap::new()).await.unwrap();
+    writer.add_entries((0..9).map(payload).collect()).await.unwrap();
+    // Bookie 2 fails mid-ledger: entries from 9 on go to a new fragment on bookie 3.
+    c.bookies.add_bookie(&addr(3));
+    c.store.put(&format!("/ledgers/available/{}", addr(3)), b"", None).unwrap();
+    c.bookies.set_down(&addr(2), true);
+    c.store.delete(&format!("/ledgers/available/{}", addr(2)), None).unwrap();
+    writer.add_entries((9..15).map(payload).collect()).await.unwrap();
+    writer.close().await.unwrap();
+    let before = stored_metadata(&c.store, writer.id());
+    assert_eq!(before.ensembles.len(), 2);
+    c.bookies.add_bookie(&addr(4));
+    c.store.put(&format!("/ledgers/available/{}", addr(4)), b"", None).unwrap();
+
+    let done = c.bk.replace_bookie(writer.id(), &addr(2), 2).await.unwrap();
+    // Only the first fragment had bookie 2, in slot 2: entries 1, 2, 4, 5, 7, 8. Any bookie
+    // outside that fragment's ensemble may take them, bookie 3 of the next one too.
+    let magnetar_ledger::Replacement::Replaced { bookies, entries } = done else { panic!("{done:?}") };
+    assert_eq!(entries, 6);
+    let new = bookies[0].clone();
+    assert!(new == addr(3) || new == addr(4), "{new}");
+    let held = c.bookies.entries(&new, writer.id());
+    assert!([1, 2, 4, 5, 7, 8].iter().all(|e| held.contains(e)), "{held:?}");
+    assert!(!held.contains(&0) && !held.contains(&3), "{held:?}");
+    let after = stored_metadata(&c.store, writer.id());
+    assert_eq!(after.ensembles[0].1, vec![addr(0), addr(1), new]);
+    assert_eq!(after.ensembles[1], before.ensembles[1]);
+    assert_eq!(read_all(&c.bk, writer.id(), 15).await, (0..15).map(|i| (i as u64, payload(i))).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_replication_needs_a_bookie_outside_the_ensemble() {
+    let c = cluster(2);
+    let writer = c.bk.create_ledger(2, 2, 2, BTreeMap::new()).await.unwrap();
+    writer.add_entry(payload(0)).await.unwrap();
+    writer.close().await.unwrap();
+    c.bookies.set_down(&addr(0), true);
+    c.store.delete(&format!("/ledgers/available/{}", addr(0)), None).unwrap();
+    assert_eq!(c.bk.replace_bookie(writer.id(), &addr(0), 10).await, Err(LedgerError::NotEnoughBookies));
+    assert_eq!(stored_metadata(&c.store, writer.id()).ensembles[0].1, vec![addr(0), addr(1)]);
+}

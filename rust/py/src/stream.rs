@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use magnetar_ledger::{BookKeeper, ClientConfig};
+use magnetar_ledger::{BookKeeper, ClientConfig, LedgerError, Replacement};
 use magnetar_stream::{
-    AddResult, BookKeeperStore, CacheBudget, Cursor, Entry, InitialPosition, ManagedLedger, ManagedLedgerConfig,
-    ManagedLedgerFactory, Position, StreamError,
+    AddResult, BookKeeperStore, CacheBudget, Cursor, Entry, InitialPosition, LedgerStoreError, ManagedLedger,
+    ManagedLedgerConfig, ManagedLedgerFactory, Position, StreamError,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::pybacked::PyBackedBytes;
@@ -19,7 +19,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::completions::{CompletionQueue, Completer, Outcome};
-use crate::errors::{CursorNotFoundError, FencedError, LedgerClosedError, MetadataError, NativeError};
+use crate::errors::{
+    CursorNotFoundError, FencedError, LedgerClosedError, MetadataError, NativeError, NoSuchLedgerError,
+    NotEnoughBookiesError,
+};
 use crate::meta::PyMetadataStore;
 use crate::runtime::runtime;
 
@@ -29,9 +32,20 @@ fn stream_err(e: StreamError) -> PyErr {
         StreamError::Fenced(_) => FencedError::new_err(e.to_string()),
         StreamError::Metadata(_) => MetadataError::new_err(e.to_string()),
         StreamError::NoSuchCursor(_) => CursorNotFoundError::new_err(e.to_string()),
+        StreamError::Ledger(LedgerStoreError::NoSuchLedger(_)) => NoSuchLedgerError::new_err(e.to_string()),
+        StreamError::Ledger(LedgerStoreError::NotEnoughBookies) => NotEnoughBookiesError::new_err(e.to_string()),
         StreamError::InvalidPosition(_) | StreamError::InvalidArgument(_) => PyValueError::new_err(e.to_string()),
         _ => NativeError::new_err(e.to_string()),
     }
+}
+
+/// A ledger client error as the managed-ledger layer reports it.
+fn ledger_err(e: LedgerError) -> StreamError {
+    StreamError::Ledger(match e {
+        LedgerError::NotEnoughBookies => LedgerStoreError::NotEnoughBookies,
+        LedgerError::NoSuchLedger(id) => LedgerStoreError::NoSuchLedger(id),
+        other => LedgerStoreError::Other(other.to_string()),
+    })
 }
 
 /// Run `fut` on the runtime; convert its output under the GIL when trio drains the queue.
@@ -135,6 +149,8 @@ fn share_batch(entries: &[Bound<'_, PyAny>]) -> PyResult<Vec<Bytes>> {
 #[pyclass(module = "core._native", name = "ManagedLedgerFactory")]
 pub struct PyFactory {
     factory: Arc<ManagedLedgerFactory>,
+    /// The ledger client under the factory, for re-replication.
+    bk: BookKeeper,
 }
 
 #[pymethods]
@@ -164,10 +180,10 @@ impl PyFactory {
             ..ClientConfig::default()
         };
         let bk = BookKeeper::new(meta.clone(), config);
-        let store = Arc::new(BookKeeperStore::new(bk));
+        let store = Arc::new(BookKeeperStore::new(bk.clone()));
         let cache_bytes = usize::try_from(cache_size_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
         let budget = CacheBudget::with_watermark(cache_bytes, cache_eviction_watermark);
-        Ok(Self { factory: Arc::new(ManagedLedgerFactory::with_cache(meta, store, budget)) })
+        Ok(Self { factory: Arc::new(ManagedLedgerFactory::with_cache(meta, store, budget)), bk })
     }
 
     /// Bytes the entry caches hold now, over every managed ledger.
@@ -189,6 +205,27 @@ impl PyFactory {
             Ok(Py::new(py, PyManagedLedger { ml })?.into_any())
         });
         Ok(())
+    }
+
+    /// Give lost bookie `lost`'s place in closed ledger `ledger_id` to other bookies, after
+    /// copying what it held there, `batch` entries at a time. Completes with `(status,
+    /// new bookies, entries copied)`, status being `replaced`, `not-closed` or
+    /// `not-in-ledger`.
+    fn replace_bookie(&self, queue: &CompletionQueue, token: u64, ledger_id: u64, lost: String, batch: usize) {
+        let bk = self.bk.clone();
+        spawn(
+            queue,
+            token,
+            async move { bk.replace_bookie(ledger_id, &lost, batch).await.map_err(ledger_err) },
+            |py, done| {
+                let (status, bookies, entries) = match done {
+                    Replacement::Replaced { bookies, entries } => ("replaced", bookies, entries),
+                    Replacement::NotClosed => ("not-closed", Vec::new(), 0),
+                    Replacement::NotInLedger => ("not-in-ledger", Vec::new(), 0),
+                };
+                Ok((status, bookies, entries).into_pyobject(py)?.into_any().unbind())
+            },
+        );
     }
 
     /// Close every managed ledger still open (their cursors are persisted first).
