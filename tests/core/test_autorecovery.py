@@ -32,6 +32,15 @@ async def read_all(ml, count: int) -> list[bytes]:
     return [e.data for e in got]
 
 
+async def one_entry_topic(env, name: str, ensemble: int):
+    """Storage without a cache (reads go to the bookies) and a managed ledger with one
+    entry, on ``ensemble`` bookies, two copies each."""
+    storage = Storage(env.bridge, env.metadata, 5000, cache_size_mb=0)
+    ml = await storage.open(name, ml_config(ensemble_size=ensemble, write_quorum=2, ack_quorum=2))
+    await ml.add_entries([b"x"], [1])
+    return storage, ml
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -89,10 +98,7 @@ async def test_a_lost_bookie_is_replaced_and_its_entries_survive_losing_another(
 
 async def test_open_ledgers_wait_for_their_writer_and_one_broker_audits(tmp_path):
     async with storage_env(tmp_path, bookies=4) as env:
-        storage = Storage(env.bridge, env.metadata, 5000, cache_size_mb=0)
-        ml = await storage.open("t/ns/persistent/open", ml_config(
-            ensemble_size=3, write_quorum=2, ack_quorum=2))
-        await ml.add_entries([b"x"], [1])
+        storage, ml = await one_entry_topic(env, "t/ns/persistent/open", 3)
         clock = Clock()
         first, second = (Auditor(env.metadata, storage, lost_delay_s=0, batch=10, clock=clock)
                          for _ in range(2))
@@ -125,10 +131,7 @@ async def test_open_ledgers_wait_for_their_writer_and_one_broker_audits(tmp_path
 
 async def test_a_ledger_under_replication_is_not_garbage_collected(tmp_path):
     async with storage_env(tmp_path, bookies=3) as env:
-        storage = Storage(env.bridge, env.metadata, 5000, cache_size_mb=0)
-        ml = await storage.open("t/ns/persistent/marked", ml_config(
-            ensemble_size=2, write_quorum=2, ack_quorum=2))
-        await ml.add_entries([b"x"], [1])
+        _, ml = await one_entry_topic(env, "t/ns/persistent/marked", 2)
         await ml.close()
         ledger = next(iter(named_bookies(env.metadata)))
         outsider = next(b for b in env.bookies if b.address not in named_bookies(env.metadata)[ledger])
