@@ -56,8 +56,9 @@
 //! logs are dropped until all of them together hold at most [`DEFAULT_MAX_INDEXED_ENTRIES`]
 //! entries (or the limit
 //! given to [`EntryLogStorage::open_with_limits`]). Only a log whose every record is on disk
-//! and listed in its index file loses its index: a ledger still being appended to keeps
-//! its own. The next use of a dropped index (a read, an append, a fence) reads it back from
+//! and listed in its index file, and that nothing read, appended to or fenced for a whole
+//! flush interval, loses its index: a ledger still being written or read keeps its own.
+//! The next use of a dropped index (a read, an append, a fence) reads it back from
 //! the index file, about a millisecond for a rolled-over ledger of 50,000 entries. The
 //! same pass gives back the write buffers of every log nothing was appended to since the
 //! flush, which would otherwise keep a megabyte or more per ledger ever written.
@@ -172,6 +173,11 @@ struct LedgerLog {
     /// `index` was dropped to bound memory; the index file lists every record, and the
     /// index is read back from it on the log's next use.
     evicted: bool,
+    /// The log was read, appended to or fenced since the last flush's eviction pass. Only a
+    /// log left alone for a whole flush interval loses its index: a ledger being written
+    /// is quiet for the instant after each flush, and dropping its index then made the
+    /// next append read all of it back (seconds for a ledger of millions of entries).
+    used: bool,
 }
 
 impl LedgerLog {
@@ -199,6 +205,7 @@ impl LedgerLog {
             idx_len: 0,
             idx_ok: true,
             evicted: false,
+            used: false,
         }
     }
 
@@ -464,7 +471,8 @@ impl EntryLogStorage {
                 g.release_buffers();
             }
             total += g.index.len();
-            if g.evictable() {
+            let used = std::mem::replace(&mut g.used, false);
+            if g.evictable() && !used {
                 idle.push((g.last_used, log.clone()));
             }
         }
@@ -474,17 +482,18 @@ impl EntryLogStorage {
                 break;
             }
             let mut g = log.lock();
-            if g.evictable() {
+            if g.evictable() && !g.used {
                 total -= g.index.len();
                 g.evict_index();
             }
         }
     }
 
-    /// Read an evicted log's index back from its index file (see the module's Memory
-    /// section). Should the file not list the whole log after all, the log is read as an
+    /// Note a use of the log, and read its index back from its index file if it was
+    /// evicted (see the module's Memory section). Should the file not list the whole log after all, the log is read as an
     /// open reads it.
     fn reload_index(&self, ledger: u64, g: &mut LedgerLog) -> Result<(), BookieError> {
+        g.used = true;
         if !g.evicted {
             return Ok(());
         }

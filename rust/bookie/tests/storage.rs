@@ -705,8 +705,10 @@ fn idle_indexes_are_dropped_after_a_flush_and_read_back_on_use() {
     }
     assert_eq!(s.indexed_entries(), 400, "nothing is dropped before a flush");
     s.flush().expect("flush");
+    assert_eq!(s.indexed_entries(), 400, "logs written since the last flush keep their index");
+    s.flush().expect("flush");
     let kept = s.indexed_entries();
-    assert!(kept <= 150, "{kept} entries indexed in memory after the flush");
+    assert!(kept <= 150, "{kept} entries indexed in memory after a flush interval unused");
     // Reads, the last entry and the lac of a dropped index are as before.
     for ledger in 20..24 {
         assert_eq!(s.last_entry(ledger).expect("last"), Some(99));
@@ -714,6 +716,7 @@ fn idle_indexes_are_dropped_after_a_flush_and_read_back_on_use() {
         assert_sized(&s, ledger, 0..100);
     }
     assert_eq!(s.indexed_entries(), 400, "each use read its index back");
+    s.flush().expect("flush");
     s.flush().expect("flush");
     assert!(s.indexed_entries() <= 150);
     // Appending to, fencing and deleting logs whose index was dropped.
@@ -743,14 +746,41 @@ fn with_a_zero_limit_every_flushed_index_is_dropped_and_an_append_reads_its_own_
         s.add_entry(31, e, e as i64 - 1, sized(e)).expect("add");
     }
     s.flush().expect("flush");
+    s.flush().expect("flush");
     assert_eq!(s.indexed_entries(), 0);
     // The append reads ledger 31's index back, and adds to it; ledger 30 stays dropped.
     s.add_entry(31, 50, 49, sized(50)).expect("add");
     assert_eq!(s.indexed_entries(), 51);
     s.flush().expect("flush");
+    assert_eq!(s.indexed_entries(), 51, "appended to since the last flush");
+    s.flush().expect("flush");
     assert_eq!(s.indexed_entries(), 0);
     assert_sized(&s, 30, 0..50);
     assert_sized(&s, 31, 0..51);
+}
+
+#[test]
+fn a_ledger_written_between_flushes_keeps_its_index() {
+    // A ledger being written is quiet for the instant after each flush; its index must not
+    // be dropped then, or the next append reads all of it back.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = EntryLogStorage::open_with_limits(dir.path(), 256, 10).expect("open");
+    let mut next = 0u64;
+    for _ in 0..5 {
+        for _ in 0..20 {
+            s.add_entry(60, next, next as i64 - 1, sized(next)).expect("add");
+            next += 1;
+        }
+        s.flush().expect("flush");
+        assert_eq!(s.indexed_entries(), next as usize, "after {next} entries");
+    }
+    // Read between flushes, it keeps its index too; left alone for a flush interval, not.
+    assert_sized(&s, 60, 0..next);
+    s.flush().expect("flush");
+    assert_eq!(s.indexed_entries(), next as usize);
+    s.flush().expect("flush");
+    assert_eq!(s.indexed_entries(), 0);
+    assert_sized(&s, 60, 0..next);
 }
 
 #[test]
