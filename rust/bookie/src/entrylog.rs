@@ -50,8 +50,9 @@
 //!
 //! # Memory
 //!
-//! An in-memory index costs about 60 bytes per entry, so a bookie that kept every index
-//! would grow with the data it stores: some GB for tens of millions of small entries. After
+//! An in-memory index costs about 12 bytes per entry id (an array by entry id, kept in
+//! chunks), so a bookie that kept every index would still grow with the data
+//! it stores: hundreds of MB for tens of millions of small entries. After
 //! each flush (and at open, as each log is read), the indexes of the least recently used
 //! logs are dropped until all of them together hold at most [`DEFAULT_MAX_INDEXED_ENTRIES`]
 //! entries (or the limit
@@ -76,7 +77,7 @@
 //! assert_eq!(store.get_entry(3, 0).unwrap(), Some((-1, Bytes::from_static(b"hello"))));
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -92,6 +93,7 @@ use crate::journal::{
     parse_record, sync_dir, AlignedBuf, EncodedEntries, JournalRecord, RecordError, RecordKind,
     RecordScanner, Scanned, DIRECT_ALIGN,
 };
+use crate::entryindex::EntryIndex;
 use crate::logindex::{self, IdxRecord};
 use crate::storage::LedgerStorage;
 
@@ -105,7 +107,7 @@ const CHECKPOINT_MAGIC: &[u8; 8] = b"MGBKCKP1";
 pub const DEFAULT_MAX_OPEN_LOGS: usize = 256;
 
 /// How many entries the in-memory indexes of [`EntryLogStorage::open`] hold at most by
-/// default, past a flush and at open (about 60 bytes each: some 15 MB).
+/// default, past a flush and at open (about 12 bytes each: some 3 MB).
 pub const DEFAULT_MAX_INDEXED_ENTRIES: usize = 1 << 18;
 
 /// How many bytes a log may hold in memory before the append that passes it writes them
@@ -157,7 +159,7 @@ struct LedgerLog {
     spare: Option<AlignedBuf>,
     /// Held through a write-out, so the writes of one log go one at a time and in order.
     out_lock: Arc<Mutex<()>>,
-    index: BTreeMap<u64, (u64, usize)>,
+    index: EntryIndex,
     lac: i64,
     fenced: bool,
     dirty: bool,
@@ -195,7 +197,7 @@ impl LedgerLog {
             on_disk: len,
             spare: None,
             out_lock: Arc::new(Mutex::new(())),
-            index: BTreeMap::new(),
+            index: EntryIndex::new(),
             lac: -1,
             fenced: false,
             dirty: false,
@@ -239,7 +241,7 @@ impl LedgerLog {
     }
 
     fn evict_index(&mut self) {
-        self.index = BTreeMap::new();
+        self.index = EntryIndex::new();
         self.evicted = true;
     }
 
@@ -716,7 +718,7 @@ impl LedgerStorage for EntryLogStorage {
         let (at, path, off, len) = {
             let mut g = log.lock();
             self.reload_index(ledger, &mut g)?;
-            let Some(&(off, len)) = g.index.get(&entry) else {
+            let Some((off, len)) = g.index.get(entry) else {
                 return Ok(None);
             };
             let at = match g.in_memory(off, len) {
@@ -764,7 +766,7 @@ impl LedgerStorage for EntryLogStorage {
         };
         let mut g = log.lock();
         self.reload_index(ledger, &mut g)?;
-        Ok(g.index.keys().next_back().copied())
+        Ok(g.index.last())
     }
 
     fn lac(&self, ledger: u64) -> Result<Option<i64>, BookieError> {
@@ -1005,7 +1007,7 @@ fn load_log(
             format!("log is shorter than its checkpointed length {synced_len}"),
         ));
     }
-    let mut index = BTreeMap::new();
+    let mut index = EntryIndex::new();
     let mut lac = -1;
     let mut fenced = false;
     let idx = logindex::idx_path(dir, ledger);

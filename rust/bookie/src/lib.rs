@@ -52,6 +52,7 @@
 
 pub mod client;
 pub mod cookie;
+mod entryindex;
 pub mod entrylog;
 pub mod error;
 pub mod journal;
