@@ -255,6 +255,20 @@ def _metadata_url(value: Any) -> str | None:
     return None if _METADATA_URL_RE.match(value) else "is not a metadata store URL"
 
 
+_ZK_SERVERS_RE = re.compile(r"^[^/\s,:]+:\d+(?:,[^/\s,:]+:\d+)*(?:/\S*)?$")
+
+
+def _zk_servers(value: Any) -> str | None:
+    if value == "" or _ZK_SERVERS_RE.match(value):
+        return None
+    return "is not a ZooKeeper connect string"
+
+
+def _zk_key(name: str, doc: str) -> Key:
+    """A ZooKeeper connect string under one of Pulsar's and BookKeeper's older names."""
+    return Key(name, "str", "", doc, "host:port[,host:port][/chroot]", _zk_servers)
+
+
 def _port(name: str, default: int, doc: str) -> Key:
     return Key(name, "int", default, doc, "an integer port 0-65535", _range(0, 65535))
 
@@ -298,7 +312,27 @@ def _enum(name: str, default: str, doc: str, *choices: str) -> Key:
 
 
 def _derive_metadata_url(values: Mapping[str, Any]) -> str:
+    # Pulsar's broker.conf names the store zookeeperServers, BookKeeper's zkServers; an
+    # explicit metadataStoreUrl wins over both, as in Pulsar.
+    for legacy in ("zookeeperServers", "zkServers"):
+        if values.get(legacy):
+            return "zk:" + values[legacy]
     return "sqlite:" + os.path.join(values["dataDirectory"], "metadata.db")
+
+
+def _check_configuration_store(values: Mapping[str, Any]) -> None:
+    """Magnetar keeps tenants, namespaces and policies in its one metadata store, so a
+    configuration store (Pulsar's configurationMetadataStoreUrl, or its older name
+    configurationStoreServers) may only name that same store."""
+    store = values["metadataStoreUrl"]
+    for name, prefix in (("configurationMetadataStoreUrl", ""), ("configurationStoreServers", "zk:")):
+        given = values[name]
+        if given and prefix + given != store:
+            raise ConfigError(
+                f"{name}: {given!r} is not the metadata store ({store!r}); "
+                "Magnetar keeps its configuration in the metadata store, so a separate "
+                "configuration store is not supported (leave it empty or set it to the same "
+                "store)")
 
 
 _KEY_LIST: tuple[Key, ...] = (
@@ -319,6 +353,20 @@ _KEY_LIST: tuple[Key, ...] = (
         "(default: sqlite:<dataDirectory>/metadata.db).",
         "sqlite:PATH, memory: or zk:host:port[,host:port][/chroot]", _metadata_url,
         _derive_metadata_url),
+    _zk_key("zookeeperServers",
+            "Pulsar's older name for the metadata store's ZooKeeper servers: used as "
+            "zk:<value> when metadataStoreUrl is not set."),
+    _zk_key("zkServers",
+            "BookKeeper's name for the metadata store's ZooKeeper servers: used as "
+            "zk:<value> when metadataStoreUrl and zookeeperServers are not set."),
+    Key("configurationMetadataStoreUrl", "str", "",
+        "Configuration store; Magnetar keeps configuration in the metadata store, so this "
+        "may only be empty or name that store.",
+        "sqlite:PATH, memory: or zk:host:port[,host:port][/chroot]",
+        lambda v: None if v == "" else _metadata_url(v)),
+    _zk_key("configurationStoreServers",
+            "Older name of configurationMetadataStoreUrl, as ZooKeeper servers: empty or "
+            "the metadata store's."),
     # --- protocols and listeners
     Key("messagingProtocols", "list", ("pulsar", "kafka"),
         "Protocol handlers to load: pulsar, kafka, or module:Class for your own.",
@@ -694,5 +742,6 @@ def load_config(
     for key in _KEY_LIST:
         if key.name not in values and key.derive is not None:
             values[key.name] = key.derive(values)
+    _check_configuration_store(values)
     ordered = {key.name: values[key.name] for key in _KEY_LIST}
     return Config(ordered, frozenset(explicit), unknown, path)

@@ -191,6 +191,8 @@ def test_bad_integer_message_names_key_value_and_form():
         ("standaloneBookies", "0", "expected an integer 1-16"),
         ("managedLedgerCacheEvictionWatermark", "1.5", "is out of range (expected a number 0-1)"),
         ("defaultNumPartitions", "1.5", "is not an integer"),
+        ("zookeeperServers", "zookeeper", "is not a ZooKeeper connect string"),
+        ("zkServers", "zk:zookeeper:2181", "expected host:port[,host:port][/chroot]"),
     ],
 )
 def test_bad_values_are_rejected_with_the_expected_form(key, value, fragment):
@@ -230,6 +232,34 @@ def test_paths_derive_from_data_directory_unless_set():
     assert cfg.metadataStoreUrl == "sqlite:/srv/m/metadata.db"
     cfg = load_config(None, {"dataDirectory": "/srv/m", "metadataStoreUrl": "memory:"}, environ={})
     assert cfg.metadataStoreUrl == "memory:"
+
+
+def test_zookeeper_servers_under_pulsar_and_bookkeeper_names_set_the_metadata_store(tmp_path):
+    cfg = load_config(None, {"zookeeperServers": "zk1:2181,zk2:2181"}, environ={})
+    assert cfg.metadataStoreUrl == "zk:zk1:2181,zk2:2181"
+    # A bookkeeper.conf with zkServers present, set from the environment as Pulsar's
+    # container scripts do.
+    path = _write(tmp_path, "zkServers=\njournalDirectory=/data/journal\n")
+    cfg = load_config(path, environ={"zkServers": "zookeeper:2181/ledgers"})
+    assert cfg.metadataStoreUrl == "zk:zookeeper:2181/ledgers"
+    # metadataStoreUrl, when set, wins over both (as in Pulsar).
+    cfg = load_config(None, {"zookeeperServers": "zk1:2181", "metadataStoreUrl": "memory:"},
+                      environ={})
+    assert cfg.metadataStoreUrl == "memory:"
+
+
+def test_a_configuration_store_may_only_be_the_metadata_store():
+    same = load_config(None, {"zookeeperServers": "zk1:2181",
+                              "configurationStoreServers": "zk1:2181",
+                              "configurationMetadataStoreUrl": "zk:zk1:2181"}, environ={})
+    assert same.metadataStoreUrl == "zk:zk1:2181"
+    for key, value in (("configurationStoreServers", "zk2:2181"),
+                       ("configurationMetadataStoreUrl", "zk:zk2:2181")):
+        with pytest.raises(ConfigError) as info:
+            load_config(None, {"zookeeperServers": "zk1:2181", key: value}, environ={})
+        assert str(info.value).startswith(f"{key}: '{value}' is not the metadata store "
+                                          "('zk:zk1:2181')")
+        assert "a separate configuration store is not supported" in str(info.value)
 
 
 def test_list_values_are_trimmed_and_empty_items_dropped():
