@@ -75,6 +75,10 @@ class BrokerService:
         self.stats = BrokerStats()
         self.schemas = SchemaRegistry(self)
         self.pulsar_service_url = ""
+        #: Pulsar's advertised listeners, {name: {scheme: url}}, and the one that answers
+        #: a lookup naming none (set when the Pulsar handler binds).
+        self.pulsar_listeners: dict[str, dict[str, str]] = {}
+        self.internal_listener = ""
         self.web_service_url = ""
         # In-process bookies (standalone), for their metrics.
         self.bookies: list[Any] = []
@@ -130,6 +134,11 @@ class BrokerService:
         self.storage.shutdown()
 
     # -- names and policies ------------------------------------------------------------------------
+
+    def pulsar_listener(self, name: str = "") -> dict[str, str] | None:
+        """The URLs ({scheme: url}) of the advertised listener `name`, the internal one when
+        `name` is empty; None when the broker has no listener of that name."""
+        return self.pulsar_listeners.get(name or self.internal_listener)
 
     def namespace_policies(self, ns: NamespaceName) -> dict[str, Any]:
         pol = self.policies.get_namespace(ns)

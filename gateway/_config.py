@@ -42,6 +42,7 @@ __all__ = [
     "load_config",
     "parse_config_text",
     "parse_duration",
+    "parse_advertised_listeners",
     "parse_listener",
 ]
 
@@ -227,6 +228,42 @@ def _nonempty(value: Any) -> str | None:
     return None if value else "is empty"
 
 
+#: The URL schemes an advertised listener may give clients of the Pulsar protocol.
+ADVERTISED_SCHEMES = ("pulsar", "pulsar+ssl")
+
+
+def parse_advertised_listeners(items: Any) -> dict[str, dict[str, str]]:
+    """Pulsar's ``advertisedListeners``: items ``name:pulsar://host:port`` and
+    ``name:pulsar+ssl://host:port`` become ``{name: {scheme: url}}``, in the order given.
+    Raises ValueError for an item of another form, or a name given two URLs of one scheme.
+
+    >>> parse_advertised_listeners(["internal:pulsar://10.0.0.5:6650",
+    ...                             "external:pulsar://broker.example.com:6650"])
+    {'internal': {'pulsar': 'pulsar://10.0.0.5:6650'}, 'external': {'pulsar': 'pulsar://broker.example.com:6650'}}
+    """
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        name, sep, url = item.partition(":")
+        if not sep or not name or url.startswith("//"):
+            raise ValueError(f"{item!r} is not name:pulsar://host:port")
+        listener = parse_listener(url)
+        if listener.scheme not in ADVERTISED_SCHEMES:
+            raise ValueError(f"{item!r} has scheme {listener.scheme!r}, not pulsar or pulsar+ssl")
+        urls = out.setdefault(name, {})
+        if listener.scheme in urls:
+            raise ValueError(f"listener {name!r} has two {listener.scheme}:// URLs")
+        urls[listener.scheme] = str(listener)
+    return out
+
+
+def _advertised_listeners(value: Any) -> str | None:
+    try:
+        parse_advertised_listeners(value)
+    except ValueError as e:
+        return f"is refused: {e}"
+    return None
+
+
 def _listeners(value: Any) -> str | None:
     for item in value:
         try:
@@ -320,6 +357,17 @@ def _derive_metadata_url(values: Mapping[str, Any]) -> str:
     return "sqlite:" + os.path.join(values["dataDirectory"], "metadata.db")
 
 
+def _check_internal_listener(values: Mapping[str, Any]) -> None:
+    listeners = parse_advertised_listeners(values["advertisedListeners"])
+    internal = values["internalListenerName"]
+    if listeners and internal and internal not in listeners:
+        raise ConfigError(f"internalListenerName: {internal!r} is not one of advertisedListeners "
+                          f"({', '.join(listeners)})")
+    if listeners and "pulsar" not in listeners[internal or next(iter(listeners))]:
+        raise ConfigError("advertisedListeners: the internal listener "
+                          f"{internal or next(iter(listeners))!r} has no pulsar:// URL")
+
+
 def _check_configuration_store(values: Mapping[str, Any]) -> None:
     """Magnetar keeps tenants, namespaces and policies in its one metadata store, so a
     configuration store (Pulsar's configurationMetadataStoreUrl, or its older name
@@ -345,6 +393,16 @@ _KEY_LIST: tuple[Key, ...] = (
         "a host name or IP address", _nonempty),
     _str("advertisedAddress", "",
          "Host name or IP advertised to clients; empty means the bind address."),
+    Key("advertisedListeners", "list", (),
+        "Named addresses a lookup may answer with, for clients on other networks: "
+        "name:pulsar://host:port[,name:pulsar+ssl://host:port,...]. A client names its "
+        "listener (listenerName); others get internalListenerName's. Empty: one listener, "
+        "internalListenerName (or 'internal'), at the advertised address.",
+        "a comma-separated list of name:pulsar://host:port or name:pulsar+ssl://host:port",
+        _advertised_listeners),
+    _str("internalListenerName", "",
+         "The listener a lookup answers with when the client names none, and the broker's "
+         "own URL; empty means the first of advertisedListeners."),
     Key("dataDirectory", "str", "data",
         "Directory under which Magnetar keeps its local metadata and bookie data.",
         "a directory path", _nonempty),
@@ -743,5 +801,6 @@ def load_config(
         if key.name not in values and key.derive is not None:
             values[key.name] = key.derive(values)
     _check_configuration_store(values)
+    _check_internal_listener(values)
     ordered = {key.name: values[key.name] for key in _KEY_LIST}
     return Config(ordered, frozenset(explicit), unknown, path)

@@ -322,21 +322,30 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
 
     # -- lookup -------------------------------------------------------------------------------------------
 
-    def lookup_data() -> dict[str, Any]:
-        return {"brokerUrl": broker.pulsar_service_url, "brokerUrlTls": "",
-                "httpUrl": broker.web_service_url, "httpUrlTls": "", "nativeUrl": broker.pulsar_service_url}
+    def lookup_data(request: Request) -> dict[str, Any]:
+        """The broker's URLs for the advertised listener the request names (Pulsar's
+        ``listenerName`` parameter or ``X-Pulsar-ListenerName`` header), else the internal one."""
+        wanted = (request.query_params.get("listenerName")
+                  or request.headers.get("X-Pulsar-ListenerName") or "")
+        urls = broker.pulsar_listener(wanted)
+        if urls is None:
+            raise RestError(404, f"the broker has no advertised listener named {wanted!r}")
+        url = urls.get("pulsar", "")
+        return {"brokerUrl": url, "brokerUrlTls": urls.get("pulsar+ssl", ""),
+                "httpUrl": broker.web_service_url, "httpUrlTls": "", "nativeUrl": url}
 
     @endpoint
     async def lookup(request: Request) -> Any:
         name = topic_of(request)
         existing_namespace(broker, name.namespace_name)
-        return lookup_data()
+        return lookup_data(request)
 
     @endpoint
     async def lookup_partitions(request: Request) -> Any:
         name = topic_of(request)
         existing_namespace(broker, name.namespace_name)
-        return {str(t): lookup_data()["brokerUrl"] for t in partition_targets(broker, name)}
+        url = lookup_data(request)["brokerUrl"]
+        return {str(t): url for t in partition_targets(broker, name)}
 
     out: list[Route] = []
     for domain in DOMAINS:

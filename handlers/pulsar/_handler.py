@@ -18,6 +18,16 @@ __all__ = ["PulsarProtocolHandler"]
 log = logging.getLogger(__name__)
 
 
+def advertised_listeners(items: Any) -> dict[str, dict[str, str]]:
+    """``advertisedListeners`` (``name:scheme://host:port`` items, checked when the
+    configuration was read) as ``{name: {scheme: url}}``, in the order given."""
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        name, _, url = str(item).partition(":")
+        out.setdefault(name, {})[url.split("://", 1)[0]] = url
+    return out
+
+
 class PulsarProtocolHandler:
     name = "pulsar"
 
@@ -42,7 +52,12 @@ class PulsarProtocolHandler:
         listeners = await trio.open_tcp_listeners(port, host=host)
         bound = listeners[0].socket.getsockname()[1]
         advertised = self.config.get("advertisedAddress") or host
-        self.service_url = f"pulsar://{advertised}:{bound}"
+        named = advertised_listeners(self.config.get("advertisedListeners"))
+        internal = str(self.config.get("internalListenerName")) or next(iter(named), "internal")
+        if not named:
+            named = {internal: {"pulsar": f"pulsar://{advertised}:{bound}"}}
+        self.broker.pulsar_listeners, self.broker.internal_listener = named, internal
+        self.service_url = named[internal]["pulsar"]
         self.broker.pulsar_service_url = self.service_url
         log.info("pulsar listening on %s", self.service_url)
         async with trio.open_nursery() as nursery:

@@ -349,10 +349,19 @@ class PulsarSession:
                 request_id=cmd.request_id, response=pb.CommandLookupTopicResponse.Failed,
                 error=_server_error(exc), message=str(exc)))
             return
+        wanted = cmd.advertised_listener_name if cmd.HasField("advertised_listener_name") else ""
+        urls = self.broker.pulsar_listener(wanted)
+        if urls is None:
+            self._send(ev.CommandLookupTopicResponse.build(
+                request_id=cmd.request_id, response=pb.CommandLookupTopicResponse.Failed,
+                error=pb.ServiceNotReady,
+                message=f"the broker has no advertised listener named {wanted!r}"))
+            return
+        tls = {"brokerServiceUrlTls": urls["pulsar+ssl"]} if "pulsar+ssl" in urls else {}
         self._send(ev.CommandLookupTopicResponse.build(
             request_id=cmd.request_id, response=pb.CommandLookupTopicResponse.Connect,
-            brokerServiceUrl=self.handler.service_url, authoritative=True,
-            proxy_through_service_url=False))
+            brokerServiceUrl=urls.get("pulsar", ""), authoritative=True,
+            proxy_through_service_url=False, **tls))
 
     def _on_CommandPartitionedTopicMetadata(self, event: Any) -> None:
         self._spawn(self._partitioned_metadata, event.command)

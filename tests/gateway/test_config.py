@@ -193,6 +193,9 @@ def test_bad_integer_message_names_key_value_and_form():
         ("defaultNumPartitions", "1.5", "is not an integer"),
         ("zookeeperServers", "zookeeper", "is not a ZooKeeper connect string"),
         ("zkServers", "zk:zookeeper:2181", "expected host:port[,host:port][/chroot]"),
+        ("advertisedListeners", "pulsar://h:6650", "is not name:pulsar://host:port"),
+        ("advertisedListeners", "ext:http://h:8080", "has scheme 'http', not pulsar or pulsar+ssl"),
+        ("advertisedListeners", "a:pulsar://h:1,a:pulsar://h:2", "'a' has two pulsar:// URLs"),
     ],
 )
 def test_bad_values_are_rejected_with_the_expected_form(key, value, fragment):
@@ -260,6 +263,20 @@ def test_a_configuration_store_may_only_be_the_metadata_store():
         assert str(info.value).startswith(f"{key}: '{value}' is not the metadata store "
                                           "('zk:zk1:2181')")
         assert "a separate configuration store is not supported" in str(info.value)
+
+
+def test_the_internal_listener_must_be_an_advertised_one_with_a_pulsar_url():
+    listeners = "int:pulsar://10.0.0.5:6650,ext:pulsar+ssl://broker.example:6651"
+    cfg = load_config(None, {"advertisedListeners": listeners}, environ={})
+    assert cfg.advertisedListeners == ("int:pulsar://10.0.0.5:6650",
+                                       "ext:pulsar+ssl://broker.example:6651")
+    with pytest.raises(ConfigError, match="internalListenerName: 'other' is not one of "
+                                          r"advertisedListeners \(int, ext\)"):
+        load_config(None, {"advertisedListeners": listeners, "internalListenerName": "other"},
+                    environ={})
+    with pytest.raises(ConfigError, match="the internal listener 'ext' has no pulsar:// URL"):
+        load_config(None, {"advertisedListeners": listeners, "internalListenerName": "ext"},
+                    environ={})
 
 
 def test_list_values_are_trimmed_and_empty_items_dropped():

@@ -3,11 +3,19 @@ its own `magnetar standalone`."""
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
+
 import pulsar
 import pytest
 
+from core.format import pulsar_api_pb2 as pb
 from gateway._admin_cli import AdminClient, AdminError
+from handlers.pulsar import _events as ev
 from tests._standalone import Standalone
+from tests.core.test_faults import free_port
+from tests.handlers.pulsar._raw import RawClient
 
 RECEIVE_MS = 10_000
 
@@ -331,3 +339,58 @@ def test_max_partitions_per_partitioned_topic(tmp_path):
             client.create_producer("persistent://public/default/auto")
         assert admin.get(f"{base}/partitioned") == ["persistent://public/default/two"]
         client.close()
+
+
+def test_advertised_listeners_answer_lookups_by_the_clients_listener_name(tmp_path):
+    port, dead = free_port(), free_port()
+    listeners = (f"internal:pulsar://127.0.0.1:{port},external:pulsar://broker.example:{port},"
+                 f"external:pulsar+ssl://broker.example:6651,elsewhere:pulsar://127.0.0.1:{dead}")
+    with Standalone(tmp_path / "data", conf={"brokerServicePort": port,
+                                             "advertisedListeners": listeners}) as s:
+        assert s.pulsar_url == f"pulsar://127.0.0.1:{port}"
+        raw = RawClient(s.pulsar_url)
+        raw.connect()
+
+        def lookup(request_id: int, name: str | None):
+            fields = {} if name is None else {"advertised_listener_name": name}
+            raw.send(ev.CommandLookupTopic.build(topic="persistent://public/default/l",
+                                                 request_id=request_id, **fields))
+            return raw.next_event().command
+
+        internal, external, unknown = lookup(1, None), lookup(2, "external"), lookup(3, "nope")
+        raw.close()
+        assert internal.brokerServiceUrl == f"pulsar://127.0.0.1:{port}"
+        assert not internal.HasField("brokerServiceUrlTls")
+        assert (external.brokerServiceUrl, external.brokerServiceUrlTls) == (
+            f"pulsar://broker.example:{port}", "pulsar+ssl://broker.example:6651")
+        assert unknown.response == pb.CommandLookupTopicResponse.Failed
+        assert unknown.error == pb.ServiceNotReady
+        assert unknown.message == "the broker has no advertised listener named 'nope'"
+
+        # The official client follows the listener it names: to the broker, or nowhere.
+        ok = pulsar.Client(s.pulsar_url, listener_name="internal", operation_timeout_seconds=10)
+        producer = ok.create_producer("persistent://public/default/l")
+        producer.send(b"via internal")
+        ok.close()
+        lost = pulsar.Client(s.pulsar_url, listener_name="elsewhere", operation_timeout_seconds=3)
+        with pytest.raises(pulsar.PulsarException):
+            lost.create_producer("persistent://public/default/l")
+        lost.close()
+
+        # The REST lookup takes the name as Pulsar's listenerName parameter or header.
+        web = s.addresses["web"][0]
+        path = "/lookup/v2/topic/persistent/public/default/l"
+
+        def rest(query: str = "", headers: dict[str, str] | None = None):
+            req = urllib.request.Request(web + path + query, headers=headers or {})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.loads(r.read())
+
+        assert rest()["brokerUrl"] == f"pulsar://127.0.0.1:{port}"
+        assert rest("?listenerName=external")["brokerUrlTls"] == "pulsar+ssl://broker.example:6651"
+        assert rest(headers={"X-Pulsar-ListenerName": "external"})["brokerUrl"] == (
+            f"pulsar://broker.example:{port}")
+        with pytest.raises(urllib.error.HTTPError) as info:
+            rest("?listenerName=nope")
+        assert info.value.code == 404
+        assert "no advertised listener named 'nope'" in info.value.read().decode()
