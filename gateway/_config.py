@@ -489,6 +489,9 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("compactionServiceThreads", 1,
          "Topics compacted at once, on request or by threshold; the others wait their "
          "turn.", 1),
+    _int("maxConcurrentLookupRequest", 50000,
+         "Pulsar lookups and partitioned-metadata requests being answered at once, over "
+         "every connection; past it one fails with TooManyRequests.", 1),
     _int("maxConcurrentTopicLoadRequest", 5000,
          "Topics being loaded (their storage opened and state recovered) at once; the "
          "others wait their turn.", 1),

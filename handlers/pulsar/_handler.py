@@ -37,6 +37,10 @@ class PulsarProtocolHandler:
         self.service_url = ""
         self._producer_names = itertools.count()
         self.sessions: set[PulsarSession] = set()
+        #: Lookups and partitioned-metadata requests being answered, over every connection,
+        #: and how many may be (maxConcurrentLookupRequest).
+        self.pending_lookups = 0
+        self.max_lookups = int(config.get("maxConcurrentLookupRequest"))
         # Bytes of publishes read from every connection and not yet answered (Pulsar's
         # maxMessagePublishBufferSizeInMB): past it, no connection is read.
         self.publish_buffer = ReadLimit(

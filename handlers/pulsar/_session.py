@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -76,6 +76,8 @@ log = logging.getLogger(__name__)
 MAX_PROTOCOL_VERSION = 21
 SERVER_VERSION = "Magnetar 0.1.0"
 READ_SIZE = 256 * 1024
+#: The answer to a lookup past maxConcurrentLookupRequest (Pulsar's words).
+TOO_MANY_LOOKUPS = "Failed due to too many pending lookup requests"
 
 E = pb.ServerError
 
@@ -338,7 +340,26 @@ class PulsarSession:
     # -- lookup -------------------------------------------------------------------------------------
 
     def _on_CommandLookupTopic(self, event: Any) -> None:
-        self._spawn(self._lookup, event.command)
+        cmd = event.command
+        if self._admit_lookup():
+            self._spawn(self._counted_lookup, self._lookup, cmd)
+        else:
+            self._send(ev.CommandLookupTopicResponse.build(
+                request_id=cmd.request_id, response=pb.CommandLookupTopicResponse.Failed,
+                error=pb.TooManyRequests, message=TOO_MANY_LOOKUPS))
+
+    def _admit_lookup(self) -> bool:
+        """Count a lookup in, unless maxConcurrentLookupRequest are being answered already."""
+        if self.handler.pending_lookups >= self.handler.max_lookups:
+            return False
+        self.handler.pending_lookups += 1
+        return True
+
+    async def _counted_lookup(self, answer: Callable[[Any], Awaitable[None]], cmd: Any) -> None:
+        try:
+            await answer(cmd)
+        finally:
+            self.handler.pending_lookups -= 1
 
     async def _lookup(self, cmd: Any) -> None:
         try:
@@ -364,7 +385,13 @@ class PulsarSession:
             proxy_through_service_url=False, **tls))
 
     def _on_CommandPartitionedTopicMetadata(self, event: Any) -> None:
-        self._spawn(self._partitioned_metadata, event.command)
+        cmd = event.command
+        if self._admit_lookup():
+            self._spawn(self._counted_lookup, self._partitioned_metadata, cmd)
+        else:
+            self._send(ev.CommandPartitionedTopicMetadataResponse.build(
+                request_id=cmd.request_id, response=pb.CommandPartitionedTopicMetadataResponse.Failed,
+                error=pb.TooManyRequests, message=TOO_MANY_LOOKUPS))
 
     async def _partitioned_metadata(self, cmd: Any) -> None:
         R = pb.CommandPartitionedTopicMetadataResponse

@@ -394,3 +394,27 @@ def test_advertised_listeners_answer_lookups_by_the_clients_listener_name(tmp_pa
             rest("?listenerName=nope")
         assert info.value.code == 404
         assert "no advertised listener named 'nope'" in info.value.read().decode()
+
+
+def test_lookups_past_max_concurrent_lookup_request_fail_with_too_many_requests(tmp_path):
+    with Standalone(tmp_path / "data", conf={"maxConcurrentLookupRequest": 2}) as s:
+        raw = RawClient(s.pulsar_url)
+        raw.connect()
+        topic = "persistent://public/default/lookups"
+        # Five requests in one write: two are taken in, three find the limit reached.
+        raw.send_raw(b"".join(
+            raw.codec.send(ev.CommandLookupTopic.build(topic=topic, request_id=i) if i % 2
+                           else ev.CommandPartitionedTopicMetadata.build(topic=topic, request_id=i))
+            for i in range(5)))
+        answers = {e.command.request_id: e.command for e in (raw.next_event() for _ in range(5))}
+        refused = [i for i, c in answers.items() if c.HasField("error")]
+        assert sorted(answers) == [0, 1, 2, 3, 4]
+        assert sorted(refused) == [2, 3, 4]
+        for i in refused:
+            assert answers[i].error == pb.TooManyRequests
+            assert answers[i].message == "Failed due to too many pending lookup requests"
+        # Once answered, they no longer count: the official client looks up as usual.
+        client = pulsar.Client(s.pulsar_url, operation_timeout_seconds=10)
+        client.create_producer(topic).send(b"after")
+        client.close()
+        raw.close()
