@@ -340,20 +340,17 @@ class PulsarSession:
     # -- lookup -------------------------------------------------------------------------------------
 
     def _on_CommandLookupTopic(self, event: Any) -> None:
-        cmd = event.command
-        if self._admit_lookup():
-            self._spawn(self._counted_lookup, self._lookup, cmd)
-        else:
-            self._send(ev.CommandLookupTopicResponse.build(
-                request_id=cmd.request_id, response=pb.CommandLookupTopicResponse.Failed,
-                error=pb.TooManyRequests, message=TOO_MANY_LOOKUPS))
+        self._take_lookup(event.command, self._lookup, ev.CommandLookupTopicResponse)
 
-    def _admit_lookup(self) -> bool:
-        """Count a lookup in, unless maxConcurrentLookupRequest are being answered already."""
+    def _take_lookup(self, cmd: Any, answer: Callable[[Any], Awaitable[None]], response: Any) -> None:
+        """Answer `cmd` in a task of its own, counted against maxConcurrentLookupRequest over
+        every connection; past it, fail it at once with a `response` of TooManyRequests."""
         if self.handler.pending_lookups >= self.handler.max_lookups:
-            return False
+            self._send(response.build(request_id=cmd.request_id, response=response.PB.Failed,
+                                      error=pb.TooManyRequests, message=TOO_MANY_LOOKUPS))
+            return
         self.handler.pending_lookups += 1
-        return True
+        self._spawn(self._counted_lookup, answer, cmd)
 
     async def _counted_lookup(self, answer: Callable[[Any], Awaitable[None]], cmd: Any) -> None:
         try:
@@ -385,13 +382,8 @@ class PulsarSession:
             proxy_through_service_url=False, **tls))
 
     def _on_CommandPartitionedTopicMetadata(self, event: Any) -> None:
-        cmd = event.command
-        if self._admit_lookup():
-            self._spawn(self._counted_lookup, self._partitioned_metadata, cmd)
-        else:
-            self._send(ev.CommandPartitionedTopicMetadataResponse.build(
-                request_id=cmd.request_id, response=pb.CommandPartitionedTopicMetadataResponse.Failed,
-                error=pb.TooManyRequests, message=TOO_MANY_LOOKUPS))
+        self._take_lookup(event.command, self._partitioned_metadata,
+                          ev.CommandPartitionedTopicMetadataResponse)
 
     async def _partitioned_metadata(self, cmd: Any) -> None:
         R = pb.CommandPartitionedTopicMetadataResponse
