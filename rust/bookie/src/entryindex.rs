@@ -29,10 +29,12 @@ impl Chunk {
     /// Set slot `i`, growing the chunk to hold it; whether the slot was empty.
     fn set(&mut self, i: usize, off: u64, len: u32) -> bool {
         if i >= self.lens.len() {
-            if self.lens.capacity() == 0 {
-                // A chunk is filled in order, mostly: reserve a little, then double.
-                self.offs.reserve(64.min(CHUNK));
-                self.lens.reserve(64.min(CHUNK));
+            // A chunk is filled in order, mostly: it starts small and doubles, never past
+            // CHUNK slots.
+            let want = (i + 1).max(self.lens.capacity() * 2).clamp(64, CHUNK);
+            if want > self.lens.capacity() {
+                self.offs.reserve_exact(want - self.offs.len());
+                self.lens.reserve_exact(want - self.lens.len());
             }
             self.offs.resize(i + 1, 0);
             self.lens.resize(i + 1, ABSENT);
@@ -164,6 +166,7 @@ mod tests {
             for p in probes {
                 proptest::prop_assert_eq!(index.get(p), model.get(&p).copied());
             }
+            proptest::prop_assert!(index.chunks.iter().all(|c| c.lens.capacity() <= CHUNK));
             let rebuilt: EntryIndex = model.iter().map(|(&e, &at)| (e, at)).collect();
             proptest::prop_assert_eq!(rebuilt.len(), model.len());
         }
@@ -179,6 +182,7 @@ mod tests {
         assert_eq!(index.len(), 200_000);
         assert!(index.others.is_empty());
         let slots: usize = index.chunks.iter().map(|c| c.lens.capacity()).sum();
+        assert!(index.chunks.iter().all(|c| c.lens.capacity() <= CHUNK));
         assert!(slots <= 300_000 + CHUNK, "{slots} slots for 300,000 entry ids");
         assert_eq!(index.get(2), Some((200, 90)));
         assert_eq!(index.get(1), None);
