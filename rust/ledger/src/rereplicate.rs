@@ -56,12 +56,11 @@ impl BookKeeper {
                 Some((next, _)) => i64::try_from(*next).unwrap_or(i64::MAX) - 1,
                 None => meta.last_entry_id,
             };
-            // Not a bookie of this fragment, nor one already chosen for another slot of it.
-            let mut exclude = ensemble.clone();
-            exclude.extend(repairs.iter().filter(|r: &&Repair| r.fragment == fragment).map(|r| r.target.clone()));
+            // A bookie appears once in an ensemble, so each fragment has one slot to fill,
+            // from outside the fragment's ensemble.
             let target = self
                 .inner
-                .pick_up_to(1, &exclude)
+                .pick_up_to(1, ensemble)
                 .await?
                 .into_iter()
                 .next()

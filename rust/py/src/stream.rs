@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use magnetar_ledger::{BookKeeper, ClientConfig, LedgerError, Replacement};
+use magnetar_ledger::{BookKeeper, ClientConfig, Replacement};
 use magnetar_stream::{
     AddResult, BookKeeperStore, CacheBudget, Cursor, Entry, InitialPosition, LedgerStoreError, ManagedLedger,
     ManagedLedgerConfig, ManagedLedgerFactory, Position, StreamError,
@@ -37,15 +37,6 @@ fn stream_err(e: StreamError) -> PyErr {
         StreamError::InvalidPosition(_) | StreamError::InvalidArgument(_) => PyValueError::new_err(e.to_string()),
         _ => NativeError::new_err(e.to_string()),
     }
-}
-
-/// A ledger client error as the managed-ledger layer reports it.
-fn ledger_err(e: LedgerError) -> StreamError {
-    StreamError::Ledger(match e {
-        LedgerError::NotEnoughBookies => LedgerStoreError::NotEnoughBookies,
-        LedgerError::NoSuchLedger(id) => LedgerStoreError::NoSuchLedger(id),
-        other => LedgerStoreError::Other(other.to_string()),
-    })
 }
 
 /// Run `fut` on the runtime; convert its output under the GIL when trio drains the queue.
@@ -149,8 +140,8 @@ fn share_batch(entries: &[Bound<'_, PyAny>]) -> PyResult<Vec<Bytes>> {
 #[pyclass(module = "core._native", name = "ManagedLedgerFactory")]
 pub struct PyFactory {
     factory: Arc<ManagedLedgerFactory>,
-    /// The ledger client under the factory, for re-replication.
-    bk: BookKeeper,
+    /// The factory's ledger store, for re-replication.
+    store: Arc<BookKeeperStore>,
 }
 
 #[pymethods]
@@ -180,10 +171,10 @@ impl PyFactory {
             ..ClientConfig::default()
         };
         let bk = BookKeeper::new(meta.clone(), config);
-        let store = Arc::new(BookKeeperStore::new(bk.clone()));
+        let store = Arc::new(BookKeeperStore::new(bk));
         let cache_bytes = usize::try_from(cache_size_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
         let budget = CacheBudget::with_watermark(cache_bytes, cache_eviction_watermark);
-        Ok(Self { factory: Arc::new(ManagedLedgerFactory::with_cache(meta, store, budget)), bk })
+        Ok(Self { factory: Arc::new(ManagedLedgerFactory::with_cache(meta, store.clone(), budget)), store })
     }
 
     /// Bytes the entry caches hold now, over every managed ledger.
@@ -212,11 +203,11 @@ impl PyFactory {
     /// new bookies, entries copied)`, status being `replaced`, `not-closed` or
     /// `not-in-ledger`.
     fn replace_bookie(&self, queue: &CompletionQueue, token: u64, ledger_id: u64, lost: String, batch: usize) {
-        let bk = self.bk.clone();
+        let store = self.store.clone();
         spawn(
             queue,
             token,
-            async move { bk.replace_bookie(ledger_id, &lost, batch).await.map_err(ledger_err) },
+            async move { store.replace_bookie(ledger_id, &lost, batch).await.map_err(StreamError::Ledger) },
             |py, done| {
                 let (status, bookies, entries) = match done {
                     Replacement::Replaced { bookies, entries } => ("replaced", bookies, entries),

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use magnetar_ledger::{BookKeeper, LedgerError, LedgerHandle};
+use magnetar_ledger::{BookKeeper, LedgerError, LedgerHandle, Replacement};
 
 use crate::store::{BoxFuture, Ledger, LedgerStore, LedgerStoreError, Payload};
 
@@ -23,6 +23,13 @@ impl BookKeeperStore {
     /// The client underneath.
     pub fn client(&self) -> &BookKeeper {
         &self.bk
+    }
+
+    /// Give the lost bookie `lost`'s place in closed ledger `id` to other bookies, copying
+    /// what it held there first, `batch` entries at a time (see
+    /// [`BookKeeper::replace_bookie`]).
+    pub async fn replace_bookie(&self, id: u64, lost: &str, batch: usize) -> Result<Replacement, LedgerStoreError> {
+        self.bk.replace_bookie(id, lost, batch).await.map_err(|e| map_err(id, e))
     }
 }
 
