@@ -61,8 +61,6 @@ pub(crate) struct EntryIndex {
     chunks: Vec<Chunk>,
     /// Entries held in the chunks.
     in_chunks: usize,
-    /// The highest entry id in the chunks.
-    last_in_chunks: Option<u64>,
     /// Entries outside the chunks.
     others: BTreeMap<u64, (u64, u32)>,
 }
@@ -98,7 +96,6 @@ impl EntryIndex {
                 self.others.remove(&entry);
             }
         }
-        self.last_in_chunks = Some(self.last_in_chunks.map_or(entry, |l| l.max(entry)));
     }
 
     pub(crate) fn get(&self, entry: u64) -> Option<(u64, usize)> {
@@ -120,11 +117,13 @@ impl EntryIndex {
 
     /// The highest entry id indexed.
     pub(crate) fn last(&self) -> Option<u64> {
+        // The last chunk is the one the highest entry made, and a chunk's slots end with the
+        // highest one written (a slot past them is only made by writing it).
+        let in_chunks = self.chunks.last().map(|c| {
+            self.base + ((self.chunks.len() - 1) * CHUNK) as u64 + (c.lens.len() - 1) as u64
+        });
         let other = self.others.keys().next_back().copied();
-        match (self.last_in_chunks, other) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
+        in_chunks.max(other)
     }
 }
 

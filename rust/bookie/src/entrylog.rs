@@ -235,9 +235,10 @@ impl LedgerLog {
     }
 
     /// Whether `index` may be dropped: every record is on disk and listed in the index file,
-    /// so that it can be read back from there alone.
+    /// so that it can be read back from there alone, and nothing used the log since the last
+    /// eviction pass.
     fn evictable(&self) -> bool {
-        self.quiet() && self.idx_ok && !self.evicted && !self.index.is_empty()
+        self.quiet() && self.idx_ok && !self.evicted && !self.used && !self.index.is_empty()
     }
 
     fn evict_index(&mut self) {
@@ -473,10 +474,11 @@ impl EntryLogStorage {
                 g.release_buffers();
             }
             total += g.index.len();
-            let used = std::mem::replace(&mut g.used, false);
-            if g.evictable() && !used {
+            if g.evictable() {
                 idle.push((g.last_used, log.clone()));
             }
+            // A log used from now on keeps its index past the next flush too.
+            g.used = false;
         }
         idle.sort_unstable_by_key(|(used, _)| *used);
         for (_, log) in idle {
@@ -484,7 +486,7 @@ impl EntryLogStorage {
                 break;
             }
             let mut g = log.lock();
-            if g.evictable() && !g.used {
+            if g.evictable() {
                 total -= g.index.len();
                 g.evict_index();
             }
@@ -492,8 +494,8 @@ impl EntryLogStorage {
     }
 
     /// Note a use of the log, and read its index back from its index file if it was
-    /// evicted (see the module's Memory section). Should the file not list the whole log after all, the log is read as an
-    /// open reads it.
+    /// evicted (see the module's Memory section). Should the file not list the whole log
+    /// after all, the log is read as an open reads it.
     fn reload_index(&self, ledger: u64, g: &mut LedgerLog) -> Result<(), BookieError> {
         g.used = true;
         if !g.evicted {

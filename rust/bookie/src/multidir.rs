@@ -88,7 +88,7 @@ impl LedgerStorage for MultiDirStorage {
     }
 
     fn has_ledger(&self, ledger: u64) -> Result<bool, BookieError> {
-        self.ask(ledger, false, |s| s.has_ledger(ledger))
+        Ok(self.find(ledger)?.is_some())
     }
 
     fn set_fenced(&self, ledger: u64) -> Result<bool, BookieError> {
