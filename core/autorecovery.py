@@ -37,16 +37,27 @@ import trio
 from core import _native
 from core.metadata import AlreadyExistsError, MetadataError
 
-__all__ = ["AUDITOR_PATH", "UNDER_REPLICATION", "Auditor"]
+__all__ = ["AUDITOR_PATH", "AVAILABLE_BOOKIES", "LEDGERS_ROOT", "LEDGER_ID_COUNTER",
+           "UNDER_REPLICATION", "Auditor", "bookies_named"]
 
 log = logging.getLogger(__name__)
 
+# Where the ledger client keeps its records in the metadata store (BookKeeper's layout).
 AUDITOR_PATH = "/ledgers/auditor"
+#: Ledgers being re-replicated, one marker each.
 UNDER_REPLICATION = "/ledgers/underreplication"
+#: One entry per bookie serving now.
 AVAILABLE_BOOKIES = "/ledgers/available"
+#: One record per ledger, named by its id; and the counter ledger ids come from.
 LEDGERS_ROOT = "/ledgers/ledger"
+LEDGER_ID_COUNTER = "/ledgers/idgen"
 CHECK_SECONDS = 1.0
 RESCAN_SECONDS = 60.0
+
+
+def bookies_named(record: dict[str, Any]) -> set[str]:
+    """The bookies a ledger record (parsed) names in any of its ensembles."""
+    return {b for _, ensemble in record.get("ensembles", []) for b in ensemble}
 
 
 class Auditor:
@@ -112,11 +123,13 @@ class Auditor:
         still_named: set[str] = set()
         waiting = 0
         for name in self.metadata.children(LEDGERS_ROOT):
+            if not name.isdigit():
+                continue
             got = self.metadata.get(f"{LEDGERS_ROOT}/{name}")
-            if got is None or not name.isdigit():
+            if got is None:
                 continue
             record = json.loads(got[0])
-            named = {b for _, ensemble in record.get("ensembles", []) for b in ensemble}
+            named = bookies_named(record)
             new = named - self.known
             if new:
                 self.known |= new

@@ -83,9 +83,9 @@ class BrokerService:
         # In-process bookies (standalone), for their metrics.
         self.bookies: list[Any] = []
         self._nursery: trio.Nursery | None = None
-        #: How many topics compact at once (``compactionServiceThreads``).
         #: Restores the copies of lost bookies (when this broker is the auditor).
         self.auditor: Auditor | None = None
+        #: How many topics compact at once (``compactionServiceThreads``).
         self.compaction_limiter = trio.CapacityLimiter(int(config.get("compactionServiceThreads", 1)))
         #: How many topics load at once (``maxConcurrentTopicLoadRequest``).
         self.topic_load_limiter = trio.CapacityLimiter(int(config.get("maxConcurrentTopicLoadRequest", 5000)))

@@ -11,7 +11,12 @@ from typing import Any
 import trio
 
 from core.metadata import open_metadata_store
-from gateway._bookies import bookie_directories, garbage_collector, register_bookie, start_bookie
+from gateway._bookies import (
+    bookie_directories,
+    register_bookie,
+    start_bookie,
+    start_garbage_collector,
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +34,7 @@ async def _main(cfg: Any) -> int:
         register_bookie(metadata, bookie.address)
         print(f"bookie ready on {bookie.address}", flush=True)
         async with trio.open_nursery() as nursery:
-            gc_wait = int(cfg.get("gcWaitTime"))
-            if gc_wait > 0:
-                nursery.start_soon(garbage_collector, [bookie], metadata, gc_wait,
-                                   int(cfg.get("gcOverreplicatedLedgerWaitTime")))
+            start_garbage_collector(nursery, cfg, [bookie], metadata)
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for _ in signals:
                     break

@@ -12,20 +12,20 @@ from typing import Any
 import trio
 
 from core import _native
+from core.autorecovery import (
+    AVAILABLE_BOOKIES,
+    LEDGER_ID_COUNTER,
+    LEDGERS_ROOT,
+    UNDER_REPLICATION,
+    bookies_named,
+)
 from core.metadata import AlreadyExistsError, MetadataError
 from gateway._config import ConfigError
 
 __all__ = ["start_bookie", "bookie_directories", "register_bookie", "collect_garbage",
-           "garbage_collector", "AVAILABLE_BOOKIES"]
+           "garbage_collector", "start_garbage_collector", "AVAILABLE_BOOKIES"]
 
 log = logging.getLogger(__name__)
-
-AVAILABLE_BOOKIES = "/ledgers/available"
-#: One metadata record per ledger, named by its id; and the counter ledger ids come from.
-LEDGERS_ROOT = "/ledgers/ledger"
-LEDGER_ID_COUNTER = "/ledgers/idgen"
-#: Ledgers being re-replicated (see core.autorecovery), which over-replication checks skip.
-UNDER_REPLICATION = "/ledgers/underreplication"
 
 
 PORT_FILE = "bookie.port"
@@ -159,7 +159,17 @@ def _delete_if_overreplicated(bookie: Any, metadata: Any, ledger: int) -> bool:
 
 def _names(record: bytes, address: str) -> bool:
     """Whether a ledger record names ``address`` in any of its ensembles."""
-    return any(address in ensemble for _, ensemble in json.loads(record).get("ensembles", []))
+    return address in bookies_named(json.loads(record))
+
+
+def start_garbage_collector(nursery: trio.Nursery, cfg: Any, bookies: list[Any],
+                            metadata: Any) -> None:
+    """Run :func:`garbage_collector` on ``bookies`` in ``nursery`` as ``gcWaitTime`` and
+    ``gcOverreplicatedLedgerWaitTime`` say (not at all when gcWaitTime is 0)."""
+    period_ms = int(cfg.get("gcWaitTime"))
+    if period_ms > 0:
+        nursery.start_soon(garbage_collector, bookies, metadata, period_ms,
+                           int(cfg.get("gcOverreplicatedLedgerWaitTime")))
 
 
 async def garbage_collector(bookies: list[Any], metadata: Any, period_ms: int,

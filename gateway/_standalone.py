@@ -21,7 +21,12 @@ import trio
 
 from core.broker import BrokerService
 from core.metadata import open_metadata_store
-from gateway._bookies import bookie_directories, garbage_collector, register_bookie, start_bookie
+from gateway._bookies import (
+    bookie_directories,
+    register_bookie,
+    start_bookie,
+    start_garbage_collector,
+)
 from gateway._config import Config
 from gateway._plugins import load_protocol
 from gateway._process import settle_garbage_collector
@@ -82,10 +87,7 @@ async def serve(cfg: Any, bookies: int, *,
         broker.bookies = started_bookies
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
-            if int(cfg.get("gcWaitTime")) > 0:
-                nursery.start_soon(garbage_collector, started_bookies, metadata,
-                                   int(cfg.get("gcWaitTime")),
-                                   int(cfg.get("gcOverreplicatedLedgerWaitTime")))
+            start_garbage_collector(nursery, cfg, started_bookies, metadata)
             addresses: dict[str, list[str]] = {"bookies": [b.address for b in started_bookies]}
             for name in cfg.get("messagingProtocols"):
                 handler = load_protocol(name)(cfg, broker)

@@ -14,14 +14,13 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import Any
 
+from core.autorecovery import LEDGERS_ROOT
 from core.storage import Position
 
 __all__ = ["Rates", "topic_stats", "subscription_stats", "internal_stats", "merge_partition_stats",
            "RATE_WINDOW_SECONDS"]
 
 RATE_WINDOW_SECONDS = 60.0
-#: Where the ledger client keeps one metadata record per ledger (rust/ledger's layout).
-LEDGER_METADATA_ROOT = "/ledgers/ledger"
 _MAX_SAMPLES = 256
 
 
@@ -236,7 +235,7 @@ def _deleted_ranges(ranges: list[tuple[Position, Position]]) -> str:
 
 def _ledger_metadata(store: Any, ledger_id: int) -> str | None:
     """The ledger's metadata record as stored (JSON text: ensembles, quorums, state)."""
-    got = store.get(f"{LEDGER_METADATA_ROOT}/{ledger_id}")
+    got = store.get(f"{LEDGERS_ROOT}/{ledger_id}")
     return got[0].decode() if got is not None else None
 
 

@@ -8,18 +8,19 @@ from typing import Any
 from starlette.requests import Request
 from starlette.routing import Route
 
+from core.autorecovery import AVAILABLE_BOOKIES
+
 from ._common import endpoint
 
 __all__ = ["routes", "bookies"]
 
-AVAILABLE = "/ledgers/available"
-READ_ONLY = "/ledgers/available/readonly"
+READ_ONLY = f"{AVAILABLE_BOOKIES}/readonly"
 
 
 def bookies(metadata: Any) -> dict[str, list[str]]:
     """``{"readWrite": [...], "readOnly": [...]}`` bookie ids."""
     read_only = list(metadata.children(READ_ONLY))
-    read_write = [b for b in metadata.children(AVAILABLE) if b != "readonly" and b not in read_only]
+    read_write = [b for b in metadata.children(AVAILABLE_BOOKIES) if b != "readonly" and b not in read_only]
     return {"readWrite": read_write, "readOnly": read_only}
 
 
