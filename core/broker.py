@@ -74,7 +74,6 @@ class BrokerService:
         self._opening: dict[str, trio.Event] = {}
         self.stats = BrokerStats()
         self.schemas = SchemaRegistry(self)
-        self.pulsar_service_url = ""
         #: Pulsar's advertised listeners, {name: {scheme: url}}, and the one that answers
         #: a lookup naming none (set when the Pulsar handler binds).
         self.pulsar_listeners: dict[str, dict[str, str]] = {}
@@ -134,6 +133,12 @@ class BrokerService:
         self.storage.shutdown()
 
     # -- names and policies ------------------------------------------------------------------------
+
+    @property
+    def pulsar_service_url(self) -> str:
+        """The internal listener's pulsar:// URL ("" until the Pulsar handler binds)."""
+        urls = self.pulsar_listener()
+        return urls.get("pulsar", "") if urls else ""
 
     def pulsar_listener(self, name: str = "") -> dict[str, str] | None:
         """The URLs ({scheme: url}) of the advertised listener `name`, the internal one when

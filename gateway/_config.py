@@ -359,13 +359,15 @@ def _derive_metadata_url(values: Mapping[str, Any]) -> str:
 
 def _check_internal_listener(values: Mapping[str, Any]) -> None:
     listeners = parse_advertised_listeners(values["advertisedListeners"])
-    internal = values["internalListenerName"]
-    if listeners and internal and internal not in listeners:
+    if not listeners:
+        return
+    internal = values["internalListenerName"] or next(iter(listeners))
+    if internal not in listeners:
         raise ConfigError(f"internalListenerName: {internal!r} is not one of advertisedListeners "
                           f"({', '.join(listeners)})")
-    if listeners and "pulsar" not in listeners[internal or next(iter(listeners))]:
-        raise ConfigError("advertisedListeners: the internal listener "
-                          f"{internal or next(iter(listeners))!r} has no pulsar:// URL")
+    if "pulsar" not in listeners[internal]:
+        raise ConfigError(f"advertisedListeners: the internal listener {internal!r} has no "
+                          "pulsar:// URL")
 
 
 def _check_configuration_store(values: Mapping[str, Any]) -> None:

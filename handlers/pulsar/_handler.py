@@ -61,8 +61,7 @@ class PulsarProtocolHandler:
         if not named:
             named = {internal: {"pulsar": f"pulsar://{advertised}:{bound}"}}
         self.broker.pulsar_listeners, self.broker.internal_listener = named, internal
-        self.service_url = named[internal]["pulsar"]
-        self.broker.pulsar_service_url = self.service_url
+        self.service_url = self.broker.pulsar_service_url
         log.info("pulsar listening on %s", self.service_url)
         async with trio.open_nursery() as nursery:
             await nursery.start(partial(trio.serve_listeners, self._connection, listeners))
