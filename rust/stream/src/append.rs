@@ -607,12 +607,14 @@ impl ManagedLedger {
         let now = self.config.clock.now_ms();
         let mut st = self.state.lock();
         st.evict_cache(now, self.config.cache_eviction_time);
+        if let Some(info) = st.ledgers.get_mut(&lid) {
+            if let Some(last) = ids.iter().max() {
+                info.entries = info.entries.max(last + 1);
+            }
+            info.size += chunk.iter().zip(ids).map(|(p, _)| p.stored_len()).sum::<u64>();
+        }
         for (p, id) in chunk.iter().zip(ids) {
             let position = Position::new(lid, entries_i64(*id));
-            if let Some(info) = st.ledgers.get_mut(&lid) {
-                info.entries = info.entries.max(*id + 1);
-                info.size += p.stored_len();
-            }
             st.last_confirmed = Some(position);
             st.confirmed_next_index = p.header.index + 1;
             st.cache.insert(Entry {

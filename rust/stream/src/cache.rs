@@ -2,8 +2,12 @@
 //! memory rather than from the bookies. Oldest entries are evicted first: when the cache
 //! is over its own size, when the caches sharing a [`CacheBudget`] hold more than it
 //! allows together (down to its watermark), and once they are older than the eviction time.
+//!
+//! Entries arrive in position order (a managed ledger caches what it confirms, in order) and
+//! leave oldest first, so the cache is a queue in position order: adding and evicting are
+//! pushes and pops at its ends, and a read finds its first entry by binary search.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -77,9 +81,13 @@ impl CacheBudget {
     }
 }
 
+/// Below this many slots, a queue keeps whatever room it has.
+const MIN_SPARE_ROOM: usize = 1024;
+
 #[derive(Debug, Default)]
 pub(crate) struct EntryCache {
-    entries: BTreeMap<Position, Entry>,
+    /// In position order, oldest first.
+    entries: VecDeque<Entry>,
     bytes: usize,
     capacity: usize,
     budget: Option<Arc<CacheBudget>>,
@@ -93,7 +101,7 @@ impl Drop for EntryCache {
 
 impl EntryCache {
     pub(crate) fn new(capacity: usize, budget: Option<Arc<CacheBudget>>) -> Self {
-        EntryCache { entries: BTreeMap::new(), bytes: 0, capacity, budget }
+        EntryCache { entries: VecDeque::new(), bytes: 0, capacity, budget }
     }
 
     fn add_bytes(&mut self, n: usize) {
@@ -114,13 +122,8 @@ impl EntryCache {
 
     /// Drop entries published before `cutoff_ms` (entries are kept in publish order).
     pub(crate) fn evict_published_before(&mut self, cutoff_ms: u64) {
-        while let Some(first) = self.entries.first_key_value() {
-            if first.1.publish_time_ms >= cutoff_ms {
-                break;
-            }
-            if let Some((_, e)) = self.entries.pop_first() {
-                self.sub_bytes(e.data.len());
-            }
+        while self.entries.front().is_some_and(|e| e.publish_time_ms < cutoff_ms) {
+            self.pop_oldest();
         }
     }
 
@@ -130,8 +133,19 @@ impl EntryCache {
             return;
         }
         self.add_bytes(entry.data.len());
-        if let Some(old) = self.entries.insert(entry.position, entry) {
-            self.sub_bytes(old.data.len());
+        match self.entries.back() {
+            Some(last) if last.position >= entry.position => {
+                // Not the add path's order: keep the queue sorted, replacing an entry cached
+                // under the same position.
+                let at = self.first_at_or_after(entry.position);
+                if self.entries.get(at).is_some_and(|e| e.position == entry.position) {
+                    let old = std::mem::replace(&mut self.entries[at], entry);
+                    self.sub_bytes(old.data.len());
+                } else {
+                    self.entries.insert(at, entry);
+                }
+            }
+            _ => self.entries.push_back(entry),
         }
         while self.bytes > self.capacity {
             self.pop_oldest();
@@ -143,39 +157,55 @@ impl EntryCache {
         }
     }
 
+    /// Where the first entry at or after `position` is (the length when there is none).
+    fn first_at_or_after(&self, position: Position) -> usize {
+        self.entries.partition_point(|e| e.position < position)
+    }
+
     /// Evict the oldest entry; false when there was none.
     fn pop_oldest(&mut self) -> bool {
-        match self.entries.pop_first() {
-            Some((_, e)) => {
+        match self.entries.pop_front() {
+            Some(e) => {
                 self.sub_bytes(e.data.len());
+                self.release_spare_room();
                 true
             }
             None => false,
         }
     }
 
+    /// Give back the queue's memory once it holds less than a quarter of its capacity: a
+    /// burst of small entries must not keep its room for good.
+    fn release_spare_room(&mut self) {
+        let cap = self.entries.capacity();
+        if cap > MIN_SPARE_ROOM && self.entries.len() < cap / 4 {
+            self.entries.shrink_to(self.entries.len() * 2);
+        }
+    }
+
     /// Consecutive cached entries of `ledger` from entry `first`, at most `max`.
     pub(crate) fn get_run(&self, ledger: u64, first: i64, max: usize) -> Vec<Entry> {
-        let run = self.entries.range(Position::new(ledger, first)..Position::new(ledger, i64::MAX));
+        let at = self.first_at_or_after(Position::new(ledger, first));
         (first..)
-            .zip(run)
-            .take_while(|(want, (p, _))| p.entry_id == *want)
+            .zip(self.entries.range(at..))
+            .take_while(|(want, e)| e.position == Position::new(ledger, *want))
             .take(max)
-            .map(|(_, (_, e))| e.clone())
+            .map(|(_, e)| e.clone())
             .collect()
     }
 
     /// Drop every cached entry of the ledgers `ids`.
     pub(crate) fn remove_ledgers(&mut self, ids: &[u64]) {
-        for id in ids {
-            let keys: Vec<Position> =
-                self.entries.range(Position::new(*id, i64::MIN)..=Position::new(*id, i64::MAX)).map(|(p, _)| *p).collect();
-            for k in keys {
-                if let Some(e) = self.entries.remove(&k) {
-                    self.sub_bytes(e.data.len());
-                }
+        let mut freed = 0;
+        self.entries.retain(|e| {
+            let keep = !ids.contains(&e.position.ledger_id);
+            if !keep {
+                freed += e.data.len();
             }
-        }
+            keep
+        });
+        self.sub_bytes(freed);
+        self.release_spare_room();
     }
 
     pub(crate) fn clear(&mut self) {
@@ -243,6 +273,56 @@ mod tests {
         }
         assert_eq!(budget.used(), 1000);
         assert_eq!(c.get_run(1, 5, 100).len(), 10);
+    }
+
+    #[test]
+    fn runs_stop_at_a_gap_and_at_the_end_of_their_ledger() {
+        let mut c = EntryCache::new(10_000, None);
+        for (ledger, id) in [(1, 0), (1, 1), (1, 3), (2, 0), (2, 1)] {
+            c.insert(entry(ledger, id, 10));
+        }
+        let ids = |run: Vec<Entry>| run.iter().map(|e| (e.position.ledger_id, e.position.entry_id)).collect::<Vec<_>>();
+        assert_eq!(ids(c.get_run(1, 0, 100)), [(1, 0), (1, 1)]);
+        assert_eq!(ids(c.get_run(1, 3, 100)), [(1, 3)]);
+        assert_eq!(ids(c.get_run(2, 0, 1)), [(2, 0)]);
+        assert!(c.get_run(1, 2, 100).is_empty());
+        assert!(c.get_run(3, 0, 100).is_empty());
+        c.remove_ledgers(&[1]);
+        assert!(c.get_run(1, 0, 100).is_empty());
+        assert_eq!(ids(c.get_run(2, 0, 100)), [(2, 0), (2, 1)]);
+        assert_eq!(c.bytes, 20);
+    }
+
+    #[test]
+    fn an_entry_cached_out_of_order_takes_its_place_or_replaces_its_twin() {
+        let mut c = EntryCache::new(10_000, None);
+        for id in [0, 2, 3] {
+            c.insert(entry(1, id, 10));
+        }
+        c.insert(entry(1, 1, 10));
+        c.insert(entry(1, 2, 30));
+        let run = c.get_run(1, 0, 100);
+        assert_eq!(run.iter().map(|e| e.position.entry_id).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        assert_eq!(run[2].data.len(), 30);
+        assert_eq!(c.bytes, 60);
+        // Eviction still goes oldest first.
+        c.evict_published_before(2);
+        assert!(c.get_run(1, 0, 100).is_empty());
+        assert_eq!(c.bytes, 0);
+    }
+
+    #[test]
+    fn an_emptied_queue_gives_its_room_back() {
+        let budget = CacheBudget::new(100_000);
+        let mut c = EntryCache::new(100_000, Some(budget.clone()));
+        for i in 0..10_000 {
+            c.insert(entry(1, i, 10));
+        }
+        let full = c.entries.capacity();
+        assert!(full >= 10_000);
+        c.remove_ledgers(&[1]);
+        assert!(c.entries.capacity() < full / 4, "capacity {} of {full}", c.entries.capacity());
+        assert_eq!(budget.used(), 0);
     }
 
     #[test]
