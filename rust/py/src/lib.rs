@@ -53,6 +53,9 @@ mod stream;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     keep_freed_memory();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // nettyMaxFrameSizeBytes may lie between these (what gateway._config checks).
+    m.add("MIN_FRAME_SIZE", magnetar_bookie::proto::MIN_FRAME_SIZE)?;
+    m.add("MAX_FRAME_SIZE", magnetar_bookie::proto::MAX_FRAME_SIZE)?;
     m.add_function(wrap_pyfunction!(allocator_options, m)?)?;
     m.add_class::<completions::CompletionQueue>()?;
     errors::register(m)?;
