@@ -18,7 +18,7 @@ __all__ = [
     "MetadataError", "NativeError", "NoSuchLedgerError", "NotEnoughBookiesError",
     "kafka_batch_from_entry", "kafka_entry_from_batch",
     "encode_pulsar_messages", "encode_pulsar_send_receipt", "scan_pulsar_send",
-    "allocator_options",
+    "allocator_options", "log_to_stderr",
 ]
 
 
@@ -213,3 +213,8 @@ def allocator_options() -> dict[str, int]:
     """The native allocator's settings that Magnetar changes (``purge_delay_ms``: -1, freed
     memory is kept for reuse rather than handed back to the OS from a hot thread)."""
     ...
+
+def log_to_stderr(level: str, fmt: str) -> None:
+    """Write the native core's log records to stderr at `level` and above (a level name
+    of gateway._logging) as `fmt` ("text" or "json") lines, as gateway._logging writes
+    them. ValueError for an unknown level or format."""

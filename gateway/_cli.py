@@ -137,10 +137,14 @@ def _setup_logging(cfg: Config) -> None:
 
 
 def _setup_server(cfg: Config) -> None:
-    """What every long-running server command does first."""
+    """What every long-running server command does first: its log, the native core's
+    records included, and its memory settings."""
+    from core import _native
+
     from ._process import disable_transparent_huge_pages
 
     _setup_logging(cfg)
+    _native.log_to_stderr(cfg.logLevel, cfg.logFormat)
     disable_transparent_huge_pages()
 
 

@@ -44,6 +44,7 @@ mod completions;
 mod errors;
 mod kafka;
 mod ledger_reader;
+mod logging;
 mod meta;
 mod pulsar_codec;
 mod runtime;
@@ -57,6 +58,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MIN_FRAME_SIZE", magnetar_bookie::proto::MIN_FRAME_SIZE)?;
     m.add("MAX_FRAME_SIZE", magnetar_bookie::proto::MAX_FRAME_SIZE)?;
     m.add_function(wrap_pyfunction!(allocator_options, m)?)?;
+    m.add_function(wrap_pyfunction!(logging::log_to_stderr, m)?)?;
     m.add_class::<completions::CompletionQueue>()?;
     errors::register(m)?;
     m.add_class::<bookie::PyBookieServer>()?;
