@@ -177,6 +177,19 @@ def test_config_error_prints_magnetar_error_and_exits_2(fake_runner, capsys, no_
     assert fake_runner == []
 
 
+def test_standalone_refuses_bookie_frames_too_small_for_its_largest_message(
+        fake_runner, capsys, no_env):
+    assert main(["standalone", "-c", "nettyMaxFrameSizeBytes=5242880"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("magnetar: error: nettyMaxFrameSizeBytes: 5242880 cannot hold a "
+                          "message of maxMessageSize (5242880)")
+    assert fake_runner == []
+    # A bookie has no messages of its own to hold: it takes the limit it is given.
+    assert main(["bookie", "-c", "nettyMaxFrameSizeBytes=5242880"]) == 0
+    [(name, cfg, _)] = fake_runner
+    assert (name, cfg.nettyMaxFrameSizeBytes) == ("_bookie", 5242880)
+
+
 _NATIVE_LOG = ("import sys; from core import _native; _native.log_to_stderr(sys.argv[1], sys.argv[2]); "
                "_native.BookieServer(sys.argv[3], '127.0.0.1', 0).shutdown()")
 
