@@ -7,14 +7,20 @@
 from typing import Any, final
 
 __version__: str
+#: The range of nettyMaxFrameSizeBytes: the smallest limit a bookie frame may be given, and
+#: the hard cap on any frame.
+MIN_FRAME_SIZE: int
+MAX_FRAME_SIZE: int
 __all__ = [
-    "__version__", "BookieError", "BookieServer", "CompletionQueue", "Cursor", "CursorNotFoundError",
+    "__version__", "MIN_FRAME_SIZE", "MAX_FRAME_SIZE",
+    "BookieError", "BookieServer", "CompletionQueue", "Cursor", "CursorNotFoundError",
     "FencedError", "LedgerClosedError", "LedgerRangeReader", "ManagedLedger", "ManagedLedgerFactory",
     "MetadataError", "NativeError", "NoSuchLedgerError", "NotEnoughBookiesError",
     "kafka_batch_from_entry", "kafka_entry_from_batch",
     "encode_pulsar_messages", "encode_pulsar_send_receipt", "scan_pulsar_send",
-    "allocator_options",
+    "allocator_options", "log_to_stderr",
 ]
+
 
 @final
 class CompletionQueue:
@@ -34,7 +40,9 @@ class CursorNotFoundError(NativeError): ...
 @final
 class BookieServer:
     """A bookie serving on its own TCP port from `data_dir` (journal replayed on start).
-    Its ledgers live in `data_dir` too, or spread over `ledger_dirs` when given."""
+    Its ledgers live in `data_dir` too, or spread over `ledger_dirs` when given. A
+    connection sending a frame longer than `max_frame_size` (nettyMaxFrameSizeBytes,
+    MIN_FRAME_SIZE to MAX_FRAME_SIZE, else ValueError) is closed."""
 
     def __new__(
         cls,
@@ -51,6 +59,7 @@ class BookieServer:
         flush_interval_ms: int = 60000,
         journal_max_backups: int = 0,
         ledger_dirs: list[str] = ...,
+        max_frame_size: int = ...,
     ) -> BookieServer: ...
     @property
     def address(self) -> str: ...
@@ -69,11 +78,13 @@ class ManagedLedgerFactory:
     """Opens managed ledgers whose ledgers live on the bookies listed in `metadata_store`.
     With `local_bookies`, bookies running in this process are called directly, not over TCP.
     `cache_size_mb` bounds the entry caches of all its managed ledgers together; once over
-    it, they are evicted down to `cache_eviction_watermark` (0 to 1) of it."""
+    it, they are evicted down to `cache_eviction_watermark` (0 to 1) of it. No request goes
+    to a bookie in a frame longer than `max_frame_size` (nettyMaxFrameSizeBytes)."""
 
     def __new__(
         cls, metadata_store: object, request_timeout_ms: int = 30000, local_bookies: bool = True,
         cache_size_mb: int = 256, cache_eviction_watermark: float = 0.9,
+        max_frame_size: int = ...,
     ) -> ManagedLedgerFactory: ...
     def replace_bookie(self, queue: CompletionQueue, token: int, ledger_id: int, lost: str,
                        batch: int) -> None:
@@ -92,6 +103,10 @@ class ManagedLedgerFactory:
 class ManagedLedger:
     @property
     def name(self) -> str: ...
+    @property
+    def max_entry_size(self) -> int:
+        """The largest entry `add_entries` takes (what one bookie frame holds, less the
+        headers stored with it); a call holding a larger one fails with ValueError."""
     def add_entries(
         self, queue: CompletionQueue, token: int, entries: list[bytes], num_messages: list[int]
     ) -> None:
@@ -198,3 +213,8 @@ def allocator_options() -> dict[str, int]:
     """The native allocator's settings that Magnetar changes (``purge_delay_ms``: -1, freed
     memory is kept for reuse rather than handed back to the OS from a hot thread)."""
     ...
+
+def log_to_stderr(level: str, fmt: str) -> None:
+    """Write the native core's log records to stderr at `level` and above (a level name
+    of gateway._logging) as `fmt` ("text" or "json") lines, as gateway._logging writes
+    them. ValueError for an unknown level or format."""

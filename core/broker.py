@@ -98,7 +98,8 @@ class BrokerService:
                 self.storage = Storage(self.bridge, self.metadata,
                                        int(self.config.get("bookkeeperClientTimeoutInSeconds", 30)) * 1000,
                                        int(self.config.get("managedLedgerCacheSizeMB")),
-                                       float(self.config.get("managedLedgerCacheEvictionWatermark")))
+                                       float(self.config.get("managedLedgerCacheEvictionWatermark")),
+                                       int(self.config.get("nettyMaxFrameSizeBytes")))
                 host = self.config.get("advertisedAddress") or self.config.get("bindAddress")
                 self.policies.ensure_defaults(
                     f"pulsar://{host}:{self.config.get('brokerServicePort')}",

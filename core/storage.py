@@ -80,11 +80,12 @@ class Storage:
     """Opens managed ledgers (one per topic) over the native core."""
 
     def __init__(self, bridge: NativeBridge, metadata_store: object, request_timeout_ms: int = 30000,
-                 cache_size_mb: int = 256, cache_eviction_watermark: float = 0.9):
+                 cache_size_mb: int = 256, cache_eviction_watermark: float = 0.9,
+                 max_frame_size: int = _native.MAX_FRAME_SIZE):
         self.bridge = bridge
         self._factory = _native.ManagedLedgerFactory(
             metadata_store, request_timeout_ms, cache_size_mb=cache_size_mb,
-            cache_eviction_watermark=cache_eviction_watermark)
+            cache_eviction_watermark=cache_eviction_watermark, max_frame_size=max_frame_size)
 
     @property
     def cache_used_bytes(self) -> int:
@@ -120,6 +121,12 @@ class ManagedLedger:
     @property
     def name(self) -> str:
         return str(self.native.name)
+
+    @property
+    def max_entry_size(self) -> int:
+        """The largest entry :meth:`add_entries` takes: what one bookie frame holds
+        (``nettyMaxFrameSizeBytes``), less the headers stored with it."""
+        return int(self.native.max_entry_size)
 
     async def add_entries(self, entries: list[bytes], num_messages: list[int]) -> list[tuple[Position, int, int]]:
         """Append a batch; returns (position, index, publish_time) per entry, in order."""

@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -44,6 +45,7 @@ __all__ = [
     "PersistentTopic",
     "PublishResult",
     "NotAllowedError",
+    "MessageTooLargeError",
     "EncryptionRequiredError",
     "ProducerBusyError",
     "ProducerFencedError",
@@ -92,6 +94,12 @@ class NotAllowedError(PreconditionError):
     """An operation the topic does not allow: one that needs stored messages, asked of a
     non-persistent topic, or a subscription past the topic's limit (Pulsar's
     ``NotAllowedError``)."""
+
+
+class MessageTooLargeError(NotAllowedError):
+    """A message larger than one entry holds: one bookie frame (``nettyMaxFrameSizeBytes``)
+    less the headers stored with it. Refused before it is stored, alone, as Pulsar refuses
+    one over a topic's maximum message size (``NotAllowedError``)."""
 
 
 class EncryptionRequiredError(Exception):
@@ -419,17 +427,32 @@ class PersistentTopic:
 
     # -- publishing -----------------------------------------------------------------------------------
 
+    @cached_property
+    def max_entry_size(self) -> int:
+        """The largest entry :meth:`publish` stores (see :class:`MessageTooLargeError`)."""
+        return self.ml.max_entry_size
+
     def publish(self, entry: bytes, num_messages: int, producer_name: str | None,
                 sequence_id: int, callback: PublishCallback, *, hold: bool = False) -> None:
         """Queue one entry (Pulsar entry format) for storage; `callback` runs once it is
         durable, or failed, in publish order. With `hold`, the caller has more to publish
         in this step and calls :meth:`flush` once it is done (a session does, at the end of
-        what it read): the entries go together, with no task woken to start them."""
+        what it read): the entries go together, with no task woken to start them.
+
+        An entry larger than :attr:`max_entry_size` fails at once, with
+        :class:`MessageTooLargeError`, ahead of what is still being stored (as Pulsar answers
+        one over a topic's maximum message size); it is not stored and holds nothing up."""
         if self._closed:
             callback(PublishResult(None, error=TopicClosedError(f"Topic {self.name} is closed")))
             return
         if self.terminated_at is not None:
             callback(PublishResult(None, error=TopicTerminatedError(f"Topic {self.name} was already terminated")))
+            return
+        if len(entry) > self.max_entry_size:
+            callback(PublishResult(None, error=MessageTooLargeError(
+                f"Exceed maximum message size: {len(entry)} bytes, more than the "
+                f"{self.max_entry_size} one entry holds in a bookie frame "
+                "(nettyMaxFrameSizeBytes)")))
             return
         if producer_name is not None and self.dedup_enabled:
             if sequence_id <= self.dedup_pushed.get(producer_name, -1):

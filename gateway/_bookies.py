@@ -76,6 +76,7 @@ def start_bookie(cfg: Any, data_dir: str, port: int, ledger_dirs: list[str] | No
         flush_interval_ms=int(cfg.get("flushInterval")),
         journal_max_backups=int(cfg.get("journalMaxBackups")),
         ledger_dirs=list(ledger_dirs or []),
+        max_frame_size=int(cfg.get("nettyMaxFrameSizeBytes")),
     )
     with open(port_file, "w") as f:
         f.write(bookie.address.rsplit(":", 1)[1])

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._config import Config, ConfigError, load_config
+from ._config import Config, ConfigError, check_frame_holds_message, load_config
 
 __all__ = ["COMMANDS", "Command", "main", "register_command", "version_string", "load_command_config"]
 
@@ -137,10 +137,14 @@ def _setup_logging(cfg: Config) -> None:
 
 
 def _setup_server(cfg: Config) -> None:
-    """What every long-running server command does first."""
+    """What every long-running server command does first: its log, the native core's
+    records included, and its memory settings."""
+    from core import _native
+
     from ._process import disable_transparent_huge_pages
 
     _setup_logging(cfg)
+    _native.log_to_stderr(cfg.logLevel, cfg.logFormat)
     disable_transparent_huge_pages()
 
 
@@ -164,6 +168,7 @@ def _run_standalone(args: argparse.Namespace) -> int:
     if args.data_dir is not None:
         flags["dataDirectory"] = args.data_dir
     cfg = load_command_config(args, flags)
+    check_frame_holds_message(cfg)
     _setup_server(cfg)
     # Startup builds tens of thousands of objects that live as long as the process; a
     # collection walking them before they are frozen (settle_garbage_collector, which

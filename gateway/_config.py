@@ -28,17 +28,21 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 __all__ = [
     "ENV_PREFIX",
     "KEYS",
+    "MAX_FRAME_SIZE",
+    "MESSAGE_FRAME_PADDING",
+    "MIN_FRAME_SIZE",
     "Config",
     "ConfigError",
     "Key",
     "Listener",
+    "check_frame_holds_message",
     "load_config",
     "parse_config_text",
     "parse_duration",
@@ -50,6 +54,15 @@ log = logging.getLogger("magnetar.config")
 
 #: Environment variables named ``PULSAR_PREFIX_<key>`` set ``<key>`` (Pulsar's convention).
 ENV_PREFIX = "PULSAR_PREFIX_"
+
+#: The range of ``nettyMaxFrameSizeBytes``: the bookie protocol's ``MIN_FRAME_SIZE`` and its
+#: hard cap ``MAX_FRAME_SIZE`` (rust/bookie/src/proto.rs, exported by ``core._native``; a
+#: test checks that they agree, so that reading a configuration needs no native module).
+MIN_FRAME_SIZE = 4 * 1024
+MAX_FRAME_SIZE = 16 * 1024 * 1024 + 1024
+#: Room in one frame for what goes with a message of ``maxMessageSize``: Pulsar's
+#: ``MESSAGE_SIZE_FRAME_PADDING`` (the Pulsar codec's ``FRAME_HEADER_ALLOWANCE``).
+MESSAGE_FRAME_PADDING = 10 * 1024
 
 
 class ConfigError(ValueError):
@@ -357,6 +370,34 @@ def _derive_metadata_url(values: Mapping[str, Any]) -> str:
     return "sqlite:" + os.path.join(values["dataDirectory"], "metadata.db")
 
 
+def _derive_frame_size(values: Mapping[str, Any]) -> int:
+    # Pulsar's pairing: its broker gives its bookie client frames of maxMessageSize +
+    # MESSAGE_SIZE_FRAME_PADDING, and its bookkeeper.conf ships 5253120 = 5 MiB + 10 KiB.
+    return min(int(values["maxMessageSize"]) + MESSAGE_FRAME_PADDING, MAX_FRAME_SIZE)
+
+
+def check_frame_holds_message(cfg: Config) -> None:
+    """Where a broker runs: raise :class:`ConfigError` unless a bookie frame
+    (``nettyMaxFrameSizeBytes``) holds a message of ``maxMessageSize`` with the headers a
+    Pulsar frame allows it (:data:`MESSAGE_FRAME_PADDING`): each message is stored as one
+    entry, in one frame, and a message the broker accepted but could never store would
+    fail only when a client sends one."""
+    frame, message = int(cfg["nettyMaxFrameSizeBytes"]), int(cfg["maxMessageSize"])
+    need = message + MESSAGE_FRAME_PADDING
+    if frame >= need:
+        return
+    if need > MAX_FRAME_SIZE:
+        raise ConfigError(
+            f"maxMessageSize: {message} needs bookie frames of {need} bytes (maxMessageSize + "
+            f"{MESSAGE_FRAME_PADDING}), more than the {MAX_FRAME_SIZE} a frame may have "
+            f"(nettyMaxFrameSizeBytes); set maxMessageSize to at most "
+            f"{MAX_FRAME_SIZE - MESSAGE_FRAME_PADDING}")
+    raise ConfigError(
+        f"nettyMaxFrameSizeBytes: {frame} cannot hold a message of maxMessageSize ({message}) "
+        f"and its headers: set it to at least {need} (maxMessageSize + "
+        f"{MESSAGE_FRAME_PADDING}, as Pulsar pairs them), or lower maxMessageSize")
+
+
 def _check_internal_listener(values: Mapping[str, Any]) -> None:
     listeners = parse_advertised_listeners(values["advertisedListeners"])
     if not listeners:
@@ -627,6 +668,14 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("journalBufferedWritesThreshold", 524288,
          "Bytes buffered before a grouped journal write is flushed early.", 0),
     _int("journalMaxSizeMB", 2048, "Roll the journal file over at this size.", 1),
+    replace(_int("nettyMaxFrameSizeBytes", 5242880 + MESSAGE_FRAME_PADDING,
+                 "Longest frame, in bytes, of the bookie protocol: a bookie closes a connection "
+                 "that sends a longer one, and a broker sends none (a batch of adds goes as "
+                 "several frames; an entry larger than one frame holds is refused). Default: "
+                 "maxMessageSize + 10240, Pulsar's pairing (BookKeeper's own default is "
+                 "5242880, which a message of 5 MiB and its headers do not fit); a broker "
+                 "refuses to start with less than that.", MIN_FRAME_SIZE, MAX_FRAME_SIZE),
+            derive=_derive_frame_size),
     # --- logging
     _enum("logLevel", "info", "Log level.", "trace", "debug", "info", "warning", "warn",
           "error", "critical"),

@@ -27,7 +27,7 @@ from core.broker import NamespaceNotFoundError, TopicNotFoundError
 from core.format import EntryFormatError
 from core.naming import InvalidNameError
 from core.storage import Position, entry_metadata
-from core.topic import PublishResult
+from core.topic import MessageTooLargeError, PublishResult
 from handlers.kafka import _mapping
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, RemoteProtocolError
@@ -199,7 +199,8 @@ def publish_batch(plog: PartitionLog, batch: RecordBatch, pending: Pending,
                     if (st.last_sequence - before) % SEQUENCE_MOD < SEQUENCE_MOD // 2:
                         st.last_sequence = before
                     st.recent.pop((batch.base_sequence, batch.last_sequence), None)
-            pending.done(-1, ErrorCode.NOT_ENOUGH_REPLICAS)
+            too_large = isinstance(result.error, MessageTooLargeError)
+            pending.done(-1, ErrorCode.MESSAGE_TOO_LARGE if too_large else ErrorCode.NOT_ENOUGH_REPLICAS)
             return
         base = result.index - n + 1
         pending.done(base)

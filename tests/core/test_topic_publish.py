@@ -13,12 +13,20 @@ import trio
 from core.naming import TopicName
 from core.stats import BrokerStats
 from core.storage import Position
-from core.topic import MAX_PUBLISH_BATCHES_IN_FLIGHT, PersistentTopic, PublishResult
+from core.topic import (
+    MAX_PUBLISH_BATCHES_IN_FLIGHT,
+    MessageTooLargeError,
+    NotAllowedError,
+    PersistentTopic,
+    PublishResult,
+)
 
 
 class _Ledger:
     """Stores nothing; gives each entry the next position, or fails while ``fail`` is set
-    (and the next batch when ``fail_once`` is)."""
+    (and the next batch when ``fail_once`` is). Takes entries of up to ``max_entry_size``."""
+
+    max_entry_size = 64
 
     def __init__(self) -> None:
         self.next = 0
@@ -31,6 +39,7 @@ class _Ledger:
         self.deleted_cursors.append(name)
 
     def _store(self, entries: list[bytes]) -> list[tuple[Position, int, int]]:
+        assert all(len(e) <= self.max_entry_size for e in entries), "an entry too large was handed over"
         if self.fail or self.fail_once:
             self.fail_once = False
             raise OSError("bookie gone")
@@ -132,6 +141,35 @@ async def test_held_publishes_are_stored_together_by_flush_alone() -> None:
     topic.flush()
     assert ledger.batches == [3, 2]
     assert [r.position for r in await record.wait()] == [Position(1, i) for i in range(5)]
+
+
+async def test_an_entry_too_large_for_a_bookie_frame_is_refused_alone() -> None:
+    """A message larger than one entry holds (a bookie frame of nettyMaxFrameSizeBytes,
+    less its headers) fails at once, in Pulsar's terms (NotAllowedError), and never reaches
+    the ledger; the publishes around it are stored, in one batch, and deduplication does
+    not count it as published."""
+    topic, ledger = _topic("too-large")
+    topic._dedup, topic._dedup_decided_for = True, topic.policies
+    record = _Answers(3)
+    refused: list[PublishResult] = []
+    topic.publish(b"a" * 64, 1, "p", 0, record, hold=True)
+    topic.publish(b"b" * 65, 1, "p", 1, refused.append, hold=True)
+    assert topic.dedup_pushed == {"p": 0}
+    topic.publish(b"c", 1, "p", 2, record, hold=True)
+    [result] = refused
+    assert topic.dedup_pushed == {"p": 2}, "the refused message was never counted"
+    assert isinstance(result.error, MessageTooLargeError)
+    assert isinstance(result.error, NotAllowedError)
+    assert str(result.error) == ("Exceed maximum message size: 65 bytes, more than the 64 one "
+                                 "entry holds in a bookie frame (nettyMaxFrameSizeBytes)")
+    assert result.position is None
+    topic.flush()
+    topic.publish(b"d", 1, "p", 3, record)
+    topic.flush()
+    got = await record.wait()
+    assert [r.error for r in got] == [None, None, None]
+    assert [r.position for r in got] == [Position(1, 0), Position(1, 1), Position(1, 2)]
+    assert ledger.batches[0] == 2
 
 
 def _publish_in_reads(topic: PersistentTopic, reads: int, record: Callable[[PublishResult], None],

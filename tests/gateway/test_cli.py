@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import io
 import json
 import logging
@@ -174,6 +175,46 @@ def test_config_error_prints_magnetar_error_and_exits_2(fake_runner, capsys, no_
     err = capsys.readouterr().err
     assert err.startswith("magnetar: error: brokerServicePort: 'abc' is not an integer")
     assert fake_runner == []
+
+
+def test_standalone_refuses_bookie_frames_too_small_for_its_largest_message(
+        fake_runner, capsys, no_env):
+    assert main(["standalone", "-c", "nettyMaxFrameSizeBytes=5242880"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("magnetar: error: nettyMaxFrameSizeBytes: 5242880 cannot hold a "
+                          "message of maxMessageSize (5242880)")
+    assert fake_runner == []
+    # A bookie has no messages of its own to hold: it takes the limit it is given.
+    assert main(["bookie", "-c", "nettyMaxFrameSizeBytes=5242880"]) == 0
+    [(name, cfg, _)] = fake_runner
+    assert (name, cfg.nettyMaxFrameSizeBytes) == ("_bookie", 5242880)
+
+
+_NATIVE_LOG = ("import sys; from core import _native; _native.log_to_stderr(sys.argv[1], sys.argv[2]); "
+               "_native.BookieServer(sys.argv[3], '127.0.0.1', 0).shutdown()")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_the_native_cores_log_records_reach_stderr_as_the_process_logs(tmp_path, fmt):
+    """A server process's native records (here a bookie's "listening" line) are written
+    as gateway._logging writes its own: the same fields, at the process's level."""
+    out = subprocess.run([sys.executable, "-c", _NATIVE_LOG, "info", fmt, str(tmp_path / "b")],
+                         capture_output=True, text=True, check=True, timeout=60)
+    [line] = [x for x in out.stderr.splitlines() if "bookie listening on" in x]
+    if fmt == "json":
+        record = json.loads(line)
+        assert (record["level"], record["logger"]) == ("info", "magnetar_bookie::server")
+        ts = record["ts"]
+    else:
+        ts, level, rest = line.split(" ", 2)
+        assert level == "INFO"
+        assert rest.lstrip().startswith("magnetar_bookie::server: bookie listening on 127.0.0.1:")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", ts)
+    stamped = calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S"))
+    assert abs(stamped - time.time()) < 300, f"{ts} is not now, in UTC"
+    quiet = subprocess.run([sys.executable, "-c", _NATIVE_LOG, "warning", fmt, str(tmp_path / "q")],
+                           capture_output=True, text=True, check=True, timeout=60)
+    assert "bookie listening on" not in quiet.stderr
 
 
 def test_missing_config_file_exits_2(fake_runner, tmp_path, capsys):

@@ -9,9 +9,13 @@ import pytest
 
 from gateway._config import (
     KEYS,
+    MAX_FRAME_SIZE,
+    MESSAGE_FRAME_PADDING,
+    MIN_FRAME_SIZE,
     Config,
     ConfigError,
     Listener,
+    check_frame_holds_message,
     load_config,
     parse_config_text,
     parse_duration,
@@ -55,6 +59,7 @@ EXPECTED_DEFAULTS = {
     "journalFlushWhenQueueEmpty": True,
     "journalBufferedWritesThreshold": 524288,
     "journalMaxSizeMB": 2048,
+    "nettyMaxFrameSizeBytes": 5253120,
     "standaloneBookies": 1,
     "dataDirectory": "data",
     "logLevel": "info",
@@ -196,6 +201,10 @@ def test_bad_integer_message_names_key_value_and_form():
         ("advertisedListeners", "pulsar://h:6650", "is not name:pulsar://host:port"),
         ("advertisedListeners", "ext:http://h:8080", "has scheme 'http', not pulsar or pulsar+ssl"),
         ("advertisedListeners", "a:pulsar://h:1,a:pulsar://h:2", "'a' has two pulsar:// URLs"),
+        ("nettyMaxFrameSizeBytes", "4095",
+         "'4095' is out of range (expected an integer 4096-16778240)"),
+        ("nettyMaxFrameSizeBytes", "16778241", "is out of range"),
+        ("nettyMaxFrameSizeBytes", "5MB", "is not an integer"),
     ],
 )
 def test_bad_values_are_rejected_with_the_expected_form(key, value, fragment):
@@ -277,6 +286,51 @@ def test_the_internal_listener_must_be_an_advertised_one_with_a_pulsar_url():
     with pytest.raises(ConfigError, match="the internal listener 'ext' has no pulsar:// URL"):
         load_config(None, {"advertisedListeners": listeners, "internalListenerName": "ext"},
                     environ={})
+
+
+def test_netty_max_frame_size_follows_max_message_size_unless_set():
+    """Pulsar's pairing: a frame holds a message of maxMessageSize and 10 KiB of headers
+    (its bookkeeper.conf ships 5253120); capped at what a frame may hold at most."""
+    assert load_config(None, {"maxMessageSize": "1048576"}, environ={}).nettyMaxFrameSizeBytes \
+        == 1048576 + 10240
+    assert load_config(None, {"maxMessageSize": "104857600"},
+                       environ={}).nettyMaxFrameSizeBytes == MAX_FRAME_SIZE
+    cfg = load_config(None, {"nettyMaxFrameSizeBytes": "65536"}, environ={})
+    assert cfg.nettyMaxFrameSizeBytes == 65536 and cfg.is_set("nettyMaxFrameSizeBytes")
+    # BookKeeper's bookie.conf and bookkeeper.conf spellings are the same key.
+    path = os.path.join(REPO, "conf", "bookie.conf")
+    assert load_config(path, environ={}).nettyMaxFrameSizeBytes == 5253120
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({}, None),
+    ({"maxMessageSize": "1048576"}, None),
+    ({"nettyMaxFrameSizeBytes": "5253120"}, None),
+    ({"nettyMaxFrameSizeBytes": "5242880"},
+     "nettyMaxFrameSizeBytes: 5242880 cannot hold a message of maxMessageSize (5242880) and its "
+     "headers: set it to at least 5253120 (maxMessageSize + 10240, as Pulsar pairs them), or "
+     "lower maxMessageSize"),
+    ({"maxMessageSize": "16777216"},
+     "maxMessageSize: 16777216 needs bookie frames of 16787456 bytes (maxMessageSize + 10240), "
+     "more than the 16778240 a frame may have (nettyMaxFrameSizeBytes); set maxMessageSize to "
+     "at most 16768000"),
+])
+def test_a_broker_needs_frames_that_hold_its_largest_message(overrides, message):
+    cfg = load_config(None, overrides, environ={})
+    if message is None:
+        check_frame_holds_message(cfg)
+    else:
+        with pytest.raises(ConfigError) as info:
+            check_frame_holds_message(cfg)
+        assert str(info.value) == message
+
+
+def test_frame_limits_agree_with_the_native_core_and_the_pulsar_codec():
+    from core import _native
+    from handlers.pulsar._codec import FRAME_HEADER_ALLOWANCE
+
+    assert (MIN_FRAME_SIZE, MAX_FRAME_SIZE) == (_native.MIN_FRAME_SIZE, _native.MAX_FRAME_SIZE)
+    assert MESSAGE_FRAME_PADDING == FRAME_HEADER_ALLOWANCE
 
 
 def test_list_values_are_trimmed_and_empty_items_dropped():

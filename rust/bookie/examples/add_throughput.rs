@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, JournalConfig};
+use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, FrameLimit, JournalConfig};
 
 fn arg(n: usize, default: u64) -> u64 {
     std::env::args()
@@ -27,6 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         bind: "127.0.0.1:0".parse()?,
         ledger_dirs: Vec::new(),
         journal: JournalConfig::default(),
+        max_frame_size: FrameLimit::MAX,
     })
     .await?;
     let addr = server.local_addr().to_string();

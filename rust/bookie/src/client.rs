@@ -8,7 +8,11 @@
 //! The writer takes everything queued and sends it with vectored writes, from the frames' own buffers. The reader task decodes
 //! responses and completes the pending request with the same id; responses may arrive in any
 //! order. A request not answered within the request timeout is removed from the table and fails
-//! with [`ClientError::Timeout`]. When the connection dies (read error, EOF, write error, or a
+//! with [`ClientError::Timeout`]. A request whose frame would exceed the client's limit
+//! (nettyMaxFrameSizeBytes, see [`BookieClient::connect_within`]) is refused before it is
+//! sent, with [`ClientError::BadRequest`]; responses are accepted up to the hard cap
+//! [`proto::MAX_FRAME_SIZE`], since a bookie may hold entries written under a larger limit
+//! than this client's. When the connection dies (read error, EOF, write error, or a
 //! frame that does not decode) the client is closed for good: every pending request fails with
 //! [`ClientError::Closed`] or [`ClientError::Io`], new ones fail at once, and
 //! [`BookieClient::is_closed`] turns true. Reconnecting is the caller's decision.
@@ -27,7 +31,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::proto::{self, OpCode, Request, Response, ResponseBody, Status};
+use crate::proto::{self, FrameLimit, OpCode, Request, Response, ResponseBody, Status};
 
 /// Frames queued towards the writer before callers wait.
 const WRITE_QUEUE_FRAMES: usize = 1024;
@@ -95,6 +99,7 @@ impl Shared {
 struct Inner {
     addr: String,
     request_timeout: Duration,
+    max_frame_size: FrameLimit,
     next_id: AtomicU64,
     shared: Arc<Shared>,
     frames: mpsc::Sender<Bytes>,
@@ -148,10 +153,22 @@ impl Drop for PendingGuard<'_> {
 }
 
 impl BookieClient {
-    /// Connect to the bookie at `addr` (`host:port`). Connecting is bounded by `request_timeout` too.
+    /// Connect to the bookie at `addr` (`host:port`), sending frames up to the hard cap
+    /// [`FrameLimit::MAX`]. Connecting is bounded by `request_timeout` too.
     pub async fn connect(
         addr: &str,
         request_timeout: Duration,
+    ) -> Result<BookieClient, ClientError> {
+        BookieClient::connect_within(addr, request_timeout, FrameLimit::MAX).await
+    }
+
+    /// Connect to the bookie at `addr` (`host:port`); a request whose frame would exceed
+    /// `max_frame_size` is refused without being sent. Connecting is bounded by
+    /// `request_timeout` too.
+    pub async fn connect_within(
+        addr: &str,
+        request_timeout: Duration,
+        max_frame_size: FrameLimit,
     ) -> Result<BookieClient, ClientError> {
         let stream = match tokio::time::timeout(request_timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
@@ -173,6 +190,7 @@ impl BookieClient {
             inner: Arc::new(Inner {
                 addr: addr.to_string(),
                 request_timeout,
+                max_frame_size,
                 next_id: AtomicU64::new(1),
                 shared,
                 frames,
@@ -210,8 +228,8 @@ impl BookieClient {
 
     /// Store each `(entry id, data)` of `entries` in `ledger` with the writer's `lac`, in one
     /// ADD_BATCH frame. Resolves when the bookie has all of them durable; an error means none
-    /// of them may be counted as stored. The batch must fit one frame (see
-    /// [`proto::MAX_BATCH_ENTRIES`] and [`proto::MAX_FRAME_SIZE`]).
+    /// of them may be counted as stored. The batch must fit one frame under this client's
+    /// limit (see [`FrameLimit::fits_batch`]).
     pub async fn add_batch(
         &self,
         ledger: u64,
@@ -303,7 +321,7 @@ impl BookieClient {
         let op = request.op();
         let mut frame = BytesMut::new();
         request
-            .encode(&mut frame)
+            .encode_within(&mut frame, inner.max_frame_size)
             .map_err(|e| ClientError::BadRequest(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
         inner.shared.pending.lock().insert(id, tx);
@@ -402,6 +420,7 @@ async fn read_loop(mut rd: OwnedReadHalf, shared: Arc<Shared>) {
     let mut buf = BytesMut::with_capacity(READ_BUFFER);
     loop {
         loop {
+            // Up to the hard cap: a READ answer carries whatever entry the bookie holds.
             let body = match proto::decode_frame(&mut buf) {
                 Ok(Some(body)) => body,
                 Ok(None) => break,

@@ -25,7 +25,7 @@
 //! ```
 //! use std::time::Duration;
 //! use bytes::Bytes;
-//! use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, ClientError, JournalConfig};
+//! use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, ClientError, FrameLimit, JournalConfig};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let rt = tokio::runtime::Runtime::new()?;
@@ -36,6 +36,7 @@
 //!         bind: "127.0.0.1:0".parse()?,
 //!         ledger_dirs: Vec::new(),
 //!         journal: JournalConfig::default(),
+//!         max_frame_size: FrameLimit::MAX,
 //!     };
 //!     let server = BookieServer::start(config).await?;
 //!     let addr = server.local_addr().to_string();
@@ -68,5 +69,6 @@ pub mod storage;
 pub use client::{BookieClient, ClientError, ReadResult};
 pub use entrylog::EntryLogStorage;
 pub use error::BookieError;
+pub use proto::FrameLimit;
 pub use server::{BookieConfig, BookieServer, JournalConfig};
 pub use storage::{LedgerStorage, MemStorage};

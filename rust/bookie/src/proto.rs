@@ -8,10 +8,14 @@
 //! u32 BE body_len | u32 BE crc32c(body) | body
 //! ```
 //!
-//! `body_len` may not exceed [`MAX_FRAME_SIZE`] (16 MiB of entry data plus 1 KiB of
-//! headers). A larger length, or a checksum that does not match the body, is a
-//! [`ProtoError`]; the receiving side closes that connection. The length is checked before
-//! any buffer is grown for the body, so a peer can never make us allocate more than the limit.
+//! `body_len` may not exceed the receiver's [`FrameLimit`]: BookKeeper's
+//! `nettyMaxFrameSizeBytes`, configurable between [`MIN_FRAME_SIZE`] and the hard cap
+//! [`MAX_FRAME_SIZE`] (16 MiB of entry data plus 1 KiB of headers). A larger length, or a
+//! checksum that does not match the body, is a [`ProtoError`]; the receiving side closes that
+//! connection. The length is checked before any buffer is grown for the body, so a peer can
+//! never make us allocate more than the limit. A sender never encodes a request over its own
+//! limit ([`Request::encode_within`]); what one entry may hold under a limit, and how many
+//! fit one ADD_BATCH, is [`FrameLimit::max_entry`] and [`FrameLimit::fits_batch`].
 //!
 //! # Requests (client → bookie)
 //!
@@ -56,11 +60,15 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-/// The largest frame body accepted: 16 MiB of entry data plus 1 KiB for headers.
+/// The hard cap on a frame body, whatever the configured limit: 16 MiB of entry data plus
+/// 1 KiB for headers.
 pub const MAX_FRAME_SIZE: usize = 16 * 1024 * 1024 + 1024;
+/// The smallest frame limit that may be configured: room for every request but an add, and
+/// for adds of a few KiB.
+pub const MIN_FRAME_SIZE: usize = 4 * 1024;
 /// The frame header: body length and body checksum.
 pub const FRAME_HEADER_LEN: usize = 8;
-/// The largest entry payload a single ADD may carry.
+/// The largest entry payload a single ADD may carry under the hard cap.
 pub const MAX_ENTRY_SIZE: usize = MAX_FRAME_SIZE - ADD_HEADER_LEN;
 
 /// Bytes before the data in an ADD body: op, request id, ledger, entry, lac, flags.
@@ -76,11 +84,61 @@ const READ_RESPONSE_HEADER_LEN: usize = 1 + 8 + 1 + 8;
 const FLAG_RECOVERY: u8 = 0x01;
 const FLAG_FENCE: u8 = 0x01;
 
+/// The most bytes of frame body a connection accepts, and a sender puts in one frame:
+/// BookKeeper's `nettyMaxFrameSizeBytes`. Always within [`MIN_FRAME_SIZE`]..=[`MAX_FRAME_SIZE`].
+///
+/// ```
+/// use magnetar_bookie::proto::FrameLimit;
+///
+/// let limit = FrameLimit::new(64 * 1024).unwrap();
+/// assert_eq!(limit.max_entry(), 64 * 1024 - 42);
+/// assert!(limit.fits_batch(2, 64 * 1024 - 54));
+/// assert!(!limit.fits_batch(2, 64 * 1024 - 53));
+/// assert!(FrameLimit::new(100).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FrameLimit(usize);
+
+impl FrameLimit {
+    /// The hard cap, [`MAX_FRAME_SIZE`].
+    pub const MAX: FrameLimit = FrameLimit(MAX_FRAME_SIZE);
+
+    /// A limit of `bytes`, which must lie within [`MIN_FRAME_SIZE`]..=[`MAX_FRAME_SIZE`].
+    pub fn new(bytes: usize) -> Result<FrameLimit, ProtoError> {
+        if (MIN_FRAME_SIZE..=MAX_FRAME_SIZE).contains(&bytes) {
+            Ok(FrameLimit(bytes))
+        } else {
+            Err(ProtoError::BadFrameLimit(bytes))
+        }
+    }
+
+    /// The limit in bytes of frame body.
+    pub const fn bytes(self) -> usize {
+        self.0
+    }
+
+    /// The largest entry one frame under this limit carries, whether it goes alone (ADD) or
+    /// in an ADD_BATCH: the limit less an ADD_BATCH's header and one entry's overhead (which
+    /// exceed an ADD's header).
+    pub const fn max_entry(self) -> usize {
+        self.0 - ADD_BATCH_HEADER_LEN - ADD_BATCH_ENTRY_OVERHEAD
+    }
+
+    /// Whether one ADD_BATCH of `entries` entries holding `data` bytes between them fits a
+    /// frame under this limit.
+    pub const fn fits_batch(self, entries: usize, data: usize) -> bool {
+        entries <= MAX_BATCH_ENTRIES
+            && ADD_BATCH_HEADER_LEN + entries * ADD_BATCH_ENTRY_OVERHEAD + data <= self.0
+    }
+}
+
 /// What a malformed frame or body is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtoError {
-    #[error("frame length {0} exceeds the limit of {MAX_FRAME_SIZE} bytes")]
-    FrameTooLarge(u64),
+    #[error("frame length {len} exceeds the limit of {limit} bytes (nettyMaxFrameSizeBytes)")]
+    FrameTooLarge { len: u64, limit: usize },
+    #[error("a frame limit of {0} bytes is outside {MIN_FRAME_SIZE}..={MAX_FRAME_SIZE}")]
+    BadFrameLimit(usize),
     #[error("frame checksum mismatch: header says {expected:#010x}, body has {actual:#010x}")]
     BadChecksum { expected: u32, actual: u32 },
     #[error("unknown op code {0}")]
@@ -93,10 +151,10 @@ pub enum ProtoError {
     TrailingBytes { what: &'static str, extra: usize },
     #[error("{what}: unknown flag bits {flags:#04x}")]
     BadFlags { what: &'static str, flags: u8 },
-    #[error("entry of {0} bytes exceeds the limit of {MAX_ENTRY_SIZE} bytes")]
-    EntryTooLarge(usize),
-    #[error("ADD_BATCH of {entries} entries and {bytes} body bytes is empty or exceeds the limits ({MAX_BATCH_ENTRIES} entries, {MAX_FRAME_SIZE} bytes)")]
-    BadBatch { entries: usize, bytes: usize },
+    #[error("entry of {size} bytes exceeds the {max} bytes one frame can carry")]
+    EntryTooLarge { size: usize, max: usize },
+    #[error("ADD_BATCH of {entries} entries and {bytes} body bytes is empty or exceeds the limits ({MAX_BATCH_ENTRIES} entries, {limit} bytes)")]
+    BadBatch { entries: usize, bytes: usize, limit: usize },
 }
 
 /// The operation a request asks for; echoed in its response.
@@ -212,18 +270,26 @@ impl Request {
         }
     }
 
-    /// Append this request as one whole frame (header included) to `dst`.
+    /// Append this request as one whole frame (header included) to `dst`, within the hard
+    /// cap [`MAX_FRAME_SIZE`].
     pub fn encode(&self, dst: &mut BytesMut) -> Result<(), ProtoError> {
+        self.encode_within(dst, FrameLimit::MAX)
+    }
+
+    /// Append this request as one whole frame (header included) to `dst`, refusing one
+    /// whose body would exceed `limit` (nothing is appended then).
+    pub fn encode_within(&self, dst: &mut BytesMut, limit: FrameLimit) -> Result<(), ProtoError> {
+        let max = limit.bytes();
         match self {
-            Request::Add { data, .. } if data.len() > MAX_ENTRY_SIZE => {
-                return Err(ProtoError::EntryTooLarge(data.len()));
+            Request::Add { data, .. } if ADD_HEADER_LEN + data.len() > max => {
+                return Err(ProtoError::EntryTooLarge { size: data.len(), max: max - ADD_HEADER_LEN });
             }
             Request::AddBatch { entries, .. }
                 if entries.is_empty()
                     || entries.len() > MAX_BATCH_ENTRIES
-                    || self.body_len() > MAX_FRAME_SIZE =>
+                    || self.body_len() > max =>
             {
-                return Err(ProtoError::BadBatch { entries: entries.len(), bytes: self.body_len() });
+                return Err(ProtoError::BadBatch { entries: entries.len(), bytes: self.body_len(), limit: max });
             }
             _ => {}
         }
@@ -360,7 +426,7 @@ impl Request {
                 let count = usize::try_from(body.get_u32()).unwrap_or(usize::MAX);
                 // Every entry takes at least its overhead: bound the count before allocating.
                 if count == 0 || count > MAX_BATCH_ENTRIES || count > body.len() / ADD_BATCH_ENTRY_OVERHEAD {
-                    return Err(ProtoError::BadBatch { entries: count, bytes: total });
+                    return Err(ProtoError::BadBatch { entries: count, bytes: total, limit: MAX_FRAME_SIZE });
                 }
                 let mut entries = Vec::with_capacity(count);
                 for _ in 0..count {
@@ -442,7 +508,10 @@ impl Response {
         };
         if let ResponseBody::Read { data, .. } = &self.body {
             if READ_RESPONSE_HEADER_LEN + data.len() > MAX_FRAME_SIZE {
-                return Err(ProtoError::EntryTooLarge(data.len()));
+                return Err(ProtoError::EntryTooLarge {
+                    size: data.len(),
+                    max: MAX_FRAME_SIZE - READ_RESPONSE_HEADER_LEN,
+                });
             }
         }
         // A reason is advisory: cut an oversized one at a char boundary.
@@ -529,13 +598,20 @@ pub fn peek_header(body: &[u8]) -> Result<(OpCode, u64), ProtoError> {
     Ok((op, u64::from_be_bytes(id)))
 }
 
+/// Take one whole frame off the front of `buf`, returning its checked body: as
+/// [`decode_frame_within`] with the hard cap, [`FrameLimit::MAX`].
+pub fn decode_frame(buf: &mut BytesMut) -> Result<Option<Bytes>, ProtoError> {
+    decode_frame_within(buf, FrameLimit::MAX)
+}
+
 /// Take one whole frame off the front of `buf`, returning its checked body.
 ///
 /// Returns `Ok(None)` when `buf` does not yet hold a whole frame; in that case `buf` has been
-/// grown (never beyond [`FRAME_HEADER_LEN`] + [`MAX_FRAME_SIZE`]) so that the rest of the frame
-/// fits. A length over the limit or a checksum mismatch is an error, after which the stream
-/// cannot be resynchronised and the connection must be closed.
-pub fn decode_frame(buf: &mut BytesMut) -> Result<Option<Bytes>, ProtoError> {
+/// grown (never beyond [`FRAME_HEADER_LEN`] + `limit`) so that the rest of the frame fits. A
+/// length over `limit` (checked before anything is allocated for it) or a checksum mismatch
+/// is an error, after which the stream cannot be resynchronised and the connection must be
+/// closed.
+pub fn decode_frame_within(buf: &mut BytesMut, limit: FrameLimit) -> Result<Option<Bytes>, ProtoError> {
     if buf.len() < FRAME_HEADER_LEN {
         return Ok(None);
     }
@@ -543,8 +619,8 @@ pub fn decode_frame(buf: &mut BytesMut) -> Result<Option<Bytes>, ProtoError> {
     let len32 = header.get_u32();
     let expected = header.get_u32();
     let len = match usize::try_from(len32) {
-        Ok(len) if len <= MAX_FRAME_SIZE => len,
-        _ => return Err(ProtoError::FrameTooLarge(u64::from(len32))),
+        Ok(len) if len <= limit.bytes() => len,
+        _ => return Err(ProtoError::FrameTooLarge { len: u64::from(len32), limit: limit.bytes() }),
     };
     let total = FRAME_HEADER_LEN + len;
     if buf.len() < total {

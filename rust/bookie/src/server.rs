@@ -5,7 +5,10 @@
 //! [`BookieServer::start`] opens the ledger storage, replays the journal into it from the last
 //! checkpoint mark, flushes it (a checkpoint: the replayed journal files are then deleted),
 //! starts a fresh journal file and binds the listener. Each connection is served by one reader task and one writer task joined
-//! by a channel of encoded responses; the writer sends whatever is queued with one write.
+//! by a channel of encoded responses; the writer sends whatever is queued with one write. A
+//! frame longer than the configured limit (`max_frame_size`, nettyMaxFrameSizeBytes) closes
+//! its connection, the reason logged, before anything is allocated for it; other connections
+//! go on.
 //!
 //! Every mutation is applied to storage, then queued on the journal, and answered only when the
 //! journal reports it durable. Adds are answered straight from the journal thread's completion
@@ -45,7 +48,7 @@ use crate::entrylog::EntryLogStorage;
 use crate::error::BookieError;
 use crate::journal::{self, EncodedEntries, Journal, JournalRecord, JournalStats, RecordKind};
 use crate::multidir::MultiDirStorage;
-use crate::proto::{self, OpCode, Request, Response, ResponseBody, Status};
+use crate::proto::{self, FrameLimit, OpCode, Request, Response, ResponseBody, Status};
 use crate::storage::LedgerStorage;
 
 /// Bytes of unanswered adds and unwritten responses one connection may have before it stops
@@ -166,6 +169,9 @@ pub struct BookieConfig {
     /// The listen address; port 0 picks a free port (see [`BookieServer::local_addr`]).
     pub bind: SocketAddr,
     pub journal: JournalConfig,
+    /// nettyMaxFrameSizeBytes: a connection that sends a frame longer than this is closed,
+    /// with the reason logged, before anything is allocated for it.
+    pub max_frame_size: FrameLimit,
 }
 
 /// The state shared by connections, the checkpointer, in-process callers
@@ -601,8 +607,11 @@ impl BookieServer {
             })?;
         let (stop, stop_rx) = watch::channel(false);
         crate::local::register(&local_addr.to_string(), &core);
-        let serve = tokio::spawn(accept_loop(listener, core.clone(), stop_rx));
-        log::info!("bookie listening on {local_addr}");
+        let serve = tokio::spawn(accept_loop(listener, core.clone(), stop_rx, config.max_frame_size));
+        log::info!(
+            "bookie listening on {local_addr} (frames up to {} bytes)",
+            config.max_frame_size.bytes()
+        );
         Ok(BookieServer {
             _locks: locks,
             local_addr,
@@ -693,7 +702,12 @@ impl Drop for BookieServer {
     }
 }
 
-async fn accept_loop(listener: TcpListener, core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    core: Arc<Core>,
+    mut stop: watch::Receiver<bool>,
+    max_frame_size: FrameLimit,
+) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -701,7 +715,7 @@ async fn accept_loop(listener: TcpListener, core: Arc<Core>, mut stop: watch::Re
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     core.connections.fetch_add(1, Ordering::Relaxed);
-                    conns.spawn(serve_connection(stream, peer, core.clone(), stop.clone()));
+                    conns.spawn(serve_connection(stream, peer, core.clone(), stop.clone(), max_frame_size));
                 }
                 Err(e) => {
                     log::warn!("accept failed: {e}");
@@ -783,6 +797,7 @@ async fn serve_connection(
     peer: SocketAddr,
     core: Arc<Core>,
     mut stop: watch::Receiver<bool>,
+    max_frame_size: FrameLimit,
 ) {
     if let Err(e) = stream.set_nodelay(true) {
         log::debug!("{peer}: set_nodelay: {e}");
@@ -794,7 +809,7 @@ async fn serve_connection(
     let mut buf = BytesMut::with_capacity(READ_BUFFER);
     'conn: loop {
         loop {
-            let body = match proto::decode_frame(&mut buf) {
+            let body = match proto::decode_frame_within(&mut buf, max_frame_size) {
                 Ok(Some(body)) => body,
                 Ok(None) => break,
                 Err(e) => {

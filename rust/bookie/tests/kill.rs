@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
-use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, ClientError, JournalConfig};
+use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, ClientError, FrameLimit, JournalConfig};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -94,6 +94,7 @@ async fn sigkill_loses_no_acknowledged_add() {
         bind: "127.0.0.1:0".parse().expect("addr"),
         ledger_dirs: Vec::new(),
         journal: JournalConfig::default(),
+        max_frame_size: FrameLimit::MAX,
     })
     .await
     .expect("restart after SIGKILL");

@@ -2,8 +2,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use magnetar_bookie::proto::{
-    decode_frame, OpCode, ProtoError, Request, Response, ResponseBody, Status, FRAME_HEADER_LEN,
-    MAX_FRAME_SIZE,
+    decode_frame, decode_frame_within, FrameLimit, OpCode, ProtoError, Request, Response,
+    ResponseBody, Status, ADD_BATCH_ENTRY_OVERHEAD, FRAME_HEADER_LEN, MAX_FRAME_SIZE,
+    MIN_FRAME_SIZE,
 };
 use proptest::prelude::*;
 
@@ -199,7 +200,10 @@ fn oversized_length_is_refused_before_allocating() {
     let cap = buf.capacity();
     assert_eq!(
         decode_frame(&mut buf),
-        Err(ProtoError::FrameTooLarge(MAX_FRAME_SIZE as u64 + 1))
+        Err(ProtoError::FrameTooLarge {
+            len: MAX_FRAME_SIZE as u64 + 1,
+            limit: MAX_FRAME_SIZE
+        })
     );
     assert_eq!(buf.capacity(), cap);
     let mut buf = BytesMut::new();
@@ -207,8 +211,89 @@ fn oversized_length_is_refused_before_allocating() {
     buf.put_u32(0);
     assert!(matches!(
         decode_frame(&mut buf),
-        Err(ProtoError::FrameTooLarge(_))
+        Err(ProtoError::FrameTooLarge { .. })
     ));
+}
+
+/// A request of exactly `len` body bytes (a DELETE_LEDGER padded with junk: the frame
+/// decoder looks at the length and checksum only).
+fn frame_of(len: usize) -> BytesMut {
+    let body: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let mut b = BytesMut::new();
+    b.put_u32(u32::try_from(len).expect("fits"));
+    b.put_u32(crc32c::crc32c(&body));
+    b.put_slice(&body);
+    b
+}
+
+#[test]
+fn a_configured_limit_accepts_a_frame_at_it_and_refuses_one_past_it() {
+    let limit = FrameLimit::new(8 * 1024).expect("in range");
+    let mut at = frame_of(8 * 1024);
+    let body = decode_frame_within(&mut at, limit).expect("at the limit").expect("whole");
+    assert_eq!(body.len(), 8 * 1024);
+    assert!(at.is_empty());
+
+    // One byte over: refused from its header alone, before the body is read or room is
+    // made for it.
+    let mut over = frame_of(8 * 1024 + 1);
+    over.truncate(FRAME_HEADER_LEN);
+    let cap = over.capacity();
+    let err = decode_frame_within(&mut over, limit).expect_err("over the limit");
+    assert_eq!(err, ProtoError::FrameTooLarge { len: 8 * 1024 + 1, limit: 8 * 1024 });
+    assert_eq!(err.to_string(), "frame length 8193 exceeds the limit of 8192 bytes (nettyMaxFrameSizeBytes)");
+    assert_eq!(over.capacity(), cap);
+    // The hard cap takes it.
+    assert!(decode_frame(&mut frame_of(8 * 1024 + 1)).expect("under the cap").is_some());
+}
+
+#[test]
+fn frame_limits_outside_the_range_are_refused() {
+    assert_eq!(FrameLimit::new(MIN_FRAME_SIZE - 1), Err(ProtoError::BadFrameLimit(MIN_FRAME_SIZE - 1)));
+    assert_eq!(FrameLimit::new(MAX_FRAME_SIZE + 1), Err(ProtoError::BadFrameLimit(MAX_FRAME_SIZE + 1)));
+    assert_eq!(FrameLimit::new(MIN_FRAME_SIZE).map(FrameLimit::bytes), Ok(MIN_FRAME_SIZE));
+    assert_eq!(FrameLimit::new(MAX_FRAME_SIZE), Ok(FrameLimit::MAX));
+}
+
+#[test]
+fn the_encoder_keeps_requests_within_the_senders_limit() {
+    let limit = FrameLimit::new(8 * 1024).expect("in range");
+    let add = |len: usize| Request::Add {
+        request_id: 1,
+        ledger: 1,
+        entry: 0,
+        lac: -1,
+        recovery: false,
+        data: Bytes::from(vec![1u8; len]),
+    };
+    let batch = |lens: &[usize]| Request::AddBatch {
+        request_id: 1,
+        ledger: 1,
+        lac: -1,
+        recovery: false,
+        entries: lens.iter().enumerate().map(|(i, n)| (i as u64, Bytes::from(vec![2u8; *n]))).collect(),
+    };
+    // The largest entry the limit promises fits both ways, and lands at most at the limit.
+    for req in [add(limit.max_entry()), batch(&[limit.max_entry()])] {
+        let mut wire = BytesMut::new();
+        req.encode_within(&mut wire, limit).expect("fits");
+        assert!(wire.len() - FRAME_HEADER_LEN <= limit.bytes());
+        let body = decode_frame_within(&mut wire, limit).expect("frame").expect("whole");
+        assert_eq!(Request::decode(body).expect("decode"), req);
+    }
+    let mut wire = BytesMut::new();
+    assert_eq!(
+        add(limit.bytes()).encode_within(&mut wire, limit),
+        Err(ProtoError::EntryTooLarge { size: 8 * 1024, max: 8 * 1024 - 34 })
+    );
+    let half = limit.max_entry() / 2;
+    assert!(limit.fits_batch(2, 2 * half - ADD_BATCH_ENTRY_OVERHEAD));
+    assert!(!limit.fits_batch(2, 2 * half));
+    assert!(matches!(
+        batch(&[half, half]).encode_within(&mut wire, limit),
+        Err(ProtoError::BadBatch { entries: 2, limit: 8192, .. })
+    ));
+    assert!(wire.is_empty(), "nothing is written for a refused request");
 }
 
 #[test]
@@ -273,7 +358,7 @@ fn entry_over_the_limit_is_refused_by_the_encoder() {
     };
     assert!(matches!(
         req.encode(&mut BytesMut::new()),
-        Err(ProtoError::EntryTooLarge(_))
+        Err(ProtoError::EntryTooLarge { .. })
     ));
     let max = Bytes::from(vec![7u8; magnetar_bookie::proto::MAX_ENTRY_SIZE]);
     let req = Request::Add {

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
-use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, ClientError, JournalConfig};
+use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, ClientError, FrameLimit, JournalConfig};
 use proptest::prelude::*;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,6 +68,7 @@ fn config(dir: &Path) -> BookieConfig {
             max_group_wait: Duration::ZERO,
             ..JournalConfig::default()
         },
+        max_frame_size: FrameLimit::MAX,
     }
 }
 

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, Bytes, BytesMut};
 use magnetar_bookie::proto::{self, OpCode, Request, Response, Status};
 use magnetar_bookie::{
-    journal, BookieClient, BookieConfig, BookieError, BookieServer, ClientError, JournalConfig,
+    journal, BookieClient, BookieConfig, BookieError, BookieServer, ClientError, FrameLimit,
+    JournalConfig,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -20,6 +21,7 @@ fn config(dir: &Path) -> BookieConfig {
         bind: "127.0.0.1:0".parse().expect("addr"),
         ledger_dirs: Vec::new(),
         journal: JournalConfig::default(),
+        max_frame_size: FrameLimit::MAX,
     }
 }
 
@@ -514,6 +516,66 @@ async fn bad_frames_close_only_their_connection() {
         Bytes::from_static(b"a")
     );
     assert!(!client.is_closed());
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_over_the_configured_limit_closes_only_its_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let limit = FrameLimit::new(16 * 1024).expect("in range");
+    let cfg = BookieConfig { max_frame_size: limit, ..config(dir.path()) };
+    let server = BookieServer::start(cfg).await.expect("start");
+    // Clients that may send up to the hard cap: what the bookie refuses does reach it.
+    let client = connect(&server).await;
+    let other = connect(&server).await;
+    // An ADD whose body is exactly the limit is taken.
+    let at = Bytes::from(vec![1u8; limit.bytes() - 34]);
+    client.add(1, 0, -1, at.clone(), false).await.expect("a frame at the limit");
+
+    // One byte more closes that connection.
+    let over = Bytes::from(vec![2u8; limit.bytes() - 33]);
+    let err = client.add(1, 1, 0, over, false).await.expect_err("a frame over the limit");
+    assert!(matches!(err, ClientError::Closed | ClientError::Io(_)), "{err}");
+    assert!(client.is_closed());
+    let mut raw = TcpStream::connect(server.local_addr()).await.expect("connect");
+    let mut header = BytesMut::new();
+    header.put_u32(u32::try_from(limit.bytes() + 1).expect("fits"));
+    header.put_u32(0);
+    raw.write_all(&header).await.expect("write");
+    assert_eq!(read_response(&mut raw).await, None, "closed on the header alone");
+
+    // The other connection, and new ones, are served as before.
+    assert_eq!(other.read(1, 0, false).await.expect("read").data, at);
+    other.add(1, 1, 0, Bytes::from_static(b"next"), false).await.expect("add");
+    let fresh = connect(&server).await;
+    assert_eq!(fresh.read(1, 1, false).await.expect("read").data, Bytes::from_static(b"next"));
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_refuses_to_send_a_frame_over_its_own_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = BookieServer::start(config(dir.path())).await.expect("start");
+    let limit = FrameLimit::new(16 * 1024).expect("in range");
+    let client = BookieClient::connect_within(&server.local_addr().to_string(), TIMEOUT, limit)
+        .await
+        .expect("connect");
+    let err = client
+        .add(1, 0, -1, Bytes::from(vec![0u8; limit.bytes()]), false)
+        .await
+        .expect_err("over the client's limit");
+    assert_eq!(
+        err,
+        ClientError::BadRequest("entry of 16384 bytes exceeds the 16350 bytes one frame can carry".into())
+    );
+    assert!(!client.is_closed());
+    assert_eq!(client.read(1, 0, false).await, Err(ClientError::NoLedger), "nothing was sent");
+    client.add(1, 0, -1, Bytes::from(vec![0u8; limit.max_entry()]), false).await.expect("add");
+    // Reads are not bounded by the client's limit: an entry written under a larger one
+    // comes back whole.
+    let big = connect(&server).await;
+    big.add(2, 0, -1, Bytes::from(vec![5u8; 64 * 1024]), false).await.expect("add");
+    assert_eq!(client.read(2, 0, false).await.expect("read").data.len(), 64 * 1024);
     server.shutdown().await.expect("shutdown");
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use magnetar_bookie::{BookieConfig, BookieServer, JournalConfig};
+use magnetar_bookie::{BookieConfig, BookieServer, FrameLimit, JournalConfig};
 use magnetar_ledger::{BookKeeper, ClientConfig};
 use magnetar_meta::{MemStore, MetadataStore};
 
@@ -33,6 +33,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             bind: "127.0.0.1:0".parse()?,
             ledger_dirs: Vec::new(),
             journal: JournalConfig::default(),
+            max_frame_size: FrameLimit::MAX,
         })
         .await?;
         store.put(&format!("/ledgers/available/{}", server.local_addr()), b"", None)?;

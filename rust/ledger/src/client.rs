@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use magnetar_bookie::FrameLimit;
 use magnetar_meta::MetadataStore;
 use parking_lot::Mutex;
 
@@ -38,6 +39,11 @@ pub struct ClientConfig {
     /// `magnetar_bookie::local`). Off by default, so that a client talks TCP to every bookie
     /// unless its owner asks otherwise.
     pub local_bookies: bool,
+    /// nettyMaxFrameSizeBytes: no request to a bookie is sent in a frame longer than this.
+    /// A batch of adds goes as several frames where one would be longer; an entry that
+    /// does not fit one frame is refused ([`LedgerError::EntryTooLarge`]). Default: the hard
+    /// cap, [`FrameLimit::MAX`].
+    pub max_frame_size: FrameLimit,
 }
 
 impl Default for ClientConfig {
@@ -47,6 +53,7 @@ impl Default for ClientConfig {
             quarantine: Duration::from_secs(60),
             read_parallelism: 32,
             local_bookies: false,
+            max_frame_size: FrameLimit::MAX,
         }
     }
 }
@@ -60,6 +67,16 @@ pub(crate) struct BkInner {
 }
 
 impl BkInner {
+    /// Whether a payload of `size` bytes fits one entry (see [`BookKeeper::max_entry_size`]).
+    pub(crate) fn check_entry_size(&self, size: usize) -> Result<()> {
+        let frame = self.config.max_frame_size;
+        let max = crate::entry::max_payload(frame);
+        if size > max {
+            return Err(LedgerError::EntryTooLarge { size, max, frame: frame.bytes() });
+        }
+        Ok(())
+    }
+
     /// Remember that `addr` failed a request.
     pub(crate) fn mark_failed(&self, addr: &str) {
         self.quarantined.lock().insert(addr.to_string(), Instant::now());
@@ -109,6 +126,7 @@ impl BookKeeper {
     pub fn new(meta: Arc<dyn MetadataStore>, config: ClientConfig) -> BookKeeper {
         let mut pool = crate::pool::BookiePool::new(config.request_timeout);
         pool.local_bookies = config.local_bookies;
+        pool.max_frame_size = config.max_frame_size;
         let transport = Arc::new(pool);
         Self::with_transport(meta, config, transport)
     }
@@ -133,6 +151,12 @@ impl BookKeeper {
     /// The settings this client was made with.
     pub fn config(&self) -> &ClientConfig {
         &self.inner.config
+    }
+
+    /// The largest payload one entry may have: what fits one frame under
+    /// `max_frame_size`. A larger add fails with [`LedgerError::EntryTooLarge`].
+    pub fn max_entry_size(&self) -> usize {
+        crate::entry::max_payload(self.inner.config.max_frame_size)
     }
 
     /// Create a ledger striped over `ensemble` bookies, each entry written to

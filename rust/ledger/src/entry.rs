@@ -25,13 +25,20 @@
 //! ```
 
 use bytes::{BufMut, Bytes, BytesMut};
+use magnetar_bookie::FrameLimit;
 
 /// The format version written by [`encode`].
 pub const FORMAT_VERSION: u8 = 1;
 /// Bytes of header before the payload.
 pub const HEADER_LEN: usize = 13;
-/// The largest payload one entry can carry: what a bookie accepts, less the header.
-pub const MAX_PAYLOAD: usize = magnetar_bookie::proto::MAX_ENTRY_SIZE - HEADER_LEN;
+/// The largest payload one entry can carry under the hard cap on bookie frames.
+pub const MAX_PAYLOAD: usize = max_payload(FrameLimit::MAX);
+
+/// The largest payload one entry can carry in frames of at most `limit`: what one frame
+/// holds of an entry (see [`FrameLimit::max_entry`]), less the header.
+pub const fn max_payload(limit: FrameLimit) -> usize {
+    limit.max_entry() - HEADER_LEN
+}
 
 /// Why a stored entry was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

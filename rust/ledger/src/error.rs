@@ -47,6 +47,10 @@ pub enum LedgerError {
     /// Recovery could not establish the ledger's last entry.
     #[error("recovery of ledger {ledger} failed: {reason}")]
     Recovery { ledger: u64, reason: String },
+    /// An entry too large for one bookie frame under the client's limit
+    /// (nettyMaxFrameSizeBytes); the add is refused, and the ledger goes on.
+    #[error("entry of {size} bytes does not fit one bookie frame: at most {max} bytes of payload fit a frame of {frame} bytes (nettyMaxFrameSizeBytes)")]
+    EntryTooLarge { size: usize, max: usize, frame: usize },
     /// The arguments of a call make no sense (quorum sizes, entry ranges).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use magnetar_bookie::client::{BookieClient, ClientError};
 use magnetar_bookie::local::{self, LocalBookie};
+use magnetar_bookie::FrameLimit;
 use parking_lot::Mutex;
 
 use crate::transport::{BookieError, BookieTransport, BoxFuture, ReadEntry};
@@ -50,12 +51,20 @@ pub struct BookiePool {
     slots: Mutex<HashMap<String, Slot>>,
     /// Call bookies of this process directly ([`magnetar_bookie::local`]).
     pub local_bookies: bool,
+    /// The longest frame a connection sends (nettyMaxFrameSizeBytes); a longer request
+    /// fails with [`BookieError::BadRequest`] unsent. Default: the hard cap.
+    pub max_frame_size: FrameLimit,
 }
 
 impl BookiePool {
     /// A pool whose requests (and connects) give up after `request_timeout`.
     pub fn new(request_timeout: Duration) -> Self {
-        BookiePool { request_timeout, slots: Mutex::new(HashMap::new()), local_bookies: false }
+        BookiePool {
+            request_timeout,
+            slots: Mutex::new(HashMap::new()),
+            local_bookies: false,
+            max_frame_size: FrameLimit::MAX,
+        }
     }
 
     fn slot(&self, addr: &str) -> Slot {
@@ -71,7 +80,7 @@ impl BookiePool {
             }
         }
         guard.1 = None;
-        let connect = BookieClient::connect(addr, self.request_timeout);
+        let connect = BookieClient::connect_within(addr, self.request_timeout, self.max_frame_size);
         let client = match tokio::time::timeout(self.request_timeout, connect).await {
             Ok(r) => r?,
             Err(_) => return Err(BookieError::Timeout),

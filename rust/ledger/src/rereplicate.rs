@@ -95,8 +95,9 @@ impl BookKeeper {
         Ok(Replacement::Replaced { bookies: repairs.into_iter().map(|r| r.target).collect(), entries: copied })
     }
 
-    /// Copy the entries of repair `r` that the lost slot held to the new bookie. Returns
-    /// how many were copied.
+    /// Copy the entries of repair `r` that the lost slot held to the new bookie, `batch`
+    /// read at a time and written in as few frames as the frame limit allows. Returns how
+    /// many were copied.
     async fn copy_fragment(&self, id: u64, meta: &LedgerMetadata, r: &Repair, batch: usize) -> Result<u64> {
         let ensemble = &meta.ensembles[r.fragment].1;
         let (e, qw) = (ensemble.len(), meta.write_quorum_size);
@@ -118,10 +119,12 @@ impl BookKeeper {
                 entries.push((entry, got?));
             }
             entries.sort_unstable_by_key(|(entry, _)| *entry);
-            self.inner
-                .transport
-                .add_batch(&r.target, id, meta.last_entry_id, entries, true)
-                .await?;
+            for part in crate::writer::batches(entries, self.inner.config.max_frame_size) {
+                self.inner
+                    .transport
+                    .add_batch(&r.target, id, meta.last_entry_id, part, true)
+                    .await?;
+            }
         }
         Ok(held.len() as u64)
     }

@@ -4,7 +4,8 @@
 //! framed bytes are sent to the `Qw` slots of its write set. A batch of adds
 //! ([`LedgerHandle::add_entries`]) takes consecutive ids under one lock and goes to each
 //! bookie as few ADD_BATCH requests (one task each, at most [`MAX_BATCH_BYTES`] of data per
-//! request), and only its last entry carries a completion: entries confirm in order, so the
+//! request, and never a frame longer than the client's `max_frame_size`, see [`batches`]),
+//! and only its last entry carries a completion: entries confirm in order, so the
 //! batch is done when its last entry is. An answer is applied under the handle lock: an ack
 //! marks the slot of every entry it covers, and the queue head is confirmed while it holds
 //! `Qa` acks, so confirmations and the last add confirmed advance strictly in entry-id order.
@@ -19,11 +20,14 @@
 //! one; otherwise the handle breaks.
 //!
 //! A broken handle (fenced, no bookies, metadata failure) fails every pending add and every
-//! later one with the same error: the caller opens a new ledger.
+//! later one with the same error: the caller opens a new ledger. An entry too large for one
+//! frame is refused before it takes an id ([`LedgerError::EntryTooLarge`]): nothing is sent,
+//! and the handle goes on.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
+use magnetar_bookie::FrameLimit;
 use tokio::sync::oneshot;
 
 use crate::entry::{self, Payload};
@@ -39,6 +43,31 @@ pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
 /// The most entries one ADD_BATCH request carries.
 pub const MAX_BATCH_ENTRIES: usize = 4096;
 
+/// Split `entries` (framed, in entry order) into the groups that go as one ADD_BATCH
+/// request each: at most [`MAX_BATCH_BYTES`] of data (or one larger entry alone) and
+/// [`MAX_BATCH_ENTRIES`] entries, in a frame no longer than `limit`. Every entry must fit a
+/// frame on its own ([`FrameLimit::max_entry`]).
+pub(crate) fn batches(entries: Vec<(u64, Bytes)>, limit: FrameLimit) -> Vec<Vec<(u64, Bytes)>> {
+    let mut out = Vec::new();
+    let mut chunk: Vec<(u64, Bytes)> = Vec::new();
+    let mut bytes = 0usize;
+    for (entry, framed) in entries {
+        let more = bytes + framed.len();
+        if !chunk.is_empty()
+            && (more > MAX_BATCH_BYTES || chunk.len() >= MAX_BATCH_ENTRIES || !limit.fits_batch(chunk.len() + 1, more))
+        {
+            out.push(std::mem::take(&mut chunk));
+            bytes = 0;
+        }
+        bytes += framed.len();
+        chunk.push((entry, framed));
+    }
+    if !chunk.is_empty() {
+        out.push(chunk);
+    }
+    out
+}
+
 impl LedgerHandle {
     /// Append one entry; resolves to its entry id once an ack quorum has stored it and
     /// every earlier entry is confirmed.
@@ -48,17 +77,14 @@ impl LedgerHandle {
     }
 
     /// Append many entries with all of them in flight at once; the ids come back in order.
-    /// Fails with the first failing add's error. A batch holding an entry larger than
-    /// [`entry::MAX_PAYLOAD`] is refused whole.
+    /// Fails with the first failing add's error. A batch holding an entry larger than one
+    /// frame holds ([`BookKeeper::max_entry_size`](crate::BookKeeper::max_entry_size)) is
+    /// refused whole, with [`LedgerError::EntryTooLarge`]; the handle goes on.
     /// Entries may be [`Bytes`] or two-piece [`Payload`]s.
     pub async fn add_entries<P: Into<Payload>>(&self, entries: Vec<P>) -> Result<Vec<u64>> {
         let entries: Vec<Payload> = entries.into_iter().map(Into::into).collect();
-        if let Some(big) = entries.iter().find(|d| d.len() > entry::MAX_PAYLOAD) {
-            return Err(LedgerError::InvalidArgument(format!(
-                "entry of {} bytes is larger than the {} bytes an entry can hold; no entry of the batch was added",
-                big.len(),
-                entry::MAX_PAYLOAD
-            )));
+        for data in &entries {
+            self.inner.bk.check_entry_size(data.len())?;
         }
         if entries.is_empty() {
             return Ok(Vec::new());
@@ -145,14 +171,8 @@ impl HandleInner {
             Some(e.clone())
         } else if st.closing || st.closed {
             Some(LedgerError::LedgerClosed)
-        } else if data.len() > entry::MAX_PAYLOAD {
-            Some(LedgerError::InvalidArgument(format!(
-                "entry of {} bytes is larger than the {} bytes an entry can hold",
-                data.len(),
-                entry::MAX_PAYLOAD
-            )))
         } else {
-            None
+            self.bk.check_entry_size(data.len()).err()
         };
         if let Some(e) = refused {
             let _ = tx.send(Err(e));
@@ -212,20 +232,9 @@ impl HandleInner {
             let done = if i == last_index { done.take() } else { None };
             st.pending.push_back(PendingAdd { entry, framed, length, acked: AckedSlots::default(), done });
         }
+        let limit = self.bk.config.max_frame_size;
         for (slot, group) in per_slot.into_iter().enumerate() {
-            let mut chunk: Vec<(u64, Bytes)> = Vec::new();
-            let mut bytes = 0usize;
-            for (entry, framed) in group {
-                if !chunk.is_empty()
-                    && (bytes + framed.len() > MAX_BATCH_BYTES || chunk.len() >= MAX_BATCH_ENTRIES)
-                {
-                    self.send_batch(&st, slot, std::mem::take(&mut chunk));
-                    bytes = 0;
-                }
-                bytes += framed.len();
-                chunk.push((entry, framed));
-            }
-            if !chunk.is_empty() {
+            for chunk in batches(group, limit) {
                 self.send_batch(&st, slot, chunk);
             }
         }

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, ClientError, JournalConfig};
+use magnetar_bookie::{BookieClient, BookieConfig, BookieServer, ClientError, FrameLimit, JournalConfig};
 use magnetar_ledger::entry;
 use magnetar_ledger::metadata::ledger_path;
 use magnetar_ledger::quorum::write_set;
-use magnetar_ledger::{BookKeeper, ClientConfig, LedgerError, LedgerMetadata, LedgerState};
+use magnetar_ledger::{BookKeeper, ClientConfig, LedgerError, LedgerMetadata, LedgerState, Replacement};
 use magnetar_meta::{MemStore, MetadataStore};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -27,6 +27,8 @@ async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T 
 
 struct Cluster {
     store: Arc<MemStore>,
+    /// nettyMaxFrameSizeBytes of the bookies and of the clients.
+    limit: FrameLimit,
     /// Clients call the bookies directly, in process (`ClientConfig::local_bookies`).
     local: bool,
     servers: Vec<Option<BookieServer>>,
@@ -36,6 +38,10 @@ struct Cluster {
 
 impl Cluster {
     async fn start(n: usize) -> Cluster {
+        Cluster::start_limited(n, FrameLimit::MAX).await
+    }
+
+    async fn start_limited(n: usize, limit: FrameLimit) -> Cluster {
         let store = Arc::new(MemStore::default());
         let mut servers = Vec::new();
         let mut addrs = Vec::new();
@@ -47,6 +53,7 @@ impl Cluster {
                 bind: "127.0.0.1:0".parse().unwrap(),
                 ledger_dirs: Vec::new(),
                 journal: JournalConfig::default(),
+                max_frame_size: limit,
             };
             let server = BookieServer::start(config).await.unwrap();
             let addr = server.local_addr().to_string();
@@ -55,7 +62,7 @@ impl Cluster {
             addrs.push(addr);
             dirs.push(dir);
         }
-        Cluster { store, local: false, servers, addrs, _dirs: dirs }
+        Cluster { store, limit, local: false, servers, addrs, _dirs: dirs }
     }
 
     async fn start_local(n: usize) -> Cluster {
@@ -68,7 +75,12 @@ impl Cluster {
     }
 
     fn client(&self) -> BookKeeper {
-        let config = ClientConfig { request_timeout: TIMEOUT, local_bookies: self.local, ..ClientConfig::default() };
+        let config = ClientConfig {
+            request_timeout: TIMEOUT,
+            local_bookies: self.local,
+            max_frame_size: self.limit,
+            ..ClientConfig::default()
+        };
         BookKeeper::new(self.store.clone(), config)
     }
 
@@ -98,6 +110,7 @@ impl Cluster {
             bind: addr.parse().unwrap(),
             ledger_dirs: Vec::new(),
             journal: JournalConfig::default(),
+            max_frame_size: self.limit,
         };
         self.servers[i] = Some(bounded("bookie restart", BookieServer::start(config)).await.unwrap());
     }
@@ -184,6 +197,90 @@ async fn big_and_concurrent_batches_are_split_pipelined_and_confirmed_in_order()
     assert_eq!(lh.last_add_confirmed(), 423);
     let read = lh.read_entries(0, 23).await.unwrap();
     assert_eq!(read.into_iter().map(|(_, d)| d).collect::<Vec<_>>(), big);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_split_into_frames_within_the_limit() {
+    let limit = FrameLimit::new(64 * 1024).unwrap();
+    let cluster = Cluster::start_limited(3, limit).await;
+    let bk = cluster.client();
+    let lh = bk.create_ledger(3, 3, 3, BTreeMap::new()).await.unwrap();
+    // 240 KiB in one call, far under MAX_BATCH_BYTES: as one ADD_BATCH per bookie, every
+    // bookie would close its connection on it.
+    let batch: Vec<Bytes> = (0..40u8).map(|i| Bytes::from(vec![i; 6 * 1024])).collect();
+    let ids = bounded("batch", lh.add_entries(batch.clone())).await.unwrap();
+    assert_eq!(ids, (0..40).collect::<Vec<u64>>());
+    // Entries as large as a frame allows, several to a call.
+    let max = vec![Bytes::from(vec![7u8; bk.max_entry_size()]); 3];
+    assert_eq!(bounded("maximal entries", lh.add_entries(max.clone())).await.unwrap(), vec![40, 41, 42]);
+    let read: Vec<Bytes> = lh.read_entries(0, 42).await.unwrap().into_iter().map(|(_, d)| d).collect();
+    assert_eq!(read, [batch, max].concat());
+    // One connection to each bookie, none of them closed over a frame too long.
+    assert_eq!(cluster.connections(), vec![1, 1, 1]);
+    cluster.shutdown().await;
+}
+
+async fn entry_over_the_limit_is_refused(local: bool) {
+    let limit = FrameLimit::new(64 * 1024).unwrap();
+    let cluster = Cluster { local, ..Cluster::start_limited(1, limit).await };
+    let bk = cluster.client();
+    assert_eq!(bk.max_entry_size(), 64 * 1024 - 42 - entry::HEADER_LEN);
+    let lh = bk.create_ledger(1, 1, 1, BTreeMap::new()).await.unwrap();
+    assert_eq!(lh.add_entry(payload(0)).await.unwrap(), 0);
+    let max = bk.max_entry_size();
+    let huge = Bytes::from(vec![1u8; max + 1]);
+    let err = lh.add_entry(huge.clone()).await.unwrap_err();
+    assert_eq!(err, LedgerError::EntryTooLarge { size: max + 1, max, frame: limit.bytes() });
+    assert_eq!(
+        err.to_string(),
+        "entry of 65482 bytes does not fit one bookie frame: at most 65481 bytes of payload fit a \
+         frame of 65536 bytes (nettyMaxFrameSizeBytes)"
+    );
+    // A batch holding one is refused whole; pipelined adds the same.
+    assert!(matches!(lh.add_entries(vec![payload(1), huge.clone()]).await, Err(LedgerError::EntryTooLarge { .. })));
+    assert!(matches!(lh.add_entry_pipelined(huge).await, Err(LedgerError::EntryTooLarge { .. })));
+    // The ledger goes on, nothing acknowledged lost, no id skipped.
+    assert_eq!(lh.add_entries((1..5).map(payload).collect()).await.unwrap(), vec![1, 2, 3, 4]);
+    let largest = Bytes::from(vec![2u8; max]);
+    assert_eq!(lh.add_entry(largest.clone()).await.unwrap(), 5);
+    assert_eq!(lh.read_entries(0, 4).await.unwrap(), expected(0..5));
+    assert_eq!(lh.read_entries(5, 5).await.unwrap(), vec![(5, largest)]);
+    lh.close().await.unwrap();
+    let reader = bk.open_ledger(lh.id(), false).await.unwrap();
+    assert_eq!(reader.metadata().last_entry_id, 5);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entry_over_the_frame_limit_is_refused_and_the_ledger_goes_on() {
+    entry_over_the_limit_is_refused(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entry_over_the_frame_limit_is_refused_by_local_calls_too() {
+    entry_over_the_limit_is_refused(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rereplication_copies_in_frames_within_the_limit() {
+    let limit = FrameLimit::new(64 * 1024).unwrap();
+    let cluster = Cluster::start_limited(3, limit).await;
+    let bk = cluster.client();
+    let lh = bk.create_ledger(2, 2, 2, BTreeMap::new()).await.unwrap();
+    let data: Vec<Bytes> = (0..12u8).map(|i| Bytes::from(vec![i; 20 * 1024])).collect();
+    lh.add_entries(data.clone()).await.unwrap();
+    lh.close().await.unwrap();
+    let lost = lh.metadata().current_ensemble()[0].clone();
+    // Ten entries read at a time: 200 KiB, copied in frames of at most 64 KiB.
+    let done = bounded("re-replication", bk.replace_bookie(lh.id(), &lost, 10)).await.unwrap();
+    let Replacement::Replaced { bookies, entries } = done else { panic!("not replaced: {done:?}") };
+    assert_eq!(entries, 12);
+    let copy = BookieClient::connect(&bookies[0], TIMEOUT).await.unwrap();
+    for (e, want) in data.iter().enumerate() {
+        let got = copy.read(lh.id(), e as u64, false).await.unwrap();
+        assert_eq!(&entry::decode(lh.id(), e as u64, &got.data).unwrap().payload, want);
+    }
     cluster.shutdown().await;
 }
 

@@ -337,9 +337,9 @@ async fn oversized_entry_is_refused_without_breaking_the_writer() {
     let c = cluster(1);
     let lh = c.bk.create_ledger(1, 1, 1, BTreeMap::new()).await.unwrap();
     let huge = Bytes::from(vec![0u8; entry::MAX_PAYLOAD + 1]);
-    assert!(matches!(lh.add_entry(huge).await, Err(LedgerError::InvalidArgument(_))));
+    assert!(matches!(lh.add_entry(huge).await, Err(LedgerError::EntryTooLarge { .. })));
     let batch = vec![payload(0), Bytes::from(vec![0u8; entry::MAX_PAYLOAD + 1])];
-    assert!(matches!(lh.add_entries(batch).await, Err(LedgerError::InvalidArgument(_))));
+    assert!(matches!(lh.add_entries(batch).await, Err(LedgerError::EntryTooLarge { .. })));
     assert_eq!(lh.add_entry(payload(0)).await.unwrap(), 0);
 }
 

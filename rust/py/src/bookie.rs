@@ -4,7 +4,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use magnetar_bookie::{BookieConfig, BookieServer as Server, JournalConfig};
+use magnetar_bookie::{BookieConfig, BookieServer as Server, FrameLimit, JournalConfig};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::errors::BookieError;
@@ -31,7 +32,8 @@ impl PyBookieServer {
                         journal_buffered_writes_threshold=524288, journal_max_size_mb=2048,
                         journal_flush_when_queue_empty=true, journal_pre_alloc_size_mb=16,
                         flush_entry_log_bytes=67108864, flush_interval_ms=60000,
-                        journal_max_backups=0, ledger_dirs=Vec::new()))]
+                        journal_max_backups=0, ledger_dirs=Vec::new(),
+                        max_frame_size=magnetar_bookie::proto::MAX_FRAME_SIZE))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -48,8 +50,10 @@ impl PyBookieServer {
         flush_interval_ms: u64,
         journal_max_backups: u64,
         ledger_dirs: Vec<PathBuf>,
+        max_frame_size: usize,
     ) -> PyResult<Self> {
         let bind = resolve(host, port)?;
+        let max_frame_size = FrameLimit::new(max_frame_size).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let config = BookieConfig {
             data_dir,
             bind,
@@ -66,6 +70,7 @@ impl PyBookieServer {
                 max_backups: journal_max_backups,
                 ..JournalConfig::default()
             },
+            max_frame_size,
         };
         let server = py
             .detach(|| runtime().block_on(Server::start(config)))

@@ -44,6 +44,7 @@ mod completions;
 mod errors;
 mod kafka;
 mod ledger_reader;
+mod logging;
 mod meta;
 mod pulsar_codec;
 mod runtime;
@@ -53,7 +54,11 @@ mod stream;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     keep_freed_memory();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // nettyMaxFrameSizeBytes may lie between these (what gateway._config checks).
+    m.add("MIN_FRAME_SIZE", magnetar_bookie::proto::MIN_FRAME_SIZE)?;
+    m.add("MAX_FRAME_SIZE", magnetar_bookie::proto::MAX_FRAME_SIZE)?;
     m.add_function(wrap_pyfunction!(allocator_options, m)?)?;
+    m.add_function(wrap_pyfunction!(logging::log_to_stderr, m)?)?;
     m.add_class::<completions::CompletionQueue>()?;
     errors::register(m)?;
     m.add_class::<bookie::PyBookieServer>()?;

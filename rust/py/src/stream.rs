@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use magnetar_bookie::FrameLimit;
 use magnetar_ledger::{BookKeeper, ClientConfig, Replacement};
 use magnetar_stream::{
     AddResult, BookKeeperStore, CacheBudget, Cursor, Entry, InitialPosition, LedgerStoreError, ManagedLedger,
@@ -150,24 +151,28 @@ impl PyFactory {
     /// With `local_bookies`, bookies running in this process (a standalone's) are called
     /// directly rather than over TCP. `cache_size_mb` is what the entry caches of all the
     /// managed ledgers opened here may hold together; once over it, they are evicted down to
-    /// `cache_eviction_watermark` of it.
+    /// `cache_eviction_watermark` of it. No request goes to a bookie in a frame longer than
+    /// `max_frame_size` (nettyMaxFrameSizeBytes).
     #[pyo3(signature = (metadata_store, request_timeout_ms=30000, local_bookies=true, cache_size_mb=256,
-                        cache_eviction_watermark=0.9))]
+                        cache_eviction_watermark=0.9, max_frame_size=magnetar_bookie::proto::MAX_FRAME_SIZE))]
     fn new(
         metadata_store: Py<PyAny>,
         request_timeout_ms: u64,
         local_bookies: bool,
         cache_size_mb: u64,
         cache_eviction_watermark: f64,
+        max_frame_size: usize,
     ) -> PyResult<Self> {
         if !(0.0..=1.0).contains(&cache_eviction_watermark) {
             return Err(PyValueError::new_err("cache_eviction_watermark must be between 0 and 1"));
         }
+        let max_frame_size = FrameLimit::new(max_frame_size).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let meta: Arc<dyn magnetar_meta::MetadataStore> = Arc::new(PyMetadataStore::new(metadata_store));
         let _guard = runtime().enter();
         let config = ClientConfig {
             request_timeout: Duration::from_millis(request_timeout_ms),
             local_bookies,
+            max_frame_size,
             ..ClientConfig::default()
         };
         let bk = BookKeeper::new(meta.clone(), config);
@@ -236,6 +241,13 @@ impl PyManagedLedger {
     #[getter]
     fn name(&self) -> String {
         self.ml.name().to_string()
+    }
+
+    /// The largest entry `add_entries` takes: what one bookie frame of the factory's
+    /// `max_frame_size` holds, less the headers stored with it.
+    #[getter]
+    fn max_entry_size(&self) -> usize {
+        self.ml.max_entry_size()
     }
 
     /// Entries are copied once, into one buffer for the whole batch, which the stored

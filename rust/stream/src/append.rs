@@ -17,6 +17,8 @@
 //! topic now, so the managed ledger becomes fenced and writes nothing more (creating a
 //! ledger would race the new owner for the record).
 //! Because the drain task is spawned, a caller that stops waiting does not stop the write.
+//! An entry larger than the ledger store takes ([`ManagedLedger::max_entry_size`]) is
+//! refused with its request before it is queued, so it never fails a round or a ledger.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -183,6 +185,13 @@ impl ManagedLedger {
         }
         if entries.iter().any(|(_, n)| *n == 0) {
             return done(Err(StreamError::InvalidArgument("an entry must hold at least one message".into())));
+        }
+        let max = self.max_entry_size();
+        if let Some((big, _)) = entries.iter().find(|(data, _)| data.len() > max) {
+            return done(Err(StreamError::InvalidArgument(format!(
+                "an entry of {} bytes is larger than the {max} bytes one entry may hold here",
+                big.len()
+            ))));
         }
         let reply = Reply { f: Some(done), name: self.name.clone() };
         // A refusal here has answered the request already.

@@ -99,4 +99,8 @@ impl LedgerStore for BookKeeperStore {
     fn delete_ledger(&self, id: u64) -> BoxFuture<'_, Result<(), LedgerStoreError>> {
         Box::pin(async move { self.bk.delete_ledger(id).await.map_err(|e| map_err(id, e)) })
     }
+
+    fn max_entry_size(&self) -> usize {
+        self.bk.max_entry_size()
+    }
 }

@@ -406,6 +406,13 @@ impl ManagedLedger {
         &self.config
     }
 
+    /// The largest payload one entry may have (what the ledger store's entries hold, less
+    /// the broker entry metadata): an add request holding a larger one is refused whole,
+    /// before it is queued, and the adds around it go on.
+    pub fn max_entry_size(&self) -> usize {
+        self.store.max_entry_size().saturating_sub(crate::entry::HEADER_LEN)
+    }
+
     /// Lifecycle state.
     pub fn status(&self) -> MlStatus {
         self.state.lock().status

@@ -13,6 +13,8 @@
 //! - `Ledger::add_entries` appends in order; entry ids are consecutive from 0; it either
 //!   returns every id or fails. After a failure the handle stays broken and
 //!   `last_add_confirmed` tells how far it got.
+//! - `max_entry_size` bounds what one entry may hold; the managed ledger refuses a larger
+//!   one before it reaches a ledger.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -78,6 +80,11 @@ pub trait LedgerStore: Send + Sync + 'static {
     fn open_ledger(&self, id: u64, recover: bool) -> BoxFuture<'_, Result<Arc<dyn Ledger>, LedgerStoreError>>;
     /// Delete a ledger and its data.
     fn delete_ledger(&self, id: u64) -> BoxFuture<'_, Result<(), LedgerStoreError>>;
+    /// The most bytes one entry may hold (for bookies, what fits one frame under
+    /// nettyMaxFrameSizeBytes). Default: no limit.
+    fn max_entry_size(&self) -> usize {
+        usize::MAX
+    }
 }
 
 #[derive(Default)]
@@ -96,6 +103,8 @@ struct MemInner {
     fail_creates: usize,
     fail_reads: usize,
     read_calls: u64,
+    /// `max_entry_size`; an add of a larger entry fails, leaving its handle as it was.
+    max_entry: Option<usize>,
 }
 
 /// Ledgers kept in memory. Cloning shares the same ledgers.
@@ -152,6 +161,12 @@ impl MemLedgerStore {
         self.inner.lock().fail_reads = n;
     }
 
+    /// Hold at most `bytes` per entry, as bookies with a frame limit do: an add of a larger
+    /// entry fails (the handle goes on).
+    pub fn set_max_entry_size(&self, bytes: usize) {
+        self.inner.lock().max_entry = Some(bytes);
+    }
+
     /// Fence ledger `id`: its writer's later adds fail with `Fenced`.
     pub fn fence(&self, id: u64) {
         if let Some(l) = self.inner.lock().ledgers.get_mut(&id) {
@@ -191,6 +206,10 @@ impl Ledger for MemLedger {
                 inner.fail_adds -= 1;
                 st.broken = Some(LedgerStoreError::NotEnoughBookies);
                 return Err(LedgerStoreError::NotEnoughBookies);
+            }
+            let max = inner.max_entry.unwrap_or(usize::MAX);
+            if let Some(big) = entries.iter().find(|e| e.len() > max) {
+                return Err(LedgerStoreError::Other(format!("entry of {} bytes is over {max}", big.len())));
             }
             let data = inner.ledgers.get_mut(&self.id).ok_or(LedgerStoreError::NoSuchLedger(self.id))?;
             if data.fenced {
@@ -265,6 +284,10 @@ impl Ledger for MemLedger {
 }
 
 impl LedgerStore for MemLedgerStore {
+    fn max_entry_size(&self) -> usize {
+        self.inner.lock().max_entry.unwrap_or(usize::MAX)
+    }
+
     fn create_ledger(
         &self,
         ensemble: usize,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use magnetar_bookie::{BookieConfig, BookieServer, JournalConfig};
+use magnetar_bookie::{BookieConfig, BookieServer, FrameLimit, JournalConfig};
 use magnetar_ledger::mem::MemBookies;
 use magnetar_ledger::{BookKeeper, ClientConfig};
 use magnetar_meta::{MemStore, MetadataStore};
@@ -112,9 +112,14 @@ async fn not_enough_bookies_is_reported() {
 
 async fn start_bookie(dir: &std::path::Path) -> BookieServer {
     let bind: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    BookieServer::start(BookieConfig { data_dir: dir.to_path_buf(), ledger_dirs: Vec::new(), bind, journal: JournalConfig::default() })
-        .await
-        .unwrap()
+    let config = BookieConfig {
+        data_dir: dir.to_path_buf(),
+        ledger_dirs: Vec::new(),
+        bind,
+        journal: JournalConfig::default(),
+        max_frame_size: FrameLimit::MAX,
+    };
+    BookieServer::start(config).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use magnetar_bookie::FrameLimit;
 use magnetar_ledger::mem::MemBookies;
 use magnetar_ledger::{BookKeeper, ClientConfig};
 use magnetar_meta::{MemStore, MetadataStore};
@@ -42,6 +43,13 @@ async fn contract(store: Arc<dyn LedgerStore>) {
     let err = w2.add_entries(vec![Bytes::from("y").into()]).await.unwrap_err();
     assert!(matches!(err, LedgerStoreError::Fenced(_)), "{err:?}");
 
+    // An entry over max_entry_size is refused; the handle goes on, no id taken.
+    let max = store.max_entry_size();
+    let w3 = store.create_ledger(1, 1, 1, BTreeMap::new()).await.unwrap();
+    assert!(w3.add_entries(vec![Bytes::from(vec![0u8; max + 1]).into()]).await.is_err());
+    assert_eq!(w3.add_entries(vec![Bytes::from(vec![1u8; max]).into()]).await.unwrap(), vec![0]);
+    assert_eq!(w3.read_entries(0, 0).await.unwrap()[0].1.len(), max);
+
     // Delete removes the ledger.
     store.delete_ledger(w.id()).await.unwrap();
     assert!(matches!(store.open_ledger(w.id(), false).await, Err(LedgerStoreError::NoSuchLedger(_))));
@@ -50,7 +58,9 @@ async fn contract(store: Arc<dyn LedgerStore>) {
 
 #[tokio::test]
 async fn memory_store_meets_the_contract() {
-    contract(Arc::new(MemLedgerStore::new())).await;
+    let store = MemLedgerStore::new();
+    store.set_max_entry_size(1000);
+    contract(Arc::new(store)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,6 +70,7 @@ async fn bookkeeper_store_meets_the_contract() {
     bookies.add_bookie("127.0.0.1:3181");
     meta.put("/ledgers/available/127.0.0.1:3181", b"", None).unwrap();
     let meta: Arc<dyn MetadataStore> = meta;
-    let bk = BookKeeper::with_transport(meta, ClientConfig::default(), bookies);
+    let config = ClientConfig { max_frame_size: FrameLimit::new(8192).unwrap(), ..ClientConfig::default() };
+    let bk = BookKeeper::with_transport(meta, config, bookies);
     contract(Arc::new(BookKeeperStore::new(bk))).await;
 }

@@ -493,6 +493,35 @@ async fn failed_ledger_is_replaced_and_adds_retried() {
 }
 
 #[tokio::test]
+async fn an_entry_too_large_for_the_store_is_refused_alone() {
+    let env = Env::new();
+    env.store.set_max_entry_size(1000);
+    let f = env.factory();
+    let ml = f.open("t/too-large", env.config(100)).await.unwrap();
+    assert_eq!(ml.max_entry_size(), 1000 - 24);
+    ml.add_entries(payloads(0..2)).await.unwrap();
+    let ledger = ml.stats().current_ledger_id;
+    let big = vec![(Bytes::from(vec![0u8; 977]), 1)];
+    let at_most = vec![(Bytes::from(vec![1u8; 976]), 1)];
+    // Three adds made together: only the one with an entry too large fails.
+    let (a, b, c, d) = tokio::join!(
+        ml.add_entries(payloads(2..4)),
+        ml.add_entries(big),
+        ml.add_entries(at_most),
+        ml.add_entries(payloads(4..5)),
+    );
+    let err = b.unwrap_err();
+    let expected = "an entry of 977 bytes is larger than the 976 bytes one entry may hold here";
+    assert_eq!(err, StreamError::InvalidArgument(expected.into()));
+    let indexes: Vec<u64> = [a.unwrap(), c.unwrap(), d.unwrap()].concat().iter().map(|r| r.index).collect();
+    assert_eq!(indexes, vec![2, 3, 4, 5], "no index taken by the refused entry");
+    assert_eq!(ml.stats().current_ledger_id, ledger, "the ledger was not given up");
+    let all = ml.read_entries(Position::new(0, -1), 100).await.unwrap();
+    assert_eq!(all.len(), 6);
+    assert_eq!(all[4].data.len(), 976);
+}
+
+#[tokio::test]
 async fn a_failed_write_fails_the_adds_queued_behind_it() {
     let env = Env::new();
     let f = env.factory();

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import trio
 import trio.testing
 
-from core.topic import PublishResult
+from core.topic import MessageTooLargeError, PublishResult
 from handlers.kafka._codec import Data
 from handlers.kafka._errors import ErrorCode
 from handlers.kafka._produce import (
@@ -94,3 +94,20 @@ def test_failed_batches_of_an_idempotent_producer_take_its_sequence_back_to_the_
         done(PublishResult(None, error=OSError("bookie gone")))
     assert _check_sequence(plog, first) == (0, None)  # type: ignore[arg-type]
     assert _check_sequence(plog, second)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # type: ignore[arg-type]
+
+
+def test_a_batch_too_large_for_a_bookie_frame_is_message_too_large() -> None:
+    """The topic refuses an entry larger than one bookie frame holds (nettyMaxFrameSizeBytes):
+    Kafka's producer is told MESSAGE_TOO_LARGE (its batch is too big to store), not a
+    storage failure it would retry."""
+    stored: list[Callable[[PublishResult], None]] = []
+    topic = SimpleNamespace(publish=lambda entry, n, name, seq, done, hold=False: stored.append(done))
+    plog = SimpleNamespace(producers={}, topic=topic, key=("t", 0), owner=None)
+    batch = SimpleNamespace(producer_id=-1, raw=b"", is_transactional=False)
+    too_large, failed = Pending(), Pending()
+    publish_batch(plog, batch, too_large, (b"entry", 5, True))  # type: ignore[arg-type]
+    publish_batch(plog, batch, failed, (b"entry", 5, True))  # type: ignore[arg-type]
+    stored[0](PublishResult(None, error=MessageTooLargeError("Exceed maximum message size")))
+    stored[1](PublishResult(None, error=OSError("bookie gone")))
+    assert (too_large.error, failed.error) == (ErrorCode.MESSAGE_TOO_LARGE,
+                                               ErrorCode.NOT_ENOUGH_REPLICAS)

@@ -4,12 +4,14 @@ its own `magnetar standalone`."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 
 import pulsar
 import pytest
 
+from core.format import MessageMetadata, encode_entry
 from core.format import pulsar_api_pb2 as pb
 from gateway._admin_cli import AdminClient, AdminError
 from handlers.pulsar import _events as ev
@@ -418,3 +420,55 @@ def test_lookups_past_max_concurrent_lookup_request_fail_with_too_many_requests(
         client.create_producer(topic).send(b"after")
         client.close()
         raw.close()
+
+
+def test_a_message_larger_than_a_bookie_frame_is_refused_alone(tmp_path):
+    """With maxMessageSize=16384, bookie frames are 16384 + 10240 bytes
+    (nettyMaxFrameSizeBytes left to its default): messages up to maxMessageSize are stored
+    and delivered; a SEND the Pulsar codec takes whose entry one frame cannot hold gets
+    SEND_ERROR NotAllowedError ("Exceed maximum message size", as Pulsar answers for a
+    topic's maximum), and the producer, the topic and the broker go on."""
+    topic = "persistent://public/default/frame-limit"
+    frame = 16384 + 10240
+    # A frame holds of an entry: less an ADD_BATCH header and one entry's overhead (42),
+    # the ledger entry header (13) and the broker's entry header (24).
+    max_entry = frame - 42 - 13 - 24
+    with Standalone(tmp_path / "data", conf={"maxMessageSize": 16384}) as s:
+        client = pulsar.Client(s.pulsar_url)
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic, batching_enabled=False)
+        largest = bytes(range(250)) * 64  # the client counts its metadata in maxMessageSize
+        producer.send(largest)
+        raw = RawClient(s.pulsar_url)
+        try:
+            raw.connect()
+            raw.send(ev.CommandProducer.build(topic=topic, producer_id=1, request_id=1))
+            assert isinstance(raw.next_event(), ev.CommandProducerSuccess)
+
+            def send(seq: int, size: int) -> bytes:
+                """A SEND of an entry of ``size`` bytes; returns its payload."""
+                md = MessageMetadata(producer_name="raw", sequence_id=seq,
+                                     publish_time=int(time.time() * 1000))
+                payload = b"r" * (size - len(encode_entry(md, b"")))
+                entry = encode_entry(md, payload)
+                assert len(entry) == size
+                raw.send(ev.CommandSend(command=pb.CommandSend(producer_id=1, sequence_id=seq,
+                                                               num_messages=1), entry=entry))
+                return payload
+
+            send(0, max_entry + 1)
+            reply = raw.next_event()
+            assert isinstance(reply, ev.CommandSendError)
+            assert (reply.command.sequence_id, reply.command.error) == (0, pb.NotAllowedError)
+            assert reply.command.message == (
+                f"Exceed maximum message size: {max_entry + 1} bytes, more than the "
+                f"{max_entry} one entry holds in a bookie frame (nettyMaxFrameSizeBytes)")
+            stored = send(1, max_entry)
+            receipt = raw.next_event()
+            assert isinstance(receipt, ev.CommandSendReceipt) and receipt.command.sequence_id == 1
+        finally:
+            raw.close()
+        producer.send(b"after")
+        got = _receive_all(consumer, 3)
+        assert [m.data() for m in got] == [largest, stored, b"after"]
+        client.close()

@@ -4,8 +4,12 @@
 //! magnetar-bookie --data-dir DIR [--bind 127.0.0.1:3181] [--journal-sync-data true|false]
 //!                 [--journal-max-group-wait-ms 2] [--journal-buffered-writes-threshold 524288]
 //!                 [--journal-max-size-mb 2048] [--journal-pre-alloc-size-mb 16]
-//!                 [--flush-entry-log-bytes 67108864] [--log-level info]
+//!                 [--flush-entry-log-bytes 67108864] [--max-frame-size 16778240]
+//!                 [--log-level info]
 //! ```
+//!
+//! `--max-frame-size` is nettyMaxFrameSizeBytes: a connection sending a longer frame is
+//! closed (default: the hard cap, [`magnetar_bookie::proto::MAX_FRAME_SIZE`]).
 //!
 //! Prints `listening on ADDR` on stdout once it accepts connections (so `--bind 127.0.0.1:0`
 //! works for tests), and shuts down cleanly on SIGINT or SIGTERM. Killing it harder loses
@@ -16,12 +20,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use magnetar_bookie::{BookieConfig, BookieError, BookieServer, JournalConfig};
+use magnetar_bookie::{BookieConfig, BookieError, BookieServer, FrameLimit, JournalConfig};
 use tokio::signal::unix::{signal, SignalKind};
 
 const USAGE: &str = "usage: magnetar-bookie --data-dir DIR [--bind ADDR] [--journal-sync-data BOOL] \
 [--journal-max-group-wait-ms MS] [--journal-buffered-writes-threshold BYTES] [--journal-max-size-mb MB] \
-[--journal-pre-alloc-size-mb MB] [--flush-entry-log-bytes BYTES] [--log-level LEVEL]";
+[--journal-pre-alloc-size-mb MB] [--flush-entry-log-bytes BYTES] [--max-frame-size BYTES] \
+[--log-level LEVEL]";
 
 struct StderrLogger;
 
@@ -51,6 +56,7 @@ fn parse_args() -> Result<(BookieConfig, log::LevelFilter), String> {
     let mut data_dir: Option<PathBuf> = None;
     let mut bind = "127.0.0.1:3181".to_string();
     let mut journal = JournalConfig::default();
+    let mut max_frame_size = FrameLimit::MAX;
     let mut level = log::LevelFilter::Info;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -87,6 +93,10 @@ fn parse_args() -> Result<(BookieConfig, log::LevelFilter), String> {
             "--flush-entry-log-bytes" => {
                 journal.flush_entry_log_bytes = value.parse().map_err(|_| bad("expected bytes"))?
             }
+            "--max-frame-size" => {
+                let bytes = value.parse().map_err(|_| bad("expected bytes"))?;
+                max_frame_size = FrameLimit::new(bytes).map_err(|e| bad(&e.to_string()))?;
+            }
             "--log-level" => {
                 level = value
                     .parse()
@@ -105,6 +115,7 @@ fn parse_args() -> Result<(BookieConfig, log::LevelFilter), String> {
             bind,
             ledger_dirs: Vec::new(),
             journal,
+            max_frame_size,
         },
         level,
     ))
