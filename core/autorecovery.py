@@ -6,13 +6,16 @@ share elsewhere; without that, losing one more bookie can lose acknowledged entr
 
 One broker at a time is the *auditor* (``autoRecoveryDaemonEnabled``): the one whose
 session holds the ephemeral entry :data:`AUDITOR_PATH`; when its process ends, another
-broker takes over at its next check. Every :data:`CHECK_SECONDS` the auditor lists the
-available bookies. A bookie it knows of (it was available, or a ledger's ensemble names
-it) that is not available is *missing*; one missing for ``lostBookieRecoveryDelay``
-seconds is *lost*. The auditor then reads every ledger record and, for each closed ledger
-naming a lost bookie, has the storage core copy the entries that bookie held to another
-one and put that bookie in its place (:meth:`core.storage.Storage.replace_bookie`,
-``rereplicationEntryBatchSize`` entries at a time). While it copies, the ledger is marked
+broker takes over at its next check. The auditor lists the available bookies every
+:data:`IDLE_CHECK_SECONDS` while all it knows of are there, so that an idle broker stays
+asleep (a ZooKeeper session, and so a dead bookie's registration, outlives it by about as
+long), and every :data:`CHECK_SECONDS` while one is missing. A bookie it knows of (it was
+available, or a ledger's ensemble names it) that is not available is *missing*; one
+missing for ``lostBookieRecoveryDelay`` seconds is *lost*. The auditor then reads every
+ledger record and, for each closed ledger naming a lost bookie, has the storage core copy
+the entries that bookie held to another one and put that bookie in its place
+(:meth:`core.storage.Storage.replace_bookie`, ``rereplicationEntryBatchSize`` entries at a
+time). While it copies, the ledger is marked
 under :data:`UNDER_REPLICATION` so that the new bookie's garbage collection leaves the
 copy alone until the ledger's record names it (the collection takes the same marker
 while it decides, so the two never overlap on one ledger).
@@ -51,7 +54,11 @@ AVAILABLE_BOOKIES = "/ledgers/available"
 #: One record per ledger, named by its id; and the counter ledger ids come from.
 LEDGERS_ROOT = "/ledgers/ledger"
 LEDGER_ID_COUNTER = "/ledgers/idgen"
+#: How often the auditor looks while a bookie is missing.
 CHECK_SECONDS = 1.0
+#: How often the auditor looks while every bookie it knows of is available, and how often
+#: another broker looks whether the auditor is gone.
+IDLE_CHECK_SECONDS = 30.0
 RESCAN_SECONDS = 60.0
 
 
@@ -80,13 +87,21 @@ class Auditor:
         self.recovered: dict[str, tuple[int, int]] = {}
 
     async def run(self) -> None:
-        """Check every :data:`CHECK_SECONDS` until cancelled; a failed check is logged."""
+        """Check until cancelled, as often as :meth:`next_check_in` says; a failed check is
+        logged and tried again soon."""
         while True:
             try:
                 await self.check()
+                delay = self.next_check_in()
             except (MetadataError, OSError) as exc:
                 log.warning("auditor: check failed: %s", exc)
-            await trio.sleep(CHECK_SECONDS)
+                delay = CHECK_SECONDS
+            await trio.sleep(delay)
+
+    def next_check_in(self) -> float:
+        """Seconds until the next check: soon while a bookie is missing (to see it come back
+        or become lost on time), rarely while all are there."""
+        return CHECK_SECONDS if self.missing_since else IDLE_CHECK_SECONDS
 
     def is_auditor(self) -> bool:
         """Whether this broker is the auditor, becoming it when nobody is."""

@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from core.autorecovery import RESCAN_SECONDS, UNDER_REPLICATION, Auditor
+from core.autorecovery import (
+    CHECK_SECONDS,
+    IDLE_CHECK_SECONDS,
+    RESCAN_SECONDS,
+    UNDER_REPLICATION,
+    Auditor,
+)
 from core.storage import Position, Storage
 from gateway._bookies import collect_garbage
 from tests.core._storage_env import ml_config, storage_env
@@ -64,10 +70,13 @@ async def test_a_lost_bookie_is_replaced_and_its_entries_survive_losing_another(
         assert auditor.known == {a.address, b.address, c.address, d.address}
         held = a.ledgers()
         assert len(held) == 3
+        # Every bookie there: the auditor looks again only rarely.
+        assert auditor.next_check_in() == IDLE_CHECK_SECONDS
 
         env.stop_bookie(a)
         await auditor.check()
         assert auditor.missing_since == {a.address: clock.now}
+        assert auditor.next_check_in() == CHECK_SECONDS
         clock.now += 29  # lostBookieRecoveryDelay not reached: nothing moves
         await auditor.check()
         assert all(a.address in named for named in named_bookies(env.metadata).values())
@@ -78,6 +87,7 @@ async def test_a_lost_bookie_is_replaced_and_its_entries_survive_losing_another(
         assert held and all(a.address not in bookies for bookies in named.values())
         assert all(len(named[ledger]) == 2 for ledger in held)
         assert a.address not in auditor.known and not auditor.missing_since
+        assert auditor.next_check_in() == IDLE_CHECK_SECONDS
         assert not env.metadata.children(UNDER_REPLICATION)
 
         # The other original copy goes too: every entry is still there, on C and D.
