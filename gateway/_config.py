@@ -17,7 +17,9 @@ is resolved in this order, later sources winning:
 4. explicit overrides (command-line flags and ``-c key=value``).
 
 An unknown key is not an error: it is logged as a warning naming it and kept, as a
-string, in :attr:`Config.unknown` (plugins may read their own keys from there). A value
+string, in :attr:`Config.unknown` (plugins may read their own keys from there). Keys that
+Pulsar's and BookKeeper's own files set but that mean nothing to Magnetar (a JVM's heap,
+DbLedgerStorage, the load balancer) are kept the same way; their warning says why. A value
 that does not parse or validate raises :class:`ConfigError` naming the key, the value
 and the expected form. The resulting :class:`Config` is immutable.
 """
@@ -690,6 +692,35 @@ KEYS: Mapping[str, Key] = MappingProxyType({k.name: k for k in _KEY_LIST})
 # The file format
 
 
+# Keys that Pulsar's and BookKeeper's own files (and guides written for them) set, but
+# that have no meaning for Magnetar: what the warning about each says instead of
+# "unknown". Matched by exact name, or by prefix for the entries ending in "*".
+_NOT_APPLICABLE = {
+    "PULSAR_MEM": "a JVM memory setting (pulsar_env.sh); Magnetar runs no JVM, and "
+                  "managedLedgerCacheSizeMB bounds its entry cache",
+    "PULSAR_GC": "a JVM setting (pulsar_env.sh); Magnetar runs no JVM",
+    "ledgerStorageClass": "Magnetar's bookies have one ledger storage: an entry log and "
+                          "index per ledger",
+    "dbStorage_*": "a setting of BookKeeper's DbLedgerStorage, which Magnetar's bookies "
+                   "do not use (they keep an entry log and index per ledger)",
+    "loadBalancer*": "one Magnetar broker serves every topic itself; there is "
+                     "no load balancer moving topics between brokers",
+    "batchingMaxMessages": "a producer setting: set it in the client (batching_max_messages)",
+    "batchingMaxPublishDelayMicros": "a producer setting: set it in the client "
+                                     "(batching_max_publish_delay_ms)",
+    "maxBatchSize": "a producer setting: set it in the client (batching_max_messages)",
+}
+
+
+def not_applicable(name: str) -> str | None:
+    """Why ``name``, a key Pulsar or BookKeeper knows, means nothing to Magnetar; None for
+    a key that is simply unknown."""
+    for pattern, why in _NOT_APPLICABLE.items():
+        if name == pattern or (pattern.endswith("*") and name.startswith(pattern[:-1])):
+            return why
+    return None
+
+
 def parse_config_text(text: str, source: str = "<string>") -> dict[str, str]:
     """Parse Pulsar's ``key=value`` properties text into raw strings.
 
@@ -846,7 +877,11 @@ def load_config(
         values[name] = key.parse(text)
         explicit.add(name)
     for name in sorted(unknown):
-        log.warning("unknown configuration key %r ignored", name, extra={"key": name})
+        why = not_applicable(name)
+        if why is None:
+            log.warning("unknown configuration key %r ignored", name, extra={"key": name})
+        else:
+            log.warning("configuration key %r ignored: %s", name, why, extra={"key": name})
 
     for key in _KEY_LIST:
         if key.name not in values and key.derive is None:

@@ -161,6 +161,28 @@ def test_prefixed_environment_wins_over_plain_name(tmp_path):
     assert cfg.clusterName == "c"
 
 
+def test_keys_of_pulsar_that_mean_nothing_here_say_why(tmp_path, caplog):
+    """A Pulsar or BookKeeper file carries keys Magnetar has no use for: each is kept, like
+    any unknown key, but the warning says why it is ignored instead of calling it unknown."""
+    path = _write(tmp_path, "PULSAR_MEM=-Xms4g -Xmx4g\n"
+                            "ledgerStorageClass=org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage\n"
+                            "dbStorage_writeCacheMaxSizeMb=1024\n"
+                            "loadBalancerEnabled=true\n"
+                            "batchingMaxMessages=1000\n"
+                            "someFuturePulsarKey=1\n")
+    with caplog.at_level(logging.WARNING, logger="magnetar.config"):
+        cfg = load_config(path, environ={})
+    lines = {r.getMessage().split("'")[1]: r.getMessage() for r in caplog.records}
+    assert "runs no JVM" in lines["PULSAR_MEM"]
+    assert "one ledger storage" in lines["ledgerStorageClass"]
+    assert "DbLedgerStorage" in lines["dbStorage_writeCacheMaxSizeMb"]
+    assert "no load balancer" in lines["loadBalancerEnabled"]
+    assert "set it in the client" in lines["batchingMaxMessages"]
+    assert lines["someFuturePulsarKey"] == "unknown configuration key 'someFuturePulsarKey' ignored"
+    assert "unknown" not in lines["PULSAR_MEM"]
+    assert cfg.unknown["dbStorage_writeCacheMaxSizeMb"] == "1024"
+
+
 def test_unknown_key_is_logged_and_kept(tmp_path, caplog):
     path = _write(tmp_path, "someFuturePulsarKey=42\nclusterName=c1\n")
     with caplog.at_level(logging.WARNING, logger="magnetar.config"):
