@@ -279,14 +279,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         # A metadata store that cannot be opened or reached is an operator's problem,
         # not a crash: say what failed. (core.metadata is only loaded by commands.)
-        # So is a bookie that refuses its directories (locked, or not its own).
+        # So is a bookie that refuses its directories (locked, or not its own). Started
+        # in a server's nursery, the error comes wrapped in an exception group.
+        cause = _sole_cause(e)
         metadata = sys.modules.get("core.metadata")
         native = sys.modules.get("core._native")
-        if (metadata is not None and isinstance(e, metadata.MetadataError)
-                or native is not None and isinstance(e, native.BookieError)):
-            print(f"{PROG}: error: {e}", file=sys.stderr)
+        if (metadata is not None and isinstance(cause, metadata.MetadataError)
+                or native is not None and isinstance(cause, native.BookieError)):
+            print(f"{PROG}: error: {cause}", file=sys.stderr)
             return 1
+        if isinstance(cause, ConfigError):
+            print(f"{PROG}: error: {cause}", file=sys.stderr)
+            return 2
         raise
+
+
+def _sole_cause(exc: BaseException) -> BaseException:
+    """The one exception inside ``exc``'s nested exception groups, or ``exc`` itself when
+    it is not a group of exactly one."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _exit_code(code: Any) -> int:

@@ -417,3 +417,23 @@ def test_an_idle_standalone_sleeps(tmp_path):
         time.sleep(2)
         woke = _context_switches(pid) - before
         assert woke <= 2, f"an idle standalone woke {woke} times in 2 s"
+
+
+def test_a_standalone_whose_bookie_refuses_its_directories_says_why(tmp_path):
+    """A bookie that refuses its directories (here: a ledger directory that belongs to
+    another bookie, by its cookie) stops the standalone with one line saying why, not a
+    traceback out of the server's nursery."""
+    from tests._standalone import Standalone
+
+    ledgers = tmp_path / "ledgers"
+    with Standalone(tmp_path / "first", conf={"ledgerDirectories": str(ledgers)}):
+        pass
+    second = Standalone(tmp_path / "second", conf={"ledgerDirectories": str(ledgers)})
+    args = [sys.executable, "-m", "gateway", "standalone", "--data-dir", str(second.data_dir)]
+    for k, v in second.conf.items():
+        args += ["-c", f"{k}={v}"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    [line] = [x for x in out.stderr.splitlines() if x.startswith("magnetar: error:")]
+    assert "cookie mismatch" in line
