@@ -279,13 +279,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         # A metadata store that cannot be opened or reached is an operator's problem,
         # not a crash: say what failed. (core.metadata is only loaded by commands.)
-        # So is a bookie that refuses its directories (locked, or not its own). Started
+        # So is a bookie that refuses its directories (locked, or not its own), and a
+        # listener that cannot be opened (the address in use). Started
         # in a server's nursery, the error comes wrapped in an exception group.
         cause = _sole_cause(e)
         metadata = sys.modules.get("core.metadata")
         native = sys.modules.get("core._native")
+        serve = sys.modules.get("handlers._serve")
         if (metadata is not None and isinstance(cause, metadata.MetadataError)
-                or native is not None and isinstance(cause, native.BookieError)):
+                or native is not None and isinstance(cause, native.BookieError)
+                or serve is not None and isinstance(cause, serve.ListenError)):
             print(f"{PROG}: error: {cause}", file=sys.stderr)
             return 1
         if isinstance(cause, ConfigError):

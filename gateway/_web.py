@@ -21,6 +21,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from handlers._serve import listen_error
+
 __all__ = ["WebService", "build_app"]
 
 log = logging.getLogger(__name__)
@@ -115,7 +117,12 @@ class WebService:
         # reported is the one served, with no window for another process to take it.
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, int(self.config.get("webServicePort"))))
+        port = int(self.config.get("webServicePort"))
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise listen_error(exc, host, port, "webServicePort") from exc
         port = sock.getsockname()[1]
         hc = HypercornConfig()
         hc.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the socket now

@@ -2,7 +2,8 @@
 under its protocol in the broker's stats, and log (never raise) how it ended, so one
 connection's failure never reaches the listener or the broker; how a session writes
 what it has queued (:class:`Outbox`, :func:`send_pieces`); and when it stops reading
-(:class:`ReadLimit`)."""
+(:class:`ReadLimit`); and opening its listeners (:func:`open_listeners`), whose failure
+names the address and the setting (:class:`ListenError`)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,33 @@ import trio
 
 from core.writes import IOV_MAX, drop_sent, flush_at_end, write_now
 
-__all__ = ["Outbox", "ReadLimit", "Session", "run_session", "send_pieces"]
+__all__ = ["ListenError", "Outbox", "ReadLimit", "Session", "listen_error", "open_listeners",
+           "run_session", "send_pieces"]
 
 log = logging.getLogger(__name__)
+
+
+class ListenError(OSError):
+    """A listener that cannot be opened (the address in use, not this host's, or a port
+    that needs privileges): an operator's error, which names the address and the setting."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def listen_error(exc: OSError, host: str | None, port: int, setting: str) -> ListenError:
+    """``exc``, raised binding ``host``:``port``, as a :class:`ListenError` naming them."""
+    why = exc.strerror or str(exc)
+    return ListenError(exc.errno, f"cannot listen on {host or '*'}:{port} ({setting}): {why}")
+
+
+async def open_listeners(port: int, host: str | None, setting: str) -> list[trio.SocketListener]:
+    """``trio.open_tcp_listeners``, failing with a :class:`ListenError` that names the
+    address and ``setting``, the key that gave it."""
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise listen_error(exc, host, port, setting) from exc
 
 
 class Session(Protocol):

@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from handlers._serve import run_session
+from handlers._serve import open_listeners, run_session
 from handlers.kafka import _admin, _configs, _fetch, _produce
 from handlers.kafka._codec import DEFAULT_MAX_REQUEST_SIZE, Data, RequestReceived
 from handlers.kafka._fetch_session import (
@@ -123,7 +123,7 @@ class KafkaProtocolHandler:
             scheme, host, port = _parse_listener(item)
             if scheme.upper() != "PLAINTEXT":
                 raise ValueError(f"kafkaListeners: {item} uses {scheme}; only PLAINTEXT is served")
-            opened = await trio.open_tcp_listeners(port, host=host or None)
+            opened = await open_listeners(port, host or None, "kafkaListeners")
             listeners.extend(opened)
             bound.append((scheme, host or "0.0.0.0", opened[0].socket.getsockname()[1]))
         advertised = self.config.get("kafkaAdvertisedListeners") or []

@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from handlers._serve import ReadLimit, run_session
+from handlers._serve import ReadLimit, open_listeners, run_session
 from handlers.pulsar._session import PulsarSession
 
 __all__ = ["PulsarProtocolHandler"]
@@ -53,7 +53,7 @@ class PulsarProtocolHandler:
     async def serve(self, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         host = str(self.config.get("bindAddress"))
         port = int(self.config.get("brokerServicePort"))
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners = await open_listeners(port, host, "brokerServicePort")
         bound = listeners[0].socket.getsockname()[1]
         advertised = self.config.get("advertisedAddress") or host
         named = advertised_listeners(self.config.get("advertisedListeners"))

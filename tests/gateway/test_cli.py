@@ -437,3 +437,31 @@ def test_a_standalone_whose_bookie_refuses_its_directories_says_why(tmp_path):
     assert "Traceback" not in out.stderr
     [line] = [x for x in out.stderr.splitlines() if x.startswith("magnetar: error:")]
     assert "cookie mismatch" in line
+
+
+@pytest.mark.parametrize("setting", ["brokerServicePort", "webServicePort", "kafkaListeners"])
+def test_a_standalone_that_cannot_listen_says_where_and_why(tmp_path, setting):
+    """A port taken by another process stops the standalone with one line naming the
+    address and the setting that gave it, as any operator's error does."""
+    import socket as socketlib
+
+    from tests._standalone import Standalone
+
+    taken = socketlib.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        conf = Standalone(tmp_path / "data").conf
+        conf[setting] = f"PLAINTEXT://127.0.0.1:{port}" if setting == "kafkaListeners" else port
+        args = [sys.executable, "-m", "gateway", "standalone", "--data-dir", str(tmp_path / "data")]
+        for k, v in conf.items():
+            args += ["-c", f"{k}={v}"]
+        out = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    finally:
+        taken.close()
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    [line] = [x for x in out.stderr.splitlines() if x.startswith("magnetar: error:")]
+    assert line == (f"magnetar: error: cannot listen on 127.0.0.1:{port} ({setting}): "
+                    "Address already in use")
