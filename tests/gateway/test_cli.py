@@ -439,7 +439,8 @@ def test_a_standalone_whose_bookie_refuses_its_directories_says_why(tmp_path):
     assert "cookie mismatch" in line
 
 
-@pytest.mark.parametrize("setting", ["brokerServicePort", "webServicePort", "kafkaListeners"])
+@pytest.mark.parametrize("setting", ["brokerServicePort", "webServicePort", "kafkaListeners",
+                                     "bookiePort"])
 def test_a_standalone_that_cannot_listen_says_where_and_why(tmp_path, setting):
     """A port taken by another process stops the standalone with one line naming the
     address and the setting that gave it, as any operator's error does."""
@@ -463,5 +464,5 @@ def test_a_standalone_that_cannot_listen_says_where_and_why(tmp_path, setting):
     assert out.returncode == 1, out.stderr
     assert "Traceback" not in out.stderr
     [line] = [x for x in out.stderr.splitlines() if x.startswith("magnetar: error:")]
-    assert line == (f"magnetar: error: cannot listen on 127.0.0.1:{port} ({setting}): "
-                    "Address already in use")
+    assert line.startswith(f"magnetar: error: cannot listen on 127.0.0.1:{port} ({setting}): "
+                           "Address already in use")

@@ -558,7 +558,7 @@ impl BookieServer {
         let listener = TcpListener::bind(config.bind)
             .await
             .map_err(|e| BookieError::Io {
-                context: format!("bind {}", config.bind),
+                context: format!("cannot listen on {} (bookiePort)", config.bind),
                 source: e,
             })?;
         let local_addr = listener.local_addr().map_err(|e| BookieError::Io {
