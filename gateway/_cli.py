@@ -271,35 +271,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return command.run(args)
-    except ConfigError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
     except Exception as e:
-        # A metadata store that cannot be opened or reached is an operator's problem,
-        # not a crash: say what failed. (core.metadata is only loaded by commands.)
-        # So is a bookie that refuses its directories (locked, or not its own), and a
-        # listener that cannot be opened (the address in use). Started
-        # in a server's nursery, the error comes wrapped in an exception group.
         cause = _sole_cause(e)
-        metadata = sys.modules.get("core.metadata")
-        native = sys.modules.get("core._native")
-        serve = sys.modules.get("handlers._serve")
-        if (metadata is not None and isinstance(cause, metadata.MetadataError)
-                or native is not None and isinstance(cause, native.BookieError)
-                or serve is not None and isinstance(cause, serve.ListenError)):
-            print(f"{PROG}: error: {cause}", file=sys.stderr)
-            return 1
-        if isinstance(cause, ConfigError):
-            print(f"{PROG}: error: {cause}", file=sys.stderr)
-            return 2
-        raise
+        code = _operator_error_code(cause)
+        if code is None:
+            raise
+        print(f"{PROG}: error: {cause}", file=sys.stderr)
+        return code
+
+
+def _operator_error_code(cause: BaseException) -> int | None:
+    """The exit code of an operator's error, which is said in one line rather than a
+    traceback; None for anything else. A bad configuration exits 2. A metadata store that
+    cannot be opened or reached, a bookie that refuses its directories (locked, or not its
+    own) and a listener that cannot be opened (the address in use) exit 1. (Their modules
+    are only loaded by the commands that use them.)"""
+    if isinstance(cause, ConfigError):
+        return 2
+    metadata = sys.modules.get("core.metadata")
+    native = sys.modules.get("core._native")
+    serve = sys.modules.get("handlers._serve")
+    if (metadata is not None and isinstance(cause, metadata.MetadataError)
+            or native is not None and isinstance(cause, native.BookieError)
+            or serve is not None and isinstance(cause, serve.ListenError)):
+        return 1
+    return None
 
 
 def _sole_cause(exc: BaseException) -> BaseException:
-    """The one exception inside ``exc``'s nested exception groups, or ``exc`` itself when
-    it is not a group of exactly one."""
+    """The one exception inside ``exc``'s nested exception groups (an error raised in a
+    server's nursery comes wrapped in one), or ``exc`` itself when it is not a group of
+    exactly one."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
