@@ -372,10 +372,16 @@ def _derive_metadata_url(values: Mapping[str, Any]) -> str:
     return "sqlite:" + os.path.join(values["dataDirectory"], "metadata.db")
 
 
+def _frame_for_message(message: int) -> int:
+    """The bookie frame a message of ``message`` bytes needs, with the headers a Pulsar
+    frame allows it. Pulsar's pairing: its broker gives its bookie client frames of
+    maxMessageSize + MESSAGE_SIZE_FRAME_PADDING, and its bookkeeper.conf ships 5253120 =
+    5 MiB + 10 KiB."""
+    return message + MESSAGE_FRAME_PADDING
+
+
 def _derive_frame_size(values: Mapping[str, Any]) -> int:
-    # Pulsar's pairing: its broker gives its bookie client frames of maxMessageSize +
-    # MESSAGE_SIZE_FRAME_PADDING, and its bookkeeper.conf ships 5253120 = 5 MiB + 10 KiB.
-    return min(int(values["maxMessageSize"]) + MESSAGE_FRAME_PADDING, MAX_FRAME_SIZE)
+    return min(_frame_for_message(int(values["maxMessageSize"])), MAX_FRAME_SIZE)
 
 
 def check_frame_holds_message(cfg: Config) -> None:
@@ -385,7 +391,7 @@ def check_frame_holds_message(cfg: Config) -> None:
     entry, in one frame, and a message the broker accepted but could never store would
     fail only when a client sends one."""
     frame, message = int(cfg["nettyMaxFrameSizeBytes"]), int(cfg["maxMessageSize"])
-    need = message + MESSAGE_FRAME_PADDING
+    need = _frame_for_message(message)
     if frame >= need:
         return
     if need > MAX_FRAME_SIZE:
@@ -670,7 +676,7 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("journalBufferedWritesThreshold", 524288,
          "Bytes buffered before a grouped journal write is flushed early.", 0),
     _int("journalMaxSizeMB", 2048, "Roll the journal file over at this size.", 1),
-    replace(_int("nettyMaxFrameSizeBytes", 5242880 + MESSAGE_FRAME_PADDING,
+    replace(_int("nettyMaxFrameSizeBytes", _frame_for_message(5242880),
                  "Longest frame, in bytes, of the bookie protocol: a bookie closes a connection "
                  "that sends a longer one, and a broker sends none (a batch of adds goes as "
                  "several frames; an entry larger than one frame holds is refused). Default: "
