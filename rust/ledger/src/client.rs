@@ -67,12 +67,16 @@ pub(crate) struct BkInner {
 }
 
 impl BkInner {
-    /// Whether a payload of `size` bytes fits one entry (see [`BookKeeper::max_entry_size`]).
+    /// See [`BookKeeper::max_entry_size`].
+    pub(crate) fn max_entry_size(&self) -> usize {
+        crate::entry::max_payload(self.config.max_frame_size)
+    }
+
+    /// Whether a payload of `size` bytes fits one entry.
     pub(crate) fn check_entry_size(&self, size: usize) -> Result<()> {
-        let frame = self.config.max_frame_size;
-        let max = crate::entry::max_payload(frame);
+        let max = self.max_entry_size();
         if size > max {
-            return Err(LedgerError::EntryTooLarge { size, max, frame: frame.bytes() });
+            return Err(LedgerError::EntryTooLarge { size, max, frame: self.config.max_frame_size.bytes() });
         }
         Ok(())
     }
@@ -156,7 +160,7 @@ impl BookKeeper {
     /// The largest payload one entry may have: what fits one frame under
     /// `max_frame_size`. A larger add fails with [`LedgerError::EntryTooLarge`].
     pub fn max_entry_size(&self) -> usize {
-        crate::entry::max_payload(self.inner.config.max_frame_size)
+        self.inner.max_entry_size()
     }
 
     /// Create a ledger striped over `ensemble` bookies, each entry written to
