@@ -617,7 +617,8 @@ impl ManagedLedger {
         let mut st = self.state.lock();
         st.evict_cache(now, self.config.cache_eviction_time);
         if let Some(info) = st.ledgers.get_mut(&lid) {
-            if let Some(last) = ids.iter().max() {
+            // Ids come in order: the last is the highest.
+            if let Some(last) = ids.last() {
                 info.entries = info.entries.max(last + 1);
             }
             info.size += chunk.iter().zip(ids).map(|(p, _)| p.stored_len()).sum::<u64>();

@@ -150,10 +150,8 @@ impl EntryCache {
         while self.bytes > self.capacity {
             self.pop_oldest();
         }
-        if let Some(b) = self.budget.clone() {
-            if b.over() {
-                while b.used() > b.low && self.pop_oldest() {}
-            }
+        if self.budget.as_ref().is_some_and(|b| b.over()) {
+            while self.budget.as_ref().is_some_and(|b| b.used() > b.low) && self.pop_oldest() {}
         }
     }
 
