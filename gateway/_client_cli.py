@@ -34,7 +34,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     prod.add_argument("-m", "--messages", action="append", default=[],
                       help="message bodies, split on --separator; repeatable")
     prod.add_argument("-f", "--files", action="append", default=[], help="files whose contents are messages")
-    prod.add_argument("-n", "--num-produce", type=int, default=1, help="times to send each message")
+    # --num-messages: the spelling Pulsar's operations guides use with produce
+    prod.add_argument("-n", "--num-produce", "--num-messages", dest="num_produce", type=int, default=1,
+                      help="times to send each message")
     prod.add_argument("-r", "--rate", type=float, default=0.0, help="messages per second (0: no limit)")
     prod.add_argument("-s", "--separator", default=",", help="separator of --messages (default ,)")
     prod.add_argument("-k", "--key", help="message key")
@@ -45,7 +47,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
     cons = sub.add_parser("consume", help="consume messages", description="Consume messages from a topic.")
     cons.add_argument("topic")
-    cons.add_argument("-s", "--subscription-name", required=True, help="subscription name")
+    cons.add_argument("-s", "--subscription-name", "--subscription", dest="subscription_name",
+                      required=True, help="subscription name")
     cons.add_argument("-n", "--num-messages", type=int, default=1, help="messages to consume (0: forever)")
     cons.add_argument("-t", "--subscription-type", default="Exclusive", choices=SUBSCRIPTION_TYPES)
     cons.add_argument("-p", "--subscription-position", default="Latest", choices=("Latest", "Earliest"))

@@ -283,7 +283,7 @@ def internal_stats(topic: Any, metadata_store: Any = None) -> dict[str, Any]:
         "totalSize": int(st.get("total_size") or 0),
         "currentLedgerEntries": int(st.get("current_ledger_entries") or 0),
         "currentLedgerSize": int(st.get("current_ledger_size") or 0),
-        "lastLedgerCreatedTimestamp": _iso(max((int(led.get("timestamp") or 0) for led in ledgers), default=0) / 1000),
+        "lastLedgerCreatedTimestamp": _iso(int(st.get("current_ledger_created_ms") or 0) / 1000),
         "waitingCursorsCount": 0,
         "pendingAddEntriesCount": 0,
         "lastConfirmedEntry": f"{last[0]}:{last[1]}" if last else "-1:-1",

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import urllib.request
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -44,10 +45,11 @@ def test_basic_operations(cli, server: Standalone, unique: str) -> None:  # type
     cli("topics", "create", topic)
     cli("topics", "set-message-ttl", topic, "--messageTTL", "3600")
 
+    # the seed's own spellings: --num-messages to produce, --subscription to consume
     produced = run("client", "--url", server.pulsar_url, "produce", topic,
-                   "--messages", "Hello Pulsar", "--num-produce", "10")
+                   "--messages", "Hello Pulsar", "--num-messages", "10")
     assert "10 messages successfully produced" in produced.stdout
-    consumed = run("client", "--url", server.pulsar_url, "consume", topic, "--subscription-name",
+    consumed = run("client", "--url", server.pulsar_url, "consume", topic, "--subscription",
                    "my-subscription", "--num-messages", "10", "-p", "Earliest", "--timeout", "10")
     assert consumed.stdout.count("content:Hello Pulsar") == 10
     assert "10 messages successfully consumed" in consumed.stdout
@@ -69,12 +71,15 @@ def test_troubleshooting(cli, server: Standalone) -> None:  # type: ignore[no-un
     with urllib.request.urlopen(server.addresses["web"][0] + "/admin/v2/brokers/health") as r:
         assert r.read() == b"ok"
     topic = "persistent://public/default/test-topic"
+    before = datetime.now(UTC) - timedelta(seconds=1)  # the timestamp keeps milliseconds
     run("client", "--url", server.pulsar_url, "produce", topic, "-m", "a,b,c", "-k", "key1",
         "-p", "source=test")
     stats = json.loads(cli("topics", "stats", topic).stdout)
     assert stats["msgInCounter"] == 3
     internal = json.loads(cli("topics", "stats-internal", topic).stdout)
     assert internal["numberOfEntries"] >= 1
+    created = datetime.fromisoformat(internal["lastLedgerCreatedTimestamp"])
+    assert before <= created <= datetime.now(UTC), "when the topic's ledger was created"
     assert cli("clusters", "list").stdout.split() == ["standalone"]
     web_host_port = server.addresses["web"][0].removeprefix("http://")
     assert cli("brokers", "list", "standalone").stdout.split() == [web_host_port]

@@ -349,6 +349,7 @@ impl PyManagedLedger {
         d.set_item("current_ledger_id", s.current_ledger_id)?;
         d.set_item("current_ledger_entries", s.current_ledger_entries)?;
         d.set_item("current_ledger_size", s.current_ledger_size)?;
+        d.set_item("current_ledger_created_ms", s.current_ledger_created_ms)?;
         d.set_item("last_confirmed", s.last_confirmed.map(|p| (p.ledger_id, p.entry_id)))?;
         d.set_item("first_position", s.first_position.map(|p| (p.ledger_id, p.entry_id)))?;
         d.set_item("next_index", s.next_index)?;

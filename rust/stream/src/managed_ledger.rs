@@ -73,6 +73,9 @@ pub struct MlStats {
     pub current_ledger_id: Option<u64>,
     pub current_ledger_entries: u64,
     pub current_ledger_size: u64,
+    /// When the ledger being written was created, ms since the epoch (None while there
+    /// is none).
+    pub current_ledger_created_ms: Option<u64>,
     pub last_confirmed: Option<Position>,
     pub first_position: Option<Position>,
     /// Index the next message will get (messages ever appended, counting from 0).
@@ -520,6 +523,7 @@ impl ManagedLedger {
             current_ledger_id: st.current_id(),
             current_ledger_entries: current.map_or(0, |i| i.entries),
             current_ledger_size: current.map_or(0, |i| i.size),
+            current_ledger_created_ms: st.current.as_ref().map(|_| st.current_created_ms),
             last_confirmed: st.last_confirmed,
             first_position: st.first_position(),
             next_index: st.confirmed_next_index,

@@ -57,6 +57,7 @@ async fn append_and_read_across_rollover() {
     let env = Env::new();
     let f = env.factory();
     let ml = f.open("t/append", env.config(3)).await.unwrap();
+    env.clock.advance(Duration::from_millis(10));
     let added = ml.add_entries(payloads(0..10)).await.unwrap();
     assert_eq!(added.len(), 10);
     let ledgers: Vec<u64> = added.iter().map(|a| a.position.ledger_id).collect();
@@ -78,6 +79,7 @@ async fn append_and_read_across_rollover() {
     assert_eq!(mid.iter().map(|e| e.index).collect::<Vec<_>>(), vec![2, 3, 4, 5]);
     let stats = ml.stats();
     assert_eq!(stats.number_of_entries, 10);
+    assert_eq!(stats.current_ledger_created_ms, Some(1_000_010), "the last rollover's time, not the open's");
     assert_eq!(stats.last_confirmed, Some(added[9].position));
     assert_eq!(ml.first_position(), Some(added[0].position));
     assert_eq!(stats.next_index, 10);
