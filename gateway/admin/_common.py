@@ -55,6 +55,31 @@ class RestError(Exception):
         self.reason = reason
 
 
+def existing_clusters(policies: Any, value: Any, field: str, missing_reason: str) -> list[str]:
+    """``value`` as a list of names of existing clusters: 400 when it is not a list of
+    strings, 412 with ``missing_reason`` and the unknown names when one does not exist."""
+    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+        raise RestError(400, f"{field} must be a list of strings")
+    known = set(policies.clusters())
+    missing = [c for c in value if c not in known]
+    if missing:
+        raise RestError(412, f"{missing_reason}: {', '.join(missing)}")
+    return value
+
+
+def replication_clusters(policies: Any, tenant: str, clusters: Any) -> list[str]:
+    """``clusters`` as a namespace's or topic's replication clusters: a list of names of
+    clusters that exist (412 otherwise) and that the tenant may use (403 otherwise, with
+    Pulsar's reason)."""
+    clusters = existing_clusters(policies, clusters, "Clusters", "Invalid cluster id")
+    allowed = set((policies.get_tenant(tenant) or {}).get("allowedClusters") or [])
+    for cluster in clusters:
+        if cluster not in allowed:
+            raise RestError(
+                403, f"Cluster [{cluster}] is not in the list of allowed clusters list for tenant [{tenant}]")
+    return clusters
+
+
 def error_response(status: int, reason: str) -> JSONResponse:
     return JSONResponse({"reason": reason}, status_code=status)
 

@@ -14,7 +14,7 @@ from starlette.routing import Route
 from core.naming import NamespaceName, TopicName
 from core.policies import default_policies
 
-from ._common import RestError, body_object, endpoint, json_body, namespace_of
+from ._common import RestError, body_object, endpoint, json_body, namespace_of, replication_clusters
 from ._policies import POLICY_SPECS, PolicySpec, backlog_quota_body, read_body
 from .tenants import delete_namespace_everything
 
@@ -45,15 +45,6 @@ def routes(broker: Any) -> list[Route]:
             raise RestError(404, "Namespace does not exist")
         return ns, pol
 
-    def check_clusters(clusters: Any) -> list[str]:
-        if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
-            raise RestError(400, "Clusters must be a list of strings")
-        known = set(policies.clusters())
-        missing = [c for c in clusters if c not in known]
-        if missing:
-            raise RestError(412, f"Invalid cluster id: {', '.join(missing)}")
-        return clusters
-
     async def changed(ns: NamespaceName, spec: PolicySpec | None = None) -> None:
         broker.refresh_policies(ns)
         if spec is not None and spec.reload:
@@ -81,7 +72,7 @@ def routes(broker: Any) -> list[Route]:
             if unknown:
                 raise RestError(400, f"Unknown Policies fields: {', '.join(unknown)}")
             if "replication_clusters" in data:
-                check_clusters(data["replication_clusters"])
+                replication_clusters(policies, ns.tenant, data["replication_clusters"])
             initial = {k: v for k, v in data.items() if v is not None}
         policies.create_namespace(ns, initial)
         return None
@@ -219,7 +210,7 @@ def routes(broker: Any) -> list[Route]:
     @endpoint
     async def set_replication(request: Request) -> Any:
         ns, _ = existing(request)
-        clusters = check_clusters(await json_body(request))
+        clusters = replication_clusters(policies, ns.tenant, await json_body(request))
         policies.update_namespace(ns, lambda p: p.__setitem__("replication_clusters", clusters))
         return None
 

@@ -10,7 +10,7 @@ from starlette.routing import Route
 
 from core.naming import NamespaceName
 
-from ._common import RestError, body_object, endpoint, json_body
+from ._common import RestError, body_object, endpoint, existing_clusters, json_body
 
 __all__ = ["routes"]
 
@@ -26,15 +26,10 @@ def routes(broker: Any) -> list[Route]:
     def tenant_info(body: Any) -> dict[str, Any]:
         data = body_object(body if body is not None else {}, "TenantInfo")
         roles = data.get("adminRoles", [])
-        clusters = data.get("allowedClusters", [])
         if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
             raise RestError(400, "adminRoles must be a list of strings")
-        if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
-            raise RestError(400, "allowedClusters must be a list of strings")
-        known = set(policies.clusters())
-        missing = [c for c in clusters if c not in known]
-        if missing:
-            raise RestError(412, f"Clusters do not exist: {', '.join(missing)}")
+        clusters = existing_clusters(policies, data.get("allowedClusters", []), "allowedClusters",
+                                     "Clusters do not exist")
         return {"adminRoles": roles, "allowedClusters": clusters}
 
     @endpoint
@@ -60,9 +55,18 @@ def routes(broker: Any) -> list[Route]:
     @endpoint
     async def update_tenant(request: Request) -> Any:
         tenant = tenant_of(request)
-        if policies.get_tenant(tenant) is None:
+        current = policies.get_tenant(tenant)
+        if current is None:
             raise RestError(404, "Tenant does not exist")
-        policies.update_tenant(tenant, tenant_info(await json_body(request)))
+        info = tenant_info(await json_body(request))
+        removed = set(current.get("allowedClusters") or []) - set(info["allowedClusters"])
+        in_use = sorted(c for c in removed if any(
+            c in ((policies.get_namespace(NamespaceName.parse(ns)) or {}).get("replication_clusters") or [])
+            for ns in policies.namespaces(tenant)))
+        if in_use:
+            raise RestError(409, f"Failed to update the tenant because active namespaces are present in "
+                                 f"colos [{', '.join(in_use)}]. Please delete those namespaces first")
+        policies.update_tenant(tenant, info)
         return None
 
     @endpoint

@@ -15,7 +15,16 @@ from starlette.routing import Route
 from core.broker import PartitionCountError
 from core.naming import NamespaceName, TopicName
 
-from ._common import RestError, body_int, endpoint, json_body, namespace_of, query_bool, topic_of
+from ._common import (
+    RestError,
+    body_int,
+    endpoint,
+    json_body,
+    namespace_of,
+    query_bool,
+    replication_clusters,
+    topic_of,
+)
 from ._policies import POLICY_SPECS, TOPIC_POLICY_SPECS, PolicySpec, backlog_quota_body, read_body
 from ._stats import Rates, internal_stats, merge_partition_stats, topic_stats
 from .namespaces import namespace_topics
@@ -311,12 +320,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
     async def set_replication(request: Request) -> Any:
         name = topic_of(request)
         existing_namespace(broker, name.namespace_name)
-        clusters = await json_body(request)
-        if not isinstance(clusters, list) or not all(isinstance(c, str) for c in clusters):
-            raise RestError(400, "Clusters must be a list of strings")
-        missing = [c for c in clusters if c not in set(policies.clusters())]
-        if missing:
-            raise RestError(412, f"Invalid cluster id: {', '.join(missing)}")
+        clusters = replication_clusters(policies, name.tenant, await json_body(request))
         policies.update_topic_policies(name, lambda p: p.__setitem__("replication_clusters", clusters))
         return None
 

@@ -150,3 +150,41 @@ def test_replication_clusters(admin: AdminClient, ns: str) -> None:
     base = f"/admin/v2/namespaces/{ns}/replication"
     assert admin.get(base) == ["standalone"]
     assert status_of(admin.post, base, ["mars"])[0] == 412
+
+
+def test_replication_clusters_must_be_allowed_for_the_tenant(admin: AdminClient, ns: str, unique: str) -> None:
+    """A cluster that exists but is not among the tenant's allowedClusters is refused with
+    403 and Pulsar's reason, wherever replication clusters are set; nothing changes. A
+    tenant cannot drop a cluster that one of its namespaces replicates to."""
+    tenant = ns.split("/")[0]
+    base = f"/admin/v2/namespaces/{ns}/replication"
+    other = f"c-{unique}"
+    admin.put(f"/admin/v2/clusters/{other}", {"serviceUrl": "http://x:8080"})
+    try:
+        reason = f"Cluster [{other}] is not in the list of allowed clusters list for tenant [{tenant}]"
+        assert status_of(admin.put, f"/admin/v2/namespaces/{tenant}/other",
+                         {"replication_clusters": ["standalone", other]}) == (403, reason)
+        assert f"{tenant}/other" not in admin.get(f"/admin/v2/namespaces/{tenant}")
+        assert status_of(admin.post, base, [other]) == (403, reason)
+        assert admin.get(base) == ["standalone"]
+        topic = f"/admin/v2/persistent/{ns}/t/replication"
+        assert status_of(admin.post, topic, [other]) == (403, reason)
+        assert admin.get(topic) is None
+        # once the tenant allows it, the same calls succeed
+        admin.post(f"/admin/v2/tenants/{tenant}", {"adminRoles": [], "allowedClusters": ["standalone", other]})
+        admin.post(base, ["standalone", other])
+        assert admin.get(base) == ["standalone", other]
+        admin.post(topic, [other])
+        assert admin.get(topic) == [other]
+        # and the tenant cannot take it back while a namespace replicates to it
+        only_local = {"adminRoles": [], "allowedClusters": ["standalone"]}
+        assert status_of(admin.post, f"/admin/v2/tenants/{tenant}", only_local) == (
+            409, f"Failed to update the tenant because active namespaces are present in colos [{other}]. "
+                 "Please delete those namespaces first")
+        admin.post(base, ["standalone"])
+        admin.post(f"/admin/v2/tenants/{tenant}", only_local)
+        assert admin.get(f"/admin/v2/tenants/{tenant}")["allowedClusters"] == ["standalone"]
+    finally:
+        admin.post(base, ["standalone"])
+        admin.post(f"/admin/v2/tenants/{tenant}", {"adminRoles": [], "allowedClusters": ["standalone"]})
+        admin.delete(f"/admin/v2/clusters/{other}")
