@@ -176,6 +176,17 @@ class PolicyStore:
         self._put_json(f"/admin/policies/{tenant}", info, -1)
 
     def update_tenant(self, tenant: str, info: dict[str, Any]) -> None:
+        """Replace the tenant's info; a cluster that one of its namespaces replicates to
+        cannot leave ``allowedClusters`` (Pulsar's ConflictError and reason)."""
+        current = self.get_tenant(tenant) or {}
+        removed = set(current.get("allowedClusters") or []) - set(info.get("allowedClusters") or [])
+        if removed:
+            used: set[str] = set()
+            for ns in self.namespaces(tenant):
+                used.update((self.get_namespace(NamespaceName.parse(ns)) or {}).get("replication_clusters") or [])
+            if in_use := sorted(removed & used):
+                raise ConflictError(f"Failed to update the tenant because active namespaces are present in "
+                                    f"colos [{', '.join(in_use)}]. Please delete those namespaces first")
         self._update_json(f"/admin/policies/{tenant}", lambda _: info)
 
     def delete_tenant(self, tenant: str) -> None:

@@ -55,18 +55,9 @@ def routes(broker: Any) -> list[Route]:
     @endpoint
     async def update_tenant(request: Request) -> Any:
         tenant = tenant_of(request)
-        current = policies.get_tenant(tenant)
-        if current is None:
+        if policies.get_tenant(tenant) is None:
             raise RestError(404, "Tenant does not exist")
-        info = tenant_info(await json_body(request))
-        removed = set(current.get("allowedClusters") or []) - set(info["allowedClusters"])
-        in_use = sorted(c for c in removed if any(
-            c in ((policies.get_namespace(NamespaceName.parse(ns)) or {}).get("replication_clusters") or [])
-            for ns in policies.namespaces(tenant)))
-        if in_use:
-            raise RestError(409, f"Failed to update the tenant because active namespaces are present in "
-                                 f"colos [{', '.join(in_use)}]. Please delete those namespaces first")
-        policies.update_tenant(tenant, info)
+        policies.update_tenant(tenant, tenant_info(await json_body(request)))
         return None
 
     @endpoint
