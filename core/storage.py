@@ -219,10 +219,17 @@ class Cursor:
         return str(self.native.name)
 
     async def read_entries(self, max_entries: int) -> list[Entry]:
-        raw = self.native.read_cached(max_entries)  # new entries: no trip to the runtime
-        if raw is None:
-            raw = await self.bridge.call(self.native.read_entries, max_entries)
+        cached = self.read_cached(max_entries)  # new entries: no trip to the runtime
+        if cached is not None:
+            return cached
+        raw = await self.bridge.call(self.native.read_entries, max_entries)
         return [Entry.from_native(t) for t in raw]
+
+    def read_cached(self, max_entries: int) -> list[Entry] | None:
+        """What :meth:`read_entries` would return, now, when the entry cache holds it
+        (moving the read position past it); None when the read has to go to the bookies."""
+        raw = self.native.read_cached(max_entries)
+        return None if raw is None else [Entry.from_native(t) for t in raw]
 
     def mark_delete(self, position: Position) -> None:
         self.native.mark_delete(position.ledger_id, position.entry_id)

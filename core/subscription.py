@@ -195,7 +195,7 @@ class Consumer(Activity):
         self.last_flow_ts = now_ms()
         if self.subscription is not None:
             self.subscription.last_flow_ts = self.last_flow_ts
-            self.subscription.wake()
+            self.subscription.wake_for_room()
 
     @property
     def unacked_messages(self) -> int:
@@ -252,6 +252,7 @@ class Subscription(Activity):
         self._rr = 0
         self._active: Consumer | None = None
         self._wake = trio.Event()
+        self._idle = False  # the dispatcher task waits for a wake-up, with no timer armed
         self._avg_messages_per_entry = 1.0
         self._closed = False
         self.msg_out = 0
@@ -367,7 +368,7 @@ class Subscription(Activity):
             return
         self.cursor.delete(done)
         self._forget(done)
-        self.wake()
+        self.wake_for_room()
 
     def _acked_at(self, consumer: Consumer | None) -> None:
         self.last_acked_ts = now_ms()
@@ -570,6 +571,41 @@ class Subscription(Activity):
     def wake(self) -> None:
         self._wake.set()
 
+    def wake_for_room(self) -> None:
+        """A consumer has room for more (permits, or fewer unacknowledged messages): wake
+        the dispatcher if there is anything it could send. With nothing to read, replay or
+        release later, the next stored entry wakes it and the room is used then."""
+        if self.replay or self._delayed or self.cursor.has_more():
+            self._wake.set()
+
+    def entries_stored(self) -> None:
+        """New entries were stored on the topic. A dispatcher waiting with nothing to do
+        and no timer sends them from here, straight from the entry cache, which saves its
+        task a wake-up per stored batch; otherwise, or when the entries are not cached or
+        something remains to do that needs the task (replays, delayed messages, a rate
+        limit's window, more than one read's worth), the task is woken."""
+        active = self._active
+        if not self._idle or self.replay or self._delayed or (
+                active is not None and active.read_compacted):
+            self.wake()
+            return
+        budget = self._dispatch_budget()
+        if not budget:
+            if self._throttled_until != float("inf"):
+                self.wake()  # its task waits for the rate window's end
+            return  # no consumer can take more now: a flow or an ack wakes the task
+        try:
+            entries = self.cursor.read_cached(budget)
+            if entries is not None:
+                self._dispatch(entries, 0)
+        except Exception:
+            # the task takes over: its own pass goes on from where this one stopped, and
+            # the topic's storing is not held up
+            log.exception("dispatching new entries of %s failed", self.name)
+            entries = None
+        if entries is None or self.replay or self._delayed or self.cursor.has_more():
+            self.wake()
+
     def close(self) -> None:
         self._closed = True
         self.wake()
@@ -593,7 +629,11 @@ class Subscription(Activity):
             wake_at = min(wake_at, self._throttled_until)
             self._throttled_until = float("inf")
             if wake_at == float("inf"):
-                await self._wake.wait()  # no timer to arm: a cancel scope per wake is waste
+                self._idle = True  # nothing to do until woken: entries_stored may dispatch
+                try:
+                    await self._wake.wait()  # no timer to arm: a cancel scope per wake is waste
+                finally:
+                    self._idle = False
             else:
                 with trio.move_on_at(wake_at):
                     await self._wake.wait()
@@ -629,10 +669,27 @@ class Subscription(Activity):
         return max(0, self.topic.limit(cp, ck, cd)), max(0, self.topic.limit(sp, sk, sd))
 
     async def _dispatch_once(self) -> bool:
+        budget = self._dispatch_budget()
+        if not budget:
+            return False
+        entries: list[Entry] = []
+        if self.replay:
+            entries = await self._read_replay(budget)
+        from_replay = len(entries)
+        if len(entries) < budget and self._active is not None and self._active.read_compacted:
+            entries.extend(await self._read_compacted(budget - len(entries)))
+        if len(entries) < budget and self.cursor.has_more():
+            entries.extend(await self.cursor.read_entries(budget - len(entries)))
+        return self._dispatch(entries, from_replay)
+
+    def _dispatch_budget(self) -> int:
+        """How many entries the next dispatch may read: 0 when no consumer can take one
+        or a rate limit's window is spent (``_throttled_until`` then says until when).
+        Delayed messages now due join the replay first."""
         self._release_due_delayed()
         receivers = self._receivers()
         if not receivers:
-            return False
+            return 0
         # Permits count messages and an entry may hold a batch of them: read as many entries
         # as the permits cover at the average batch size seen, so that entries are not read
         # only to wait in the replay set for permits.
@@ -644,16 +701,13 @@ class Subscription(Activity):
             if allowed is not None:
                 if allowed == 0:
                     self._throttled_until = until
-                    return False
+                    return 0
                 budget = min(budget, allowed)
-        entries: list[Entry] = []
-        if self.replay:
-            entries = await self._read_replay(budget)
-        from_replay = len(entries)
-        if len(entries) < budget and self._active is not None and self._active.read_compacted:
-            entries.extend(await self._read_compacted(budget - len(entries)))
-        if len(entries) < budget and self.cursor.has_more():
-            entries.extend(await self.cursor.read_entries(budget - len(entries)))
+        return budget
+
+    def _dispatch(self, entries: list[Entry], from_replay: int) -> bool:
+        """Send ``entries`` (the first ``from_replay`` of them replays) to the consumers;
+        whether any went out."""
         if entries:
             mean = sum(e.num_messages for e in entries) / len(entries)
             self._avg_messages_per_entry = 0.8 * self._avg_messages_per_entry + 0.2 * mean

@@ -550,7 +550,7 @@ class PersistentTopic:
             if self._entries_since_snapshot >= DEDUP_SNAPSHOT_INTERVAL:
                 self._snapshot_dedup()
         for sub in self.subscriptions.values():
-            sub.wake()
+            sub.entries_stored()
         for listener in list(self._entry_listeners):
             listener()
 
@@ -754,6 +754,8 @@ class PersistentTopic:
             self.remove_producer(p)
             if p.on_fenced is not None:
                 p.on_fenced()
+        for sub in self.subscriptions.values():
+            sub.wake()  # consumers that have read everything hear of the end now
         return last
 
     # Compaction: the latest message of each key, up to a horizon (Pulsar's topic

@@ -107,6 +107,20 @@ def _terminate(standalone: Standalone, local: str) -> None:
         assert resp.status in (200, 204)
 
 
+def _first_message(raw: RawClient, topic: str, client_version: str) -> ev.CommandMessage:
+    """Connect ``raw`` as ``client_version``, subscribe consumer 7 (Exclusive, from the
+    earliest message) and return the first MESSAGE it is sent."""
+    raw.connect(client_version=client_version, protocol_version=20)
+    raw.send(ev.CommandSubscribe.build(topic=topic, subscription="s", subType=pb.CommandSubscribe.Exclusive,
+                                       consumer_id=7, request_id=1,
+                                       initialPosition=pb.CommandSubscribe.Earliest))
+    assert isinstance(raw.next_event(), ev.CommandSuccess)
+    raw.send(ev.CommandFlow.build(consumer_id=7, messagePermits=10))
+    message = raw.next_event()
+    assert isinstance(message, ev.CommandMessage)
+    return message
+
+
 @pytest.mark.parametrize("client_version, told", [
     ("raw-test", True),
     # The C++ client 4.2 takes REACHED_END_OF_TOPIC for an invalid message and drops its
@@ -122,14 +136,8 @@ def test_terminated_topic_refuses_sends_and_tells_consumers(standalone: Standalo
     try:
         producer = client.create_producer(topic, batching_enabled=False)
         producer.send(b"last words")
-        raw.connect(client_version=client_version, protocol_version=20)
-        raw.send(ev.CommandSubscribe.build(topic=topic, subscription="s", subType=pb.CommandSubscribe.Exclusive,
-                                           consumer_id=7, request_id=1,
-                                           initialPosition=pb.CommandSubscribe.Earliest))
-        assert isinstance(raw.next_event(), ev.CommandSuccess)
-        raw.send(ev.CommandFlow.build(consumer_id=7, messagePermits=10))
-        message = raw.next_event()
-        assert isinstance(message, ev.CommandMessage) and message.payload == b"last words"
+        message = _first_message(raw, topic, client_version)
+        assert message.payload == b"last words"
         _terminate(standalone, local)
         with pytest.raises(pulsar.TopicTerminated):
             producer.send(b"too late")
@@ -142,6 +150,29 @@ def test_terminated_topic_refuses_sends_and_tells_consumers(standalone: Standalo
             assert isinstance(raw.next_event(), ev.CommandPong)
         else:
             assert isinstance(first, ev.CommandPong)
+    finally:
+        raw.close()
+        client.close()
+
+
+def test_a_consumer_that_read_and_acked_everything_hears_of_the_end_at_termination(
+        standalone: Standalone, unique):
+    local = f"terminate-idle-{unique}"
+    topic = f"persistent://public/default/{local}"
+    client = pulsar.Client(standalone.pulsar_url, operation_timeout_seconds=10)
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        client.create_producer(topic, batching_enabled=False).send(b"only")
+        message = _first_message(raw, topic, "raw-test")
+        raw.send(ev.CommandAck.build(consumer_id=7, ack_type=pb.CommandAck.Individual,
+                                     message_id=[message.command.message_id]))
+        raw.send(ev.CommandPing.build())
+        assert isinstance(raw.next_event(), ev.CommandPong)  # the ack is in; nothing else came
+        # Nothing is left to read, acknowledge or ask for: termination alone tells it.
+        _terminate(standalone, local)
+        raw.send(ev.CommandPing.build())
+        assert isinstance(raw.next_event(), ev.CommandReachedEndOfTopic)
+        assert isinstance(raw.next_event(), ev.CommandPong)
     finally:
         raw.close()
         client.close()
