@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from core import _native
 from core._bridge import NativeBridge
@@ -21,9 +21,11 @@ LATEST = False
 
 
 # Positions and entries are made once per entry stored or read, on every protocol's hot
-# path. They stay frozen dataclasses (compared, ordered, hashed, refused assignment), but
-# their ``__init__`` fills the slots through the slot descriptors: the generated frozen
-# ``__init__`` goes through ``object.__setattr__`` once per field, three times slower.
+# path. A position is a named pair: comparing, ordering and hashing it (as dict keys and
+# sorted sets of positions do several times per message) run in C. An entry stays a frozen
+# dataclass (refusing assignment), but its ``__init__`` fills the slots through the slot
+# descriptors: the generated frozen ``__init__`` goes through ``object.__setattr__`` once
+# per field, three times slower.
 
 
 def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
@@ -31,21 +33,12 @@ def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
     return cast(Callable[[Any, Any], None], vars(cls)[name].__set__)
 
 
-@dataclass(frozen=True, slots=True, order=True, init=False)
-class Position:
+class Position(NamedTuple):
     ledger_id: int
     entry_id: int
 
-    def __init__(self, ledger_id: int, entry_id: int) -> None:
-        _set_ledger_id(self, ledger_id)
-        _set_entry_id(self, entry_id)
-
     def __str__(self) -> str:
         return f"{self.ledger_id}:{self.entry_id}"
-
-
-_set_ledger_id = _slot_setter(Position, "ledger_id")
-_set_entry_id = _slot_setter(Position, "entry_id")
 
 
 @dataclass(frozen=True, slots=True, init=False)
