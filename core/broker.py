@@ -339,8 +339,7 @@ class BrokerService:
             pol = self.policies.get_namespace(topic.name.namespace_name)
             if pol is not None:
                 topic.policies = self.policies.effective(topic.name, pol)
-                for sub in topic.subscriptions.values():
-                    sub.wake()
+                topic.wake_subscriptions()
 
     def partition_targets(self, name: TopicName) -> list[TopicName]:
         """The partitions of a partitioned topic, else the topic itself."""

@@ -575,8 +575,17 @@ class Subscription(Activity):
         """A consumer has room for more (permits, or fewer unacknowledged messages): wake
         the dispatcher if there is anything it could send. With nothing to read, replay or
         release later, the next stored entry wakes it and the room is used then."""
-        if self.replay or self._delayed or self.cursor.has_more():
+        if self._has_more_to_send():
             self._wake.set()
+
+    def _has_more_to_send(self) -> bool:
+        """Entries not read yet, replays, or delayed messages to release later."""
+        return bool(self.replay or self._delayed or self.cursor.has_more())
+
+    @property
+    def _reads_compacted(self) -> bool:
+        """The active consumer reads the topic's compacted view."""
+        return self._active is not None and self._active.read_compacted
 
     def entries_stored(self) -> None:
         """New entries were stored on the topic. A dispatcher waiting with nothing to do
@@ -584,9 +593,7 @@ class Subscription(Activity):
         task a wake-up per stored batch; otherwise, or when the entries are not cached or
         something remains to do that needs the task (replays, delayed messages, a rate
         limit's window, more than one read's worth), the task is woken."""
-        active = self._active
-        if not self._idle or self.replay or self._delayed or (
-                active is not None and active.read_compacted):
+        if not self._idle or self.replay or self._delayed or self._reads_compacted:
             self.wake()
             return
         budget = self._dispatch_budget()
@@ -603,7 +610,7 @@ class Subscription(Activity):
             # the topic's storing is not held up
             log.exception("dispatching new entries of %s failed", self.name)
             entries = None
-        if entries is None or self.replay or self._delayed or self.cursor.has_more():
+        if entries is None or self._has_more_to_send():
             self.wake()
 
     def close(self) -> None:
@@ -676,7 +683,7 @@ class Subscription(Activity):
         if self.replay:
             entries = await self._read_replay(budget)
         from_replay = len(entries)
-        if len(entries) < budget and self._active is not None and self._active.read_compacted:
+        if len(entries) < budget and self._reads_compacted:
             entries.extend(await self._read_compacted(budget - len(entries)))
         if len(entries) < budget and self.cursor.has_more():
             entries.extend(await self.cursor.read_entries(budget - len(entries)))

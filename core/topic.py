@@ -754,9 +754,14 @@ class PersistentTopic:
             self.remove_producer(p)
             if p.on_fenced is not None:
                 p.on_fenced()
-        for sub in self.subscriptions.values():
-            sub.wake()  # consumers that have read everything hear of the end now
+        self.wake_subscriptions()  # consumers that have read everything hear of the end now
         return last
+
+    def wake_subscriptions(self) -> None:
+        """Have every subscription's dispatcher look again at what it may send (the topic's
+        policies or state changed)."""
+        for sub in self.subscriptions.values():
+            sub.wake()
 
     # Compaction: the latest message of each key, up to a horizon (Pulsar's topic
     # compaction). The compacted view is a list of entry positions kept in the metadata
