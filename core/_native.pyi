@@ -18,6 +18,7 @@ __all__ = [
     "MetadataError", "NativeError", "NoSuchLedgerError", "NotEnoughBookiesError",
     "kafka_batch_from_entry", "kafka_entry_from_batch",
     "encode_pulsar_messages", "encode_pulsar_send_receipt", "scan_pulsar_send",
+    "scan_pulsar_sends",
     "allocator_options", "log_to_stderr",
 ]
 
@@ -208,6 +209,14 @@ def encode_pulsar_send_receipt(
 def scan_pulsar_send(command: bytes, entry: bytes) -> tuple[int, int, bool, int, int] | None:
     """(body_start, body_end, checksum_ok, metadata_start, metadata_end) of a plain SEND
     (the body in the command, the metadata in the entry after it), else None."""
+
+def scan_pulsar_sends(
+    buf: bytes | bytearray, start: int, max_frame: int
+) -> tuple[list[tuple[int, int, int, int, bytes, bool, bool]], int]:
+    """The plain SEND frames from ``buf[start:]`` on, one after another, and the position
+    after them: ``(producer_id, sequence_id, num_messages, highest_sequence_id, entry,
+    checksum_ok, delayed)`` each (``delayed``: the metadata holds ``deliver_at_time``).
+    Stops at the first frame that is incomplete, over ``max_frame``, or not a plain SEND."""
 
 def allocator_options() -> dict[str, int]:
     """The native allocator's settings that Magnetar changes (``purge_delay_ms``: -1, freed

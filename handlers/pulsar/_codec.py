@@ -123,6 +123,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "FRAME_HEADER_ALLOWANCE",
     "NEED_DATA",
+    "PlainSend",
     "SERVER_COMMANDS",
     "TRANSITIONS",
     "LocalProtocolError",
@@ -143,6 +144,12 @@ FRAME_HEADER_ALLOWANCE: Final = 10 * 1024
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _TWO_U32 = struct.Struct(">II")
+
+PlainSend = tuple[int, int, int, int, bytes, bool, bool]
+"""A plain SEND from :meth:`PulsarConnection.next_sends`: ``(producer_id, sequence_id,
+num_messages, highest_sequence_id, entry, checksum_ok, delayed)``, the entry being every
+byte after the command and ``delayed`` whether its metadata holds ``deliver_at_time``
+(a plain SEND's metadata holds no encryption keys)."""
 
 
 class _Sentinel:
@@ -370,6 +377,16 @@ class PulsarConnection:
         except RemoteProtocolError:
             self.state = State.ERROR
             raise
+
+    def next_sends(self) -> list[PlainSend]:
+        """The plain SEND frames buffered next, all decoded in one native call: what a
+        producing client mostly sends, without an event object each. Empty when the next
+        frame is anything else or incomplete, or when the peer may not send a SEND now;
+        :meth:`next_event` decodes that frame (and refuses it if it must)."""
+        if self._their_moves.get(_T.SEND) is not self._state:
+            return []
+        rows, self._pos = _native.scan_pulsar_sends(self._buf, self._pos, self.max_frame_size)
+        return rows
 
     def _next_event(self) -> Event | _Sentinel:
         buf, pos = self._buf, self._pos

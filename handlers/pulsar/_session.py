@@ -237,6 +237,10 @@ class PulsarSession:
         try:
             self.codec.receive_data(data)
             while True:
+                # the run of plain SENDs a producer mostly sends, decoded in one call
+                for pid, seq, num, highest, entry, checksum_ok, delayed in self.codec.next_sends():
+                    handled += 1
+                    self._publish(pid, seq, num, highest, entry, checksum_ok, delayed, encrypted=False)
                 event = self.codec.next_event()
                 if event is NEED_DATA:
                     return True
@@ -480,38 +484,43 @@ class PulsarSession:
         self._send(ev.CommandCloseProducer.build(producer_id=producer.producer_id, request_id=0))
 
     def _on_CommandSend(self, event: Any) -> None:
-        cmd = event.command
-        producer = self.producers.get(cmd.producer_id)
+        cmd, md = event.command, event.metadata
+        self._publish(cmd.producer_id, cmd.sequence_id, cmd.num_messages, cmd.highest_sequence_id,
+                      event.entry, event.checksum_ok, md is not None and md.HasField("deliver_at_time"),
+                      encrypted=md is not None and bool(md.encryption_keys))
+
+    def _publish(self, pid: int, seq: int, num: int, highest: int, entry: bytes, checksum_ok: bool,
+                 delayed: bool, *, encrypted: bool) -> None:
+        """Store a SEND's ``entry`` and answer it: the receipt once it is durable, or
+        SEND_ERROR. ``num`` messages (1 when the SEND did not say), ``highest`` the batch's
+        highest sequence id (0 when not said, so never above ``seq``)."""
+        producer = self.producers.get(pid)
         if producer is None:
-            if cmd.producer_id in self._closed_by_broker:
+            if pid in self._closed_by_broker:
                 return
             self._send(ev.CommandSendError.build(
-                producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
+                producer_id=pid, sequence_id=seq,
                 error=E.NotAllowedError, message="Producer is not connected"))
             return
-        if not event.checksum_ok:
+        if not checksum_ok:
             self._send(ev.CommandSendError.build(
-                producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
+                producer_id=pid, sequence_id=seq,
                 error=E.ChecksumError, message="Checksum failed on the broker"))
             return
-        md = event.metadata
         topic = producer.topic
-        if topic.encryption_required and not md.encryption_keys:
+        if topic.encryption_required and not encrypted:
             self._send(ev.CommandSendError.build(
-                producer_id=cmd.producer_id, sequence_id=cmd.sequence_id,
+                producer_id=pid, sequence_id=seq,
                 error=E.MetadataError, message="Messages must be encrypted"))
             return
-        if md is not None and md.HasField("deliver_at_time"):
+        if delayed:
             topic.note_delayed()
-        # num_messages defaults to 1, highest_sequence_id to 0 (so never above a sequence id).
-        num = cmd.num_messages
-        pid, seq, highest = cmd.producer_id, cmd.sequence_id, cmd.highest_sequence_id
         if highest < seq:
             highest = seq
+        size = len(entry)
         producer.msg_in += num
-        producer.bytes_in += len(event.entry)
+        producer.bytes_in += size
         partition = topic.partition_index
-        size = len(event.entry)
         self._sends.take(1)
         self.handler.publish_buffer.take(size)
 
@@ -526,11 +535,11 @@ class PulsarSession:
                     message=str(result.error)))
                 return
             pos = result.position
-            ledger, entry = (pos.ledger_id, pos.entry_id) if pos else (_EARLIEST_LEDGER, _EARLIEST_LEDGER)
+            ledger, entry_id = (pos.ledger_id, pos.entry_id) if pos else (_EARLIEST_LEDGER, _EARLIEST_LEDGER)
             self._queue(f"a receipt to producer {pid}", lambda: self.codec.encode_send_receipt(
-                pid, seq, ledger, entry, partition, highest))
+                pid, seq, ledger, entry_id, partition, highest))
 
-        topic.publish(event.entry, num, producer.name, highest, done, hold=True)
+        topic.publish(entry, num, producer.name, highest, done, hold=True)
         self._held.add(topic)
 
     def _on_CommandCloseProducer(self, event: Any) -> None:

@@ -31,7 +31,7 @@
 
 mod send;
 
-pub use send::{scan_send, SendScan};
+pub use send::{scan_send, scan_sends, FoundSend, SendFields, SendScan};
 
 /// `BaseCommand.Type` values (PulsarApi.proto); a command's body is the field of the same
 /// number.

@@ -23,10 +23,33 @@ use crate::{TYPE_SEND, WIRE_LEN, WIRE_VARINT};
 pub struct SendScan {
     /// Where the `CommandSend` body lies in the command.
     pub body: Range<usize>,
+    /// The body's fields (the defaults where absent: 1 message, highest sequence id 0).
+    pub send: SendFields,
     /// Whether the entry's magic and CRC-32C are right.
     pub checksum_ok: bool,
     /// Where the `MessageMetadata` lies in the entry (empty when the checksum is wrong).
     pub metadata: Range<usize>,
+    /// Whether the metadata asks for delayed delivery (`deliver_at_time`, field 19).
+    pub delayed: bool,
+}
+
+/// The fields of a plain `CommandSend` a broker acts on; a repeated field's last value
+/// counts, as in protobuf. The transaction, chunk and marker fields are accepted and not
+/// reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendFields {
+    pub producer_id: u64,
+    pub sequence_id: u64,
+    pub num_messages: u32,
+    pub highest_sequence_id: u64,
+}
+
+/// A plain SEND frame found by [`scan_sends`]: the scan of its parts, and where its entry
+/// (every byte after the command) lies in the buffer scanned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundSend {
+    pub scan: SendScan,
+    pub entry: Range<usize>,
 }
 
 /// A protobuf reader over a byte slice that gives up (None) on anything malformed.
@@ -139,7 +162,11 @@ fn plain_key_value(buf: &[u8]) -> Option<()> {
     seen.all(&[1, 2])
 }
 
-fn plain_metadata(buf: &[u8]) -> Option<()> {
+/// `deliver_at_time` (PulsarApi.proto).
+const DELIVER_AT_TIME: u64 = 19;
+
+/// Whether `buf` is a plain `MessageMetadata`; Some(whether it holds `deliver_at_time`).
+fn plain_metadata(buf: &[u8]) -> Option<bool> {
     let mut r = Reader::new(buf);
     let mut seen = Seen::default();
     while !r.done() {
@@ -157,23 +184,34 @@ fn plain_metadata(buf: &[u8]) -> Option<()> {
             _ => return None,
         }
     }
-    seen.all(&[1, 2, 3])
+    seen.all(&[1, 2, 3])?;
+    Some(seen.0 & (1 << DELIVER_AT_TIME) != 0)
 }
 
-/// A `CommandSend` of scalar fields (1-8) only.
-fn plain_send(buf: &[u8]) -> Option<()> {
+/// A `CommandSend` of scalar fields (1-8) only, and a `num_messages` that fits its
+/// `int32` without being negative.
+fn plain_send(buf: &[u8]) -> Option<SendFields> {
     let mut r = Reader::new(buf);
     let mut seen = Seen::default();
+    let mut send = SendFields { producer_id: 0, sequence_id: 0, num_messages: 1, highest_sequence_id: 0 };
     while !r.done() {
         match r.tag()? {
             (number @ 1..=8, WIRE_VARINT) => {
-                r.varint()?;
+                let value = r.varint()?;
+                match number {
+                    1 => send.producer_id = value,
+                    2 => send.sequence_id = value,
+                    3 => send.num_messages = u32::try_from(value).ok().filter(|&n| n <= i32::MAX as u32)?,
+                    6 => send.highest_sequence_id = value,
+                    _ => {}
+                }
                 seen.add(number);
             }
             _ => return None,
         }
     }
-    seen.all(&[1, 2])
+    seen.all(&[1, 2])?;
+    Some(send)
 }
 
 /// Scan a frame that should be a plain SEND: its `command` and the `entry` after it; see
@@ -189,15 +227,52 @@ pub fn scan_send(command: &[u8], entry: &[u8]) -> Option<SendScan> {
         }
     }
     let body = body.filter(|_| is_send)?;
-    plain_send(&command[body.clone()])?;
+    let send = plain_send(&command[body.clone()])?;
     if !checksum_ok(entry) {
-        return Some(SendScan { body, checksum_ok: false, metadata: 0..0 });
+        return Some(SendScan { body, send, checksum_ok: false, metadata: 0..0, delayed: false });
     }
     let size = u32::from_be_bytes([entry[6], entry[7], entry[8], entry[9]]);
     let end = ENTRY_HEADER_SIZE.checked_add(usize::try_from(size).ok()?)?;
     let metadata = entry.get(ENTRY_HEADER_SIZE..end)?;
-    plain_metadata(metadata)?;
-    Some(SendScan { body, checksum_ok: true, metadata: ENTRY_HEADER_SIZE..end })
+    let delayed = plain_metadata(metadata)?;
+    Some(SendScan { body, send, checksum_ok: true, metadata: ENTRY_HEADER_SIZE..end, delayed })
+}
+
+/// The plain SEND frames at the start of `buf`, one after another, into `found`; returns
+/// how many bytes they take. Scanning stops at the first frame that is incomplete, larger
+/// than `max_frame` (counting what follows its total-size field), malformed, or not a
+/// plain SEND (see [`scan_send`]): the caller decodes that one the general way, which also
+/// says what is wrong with it.
+pub fn scan_sends(buf: &[u8], max_frame: usize, found: &mut Vec<FoundSend>) -> usize {
+    let mut pos = 0;
+    while let Some((send, end)) = next_plain_send(buf, pos, max_frame) {
+        found.push(send);
+        pos = end;
+    }
+    pos
+}
+
+/// The plain SEND frame at `pos` in `buf` and where it ends.
+fn next_plain_send(buf: &[u8], pos: usize, max_frame: usize) -> Option<(FoundSend, usize)> {
+    let word = |at: usize| -> Option<usize> {
+        let b = buf.get(at..at.checked_add(4)?)?;
+        usize::try_from(u32::from_be_bytes([b[0], b[1], b[2], b[3]])).ok()
+    };
+    let total = word(pos)?;
+    if total > max_frame || total < 4 {
+        return None;
+    }
+    let end = pos.checked_add(4)?.checked_add(total)?;
+    if end > buf.len() {
+        return None;
+    }
+    let command_size = word(pos + 4)?;
+    if command_size > total - 4 {
+        return None;
+    }
+    let split = pos + 8 + command_size;
+    let scan = scan_send(&buf[pos + 8..split], &buf[split..end])?;
+    Some((FoundSend { scan, entry: split..end }, end))
 }
 
 #[cfg(test)]
@@ -253,6 +328,74 @@ mod tests {
         assert!(scan.checksum_ok);
         assert_eq!(&c[scan.body.clone()], &[0x08, 0x01, 0x10, 0x02]);
         assert_eq!(&e[scan.metadata], &metadata()[..]);
+    }
+
+    #[test]
+    fn the_send_fields_and_delayed_delivery_are_reported() {
+        let e = entry(&metadata(), b"payload");
+        let scan = scan_send(&command(&[0x08, 0x05, 0x10, 0x09]), &e).unwrap();
+        let defaults = SendFields { producer_id: 5, sequence_id: 9, num_messages: 1, highest_sequence_id: 0 };
+        assert_eq!(scan.send, defaults);
+        assert!(!scan.delayed);
+        // num_messages 3, highest_sequence_id 11, and a repeated producer id: the last counts.
+        let c = command(&[0x08, 0x05, 0x10, 0x09, 0x18, 0x03, 0x30, 0x0b, 0x08, 0x06]);
+        let delayed = entry(&[metadata(), vec![0x98, 0x01, 0x2a]].concat(), b"payload");
+        let scan = scan_send(&c, &delayed).unwrap();
+        assert_eq!(scan.send, SendFields { producer_id: 6, sequence_id: 9, num_messages: 3, highest_sequence_id: 11 });
+        assert!(scan.delayed);
+        // A negative num_messages (a ten-byte varint) is the general decoder's to judge.
+        let negative = [&[0x08, 0x05, 0x10, 0x09, 0x18][..], &[0xff; 9], &[0x01]].concat();
+        assert_eq!(scan_send(&command(&negative), &e), None);
+    }
+
+    fn frame(command: &[u8], entry: &[u8]) -> Vec<u8> {
+        let mut out = ((4 + command.len() + entry.len()) as u32).to_be_bytes().to_vec();
+        out.extend((command.len() as u32).to_be_bytes());
+        out.extend_from_slice(command);
+        out.extend_from_slice(entry);
+        out
+    }
+
+    #[test]
+    fn a_run_of_sends_is_scanned_up_to_the_first_frame_that_is_not_one() {
+        let e = entry(&metadata(), b"payload");
+        let sends: Vec<Vec<u8>> = (1..=3u8).map(|seq| frame(&command(&[0x08, 0x01, 0x10, seq]), &e)).collect();
+        let ping = frame(&[0x08, 0x12, 0x92, 0x01, 0x00], &[]);
+        let buf = [sends.concat(), ping.clone(), sends[0].clone()].concat();
+        let mut found = Vec::new();
+        let used = scan_sends(&buf, 1 << 20, &mut found);
+        assert_eq!(used, sends.concat().len());
+        assert_eq!(found.iter().map(|f| f.scan.send.sequence_id).collect::<Vec<_>>(), [1, 2, 3]);
+        for f in &found {
+            assert_eq!(&buf[f.entry.clone()], &e[..]);
+        }
+        // A frame cut short, or one over the size limit, ends the run before it.
+        for (limit, cut) in [(1 << 20, 1), (sends[0].len() - 5, 0)] {
+            let mut found = Vec::new();
+            let buf = [sends[0].clone(), sends[1][..sends[1].len() - cut].to_vec()].concat();
+            let used = scan_sends(&buf, limit, &mut found);
+            let expected = if cut > 0 { sends[0].len() } else { 0 };
+            assert_eq!((used, found.len()), (expected, expected / sends[0].len()));
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_anywhere_gives_a_clean_scan() {
+        let e = entry(&metadata(), b"payload");
+        let good = frame(&command(&[0x08, 0x01, 0x10, 0x02]), &e);
+        for n in 0..good.len() {
+            for bit in 0..8 {
+                let mut g = good.clone();
+                g[n] ^= 1 << bit;
+                let mut found = Vec::new();
+                // A flip may leave a SEND (a wrong checksum is still one), or a shorter
+                // frame and bytes after it: the frames found end where the scan stopped.
+                let used = scan_sends(&g, 1 << 20, &mut found);
+                assert!(used <= g.len());
+                assert_eq!(found.last().map_or(0, |f| f.entry.end), used);
+                assert!(found.iter().all(|f| f.entry.start <= f.entry.end));
+            }
+        }
     }
 
     #[test]

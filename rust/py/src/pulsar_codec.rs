@@ -4,8 +4,10 @@
 //! bytes object returned), and the scan that picks out plain SEND frames.
 
 use magnetar_pulsar_wire::{
-    message_frame_len, scan_send, write_message, write_send_receipt, BrokerEntry, Delivery, Receipt,
+    message_frame_len, scan_send, scan_sends, write_message, write_send_receipt, BrokerEntry, Delivery,
+    Receipt,
 };
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -113,4 +115,49 @@ pub fn scan_pulsar_send(
 ) -> Option<(usize, usize, bool, usize, usize)> {
     let scan = scan_send(command.as_bytes(), entry.as_bytes())?;
     Some((scan.body.start, scan.body.end, scan.checksum_ok, scan.metadata.start, scan.metadata.end))
+}
+
+/// One plain SEND found by [`scan_pulsar_sends`]: `(producer_id, sequence_id,
+/// num_messages, highest_sequence_id, entry, checksum_ok, delayed)`.
+type FoundSendRow<'py> = (u64, u64, u32, u64, Bound<'py, PyBytes>, bool, bool);
+
+/// The plain SEND frames from `buf[start:]` on, one after another, and the position after
+/// the last of them: a row `(producer_id, sequence_id, num_messages, highest_sequence_id,
+/// entry, checksum_ok, delayed)` each, the entry being every byte after the command and
+/// `delayed` whether its metadata holds `deliver_at_time` (the metadata of a plain SEND
+/// holds no encryption keys). The run stops at the first frame that is incomplete, larger
+/// than `max_frame`, or not a plain SEND, for the general decoder.
+#[pyfunction]
+pub fn scan_pulsar_sends<'py>(
+    py: Python<'py>,
+    buf: &Bound<'py, PyAny>,
+    start: usize,
+    max_frame: usize,
+) -> PyResult<(Vec<FoundSendRow<'py>>, usize)> {
+    let view = PyBuffer::<u8>::get(buf)?;
+    if !view.is_c_contiguous() {
+        return Err(PyValueError::new_err("the buffer is not contiguous"));
+    }
+    let bytes = exported_bytes(&view);
+    let rest = bytes.get(start..).ok_or_else(|| PyValueError::new_err("start is past the buffer"))?;
+    let mut found = Vec::new();
+    let used = scan_sends(rest, max_frame, &mut found);
+    let rows = found
+        .into_iter()
+        .map(|f| {
+            let s = f.scan.send;
+            let entry = PyBytes::new(py, &rest[f.entry]);
+            (s.producer_id, s.sequence_id, s.num_messages, s.highest_sequence_id, entry, f.scan.checksum_ok, f.scan.delayed)
+        })
+        .collect();
+    Ok((rows, start + used))
+}
+
+/// The bytes of a contiguous buffer export, read in place.
+#[allow(unsafe_code)]
+fn exported_bytes(view: &PyBuffer<u8>) -> &[u8] {
+    // SAFETY: `view` holds the export, which keeps its object from being resized or freed
+    // until it drops (a bytearray refuses to resize while exported), and the export is
+    // contiguous, `len_bytes` long from `buf_ptr`. The slice lives no longer than `view`.
+    unsafe { std::slice::from_raw_parts(view.buf_ptr() as *const u8, view.len_bytes()) }
 }

@@ -25,6 +25,7 @@ import handlers.pulsar._codec
 from core.format import (
     Message,
     encode_broker_entry_metadata,
+    encode_entry,
     entry_from_messages,
     messages_from_entry,
 )
@@ -874,3 +875,76 @@ def test_every_command_round_trips_from_the_role_that_sends_it(cls: Any) -> None
             assert got.entry == event.entry and got.checksum_ok
         if cls is CommandMessage:
             assert got.broker_entry_metadata == fields.get("broker_entry_metadata")
+
+
+# --------------------------------------------------------------------------- runs of plain SENDs
+
+
+def _send_row(event: Any) -> tuple[Any, ...]:
+    """What :meth:`PulsarConnection.next_sends` says of a SEND, from its general event."""
+    md = event.metadata
+    return (event.producer_id, event.sequence_id, event.num_messages, event.highest_sequence_id,
+            event.entry, event.checksum_ok, md is not None and md.HasField("deliver_at_time"))
+
+
+def _custom_send(entry: bytes, **fields: Any) -> bytes:
+    base = pb.BaseCommand(type=pb.BaseCommand.SEND)
+    base.send.CopyFrom(pb.CommandSend(**fields))
+    return _frame(base, entry)
+
+
+def test_next_sends_says_of_each_send_what_its_event_says() -> None:
+    golden = [_golden(f"send_{c.lower()}_{k}") for c in COMPRESSIONS for k in ("single", "batch")]
+    bad = bytearray(golden[0])
+    bad[-1] ^= 0x40
+    stream = golden + [
+        bytes(bad),  # a wrong checksum is reported, not refused
+        _send_frame(_entry(deliver_at_time=1_700_000_000_000), sequence_id=8),
+        _custom_send(_entry(), producer_id=4, sequence_id=9, num_messages=5, highest_sequence_id=13),
+        _custom_send(_entry(), producer_id=4, sequence_id=14, highest_sequence_id=2),
+    ]
+    fast, general = _connected_pair()[1], _connected_pair()[1]
+    for conn in (fast, general):
+        conn.receive_data(b"".join(stream))
+    rows = fast.next_sends()
+    assert fast.next_event() is NEED_DATA
+    assert rows == [_send_row(e) for e in _events(general)]
+    assert [r[6] for r in rows].count(True) == 1 and [r[5] for r in rows].count(False) == 1
+    assert rows[-2][2:4] == (5, 13) and rows[-1][2:4] == (1, 2)
+
+
+def test_next_sends_stops_where_the_general_decoder_must_take_over() -> None:
+    sends = [_send_frame(_entry(), sequence_id=i) for i in range(5)]
+    flow = _frame(pb.BaseCommand(type=T.FLOW, flow=pb.CommandFlow(consumer_id=2, messagePermits=9)))
+    md = pb.MessageMetadata(producer_name="p", sequence_id=10, publish_time=2)
+    md.encryption_keys.add(key="k", value=b"v")
+    encrypted = _send_frame(encode_entry(md, b"sealed"), sequence_id=10)
+    _, server = _connected_pair()
+    server.receive_data(sends[0] + sends[1] + flow + sends[2] + encrypted + sends[3] + sends[4][:-3])
+    assert [r[1] for r in server.next_sends()] == [0, 1]
+    assert server.next_sends() == []
+    assert isinstance(server.next_event(), CommandFlow)
+    assert [r[1] for r in server.next_sends()] == [2]
+    # A SEND the scan does not take (encryption keys here) is an event, in its place.
+    event = server.next_event()
+    assert isinstance(event, CommandSend) and event.sequence_id == 10 and event.metadata.encryption_keys
+    assert [r[1] for r in server.next_sends()] == [3]
+    assert server.next_sends() == [] and server.next_event() is NEED_DATA
+    server.receive_data(sends[4][-3:])
+    assert [r[1] for r in server.next_sends()] == [4]
+
+
+def test_next_sends_leaves_frames_it_may_not_take_to_next_event() -> None:
+    before_connect = _server()
+    before_connect.receive_data(_send_frame(_entry()))
+    assert before_connect.next_sends() == []
+    with pytest.raises(RemoteProtocolError, match="may not send SEND"):
+        before_connect.next_event()
+    oversized = _server(max_message_size=64, frame_allowance=64)
+    oversized.receive_data(_connect_frame())
+    oversized.next_event()
+    oversized.send(CommandConnected.build(server_version="s"))
+    oversized.receive_data(_send_frame(_entry(b"x" * 20_000)))
+    assert oversized.next_sends() == []
+    with pytest.raises(RemoteProtocolError, match="exceeds the limit"):
+        oversized.next_event()
