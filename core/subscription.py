@@ -799,15 +799,17 @@ class Subscription(Activity):
     def _assign(self, entries: list[Entry], from_replay: int) -> bool:
         now = int(time.time() * 1000)
         batches: dict[int, tuple[Consumer, list[Delivery]]] = {}
-        sent = 0
-        msg_out, bytes_out = self.msg_out, self.bytes_out
+        sent = msgs = nbytes = 0
         redelivery_counts, batch_ack_sets = self.redelivery_counts, self.batch_ack_sets
         receivers = self._receivers()
-        key_shared = self.sub_type == SubType.Key_Shared
-        per_consumer = self._unacked_limits()[0] if self.sub_type in (SubType.Shared, SubType.Key_Shared) else 0
+        sub_type = self.sub_type
+        key_shared, shared = sub_type == SubType.Key_Shared, sub_type == SubType.Shared
+        per_consumer = self._unacked_limits()[0] if key_shared or shared else 0
+        # entries after the replays may be due later (a replayed one was due already)
+        delayed_from = from_replay if self.topic.has_delayed_messages else len(entries)
         for i, entry in enumerate(entries):
             pos = entry.position
-            if i >= from_replay and self.topic.has_delayed_messages:
+            if i >= delayed_from:
                 deliver_at = self.topic.deliver_at(entry)
                 if deliver_at > now:
                     if pos not in self._delayed_set:
@@ -823,7 +825,7 @@ class Subscription(Activity):
                         held is not None and held[0] is not target and not self.allow_out_of_order):
                     self.replay.add(pos)
                     continue
-            elif self.sub_type == SubType.Shared:
+            elif shared:
                 target = self._next_shared(receivers)
                 if target is None:
                     self.replay.add(pos)
@@ -835,8 +837,9 @@ class Subscription(Activity):
                     continue
             delivery = Delivery(entry, redelivery_counts.get(pos, 0) if redelivery_counts else 0,
                                 batch_ack_sets.get(pos) if batch_ack_sets else None)
-            target.permits -= entry.num_messages
-            target.unacked[pos] = (entry.num_messages, h)
+            n, size = entry.num_messages, len(entry.data)
+            target.permits -= n
+            target.unacked[pos] = (n, h)
             if per_consumer and target.unacked.messages >= per_consumer:
                 target.blocked_on_unacked = True
             if h >= 0:
@@ -847,15 +850,16 @@ class Subscription(Activity):
                 batches[target.consumer_id] = (target, [delivery])
             else:
                 slot[1].append(delivery)
-            n = len(entry.data)
-            target.msg_out += entry.num_messages
+            target.msg_out += n
             target.entries_out += 1
-            target.bytes_out += n
-            self.msg_out += entry.num_messages
-            self.bytes_out += n
+            target.bytes_out += size
+            msgs += n
+            nbytes += size
             sent += 1
         if sent:
-            self.topic.broker.stats.record_dispatch(self.msg_out - msg_out, self.bytes_out - bytes_out)
+            self.msg_out += msgs
+            self.bytes_out += nbytes
+            self.topic.broker.stats.record_dispatch(msgs, nbytes)
             self.last_consumed_ts = now
         for consumer, deliveries in batches.values():
             consumer.last_consumed_ts = now

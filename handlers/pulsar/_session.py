@@ -278,16 +278,16 @@ class PulsarSession:
 
     def _send(self, event: Any) -> None:
         """Queue one frame (see :meth:`_queue`)."""
-        self._queue(type(event).__name__, lambda: self.codec.send(event))
+        self._queue(type(event).__name__, self.codec.send, event)
 
-    def _queue(self, what: str, encode: Callable[[], bytes]) -> None:
-        """Queue the frames ``encode`` makes. Called from other tasks too (topic flushers,
-        dispatchers), so what the connection can no longer carry is dropped here, never
-        raised there."""
+    def _queue(self, what: str, encode: Callable[..., bytes], *args: Any) -> None:
+        """Queue the frames ``encode(*args)`` makes (``what`` they are, for the log).
+        Called from other tasks too (topic flushers, dispatchers), so what the connection
+        can no longer carry is dropped here, never raised there."""
         if self.closed:
             return
         try:
-            frame = encode()
+            frame = encode(*args)
         except ProtocolError as exc:
             log.info("pulsar: not sending %s: %s", what, exc)
             return
@@ -536,8 +536,8 @@ class PulsarSession:
                 return
             pos = result.position
             ledger, entry_id = (pos.ledger_id, pos.entry_id) if pos else (_EARLIEST_LEDGER, _EARLIEST_LEDGER)
-            self._queue(f"a receipt to producer {pid}", lambda: self.codec.encode_send_receipt(
-                pid, seq, ledger, entry_id, partition, highest))
+            self._queue("SEND_RECEIPT", self.codec.encode_send_receipt,
+                        pid, seq, ledger, entry_id, partition, highest)
 
         topic.publish(entry, num, producer.name, highest, done, hold=True)
         self._held.add(topic)
@@ -613,11 +613,10 @@ class PulsarSession:
     def send_messages(self, consumer: Consumer, deliveries: list[Delivery]) -> None:
         topic = self.consumer_topics.get(consumer.consumer_id)
         partition = topic.partition_index if topic is not None else -1
-        self._queue(f"messages to consumer {consumer.consumer_id}", lambda: self.codec.encode_messages(
-            consumer.consumer_id, partition, [
-                (e.position.ledger_id, e.position.entry_id, d.redelivery_count, d.ack_set,
-                 e.publish_time, e.index, e.data)
-                for d in deliveries for e in (d.entry,)]))
+        self._queue("MESSAGE", self.codec.encode_messages, consumer.consumer_id, partition, [
+            (e.position.ledger_id, e.position.entry_id, d.redelivery_count, d.ack_set,
+             e.publish_time, e.index, e.data)
+            for d in deliveries for e in (d.entry,)])
 
     def reached_end_of_topic(self, consumer: Consumer) -> None:
         if not self._tell_end_of_topic:
