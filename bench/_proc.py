@@ -10,17 +10,23 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["combine_rounds", "cpu_seconds", "free_port", "peer_ratios", "quiet_disk", "ratio",
+__all__ = ["combine_rounds", "cpu_seconds", "cpu_times", "free_port", "peer_ratios", "quiet_disk", "ratio",
            "side_by_side", "verdict"]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads) in seconds."""
+def cpu_times(pid: int) -> tuple[float, float]:
+    """utime and stime of a process (all its threads) in seconds: its own code's CPU time
+    and the kernel's on its behalf (system calls, the network stack, the disk)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return int(fields[11]) / _CLK_TCK, int(fields[12]) / _CLK_TCK
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads) in seconds."""
+    return sum(cpu_times(pid))
 
 
 def free_port() -> int:
