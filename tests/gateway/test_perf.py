@@ -357,6 +357,7 @@ def test_bench_end_to_end_counts_every_message_and_broker_cpu(broker, unique, tm
     assert case["acked"] >= 1000
     assert (case["unique"], case["duplicates"], case["lost"]) == (case["acked"], 0, 0)
     assert case["cpu_s"] > 0 and case["cpu_us_per_msg"] > 0
+    assert 0 <= case["kernel_us_per_msg"] <= case["cpu_us_per_msg"]
     assert case["e2e_msg_per_s"] > 0
     assert case["publish_latency_ms"]["p99"] >= case["publish_latency_ms"]["p50"]
 
