@@ -365,6 +365,8 @@ pub struct EntryLogStorage {
     checkpointed: Mutex<HashMap<u64, u64>>,
     /// One flush at a time, so CHECKPOINT lengths never go backwards.
     flush_lock: Mutex<()>,
+    /// Set by [`LedgerStorage::halt`]: nothing more is written out, not even on drop.
+    halted: AtomicBool,
     max_open: usize,
     /// See [`EntryLogStorage::open_with_limits`].
     max_indexed: usize,
@@ -438,6 +440,7 @@ impl EntryLogStorage {
             dir_dirty: AtomicBool::new(true),
             checkpointed: Mutex::new(synced),
             flush_lock: Mutex::new(()),
+            halted: AtomicBool::new(false),
             max_open: max_open_logs.max(1),
             max_indexed: max_indexed_entries,
             open_files: AtomicUsize::new(0),
@@ -905,7 +908,14 @@ impl LedgerStorage for EntryLogStorage {
         Ok(())
     }
 
+    fn halt(&self) {
+        self.halted.store(true, Ordering::SeqCst);
+    }
+
     fn start_writeback(&self) {
+        if self.halted.load(Ordering::SeqCst) {
+            return;
+        }
         let logs: Vec<Arc<Mutex<LedgerLog>>> = self.ledgers.read().values().cloned().collect();
         for log in logs {
             if let Err(e) = self.write_out(&log) {
@@ -918,7 +928,8 @@ impl LedgerStorage for EntryLogStorage {
 
 impl Drop for EntryLogStorage {
     /// What is still only in memory is written out (not synced), as an append used to write
-    /// it at once; the journal covers it either way.
+    /// it at once; the journal covers it either way. A halted storage writes nothing: it
+    /// may be dropped well after its bookie stopped, when another has its directory.
     fn drop(&mut self) {
         self.start_writeback();
     }

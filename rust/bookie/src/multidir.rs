@@ -137,4 +137,10 @@ impl LedgerStorage for MultiDirStorage {
             part.start_writeback();
         }
     }
+
+    fn halt(&self) {
+        for part in &self.parts {
+            part.halt();
+        }
+    }
 }

@@ -398,6 +398,7 @@ impl Core {
     fn halt(&self) {
         let _exclusive = self.order.write();
         self.halted.store(true, Ordering::SeqCst);
+        self.storage.halt();
     }
 }
 

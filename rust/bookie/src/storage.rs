@@ -87,6 +87,11 @@ pub trait LedgerStorage: Send + Sync {
     /// journal's fsyncs, which share that disk, never wait behind it. A storage with
     /// nothing to write out does nothing.
     fn start_writeback(&self) {}
+
+    /// Write nothing more, as a crash would: what is only in memory stays there and is
+    /// lost with the storage (the journal covers it). The bookie calls this when it stops
+    /// without a shutdown; a storage writing nothing on its own does nothing.
+    fn halt(&self) {}
 }
 
 struct MemLedger {
