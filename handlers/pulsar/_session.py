@@ -238,8 +238,9 @@ class PulsarSession:
             self.codec.receive_data(data)
             while True:
                 # the run of plain SENDs a producer mostly sends, decoded in one call
-                for pid, seq, num, highest, entry, checksum_ok, delayed in self.codec.next_sends():
-                    handled += 1
+                sends = self.codec.next_sends()
+                handled += len(sends)
+                for pid, seq, num, highest, entry, checksum_ok, delayed in sends:
                     self._publish(pid, seq, num, highest, entry, checksum_ok, delayed, encrypted=False)
                 event = self.codec.next_event()
                 if event is NEED_DATA:
@@ -498,20 +499,14 @@ class PulsarSession:
         if producer is None:
             if pid in self._closed_by_broker:
                 return
-            self._send(ev.CommandSendError.build(
-                producer_id=pid, sequence_id=seq,
-                error=E.NotAllowedError, message="Producer is not connected"))
+            self._send_error(pid, seq, E.NotAllowedError, "Producer is not connected")
             return
         if not checksum_ok:
-            self._send(ev.CommandSendError.build(
-                producer_id=pid, sequence_id=seq,
-                error=E.ChecksumError, message="Checksum failed on the broker"))
+            self._send_error(pid, seq, E.ChecksumError, "Checksum failed on the broker")
             return
         topic = producer.topic
         if topic.encryption_required and not encrypted:
-            self._send(ev.CommandSendError.build(
-                producer_id=pid, sequence_id=seq,
-                error=E.MetadataError, message="Messages must be encrypted"))
+            self._send_error(pid, seq, E.MetadataError, "Messages must be encrypted")
             return
         if delayed:
             topic.note_delayed()
@@ -529,10 +524,8 @@ class PulsarSession:
             self.handler.publish_buffer.give(size)
             if result.error is not None:
                 code = _server_error(result.error)
-                self._send(ev.CommandSendError.build(
-                    producer_id=pid, sequence_id=seq,
-                    error=E.PersistenceError if code == E.UnknownError else code,
-                    message=str(result.error)))
+                self._send_error(pid, seq, E.PersistenceError if code == E.UnknownError else code,
+                                 str(result.error))
                 return
             pos = result.position
             ledger, entry_id = (pos.ledger_id, pos.entry_id) if pos else (_EARLIEST_LEDGER, _EARLIEST_LEDGER)
@@ -541,6 +534,10 @@ class PulsarSession:
 
         topic.publish(entry, num, producer.name, highest, done, hold=True)
         self._held.add(topic)
+
+    def _send_error(self, producer_id: int, sequence_id: int, code: int, message: str) -> None:
+        self._send(ev.CommandSendError.build(producer_id=producer_id, sequence_id=sequence_id,
+                                             error=code, message=message))
 
     def _on_CommandCloseProducer(self, event: Any) -> None:
         cmd = event.command
