@@ -17,6 +17,7 @@ import threading
 
 import pytest
 
+from gateway import _perf
 from gateway._cli import build_parser, main
 from gateway._perf import (
     HEADER_SIZE,
@@ -242,6 +243,27 @@ def test_produce_and_consume_every_message_once(broker, unique, batching):
     assert (consumed.received, consumed.unique, consumed.duplicates, consumed.gaps) == (
         3000, 3000, 0, 0)
     assert consumed.latency_ms["max"] >= consumed.latency_ms["p50"] >= 0
+
+
+def test_receipt_callbacks_keep_their_thread_state(broker, unique, monkeypatch):
+    # The client calls each receipt on a thread Python did not start; without a kept
+    # state every call would get a new one (and map and unmap its frame stack), so the
+    # first-time branch would run once per receipt instead of once per client thread.
+    firsts = []
+    keep = _perf._keep_thread_state
+
+    def counted() -> bool:
+        first = keep()
+        firsts.append(first)
+        return first
+
+    monkeypatch.setattr(_perf, "_keep_thread_state", counted)
+    summary = produce(ProduceOptions(topics=[f"perf-keep-{unique}"], service_url=broker.pulsar_url,
+                                     rate=0, size=100, num_messages=2000, batching=False),
+                      out=io.StringIO())
+    assert summary.acked == 2000
+    assert len(firsts) == 2000
+    assert 1 <= sum(firsts) <= 4
 
 
 def test_several_topics_with_a_consumer_each(broker, unique):
