@@ -804,7 +804,8 @@ class Subscription(Activity):
         receivers = self._receivers()
         sub_type = self.sub_type
         key_shared, shared = sub_type == SubType.Key_Shared, sub_type == SubType.Shared
-        per_consumer = self._unacked_limits()[0] if key_shared or shared else 0
+        per_type_counts = key_shared or shared
+        per_consumer = self._unacked_limits()[0] if per_type_counts else 0
         # entries after the replays may be due later (a replayed one was due already)
         delayed_from = from_replay if self.topic.has_delayed_messages else len(entries)
         for i, entry in enumerate(entries):
@@ -835,7 +836,10 @@ class Subscription(Activity):
                 if target is None or target.permits <= 0:
                     self.replay.add(pos)
                     continue
-            delivery = Delivery(entry, redelivery_counts.get(pos, 0) if redelivery_counts else 0,
+            # Only Shared and Key_Shared tell a message's redeliveries, as in Pulsar: a
+            # single active consumer's client would otherwise send it to its dead letter
+            # topic, a policy Pulsar gives those two types alone.
+            delivery = Delivery(entry, redelivery_counts.get(pos, 0) if redelivery_counts and per_type_counts else 0,
                                 batch_ack_sets.get(pos) if batch_ack_sets else None)
             n, size = entry.num_messages, len(entry.data)
             target.permits -= n

@@ -154,12 +154,23 @@ def _after_last(topic: PersistentTopic) -> Position:
 
 def _position_of(topic: PersistentTopic, mid: Any, *, inclusive: bool) -> Position:
     """Where a client's message id points: latest, earliest, or the message itself
-    (`inclusive`) or the one after it."""
+    (`inclusive`) or the one after it. Ids are Java longs in Pulsar: an entry id past the
+    signed range is negative there, before the ledger's first entry."""
     if mid.ledgerId == _LATEST_LEDGER:
         return _after_last(topic)
     if mid.ledgerId == _EARLIEST_LEDGER or mid.ledgerId > _LATEST_LEDGER:
         return topic.ml.first_position() or Position(0, 0)
+    if mid.entryId > _LATEST_LEDGER:
+        return Position(mid.ledgerId, 0)
     return Position(mid.ledgerId, mid.entryId if inclusive else mid.entryId + 1)
+
+
+def _entry_of(mid: Any) -> Position | None:
+    """The entry an acknowledged or redelivered message id names; None when an id is
+    past the signed range, where no entry is (negative in Pulsar's longs)."""
+    if mid.ledgerId > _LATEST_LEDGER or mid.entryId > _LATEST_LEDGER:
+        return None
+    return Position(mid.ledgerId, mid.entryId)
 
 
 class PulsarSession:
@@ -409,16 +420,36 @@ class PulsarSession:
             mode = cmd.mode
             domains = {0: ["persistent"], 1: ["non-persistent"], 2: ["persistent", "non-persistent"]}[mode]
             topics: list[str] = []
+            partitioned: list[tuple[TopicName, int]] = []
             for d in domains:
                 topics.extend(self.broker.topics_of_namespace(ns, d))
                 for base in self.broker.policies.partitioned_topics(ns, d):
-                    n = self.broker.policies.partitions(TopicName.parse(base))
-                    topics.extend(str(TopicName.parse(base).partition(i)) for i in range(n))
+                    name = TopicName.parse(base)
+                    partitioned.append((name, self.broker.policies.partitions(name)))
+            # Each name takes its bytes and two of field overhead in the answer; one that
+            # cannot fit in a frame the client takes is refused before the names are made
+            # (ten million partitions would hold the event loop for half a minute).
+            size = sum(len(t) + 2 for t in topics) + sum(
+                n * (len(str(name)) + len("-partition-") + len(str(n)) + 2) for name, n in partitioned)
+            if size > self.codec.peer_max_frame_size:
+                self._error(cmd.request_id, E.NotAllowedError,
+                            f"The topics of {ns} ({len(topics) + sum(n for _, n in partitioned)}, "
+                            f"partitions counted) take more than the {self.codec.peer_max_frame_size} "
+                            f"bytes of one frame")
+                return
+            for name, n in partitioned:
+                topics.extend(str(name.partition(i)) for i in range(n))
         except Exception as exc:
             self._error(cmd.request_id, exc)
             return
-        self._send(ev.CommandGetTopicsOfNamespaceResponse.build(
-            request_id=cmd.request_id, topics=sorted(set(topics)), filtered=False, changed=True))
+        answer = ev.CommandGetTopicsOfNamespaceResponse.build(
+            request_id=cmd.request_id, topics=sorted(set(topics)), filtered=False, changed=True)
+        try:
+            frame = self.codec.send(answer)
+        except ProtocolError as exc:  # the estimate above was just short
+            self._error(cmd.request_id, E.NotAllowedError, f"The topics of {ns}: {exc}")
+            return
+        self.outbox.put(frame)
 
     # -- producers ------------------------------------------------------------------------------------
 
@@ -603,9 +634,10 @@ class PulsarSession:
             pos = await topic.ml.find_by_publish_time(t)
             if pos is not None:
                 return pos
-        # A reader starts after the given message unless it is inside a batch, where the
-        # client filters the batch's earlier messages itself.
-        return _position_of(topic, mid, inclusive=mid.HasField("batch_index") and mid.batch_index >= 0)
+        # A reader starts at the given message, as Pulsar's broker starts it: the client
+        # drops that message itself unless the reader is inclusive (and the messages of a
+        # batch before it, which an entry's start cannot skip).
+        return _position_of(topic, mid, inclusive=True)
 
     def send_messages(self, consumer: Consumer, deliveries: list[Delivery]) -> None:
         topic = self.consumer_topics.get(consumer.consumer_id)
@@ -637,19 +669,22 @@ class PulsarSession:
                                                        error=E.ConsumerNotFound, message="Consumer not found"))
             return
         sub = consumer.subscription
-        if cmd.ack_type == pb.CommandAck.Cumulative:
-            mid = cmd.message_id[0]
-            pos = Position(mid.ledgerId, mid.entryId)
+        if cmd.ack_type != pb.CommandAck.Cumulative:
+            sub.ack_individual(consumer, [
+                (pos, list(m.ack_set) if m.ack_set else None)
+                for m in cmd.message_id if (pos := _entry_of(m)) is not None])
+        elif len(cmd.message_id) != 1 or sub.sub_type in (SubType.Shared, SubType.Key_Shared):
+            # Pulsar's broker ignores these too: a cumulative ack names one message, and on
+            # a subscription whose consumers share the messages it would acknowledge theirs.
+            log.warning("pulsar: ignoring a cumulative ack of %d message ids on %s subscription %s",
+                        len(cmd.message_id), SubType(sub.sub_type).name, sub.name)
+        elif (pos := _entry_of(mid := cmd.message_id[0])) is not None:
             if mid.ack_set:
                 # A cumulative ack inside a batch acknowledges up to the previous entry.
                 sub.ack_individual(consumer, [(pos, list(mid.ack_set))])
                 pos = Position(mid.ledgerId, mid.entryId - 1)
             if pos.entry_id >= 0:
                 sub.ack_cumulative(consumer, pos)
-        else:
-            sub.ack_individual(consumer, [
-                (Position(m.ledgerId, m.entryId), list(m.ack_set) if m.ack_set else None)
-                for m in cmd.message_id])
         if cmd.HasField("request_id"):
             self._send(ev.CommandAckResponse.build(consumer_id=cmd.consumer_id, request_id=cmd.request_id))
 
@@ -658,8 +693,12 @@ class PulsarSession:
         consumer = self.consumers.get(cmd.consumer_id)
         if consumer is None or consumer.subscription is None:
             return
-        positions = [Position(m.ledgerId, m.entryId) for m in cmd.message_ids] or None
-        consumer.subscription.redeliver(consumer, positions)
+        if not cmd.message_ids:
+            consumer.subscription.redeliver(consumer, None)  # all its unacknowledged
+            return
+        positions = [pos for m in cmd.message_ids if (pos := _entry_of(m)) is not None]
+        if positions:
+            consumer.subscription.redeliver(consumer, positions)
 
     def _on_CommandUnsubscribe(self, event: Any) -> None:
         self._spawn(self._unsubscribe, event.command)
@@ -723,10 +762,12 @@ class PulsarSession:
         except Exception as exc:
             self._error(cmd.request_id, exc)
             return
-        self._success(cmd.request_id)
-        # As Pulsar does, the subscription's consumers are disconnected after a seek; the
-        # clients reconnect and receive from the new position.
+        # As Pulsar does, the subscription's consumers are disconnected before the seek is
+        # answered; the clients reconnect and receive from the new position. The other
+        # order let the client take the answer for a finished seek and subscribe again
+        # from where it had read, after the reset.
         sub.disconnect_consumers(reset=True)
+        self._success(cmd.request_id)
 
     def broker_closed_consumer(self, consumer: Consumer, *, reset: bool = False) -> None:
         topic = self.consumer_topics.pop(consumer.consumer_id, None)

@@ -331,3 +331,107 @@ def test_unsubscribe_while_others_are_attached_is_refused_unless_forced(standalo
         assert closed.command.consumer_id == 2  # the other consumer was told to go
     finally:
         raw.close()
+
+
+def _subscribe_raw(raw: RawClient, topic: str, sub_type: int, consumer_id: int = 1) -> None:
+    raw.connect()
+    raw.send(ev.CommandSubscribe.build(topic=topic, subscription="s", subType=sub_type,
+                                       consumer_id=consumer_id, request_id=1,
+                                       initialPosition=pb.CommandSubscribe.Earliest))
+    assert isinstance(raw.next_event(), ev.CommandSuccess)
+
+
+@pytest.mark.parametrize("sub_type", [pb.CommandSubscribe.Shared, pb.CommandSubscribe.Key_Shared])
+def test_a_cumulative_ack_on_a_shared_subscription_acknowledges_nothing(
+        standalone: Standalone, unique, sub_type):
+    # One consumer of a Shared subscription must not acknowledge what the others were
+    # given, or were still to be given: Pulsar's broker ignores such an ack, and so do we.
+    topic = f"persistent://public/default/cum-shared-{unique}"
+    client = pulsar.Client(standalone.pulsar_url)
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        honest = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared
+                                  if sub_type == pb.CommandSubscribe.Shared else pulsar.ConsumerType.KeyShared,
+                                  receiver_queue_size=1)
+        _subscribe_raw(raw, topic, sub_type, consumer_id=9)  # grants no permits
+        producer = client.create_producer(topic, batching_enabled=False)
+        last = [producer.send(f"m{i}".encode()) for i in range(20)][-1]
+        raw.send(ev.CommandAck.build(consumer_id=9, ack_type=pb.CommandAck.Cumulative, request_id=2,
+                                     message_id=[pb.MessageIdData(ledgerId=last.ledger_id(),
+                                                                  entryId=last.entry_id())]))
+        assert isinstance(raw.next_event(), ev.CommandAckResponse)
+        got = []
+        for _ in range(20):
+            msg = honest.receive(timeout_millis=10_000)
+            got.append(msg.data())
+            honest.acknowledge(msg)
+        assert got == [f"m{i}".encode() for i in range(20)]
+    finally:
+        raw.close()
+        client.close()
+
+
+@pytest.mark.parametrize("name, command", [
+    ("cumulative ack of no message", ev.CommandAck.build(consumer_id=1, ack_type=pb.CommandAck.Cumulative)),
+    ("ack past a long's range", ev.CommandAck.build(
+        consumer_id=1, ack_type=pb.CommandAck.Individual,
+        message_id=[pb.MessageIdData(ledgerId=1, entryId=2**64 - 2)])),
+    ("redelivery past a long's range", ev.CommandRedeliverUnacknowledgedMessages.build(
+        consumer_id=1, message_ids=[pb.MessageIdData(ledgerId=2**64 - 2, entryId=2**64 - 2)])),
+])
+def test_acks_of_message_ids_no_entry_can_have_are_ignored(standalone: Standalone, unique,
+                                                           name, command):
+    topic = f"persistent://public/default/odd-ack-{unique}"
+    client = pulsar.Client(standalone.pulsar_url)
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        client.create_producer(topic, batching_enabled=False).send(b"kept")
+        _subscribe_raw(raw, topic, pb.CommandSubscribe.Exclusive)
+        raw.send(command)
+        # the connection is still served, and the message still unacknowledged
+        raw.send(ev.CommandConsumerStats.build(consumer_id=1, request_id=2))
+        stats = raw.next_event()
+        assert isinstance(stats, ev.CommandConsumerStatsResponse), name
+        assert stats.command.msgBacklog == 1, name
+    finally:
+        raw.close()
+        client.close()
+
+
+def test_a_seek_to_an_entry_before_a_ledgers_first_goes_to_its_start(standalone: Standalone, unique):
+    topic = f"persistent://public/default/odd-seek-{unique}"
+    client = pulsar.Client(standalone.pulsar_url)
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        first = client.create_producer(topic, batching_enabled=False).send(b"first")
+        _subscribe_raw(raw, topic, pb.CommandSubscribe.Exclusive)
+        # entry id -2 as a long, the way it arrives in the unsigned field
+        raw.send(ev.CommandSeek.build(consumer_id=1, request_id=5, message_id=pb.MessageIdData(
+            ledgerId=first.ledger_id(), entryId=2**64 - 2)))
+        events = [raw.next_event(), raw.next_event()]
+        assert [type(e) for e in events] == [ev.CommandCloseConsumer, ev.CommandSuccess]
+    finally:
+        raw.close()
+        client.close()
+    consumer = pulsar.Client(standalone.pulsar_url).subscribe(topic, "s")
+    assert consumer.receive(timeout_millis=10_000).data() == b"first"
+
+
+def test_topics_of_a_namespace_that_no_frame_holds_get_an_error_at_once(
+        standalone: Standalone, admin, unique):
+    ns = f"public/wide-{unique}"
+    admin.put(f"/admin/v2/namespaces/{ns}")
+    admin.put(f"/admin/v2/persistent/{ns}/wide/partitions", 200_000)  # names of over 5 MB
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        raw.connect()
+        started = time.monotonic()
+        raw.send(ev.CommandGetTopicsOfNamespace.build(namespace=ns, request_id=1))
+        answer = raw.next_event()
+        assert isinstance(answer, ev.CommandError), answer
+        assert answer.command.error == pb.NotAllowedError
+        assert "200000" in answer.command.message
+        assert time.monotonic() - started < 1.0  # refused from the counts, no names made
+    finally:
+        raw.close()
+    _still_serving(standalone.pulsar_url)

@@ -267,6 +267,26 @@ def test_a_negative_ack_inside_a_batch_redelivers_only_that_message(client, uniq
     assert _texts(consumer) == []
 
 
+@pytest.mark.parametrize("sub_type", ["Exclusive", "Failover"])
+def test_a_single_active_consumer_is_told_no_redelivery_count(client, unique, sub_type):
+    # As Pulsar's broker does: only Shared and Key_Shared count redeliveries, so a dead
+    # letter policy on these types never takes the message away from the consumer.
+    topic = f"nack-single-{sub_type}-{unique}"
+    dlq = f"persistent://public/default/{topic}-DLQ"
+    consumer = client.subscribe(
+        topic, "s", consumer_type=getattr(pulsar.ConsumerType, sub_type),
+        negative_ack_redelivery_delay_ms=100,
+        dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(max_redeliver_count=1, dead_letter_topic=dlq))
+    _send_each(client, topic, 1)
+    counts = []
+    for _ in range(3):
+        msg = consumer.receive(timeout_millis=RECEIVE_MS)
+        counts.append(msg.redelivery_count())
+        consumer.negative_acknowledge(msg)
+    assert counts == [0, 0, 0]
+    assert consumer.receive(timeout_millis=RECEIVE_MS).data() == b"m0"
+
+
 def test_redeliver_unacknowledged_messages_sends_them_again(client, unique):
     topic = f"redeliver-{unique}"
     consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
@@ -306,10 +326,49 @@ def test_a_reader_seeks_ahead_to_a_publish_time(client, unique):
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     assert reader.read_next(RECEIVE_MS).data() == b"m0"
     # The seek disconnects the reader; it must find its subscription where the seek put
-    # it when it subscribes again. (The C++ client drops what it re-reads at or before the
-    # last message it returned, so a reader's seek back in time shows nothing new.)
+    # it when it subscribes again.
     reader.seek(stamps[2])
     assert [reader.read_next(RECEIVE_MS).data() for _ in range(2)] == [b"m2", b"m3"]
+
+
+def test_a_reader_seeks_back_to_a_message_and_to_a_publish_time(client, unique):
+    topic = f"reader-back-{unique}"
+    stamps = _publish_apart(client, topic, 6, client.subscribe(topic, "probe"))
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    read = [reader.read_next(RECEIVE_MS) for _ in range(5)]
+    assert [m.data() for m in read] == [f"m{i}".encode() for i in range(5)]
+    # back before what it read: the broker disconnects it before answering, so the client
+    # subscribes again from the seek, not from where it was
+    reader.seek(read[1].message_id())
+    assert [reader.read_next(RECEIVE_MS).data() for _ in range(3)] == [b"m2", b"m3", b"m4"]
+    reader.seek(stamps[1])
+    assert [reader.read_next(RECEIVE_MS).data() for _ in range(2)] == [b"m1", b"m2"]
+
+
+@pytest.mark.parametrize("inclusive", [False, True])
+def test_a_reader_starts_at_or_after_a_message_outside_a_batch(client, unique, inclusive):
+    topic = f"reader-at-{unique}-{inclusive}"
+    producer = client.create_producer(topic, batching_enabled=False)
+    ids = [producer.send(f"m{i}".encode()) for i in range(4)]
+    reader = client.create_reader(topic, ids[1], start_message_id_inclusive=inclusive)
+    expected = [b"m1", b"m2", b"m3"] if inclusive else [b"m2", b"m3"]
+    assert [reader.read_next(RECEIVE_MS).data() for _ in expected] == expected
+    assert not reader.has_message_available()
+    last = client.create_reader(topic, ids[3], start_message_id_inclusive=inclusive)
+    assert last.has_message_available() == inclusive
+    if inclusive:
+        assert last.read_next(RECEIVE_MS).data() == b"m3"
+
+
+def test_an_inclusive_reader_at_a_chunked_message_reads_it_whole(client, unique):
+    topic = f"reader-chunk-{unique}"
+    producer = client.create_producer(topic, batching_enabled=False, chunking_enabled=True)
+    big = bytes(range(256)) * (6 * 1024 * 1024 // 256)  # 6 MiB: two chunks of maxMessageSize
+    first = producer.send(big)
+    producer.send(b"after")
+    reader = client.create_reader(topic, first, start_message_id_inclusive=True)
+    assert reader.read_next(RECEIVE_MS).data() == big
+    assert reader.read_next(RECEIVE_MS).data() == b"after"
 
 
 def test_failover_spreads_the_partitions_of_a_topic_over_its_consumers(client, admin, unique):
