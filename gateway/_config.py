@@ -491,6 +491,9 @@ _KEY_LIST: tuple[Key, ...] = (
          "Kafka incremental fetch sessions (KIP-227) kept at once; 0 disables them.", 0),
     _int("min.incremental.fetch.session.eviction.ms", 120000,
          "Idle time after which a Kafka fetch session may be evicted for a new one.", 0),
+    _int("connections.max.idle.ms", 600000,
+         "Milliseconds after which a Kafka connection with nothing received and no request "
+         "open is closed; -1 never closes it.", -1),
     # --- messages and connections
     _int("maxMessageSize", 5242880, "Largest message (batch) payload accepted, in bytes.", 1024),
     _int("keepAliveIntervalSeconds", 30, "Interval of protocol-level keep-alive pings.", 0),

@@ -29,10 +29,12 @@ buffers, ``next_event()`` returns a :class:`RequestReceived`, an
 :meth:`KafkaConnection.unsupported_response`) or :data:`NEED_DATA`, and
 ``send_response(request, body)`` returns the framed bytes. A size prefix that is negative
 or above ``max_request_size`` raises :class:`RemoteProtocolError` before anything is
-allocated for it; the session then closes the connection. Malformed bodies raise
-:class:`RemoteProtocolError` (``INVALID_REQUEST``) and nothing else (bytes after a
-complete body are ignored, as Kafka does): every length read
-from the wire is checked against the bytes actually present before it is used.
+allocated for it; the session then closes the connection. Any other prefix is taken as
+a claim, not a promise: what is held for a frame grows with its bytes as they arrive
+(at most twice them plus :data:`LARGE_FRAME`), never with the size announced. Malformed
+bodies raise :class:`RemoteProtocolError` (``INVALID_REQUEST``) and nothing else (bytes
+after a complete body are ignored, as Kafka does): every length read from the wire is
+checked against the bytes actually present before it is used.
 
 Example::
 
@@ -1235,20 +1237,28 @@ class KafkaConnection:
 
     Small frames collect in one buffer. A frame of :data:`LARGE_FRAME` bytes or more gets a
     buffer of its own as soon as its size prefix is in, and :meth:`receive_buffer` offers
-    the part still missing, so the caller can read the socket straight into it. Either way a
+    room after the bytes received so far, so the caller can read the socket straight into
+    it. The size prefix is only a claim: the frame's buffer grows with what arrives, the
+    room offered being at most as large as what is already in (and at least
+    :data:`LARGE_FRAME`), so a client that announces a large frame and sends little of it
+    holds little; growing by doubling keeps the copying linear in the frame. Either way a
     request is decoded from a view of the bytes as they arrived: a produce request's records
     are copied once, out of the frame, and nothing else of it is."""
 
     def __init__(self, max_request_size: int = DEFAULT_MAX_REQUEST_SIZE):
         self.max_request_size = max_request_size
         self._buf = bytearray()
+        # The large frame under way: its first ``_filled`` bytes arrived, the rest of the
+        # buffer is room for the next read; ``_size`` is what its prefix announced.
         self._frame: bytearray | None = None
+        self._size = 0
         self._filled = 0
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         frame = self._frame
         if frame is not None:
-            n = min(len(data), len(frame) - self._filled)
+            n = min(len(data), self._size - self._filled)
+            # Overwrites the room, and grows the buffer past it as needed.
             frame[self._filled:self._filled + n] = data[:n]
             self._filled += n
             if n == len(data):
@@ -1257,11 +1267,16 @@ class KafkaConnection:
         self._buf += data
 
     def receive_buffer(self) -> memoryview | None:
-        """The missing part of the large frame being received, for the caller to read into
-        (then :meth:`received_into`); None when no large frame is under way."""
-        if self._frame is None or self._filled == len(self._frame):
+        """Room after the large frame's bytes received so far, for the caller to read into
+        (then :meth:`received_into`, the view released first, as the buffer may grow);
+        None when no large frame is under way."""
+        frame = self._frame
+        if frame is None or self._filled == self._size:
             return None
-        return memoryview(self._frame)[self._filled:]
+        if self._filled == len(frame):
+            missing = self._size - self._filled
+            frame.extend(bytes(min(missing, max(self._filled, LARGE_FRAME))))
+        return memoryview(frame)[self._filled:]
 
     def received_into(self, n: int) -> None:
         """``n`` bytes were written at the start of :meth:`receive_buffer`'s view."""
@@ -1275,9 +1290,9 @@ class KafkaConnection:
     def next_event(self) -> RequestReceived | UnsupportedRequest | Any:
         frame = self._frame
         if frame is not None:
-            if self._filled < len(frame):
+            if self._filled < self._size:
                 return NEED_DATA
-            self._frame, self._filled = None, 0
+            self._frame, self._size, self._filled = None, 0, 0
             return _parse_view(frame, 0, len(frame))
         buf = self._buf
         if len(buf) < 4:
@@ -1288,9 +1303,9 @@ class KafkaConnection:
                 f"request size {size} outside 8..{self.max_request_size}", ErrorCode.INVALID_REQUEST)
         if len(buf) < 4 + size:
             if size >= LARGE_FRAME:
-                self._frame = bytearray(size)
-                self._filled = len(buf) - 4
-                self._frame[:self._filled] = memoryview(buf)[4:]
+                # What arrived, not what the prefix claims (see the class docs).
+                self._frame = bytearray(memoryview(buf)[4:])
+                self._size, self._filled = size, len(buf) - 4
                 buf.clear()
             return NEED_DATA
         try:

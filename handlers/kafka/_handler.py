@@ -21,7 +21,7 @@ from handlers.kafka._fetch_session import (
     FetchSessionCache,
 )
 from handlers.kafka._group import GroupCoordinator
-from handlers.kafka._session import KafkaSession, Later
+from handlers.kafka._session import DEFAULT_CONNECTIONS_MAX_IDLE_MS, KafkaSession, Later
 from handlers.kafka._topics import KafkaTopics
 from handlers.kafka._txn import TxnCoordinator
 
@@ -59,6 +59,9 @@ class KafkaProtocolHandler:
         self.fetch_sessions = FetchSessionCache(
             int(config.get("max.incremental.fetch.session.cache.slots", DEFAULT_CACHE_SLOTS)),
             float(config.get("min.incremental.fetch.session.eviction.ms", DEFAULT_EVICTION_MS)))
+        # Kafka's broker key, in milliseconds; kept in seconds, < 0 for never.
+        max_idle_ms = int(config.get("connections.max.idle.ms", DEFAULT_CONNECTIONS_MAX_IDLE_MS))
+        self.connections_max_idle = max_idle_ms / 1000.0 if max_idle_ms >= 0 else -1.0
         self.node_id = 0
         self.cluster_id = str(broker.cluster)
         self.advertised_host = "127.0.0.1"

@@ -15,6 +15,13 @@ reading, which is the back-pressure a client sees.
 A frame whose size prefix is negative or too large, or whose body does not decode, ends
 the connection (after nothing is allocated for it); an unknown API key or version is
 answered UNSUPPORTED_VERSION.
+
+A connection idle for ``connections.max.idle.ms`` (Kafka's broker key, default 10 minutes;
+-1 never) is closed, as Kafka closes it: idle meaning that nothing arrived from the client
+and it had no request open (a fetch long poll, a produce waiting for storage, a join
+waiting for its group) for that long. Bytes arriving count, a complete request or not, so
+a large request still coming in is not idle; a request's response being queued restarts
+the clock.
 """
 
 from __future__ import annotations
@@ -40,12 +47,14 @@ from handlers.kafka._errors import RemoteProtocolError
 if TYPE_CHECKING:
     from handlers.kafka._handler import KafkaProtocolHandler
 
-__all__ = ["KafkaSession", "Later", "MAX_IN_FLIGHT"]
+__all__ = ["DEFAULT_CONNECTIONS_MAX_IDLE_MS", "KafkaSession", "Later", "MAX_IN_FLIGHT"]
 
 log = logging.getLogger(__name__)
 
 READ_SIZE = 256 * 1024
 MAX_IN_FLIGHT = 256
+DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000
+"""Kafka's default ``connections.max.idle.ms``."""
 
 
 class Later(abc.ABC):
@@ -77,12 +86,16 @@ class KafkaSession:
         self.outbox = Outbox(stream)
         self._room = trio.Semaphore(MAX_IN_FLIGHT)
         self._nursery: trio.Nursery | None = None
+        self._active_at = 0.0  # when bytes last arrived or a response was last queued
 
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                self._active_at = trio.current_time()
                 nursery.start_soon(self.outbox.run_writer)
+                if self.handler.connections_max_idle >= 0:
+                    nursery.start_soon(self._close_when_idle, self.handler.connections_max_idle)
                 await self._reader()
                 nursery.cancel_scope.cancel()
         finally:
@@ -95,12 +108,31 @@ class KafkaSession:
         view = self.codec.receive_buffer() if sock is not None else None
         if sock is None or view is None:
             data = await self.stream.receive_some(READ_SIZE)
+            self._active_at = trio.current_time()
             self.codec.receive_data(data)
             return bool(data)
         with view:
             n: int = await sock.recv_into(view)
+        self._active_at = trio.current_time()
         self.codec.received_into(n)
         return n > 0
+
+    async def _close_when_idle(self, max_idle: float) -> None:
+        """Close the connection once it has been idle (see the module docs) for
+        ``max_idle`` seconds."""
+        while True:
+            await trio.sleep_until(self._active_at + max_idle)
+            if self._room.value < MAX_IN_FLIGHT:
+                # A request is open: not idle; its response restarts the clock.
+                await trio.sleep(max_idle)
+                continue
+            idle = trio.current_time() - self._active_at
+            if idle >= max_idle:
+                log.info("kafka: closing connection idle for %.0f ms (connections.max.idle.ms=%.0f)",
+                         idle * 1000, max_idle * 1000)
+                assert self._nursery is not None
+                self._nursery.cancel_scope.cancel()
+                return
 
     async def _reader(self) -> None:
         while True:
@@ -166,6 +198,8 @@ class KafkaSession:
     def _release(self) -> None:
         """Hand the filled slots at the head of the queue, in request order, to the outbox."""
         slots = self._slots
+        if slots and slots[0].data is not None:
+            self._active_at = trio.current_time()
         while slots and slots[0].data is not None:
             self.outbox.put_all(slots.popleft().data)  # type: ignore[arg-type]
             self._room.release()

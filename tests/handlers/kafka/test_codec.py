@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import struct
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from handlers.kafka._codec import (
     APIS,
+    DEFAULT_MAX_REQUEST_SIZE,
     LARGE_FRAME,
     NEED_DATA,
     Data,
@@ -235,8 +237,8 @@ def _records_of(event: Any) -> bytes:
 
 
 def test_a_large_frame_is_read_into_its_own_buffer() -> None:
-    """Once a large frame's size is in, the codec offers the missing bytes as one buffer
-    to read into; what follows the frame is decoded as usual."""
+    """Once a large frame's size is in, the codec offers room after its bytes to read into,
+    never past the frame's end; what follows the frame is decoded as usual."""
     big = bytes(range(256)) * (LARGE_FRAME // 128)
     first, after = _produce_frame(1, big), _produce_frame(2, b"small")
     conn = KafkaConnection()
@@ -244,19 +246,82 @@ def test_a_large_frame_is_read_into_its_own_buffer() -> None:
     conn.receive_data(first[:1000])
     assert conn.next_event() is NEED_DATA
     view = conn.receive_buffer()
-    assert view is not None and len(view) == len(first) - 1000
-    view[:5000] = first[1000:6000]
+    assert view is not None and len(view) == LARGE_FRAME  # more than arrived: one read's room
+    with view:
+        view[:5000] = first[1000:6000]
     conn.received_into(5000)
     assert conn.next_event() is NEED_DATA
     rest = conn.receive_buffer()
-    assert rest is not None and bytes(rest[:0]) == b"" and len(rest) == len(first) - 6000
+    assert rest is not None and len(rest) == LARGE_FRAME - 5000  # the room not written yet
+    with rest:
+        rest[:] = first[6000:1000 + LARGE_FRAME]
+    conn.received_into(LARGE_FRAME - 5000)
+    last = conn.receive_buffer()
+    assert last is not None and len(last) == len(first) - 1000 - LARGE_FRAME  # not past the frame
+    last.release()
     # The tail arrives through receive_data together with the next request.
-    conn.receive_data(first[6000:] + after)
+    conn.receive_data(first[1000 + LARGE_FRAME:] + after)
     assert conn.receive_buffer() is None
     assert _records_of(conn.next_event()) == big
     assert _records_of(conn.next_event()) == b"small"
     assert conn.next_event() is NEED_DATA
     assert conn.buffered == 0
+
+
+def test_a_large_size_prefix_alone_holds_only_what_arrived() -> None:
+    """A size prefix is a claim: a frame announced just under the request limit, of which
+    a header's worth arrived, holds that and one read's room (the room the driver reads
+    into), not the size announced."""
+    conn = KafkaConnection()
+    tracemalloc.start()
+    try:
+        conn.receive_data(struct.pack(">i", DEFAULT_MAX_REQUEST_SIZE - 16)
+                          + struct.pack(">hhi", 18, 3, 1))
+        assert conn.next_event() is NEED_DATA
+        view = conn.receive_buffer()
+        assert view is not None and len(view) <= LARGE_FRAME
+        view.release()
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert conn.buffered == 8
+    assert peak < 4 * LARGE_FRAME and held < 4 * LARGE_FRAME
+
+
+def test_a_large_frame_fed_in_pieces_holds_what_arrived_and_decodes_exactly() -> None:
+    """A 3 MB produce fed in pieces of every size, through both ways in (receive_data and
+    reading into receive_buffer), decodes to exactly the records sent; all along, the
+    memory held stays within twice the bytes fed plus one read's room."""
+    rng = random.Random(7)
+    records = rng.randbytes(3 * 1024 * 1024)
+    frame = memoryview(_produce_frame(1, records) + _produce_frame(2, b"after"))
+    conn = KafkaConnection()
+    fed = 0
+    tracemalloc.start()
+    try:
+        while fed < len(frame):
+            n = rng.choice((1, 7, 100, 4096, 50_000, 300_000))
+            view = conn.receive_buffer()
+            if view is not None and rng.random() < 0.5:
+                with view:
+                    n = min(n, len(view))
+                    view[:n] = frame[fed:fed + n]
+                conn.received_into(n)
+            else:
+                if view is not None:
+                    view.release()
+                n = min(n, len(frame) - fed)
+                conn.receive_data(frame[fed:fed + n])
+            fed += n
+            if fed < len(records):
+                assert conn.next_event() is NEED_DATA
+                held = tracemalloc.get_traced_memory()[0]
+                assert held <= 2 * fed + 2 * LARGE_FRAME, (fed, held)
+    finally:
+        tracemalloc.stop()
+    assert _records_of(conn.next_event()) == records
+    assert _records_of(conn.next_event()) == b"after"
+    assert conn.next_event() is NEED_DATA and conn.buffered == 0
 
 
 def test_requests_decode_from_a_view_and_leave_the_buffer_reusable() -> None:
