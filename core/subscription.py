@@ -65,7 +65,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MAX_READ_BATCH = 100
+READ_LIMITS = (("dispatcherMaxReadBatchSize", 100), ("dispatcherMaxReadSizeBytes", 5 << 20))
+"""(broker config key, default) of the most entries, and bytes, a dispatch reads at once."""
 UNACKED_LIMITS = (
     ("max_unacked_messages_per_consumer", "maxUnackedMessagesPerConsumer", 50_000),
     ("max_unacked_messages_per_subscription", "maxUnackedMessagesPerSubscription", 200_000),
@@ -101,6 +102,10 @@ class ConsumerSink(Protocol):
     """What a protocol session provides to receive messages for one of its consumers."""
 
     def send_messages(self, consumer: Consumer, deliveries: list[Delivery]) -> None: ...
+
+    def writable(self) -> bool:
+        """Whether the connection takes more messages now; once it does again after
+        saying no, it wakes its consumers' subscriptions (``wake_for_room``)."""
 
     def active_consumer_changed(self, consumer: Consumer, active: bool) -> None: ...
 
@@ -254,6 +259,11 @@ class Subscription(Activity):
         self._wake = trio.Event()
         self._idle = False  # the dispatcher task waits for a wake-up, with no timer armed
         self._avg_messages_per_entry = 1.0
+        config = topic.broker.config
+        self._max_read_entries, self._max_read_bytes = (
+            max(1, int(config.get(key, default) or default)) for key, default in READ_LIMITS)
+        # Until entries were seen, as large as a read may be: the first reads one.
+        self._avg_entry_bytes = float(self._max_read_bytes)
         self._closed = False
         self.msg_out = 0
         self.redelivered = 0
@@ -488,7 +498,7 @@ class Subscription(Activity):
         pos = Position(md.ledger_id, md.entry_id + 1)
         out: list[Entry] = []
         while len(out) < limit:
-            got = await self.topic.ml.read_entries(pos, min(MAX_READ_BATCH, limit - len(out) + len(ranges)))
+            got = await self.topic.ml.read_entries(pos, min(self._max_read_entries, limit - len(out) + len(ranges)))
             if not got:
                 break
             out.extend(e for e in got if not self._is_acked(e.position, md, ranges))
@@ -503,7 +513,7 @@ class Subscription(Activity):
         positions: list[Position] = []
         while skipped < messages:
             taken = set(positions)
-            got = [e for e in await self.unacked_entries(MAX_READ_BATCH) if e.position not in taken]
+            got = [e for e in await self.unacked_entries(self._max_read_entries) if e.position not in taken]
             if not got:
                 break
             for e in got:
@@ -649,7 +659,7 @@ class Subscription(Activity):
     def _receivers(self) -> list[Consumer]:
         if self.sub_type in (SubType.Exclusive, SubType.Failover):
             active = self._active
-            return [active] if active is not None and active.permits > 0 else []
+            return [active] if active is not None and active.permits > 0 and active.sink.writable() else []
         per_consumer, per_subscription = self._unacked_limits()
         self._unacked_room = None
         if per_subscription:
@@ -667,7 +677,7 @@ class Subscription(Activity):
         for c in self.consumers:
             if c.blocked_on_unacked and (not per_consumer or c.unacked.messages <= half):
                 c.blocked_on_unacked = False
-        return [c for c in self.consumers if c.permits > 0 and not c.blocked_on_unacked]
+        return [c for c in self.consumers if c.permits > 0 and not c.blocked_on_unacked and c.sink.writable()]
 
     def _unacked_limits(self) -> tuple[int, int]:
         """maxUnackedMessagesPerConsumer and ...PerSubscription as they apply here: the
@@ -703,7 +713,8 @@ class Subscription(Activity):
         permits = sum(c.permits for c in receivers)
         if self._unacked_room is not None:
             permits = min(permits, self._unacked_room)
-        budget = max(1, min(MAX_READ_BATCH, int(permits / self._avg_messages_per_entry)))
+        budget = max(1, min(self._max_read_entries, int(permits / self._avg_messages_per_entry),
+                            int(self._max_read_bytes / self._avg_entry_bytes)))
         for allowed, until in (self.topic.dispatch_allowance(), self._dispatch_allowance()):
             if allowed is not None:
                 if allowed == 0:
@@ -718,6 +729,11 @@ class Subscription(Activity):
         if entries:
             mean = sum(e.num_messages for e in entries) / len(entries)
             self._avg_messages_per_entry = 0.8 * self._avg_messages_per_entry + 0.2 * mean
+            # Smaller entries than thought count at once, larger ones by degrees: reads stay
+            # within dispatcherMaxReadSizeBytes, give or take a change of entry sizes.
+            size = sum(len(e.data) for e in entries) / len(entries)
+            self._avg_entry_bytes = size if size < self._avg_entry_bytes else \
+                0.8 * self._avg_entry_bytes + 0.2 * size
         if not entries:
             self._tell_end_of_topic()
             return False
@@ -822,7 +838,7 @@ class Subscription(Activity):
                 h = _entry_key_hash(entry)
                 target = self._key_owner(h)
                 held = self._hash_owner.get(h)
-                if target is None or target.permits <= 0 or target.blocked_on_unacked or (
+                if target is None or target.permits <= 0 or target.blocked_on_unacked or not target.sink.writable() or (
                         held is not None and held[0] is not target and not self.allow_out_of_order):
                     self.replay.add(pos)
                     continue
@@ -833,7 +849,7 @@ class Subscription(Activity):
                     continue
             else:
                 target = self._active
-                if target is None or target.permits <= 0:
+                if target is None or target.permits <= 0 or not target.sink.writable():
                     self.replay.add(pos)
                     continue
             # Only Shared and Key_Shared tell a message's redeliveries, as in Pulsar: a
@@ -883,7 +899,8 @@ class Subscription(Activity):
         for _ in range(n):
             c = self.consumers[self._rr % n]
             self._rr += 1
-            if c.permits > 0 and not c.blocked_on_unacked and (top is None or c.priority == top):
+            if c.permits > 0 and not c.blocked_on_unacked and (top is None or c.priority == top) \
+                    and c.sink.writable():
                 return c
         return None
 

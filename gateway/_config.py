@@ -563,6 +563,11 @@ _KEY_LIST: tuple[Key, ...] = (
          "subscription dispatch rate; 0 for no limit.", 0),
     _int("dispatchThrottlingRatePerSubscriptionInByte", 0,
          "Bytes per second dispatched to one subscription, likewise; 0 for no limit.", 0),
+    _int("dispatcherMaxReadBatchSize", 100,
+         "Most entries a subscription's dispatcher reads at once.", 1),
+    _int("dispatcherMaxReadSizeBytes", 5 * 1024 * 1024,
+         "Most bytes of entries a subscription's dispatcher reads at once (from the sizes "
+         "of the entries it read before).", 1),
     _int("maxPublishRatePerTopicInMessages", 0,
          "Messages per second one topic accepts, where its namespace sets no publish "
          "rate; 0 for no limit.", 0),

@@ -8,6 +8,7 @@ names the address and the setting (:class:`ListenError`)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
@@ -101,11 +102,22 @@ async def send_pieces(sock: trio.socket.SocketType, pieces: list[bytes]) -> None
         raise trio.BrokenResourceError(f"socket send failed: {exc}") from exc
 
 
+WRITABLE_HIGH = 1 << 20
+"""Bytes queued and not yet taken by the socket at which an :class:`Outbox` stops being
+writable (what the peer does not read is not read from storage for it either)..."""
+WRITABLE_LOW = 256 << 10
+"""... and to which they must fall before it is writable again."""
+
+
 class Outbox:
     """The frames a session has to send, and how they leave. The first frame queued after a
     send asks for the next one: at the end of the current write batch when there is one
     (:mod:`core.writes`), with one non-blocking write; else, and whenever the socket is
-    full, from the writer task (:meth:`run_writer`), which waits for the socket."""
+    full, from the writer task (:meth:`run_writer`), which waits for the socket.
+
+    It counts the bytes queued that the socket has not taken. Past :data:`WRITABLE_HIGH`
+    it is not :meth:`writable` (a peer that does not read makes the socket full), and
+    ``on_writable`` is called once they are down to :data:`WRITABLE_LOW` again."""
 
     def __init__(self, stream: trio.abc.Stream):
         self.stream = stream
@@ -115,14 +127,33 @@ class Outbox:
         self._ready = trio.Event()
         self._flush_asked = False
         self._writing = False
+        self.unsent = 0
+        self._unwritable = False
+        self.on_writable: Callable[[], None] | None = None
 
     def put(self, frame: bytes) -> None:
         self.frames.append(frame)
+        self.unsent += len(frame)
         self._ask_flush()
 
     def put_all(self, frames: list[bytes]) -> None:
         self.frames += frames
+        self.unsent += sum(map(len, frames))
         self._ask_flush()
+
+    def writable(self) -> bool:
+        """Whether more may be queued: fewer than :data:`WRITABLE_HIGH` bytes wait."""
+        if self.unsent < WRITABLE_HIGH:
+            return True
+        self._unwritable = True
+        return False
+
+    def _sent(self, n: int) -> None:
+        self.unsent -= n
+        if self._unwritable and self.unsent <= WRITABLE_LOW:
+            self._unwritable = False
+            if self.on_writable is not None:
+                self.on_writable()
 
     def _ask_flush(self) -> None:
         if not self._flush_asked:
@@ -143,6 +174,7 @@ class Outbox:
         if frames:
             self.frames = []
             self._writing = True
+            size = sum(map(len, frames))
             try:
                 if self._sock is not None:
                     await send_pieces(self._sock, frames)
@@ -150,6 +182,7 @@ class Outbox:
                     await self.stream.send_all(b"".join(frames))
             finally:
                 self._writing = False
+            self._sent(size)
 
     def _write_direct(self) -> None:
         """The end of a write batch: send what is queued with one non-blocking write, unless
@@ -162,6 +195,7 @@ class Outbox:
             self._ready.set()
             return
         frames, self.frames = self.frames, []
+        size = sum(map(len, frames))
         try:
             rest = write_now(fd, frames)
         except OSError:
@@ -169,3 +203,5 @@ class Outbox:
         if rest:
             self.frames[:0] = rest
             self._ready.set()
+            size -= sum(map(len, rest))
+        self._sent(size)

@@ -181,6 +181,7 @@ class PulsarSession:
         self.stream = stream
         self.codec = PulsarConnection(max_message_size=int(self.config.get("maxMessageSize")))
         self.outbox = Outbox(stream)
+        self.outbox.on_writable = self._writable_again
         self._held: set[PersistentTopic] = set()
         self.producers: dict[int, Producer] = {}
         # Producer ids this broker closed (CLOSE_PRODUCER): the client may have SENDs for
@@ -646,6 +647,17 @@ class PulsarSession:
             (e.position.ledger_id, e.position.entry_id, d.redelivery_count, d.ack_set,
              e.publish_time, e.index, e.data)
             for d in deliveries for e in (d.entry,)])
+
+    def writable(self) -> bool:
+        """Whether this connection takes more messages now: a client that does not read
+        its socket gets no more dispatched, as Pulsar skips a consumer whose channel is not
+        writable, until it has read most of what waits."""
+        return self.outbox.writable()
+
+    def _writable_again(self) -> None:
+        for consumer in list(self.consumers.values()):
+            if consumer.subscription is not None:
+                consumer.subscription.wake_for_room()
 
     def reached_end_of_topic(self, consumer: Consumer) -> None:
         if not self._tell_end_of_topic:

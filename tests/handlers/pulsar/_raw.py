@@ -13,9 +13,15 @@ TIMEOUT = 10.0
 
 
 class RawClient:
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, receive_buffer: int | None = None):
         host, port = url.removeprefix("pulsar://").rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+        if receive_buffer is None:
+            self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+        else:  # set before connecting, so that the window the peer sees is small too
+            self.sock = socket.socket()
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            self.sock.settimeout(TIMEOUT)
+            self.sock.connect((host, int(port)))
         self.codec = PulsarConnection(Role.CLIENT)
 
     def send(self, event) -> None:

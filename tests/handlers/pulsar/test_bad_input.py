@@ -435,3 +435,43 @@ def test_topics_of_a_namespace_that_no_frame_holds_get_an_error_at_once(
     finally:
         raw.close()
     _still_serving(standalone.pulsar_url)
+
+
+def test_a_consumer_that_does_not_read_is_sent_no_more_until_it_does(standalone: Standalone, admin,
+                                                                     unique):
+    # Permits are the client's word; a socket it does not read is the broker's cue. Without
+    # it every permitted message of the backlog would wait in the broker's memory.
+    topic = f"persistent://public/default/no-read-{unique}"
+    client = pulsar.Client(standalone.pulsar_url)
+    raw = RawClient(standalone.pulsar_url, receive_buffer=4096)
+    try:
+        client.subscribe(topic, "s").close()  # the subscription starts before the backlog
+        producer = client.create_producer(topic, batching_enabled=False)
+        for _ in range(100):
+            producer.send_async(b"z" * (256 << 10), None)  # 25 MB in all
+        producer.flush()
+        _subscribe_raw(raw, topic, pb.CommandSubscribe.Exclusive)
+        raw.send(ev.CommandFlow.build(consumer_id=1, messagePermits=0xFFFFFFFF))
+        path = f"/admin/v2/persistent/public/default/no-read-{unique}/stats"
+
+        def dispatched() -> int:
+            return int(admin.get(path)["subscriptions"]["s"]["msgOutCounter"])
+
+        # until the count holds still for half a second (bounded)
+        deadline, last, held_since = time.monotonic() + 20, -1, time.monotonic()
+        while time.monotonic() < deadline:
+            now = dispatched()
+            if now != last:
+                last, held_since = now, time.monotonic()
+            elif time.monotonic() - held_since > 0.5:
+                break
+            time.sleep(0.05)
+        assert 0 < last <= 60, last  # the socket's buffers and a read or two, not all 100
+        received = 0
+        while received < 100:  # reading lets the rest come
+            if isinstance(raw.next_event(), ev.CommandMessage):
+                received += 1
+        assert dispatched() == 100
+    finally:
+        raw.close()
+        client.close()

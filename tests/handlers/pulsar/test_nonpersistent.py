@@ -363,6 +363,9 @@ class _Sink:
     def active_consumer_changed(self, consumer, active) -> None:
         self.active[consumer.name] = active
 
+    def writable(self) -> bool:
+        return True
+
     def reached_end_of_topic(self, consumer) -> None:
         raise AssertionError("a non-persistent topic has no end")
 
