@@ -439,6 +439,13 @@ _KEY_LIST: tuple[Key, ...] = (
     _str("clusterName", "standalone", "Name of the cluster this broker belongs to."),
     _port("brokerServicePort", 6650, "Port of the Pulsar binary protocol listener."),
     _port("webServicePort", 8080, "Port of the admin REST API and /metrics."),
+    _int("httpMaxRequestSize", 10 * 1024 * 1024,
+         "Largest admin request body, in bytes; a larger one is refused with 413 before it "
+         "is read. -1 for no limit (Pulsar's default; Magnetar's bounds the memory one request "
+         "may take, well above the largest schema or policies document).", -1),
+    _float("httpRequestBodyTimeoutInSeconds", 30.0,
+           "Time an admin request's body may take to arrive after its headers; a slower one "
+           "is answered 408 and its connection closed. 0 for no limit.", 0),
     Key("bindAddress", "str", "127.0.0.1",
         "Address every listener binds to (Pulsar binds 0.0.0.0; Magnetar binds loopback).",
         "a host name or IP address", _nonempty),

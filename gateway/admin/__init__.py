@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Route
 
 from . import bookies, brokers, clusters, namespaces, schemas, subscriptions, tenants, topics
-from ._common import RestError, error_response
+from ._common import RestError, error_response, limit_body
 from ._stats import Rates
 
 __all__ = ["admin_routes", "RestError", "Rates", "error_response"]
@@ -20,7 +20,8 @@ __all__ = ["admin_routes", "RestError", "Rates", "error_response"]
 
 def admin_routes(broker: Any, rates: Rates | None = None) -> list[BaseRoute]:
     """Every admin route, served against `broker` (a :class:`core.broker.BrokerService`);
-    `rates` is shared with the metrics collector so both see the same rate windows."""
+    `rates` is shared with the metrics collector so both see the same rate windows. Each
+    route's request body is bounded in size and in time (:func:`limit_body`)."""
     rates = rates or Rates()
     out: list[BaseRoute] = []
     out += clusters.routes(broker)
@@ -31,4 +32,7 @@ def admin_routes(broker: Any, rates: Rates | None = None) -> list[BaseRoute]:
     out += subscriptions.routes(broker)
     out += topics.routes(broker, rates)
     out += schemas.routes(broker)
+    for route in out:
+        if isinstance(route, Route):
+            route.app = limit_body(route.app, broker)
     return out

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from core.schema import STRATEGIES
 from core.subscription import SubType
 
-from ._common import RestError, body_int, body_object, json_body
+from ._common import RestError, body_int, body_object, json_body, query_int
 
 __all__ = ["PolicySpec", "POLICY_SPECS", "TOPIC_POLICY_SPECS", "BACKLOG_QUOTA_TYPES", "BACKLOG_POLICIES"]
 
@@ -44,10 +44,7 @@ def _retention(body: Any, request: Request) -> Any:
 
 def _ttl(body: Any, request: Request) -> Any:
     if body is None and "messageTTL" in request.query_params:
-        try:
-            body = int(request.query_params["messageTTL"])
-        except ValueError:
-            raise RestError(400, "messageTTL must be an integer") from None
+        body = query_int(request, "messageTTL")
     return _non_negative(body, "message TTL")
 
 

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from ._common import RestError, endpoint
+from ._common import RestError, cluster_of, endpoint
 from .bookies import bookies
 
 __all__ = ["routes", "broker_id"]
@@ -57,7 +57,7 @@ def routes(broker: Any) -> list[Route]:
 
     @endpoint
     async def list_brokers(request: Request) -> Any:
-        cluster = str(request.path_params.get("cluster", broker.cluster))
+        cluster = cluster_of(request, broker.cluster)
         if cluster != broker.cluster and broker.policies.get_cluster(cluster) is None:
             raise RestError(404, f"Cluster {cluster} does not exist")
         return [broker_id(broker)] if cluster == broker.cluster else []
@@ -68,7 +68,7 @@ def routes(broker: Any) -> list[Route]:
 
     @endpoint
     async def owned_namespaces(request: Request) -> Any:
-        cluster = str(request.path_params["cluster"])
+        cluster = cluster_of(request)
         if cluster != broker.cluster:
             raise RestError(404, f"Cluster {cluster} does not exist")
         out: dict[str, Any] = {}

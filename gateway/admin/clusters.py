@@ -7,9 +7,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.routing import Route
 
-from core.naming import InvalidNameError, NamespaceName
-
-from ._common import RestError, body_object, endpoint, json_body
+from ._common import RestError, body_object, cluster_of, endpoint, json_body
 
 __all__ = ["routes"]
 
@@ -29,21 +27,13 @@ def _cluster_data(body: Any) -> dict[str, Any]:
 def routes(broker: Any) -> list[Route]:
     policies = broker.policies
 
-    def name_of(request: Request) -> str:
-        name = str(request.path_params["cluster"])
-        try:
-            NamespaceName.parse(f"{name}/probe")  # clusters follow the tenant-name rule
-        except InvalidNameError:
-            raise RestError(412, f"Invalid cluster name: {name!r}") from None
-        return name
-
     @endpoint
     async def list_clusters(request: Request) -> Any:
         return policies.clusters()
 
     @endpoint
     async def get_cluster(request: Request) -> Any:
-        name = name_of(request)
+        name = cluster_of(request)
         data = policies.get_cluster(name)
         if data is None:
             raise RestError(404, "Cluster does not exist")
@@ -55,13 +45,13 @@ def routes(broker: Any) -> list[Route]:
 
     @endpoint
     async def create_cluster(request: Request) -> Any:
-        name = name_of(request)
+        name = cluster_of(request)
         policies.create_cluster(name, _cluster_data(await json_body(request)))
         return None
 
     @endpoint
     async def update_cluster(request: Request) -> Any:
-        name = name_of(request)
+        name = cluster_of(request)
         if policies.get_cluster(name) is None:
             raise RestError(404, "Cluster does not exist")
         policies.update_cluster(name, _cluster_data(await json_body(request)))
@@ -69,7 +59,7 @@ def routes(broker: Any) -> list[Route]:
 
     @endpoint
     async def delete_cluster(request: Request) -> Any:
-        name = name_of(request)
+        name = cluster_of(request)
         if name == broker.cluster:
             raise RestError(412, "Cannot delete the cluster this broker serves")
         policies.delete_cluster(name)

@@ -5,6 +5,7 @@ applies to every partition, as Pulsar does."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from starlette.requests import Request
@@ -12,7 +13,18 @@ from starlette.routing import Route
 
 from core.storage import Position
 
-from ._common import RestError, body_object, endpoint, json_body, path_int, query_bool, topic_of
+from ._common import (
+    LONG_MAX,
+    LONG_MIN,
+    RestError,
+    body_object,
+    endpoint,
+    json_body,
+    path_int,
+    query_bool,
+    query_int,
+    topic_of,
+)
 from ._messages import entry_response
 from .topics import DOMAINS, existing_namespace, load_topic, partition_targets
 
@@ -28,13 +40,25 @@ def _message_id(body: Any) -> tuple[str, Position | None]:
     data = body_object(body, "MessageId")
     try:
         ledger, entry = int(data.get("ledgerId", -1)), int(data.get("entryId", -1))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise RestError(400, "ledgerId and entryId must be integers") from None
+    if not (LONG_MIN <= ledger <= LONG_MAX and LONG_MIN <= entry <= LONG_MAX):
+        raise RestError(400, f"ledgerId and entryId must be between {LONG_MIN} and {LONG_MAX}")
     if ledger >= _MAX_ID and entry >= _MAX_ID:
         return "latest", None
     if ledger < 0:
         return "earliest", None
     return "position", Position(ledger, entry)
+
+
+def _expiry_age(request: Request) -> int:
+    """The ``{seconds}`` of an expire-messages call: at least 0 (412 otherwise, as Pulsar
+    answers). No message was published before the epoch, so an older age expires nothing,
+    as the epoch's own does: it is held to that."""
+    seconds = path_int(request, "seconds")
+    if seconds < 0:
+        raise RestError(412, "Expire time must be >= 0")
+    return min(seconds, int(time.time()))
 
 
 def routes(broker: Any) -> list[Route]:
@@ -88,7 +112,7 @@ def routes(broker: Any) -> list[Route]:
 
     @endpoint
     async def reset_by_time(request: Request) -> Any:
-        ts = path_int(request, "timestamp")
+        ts = path_int(request, "timestamp", lo=0)
         for sub in await subs_of(request):
             pos = await sub.topic.ml.find_by_publish_time(ts)
             await sub.reset_to(pos if pos is not None else end_of(sub.topic))
@@ -129,18 +153,14 @@ def routes(broker: Any) -> list[Route]:
 
     @endpoint
     async def expire(request: Request) -> Any:
-        seconds = path_int(request, "seconds")
-        if seconds < 0:
-            raise RestError(412, "Expire time must be >= 0")
+        seconds = _expiry_age(request)
         for sub in await subs_of(request):
             await sub.expire(seconds)
         return None
 
     @endpoint
     async def expire_all(request: Request) -> Any:
-        seconds = path_int(request, "seconds")
-        if seconds < 0:
-            raise RestError(412, "Expire time must be >= 0")
+        seconds = _expiry_age(request)
         for topic in await topics_of(request):
             for sub in list(topic.subscriptions.values()):
                 await sub.expire(seconds)
@@ -162,7 +182,7 @@ def routes(broker: Any) -> list[Route]:
     @endpoint
     async def message_by_id(request: Request) -> Any:
         topic = await load_topic(broker, topic_of(request))
-        pos = Position(path_int(request, "ledger"), path_int(request, "entry"))
+        pos = Position(path_int(request, "ledger", lo=0), path_int(request, "entry", lo=0))
         got = await topic.ml.read_entries(pos, 1)
         if not got or got[0].position != pos:
             raise RestError(404, f"Message not found: {pos}")
@@ -174,10 +194,8 @@ def routes(broker: Any) -> list[Route]:
         initial = request.query_params.get("initialPosition", "latest").lower()
         if initial not in ("earliest", "latest"):
             raise RestError(400, "initialPosition must be earliest or latest")
-        try:
-            n = int(request.query_params.get("messagePosition", "1"))
-        except ValueError:
-            raise RestError(400, "messagePosition must be an integer") from None
+        n = query_int(request, "messagePosition", 1)
+        assert n is not None
         if n < 1:
             raise RestError(412, "messagePosition must be >= 1")
         last = topic.ml.last_confirmed()
@@ -191,7 +209,9 @@ def routes(broker: Any) -> list[Route]:
             return entry_response(got[n - 1])
         pos: Position | None = last
         for _ in range(n - 1):
-            pos = topic.previous_position(pos) if pos is not None else None
+            pos = topic.previous_position(pos)
+            if pos is None or pos < first:
+                break
         if pos is None or pos < first:
             raise RestError(404, f"No message found at position {n}")
         got = await topic.ml.read_entries(pos, 1)

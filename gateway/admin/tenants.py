@@ -10,18 +10,13 @@ from starlette.routing import Route
 
 from core.naming import NamespaceName
 
-from ._common import RestError, body_object, endpoint, existing_clusters, json_body
+from ._common import RestError, body_object, endpoint, existing_clusters, json_body, tenant_of
 
 __all__ = ["routes"]
 
 
 def routes(broker: Any) -> list[Route]:
     policies = broker.policies
-
-    def tenant_of(request: Request) -> str:
-        name = str(request.path_params["tenant"])
-        NamespaceName.parse(f"{name}/probe")  # Pulsar's rule for tenant names
-        return name
 
     def tenant_info(body: Any) -> dict[str, Any]:
         data = body_object(body if body is not None else {}, "TenantInfo")

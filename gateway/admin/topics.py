@@ -20,6 +20,7 @@ from ._common import (
     body_int,
     endpoint,
     json_body,
+    json_list,
     namespace_of,
     query_bool,
     replication_clusters,
@@ -80,7 +81,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
     async def list_topics(request: Request) -> Any:
         ns = namespace_of(request)
         existing_namespace(broker, ns)
-        return namespace_topics(broker, ns, request.url.path.split("/")[3])
+        return await json_list(await namespace_topics(broker, ns, request.url.path.split("/")[3]))
 
     @endpoint
     async def list_partitioned(request: Request) -> Any:
