@@ -540,7 +540,7 @@ class Subscription(Activity):
         cutoff = int(time.time() * 1000 - seconds * 1000)
         ml = self.topic.ml
         last = ml.last_confirmed()
-        if last is None:
+        if last is None or cutoff < 0:  # nothing was published before the epoch
             return 0
         first_kept = await ml.find_by_publish_time(cutoff)
         if first_kept is None:
