@@ -817,10 +817,13 @@ class Subscription(Activity):
         batches: dict[int, tuple[Consumer, list[Delivery]]] = {}
         sent = msgs = nbytes = 0
         redelivery_counts, batch_ack_sets = self.redelivery_counts, self.batch_ack_sets
+        # who may take entries in this pass: with permits and room, on a connection that
+        # takes more (which stays so through the pass: the frames go out at its end)
         receivers = self._receivers()
         sub_type = self.sub_type
         key_shared, shared = sub_type == SubType.Key_Shared, sub_type == SubType.Shared
         per_type_counts = key_shared or shared
+        ready: set[Consumer] = set(receivers) if per_type_counts else set()
         per_consumer = self._unacked_limits()[0] if per_type_counts else 0
         # entries after the replays may be due later (a replayed one was due already)
         delayed_from = from_replay if self.topic.has_delayed_messages else len(entries)
@@ -838,18 +841,18 @@ class Subscription(Activity):
                 h = _entry_key_hash(entry)
                 target = self._key_owner(h)
                 held = self._hash_owner.get(h)
-                if target is None or target.permits <= 0 or target.blocked_on_unacked or not target.sink.writable() or (
+                if target is None or target not in ready or target.permits <= 0 or target.blocked_on_unacked or (
                         held is not None and held[0] is not target and not self.allow_out_of_order):
                     self.replay.add(pos)
                     continue
             elif shared:
-                target = self._next_shared(receivers)
+                target = self._next_shared(ready)
                 if target is None:
                     self.replay.add(pos)
                     continue
             else:
                 target = self._active
-                if target is None or target.permits <= 0 or not target.sink.writable():
+                if not receivers or target is None or target.permits <= 0:
                     self.replay.add(pos)
                     continue
             # Only Shared and Key_Shared tell a message's redeliveries, as in Pulsar: a
@@ -886,21 +889,23 @@ class Subscription(Activity):
             consumer.sink.send_messages(consumer, deliveries)
         return sent > 0
 
-    def _next_shared(self, receivers: list[Consumer]) -> Consumer | None:
-        """The next consumer in turn that can take a message; as in Pulsar, among those of
-        the highest priority (the lowest priority level) that can."""
+    def _next_shared(self, ready: set[Consumer]) -> Consumer | None:
+        """The next consumer in turn, of those ``ready`` at the start of the pass, that can
+        take a message; as in Pulsar, among those of the highest priority (the lowest
+        priority level) that can."""
+        if not ready:
+            return None
         n = len(self.consumers)
         top = None
         if any(c.priority != self.consumers[0].priority for c in self.consumers):
-            top = min((c.priority for c in self.consumers
-                       if c.permits > 0 and not c.blocked_on_unacked), default=None)
+            top = min((c.priority for c in ready if c.permits > 0 and not c.blocked_on_unacked),
+                      default=None)
             if top is None:
                 return None
         for _ in range(n):
             c = self.consumers[self._rr % n]
             self._rr += 1
-            if c.permits > 0 and not c.blocked_on_unacked and (top is None or c.priority == top) \
-                    and c.sink.writable():
+            if c in ready and c.permits > 0 and not c.blocked_on_unacked and (top is None or c.priority == top):
                 return c
         return None
 

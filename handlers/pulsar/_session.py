@@ -682,9 +682,10 @@ class PulsarSession:
             return
         sub = consumer.subscription
         if cmd.ack_type != pb.CommandAck.Cumulative:
+            top = _LATEST_LEDGER  # ids past a long's range name no entry (_entry_of)
             sub.ack_individual(consumer, [
-                (pos, list(m.ack_set) if m.ack_set else None)
-                for m in cmd.message_id if (pos := _entry_of(m)) is not None])
+                (Position(m.ledgerId, m.entryId), list(m.ack_set) if m.ack_set else None)
+                for m in cmd.message_id if m.ledgerId <= top and m.entryId <= top])
         elif len(cmd.message_id) != 1 or sub.sub_type in (SubType.Shared, SubType.Key_Shared):
             # Pulsar's broker ignores these too: a cumulative ack names one message, and on
             # a subscription whose consumers share the messages it would acknowledge theirs.
