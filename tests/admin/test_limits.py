@@ -127,3 +127,10 @@ def test_listing_a_huge_partitioned_topic_keeps_the_broker_serving(server: Stand
     assert listed[0][:3] == [f"persistent://wide/ns/huge-partition-{i}" for i in ("0", "1", "10")]
     assert listed[0] == sorted(listed[0])
     assert len(latencies) >= 3 and max(latencies) < 0.25, latencies
+
+
+@pytest.mark.parametrize("n", [0, 1, 9, 10, 11, 99, 100, 101, 1000, 1234, 9999, 10_000, 10_001])
+def test_partition_numbers_come_in_the_order_of_their_names(n: int) -> None:
+    from gateway.admin.namespaces import _lexicographic
+
+    assert list(_lexicographic(n)) == sorted(range(n), key=str)
