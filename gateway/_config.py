@@ -498,6 +498,10 @@ _KEY_LIST: tuple[Key, ...] = (
          "Kafka incremental fetch sessions (KIP-227) kept at once; 0 disables them.", 0),
     _int("min.incremental.fetch.session.eviction.ms", 120000,
          "Idle time after which a Kafka fetch session may be evicted for a new one.", 0),
+    _int("log.retention.hours", 168,
+         "Retention, in hours, that a topic a Kafka client creates (CreateTopics without "
+         "retention.ms, or auto-creation) gets as its own retention.ms, as Kafka gives "
+         "every topic; negative: none of its own, the namespace's applies.", -(1 << 31)),
     _int("connections.max.idle.ms", 600000,
          "Milliseconds after which a Kafka connection with nothing received and no request "
          "open is closed; -1 never closes it.", -1),

@@ -17,7 +17,10 @@ cleanup.policy     (none)                                    only ``delete``
 ================== ========================================= ==========================
 
 Retention in Magnetar is Pulsar's: it bounds how long (and how much) data that every
-subscription has consumed is kept. ``cleanup.policy=compact`` is refused, since Magnetar
+subscription has consumed is kept. Kafka consumer groups hold no subscription, so a topic
+a Kafka client creates gets Kafka's default as its own ``retention.ms``
+(``log.retention.hours``, a week), and a config reset or deleted goes back to that, not to
+the namespace's retention. ``cleanup.policy=compact`` is refused, since Magnetar
 does not compact topics by itself. Any other name, and a value that is not a valid
 number for its key, is INVALID_CONFIG with a message naming it, as Kafka answers.
 """
@@ -224,6 +227,12 @@ class TopicConfigs:
         if replace:
             named = {k for k, _ in changes}
             changes += [(k, None) for k in TOPIC_CONFIGS if k not in named]
+        default_ms = self.h.topics.retention_ms
+        if default_ms is not None:
+            # back to Kafka's default retention (log.retention.hours), which a topic created
+            # by a Kafka client holds as its own, not to the namespace's
+            changes = [(k, str(default_ms) if k == "retention.ms" and v is None else v)
+                       for k, v in changes]
         before: list[Any] = []
 
         def change(p: dict[str, Any]) -> None:

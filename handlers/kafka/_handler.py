@@ -22,7 +22,7 @@ from handlers.kafka._fetch_session import (
 )
 from handlers.kafka._group import GroupCoordinator
 from handlers.kafka._session import DEFAULT_CONNECTIONS_MAX_IDLE_MS, KafkaSession, Later
-from handlers.kafka._topics import KafkaTopics
+from handlers.kafka._topics import DEFAULT_RETENTION_HOURS, KafkaTopics
 from handlers.kafka._txn import TxnCoordinator
 
 __all__ = ["KafkaProtocolHandler"]
@@ -50,8 +50,10 @@ class KafkaProtocolHandler:
     def __init__(self, config: Any, broker: Any):
         self.config = config
         self.broker = broker
+        retention_hours = int(config.get("log.retention.hours", DEFAULT_RETENTION_HOURS))
         self.topics = KafkaTopics(broker, str(config.get("kafkaTenant") or "public"),
-                                  str(config.get("kafkaNamespace") or "default"))
+                                  str(config.get("kafkaNamespace") or "default"),
+                                  retention_ms=retention_hours * 3_600_000 if retention_hours >= 0 else None)
         self.groups = GroupCoordinator(self)
         self.configs = _configs.TopicConfigs(self)
         self.txns = TxnCoordinator(self)

@@ -27,14 +27,16 @@ from core.broker import BrokerService, TopicNotFoundError
 from core.naming import InvalidNameError, TopicName
 from core.storage import Entry, Position
 from core.topic import PersistentTopic
-from handlers.kafka import _mapping
+from handlers.kafka import _configs, _mapping
 
-__all__ = ["KafkaTopics", "PartitionLog", "ProducerState", "BatchCache"]
+__all__ = ["DEFAULT_RETENTION_HOURS", "KafkaTopics", "PartitionLog", "ProducerState", "BatchCache"]
 
 log = logging.getLogger(__name__)
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
+DEFAULT_RETENTION_HOURS = 168
+"""Kafka's default ``log.retention.hours``: a week."""
 MAX_HINTS = 64
 READ_CHUNK = 64
 """Most entries read from storage at once; fewer when entries are large (see
@@ -224,10 +226,13 @@ class PartitionLog:
 class KafkaTopics:
     """Resolves Kafka topic names and keeps one :class:`PartitionLog` per open partition."""
 
-    def __init__(self, broker: BrokerService, tenant: str, namespace: str):
+    def __init__(self, broker: BrokerService, tenant: str, namespace: str, *,
+                 retention_ms: int | None = DEFAULT_RETENTION_HOURS * 3_600_000):
         self.broker = broker
         self.tenant = tenant
         self.namespace = namespace
+        # what a topic created here gets as its own retention.ms (None: nothing)
+        self.retention_ms = retention_ms
         self.logs: dict[str, PartitionLog] = {}
         self.cache = BatchCache()
 
@@ -269,7 +274,15 @@ class KafkaTopics:
         return max(1, int(count))
 
     def create(self, name: TopicName, partitions: int) -> None:
+        """Create the topic, with Kafka's retention as its own (``log.retention.hours``):
+        consumer groups hold no subscription, so without it nothing past the current
+        ledger would be kept for them. A new topic has no partition loaded yet, so the
+        policy applies from their first opening."""
         self.broker.policies.create_partitioned(name, partitions)
+        if self.retention_ms is not None:
+            ms = str(self.retention_ms)
+            self.broker.policies.update_topic_policies(
+                name, lambda p: _configs.apply(p, [("retention.ms", ms)]))
 
     async def ensure(self, kafka_name: str, *, create: bool) -> tuple[TopicName, int]:
         """(topic name, partition count); creates the topic when allowed and asked to."""

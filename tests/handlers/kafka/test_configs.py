@@ -203,18 +203,23 @@ def test_alter_configs_replaces_the_topics_configs(kafka_broker: Standalone, boo
         assert _rest(kafka_broker, base + "/maxMessageSize") is None
         assert alter({"max.message.bytes": "5000"}).error_code == 0
         assert _rest(kafka_broker, base + "/maxMessageSize") == 5000
-        assert _rest(kafka_broker, base + "/retention") is None
+        # retention.ms not given: back to Kafka's default, a week, held by the topic
+        assert _rest(kafka_broker, base + "/retention") == {"retentionTimeInMinutes": 7 * 24 * 60,
+                                                            "retentionSizeInMB": -1}
         bad = alter({"retention.ms": "-5"})
         assert bad.error_code == ErrorCode.INVALID_CONFIG and "retention.ms" in bad.error_message
         assert _rest(kafka_broker, base + "/maxMessageSize") == 5000
 
 
 def test_retention_configs_are_applied_by_the_storage(tmp_path: Path, unique: str) -> None:
-    """The namespace keeps nothing that has been consumed (retention 0); a topic created
-    with retention.ms=-1 keeps its ledgers while a topic without it loses them."""
+    """The namespace keeps nothing that has been consumed (retention 0); with
+    log.retention.hours negative, Kafka's topics take that retention unless they set their
+    own: a topic created with retention.ms=-1 keeps its ledgers while one without it loses
+    them."""
     server = Standalone(tmp_path, conf={**KAFKA_CONF, "managedLedgerMaxEntriesPerLedger": 5,
                                         "managedLedgerMinLedgerRolloverTimeMinutes": 0,
-                                        "retentionCheckIntervalInSeconds": 1}).start()
+                                        "retentionCheckIntervalInSeconds": 1,
+                                        "log.retention.hours": -1}).start()
     try:
         boot = bootstrap(server.addresses)
         kept, plain = f"keep-{unique}", f"plain-{unique}"
@@ -228,5 +233,41 @@ def test_retention_configs_are_applied_by_the_storage(tmp_path: Path, unique: st
                     w.call(PRODUCE, 9, produce_body(topic, batch([b"r%d" % i])))
         wait_for(lambda: len(_ledgers(server, plain)) <= 2)
         assert len(_ledgers(server, kept)) >= 4
+    finally:
+        server.kill()
+
+
+def test_a_topic_a_kafka_client_creates_keeps_a_week_of_records(tmp_path: Path, unique: str) -> None:
+    """As Kafka keeps every topic's records for log.retention.hours (a week), whether or not
+    anyone read them: consumer groups hold no subscription, so without a retention of its
+    own the topic would keep nothing past its current ledger once its ledgers roll over."""
+    server = Standalone(tmp_path, conf={**KAFKA_CONF, "managedLedgerMaxEntriesPerLedger": 5,
+                                        "managedLedgerMinLedgerRolloverTimeMinutes": 0,
+                                        "retentionCheckIntervalInSeconds": 1}).start()
+    try:
+        boot = bootstrap(server.addresses)
+        created, auto, pulsar_side = f"made-{unique}", f"auto-{unique}", f"native-{unique}"
+        admin = AdminClient({"bootstrap.servers": boot})
+        admin.create_topics([NewTopic(created, 1)])[created].result(DEADLINE)
+        week = {"retentionTimeInMinutes": 7 * 24 * 60, "retentionSizeInMB": -1}
+        for topic in (created, auto):
+            with Wire(boot) as w:  # the produce auto-creates the second topic
+                for i in range(20):
+                    w.call(PRODUCE, 9, produce_body(topic, batch([b"r%d" % i])))
+            assert _rest(server, f"/admin/v2/persistent/public/default/{topic}/retention") == week
+            assert _describe(admin, topic)["retention.ms"].value == str(7 * 24 * 3_600_000)
+        # a topic made through the Pulsar side keeps Pulsar's retention (the namespace's)
+        import pulsar
+
+        client = pulsar.Client(server.pulsar_url)
+        try:
+            producer = client.create_producer(f"persistent://public/default/{pulsar_side}")
+            for i in range(20):
+                producer.send(b"p%d" % i)
+        finally:
+            client.close()
+        native = f"/admin/v2/persistent/public/default/{pulsar_side}/internalStats"
+        wait_for(lambda: len(_rest(server, native)["ledgers"]) <= 2)
+        assert len(_ledgers(server, created)) >= 4 and len(_ledgers(server, auto)) >= 4
     finally:
         server.kill()
