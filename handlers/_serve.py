@@ -53,12 +53,24 @@ async def run_session(protocol: str, broker: Any, sessions: set[Any], session: S
     try:
         with broker.stats.connection(protocol):
             await session.run()
-    except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
-        log.debug("%s connection ended: %s", protocol, exc)
-    except Exception:
-        log.exception("%s connection failed", protocol)
+    except Exception as exc:
+        if _peer_went_away(exc):
+            log.debug("%s connection ended: %s", protocol, exc)
+        else:
+            log.exception("%s connection failed", protocol)
     finally:
         sessions.discard(session)
+
+
+_PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
+
+
+def _peer_went_away(exc: BaseException) -> bool:
+    """Whether ``exc`` is only the peer going away (a reset, a closed socket), also when a
+    session's nursery wrapped it in an exception group: no fault of the broker's to log."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_peer_went_away(e) for e in exc.exceptions)
+    return isinstance(exc, _PEER_GONE)
 
 
 class ReadLimit:
