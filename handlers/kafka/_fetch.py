@@ -12,19 +12,26 @@ From v7 a Fetch may run in an incremental fetch session (KIP-227, see
 :mod:`handlers.kafka._fetch_session`): the session supplies the partitions and offsets,
 and the response keeps only the partitions with news.
 
-ListOffsets: -2 is the log start, -1 the high watermark, -3 the record with the largest
-timestamp (the last); any other value the first record whose timestamp is at or after
-it, found by publish time through the native time index and then by record time among
-the entries from there.
+A partition that fails carries its error code and empty records, never null ones, as a
+Kafka broker's does: librdkafka rejects the whole response over a null record set
+("invalid MessageSetSize -1"), so the consumer would never see the error (and never reset
+an out-of-range offset).
+
+ListOffsets: -2 is the log start, -1 the high watermark, -3 (KIP-734, v7+) the record with
+the largest timestamp, the earliest of those sharing it, found by reading the partition's
+entries from the log start; any other value the first record whose timestamp is at or
+after it, found by publish time through the native time index and then by record time
+among the entries from there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 import trio
 
+from core.storage import Entry, Position
 from handlers.kafka import _mapping
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode
@@ -102,7 +109,7 @@ async def _fetch_once(wanted: list[tuple[str, int, int, int]],
         plog = logs[(topic, partition)]
         part = Data(partition_index=partition, error_code=0, high_watermark=-1,
                     last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
-                    preferred_read_replica=-1, records=None)
+                    preferred_read_replica=-1, records=[])
         out.append(((topic, partition), part))
         if not isinstance(plog, PartitionLog):
             part.error_code = topic_error(plog)
@@ -123,7 +130,6 @@ async def _fetch_once(wanted: list[tuple[str, int, int, int]],
                 continue
         budget = min(partition_max_bytes, max_bytes - total)
         if budget <= 0 and total > 0:
-            part.records = []
             continue
         try:
             data = await plog.read(offset, max(budget, 1), hw)
@@ -157,13 +163,11 @@ async def _list_one(h: KafkaProtocolHandler, topic: str, partition: int, ts: int
         elif ts == LATEST:
             res.offset = hw
         elif ts == MAX_TIMESTAMP:
-            if hw > plog.log_start_offset(fresh=True):
-                res.offset = hw - 1
-                found = await _first_at_or_after(plog, -1, hw - 1)
-                if found is not None:
-                    res.timestamp = found[1]
+            found = await _max_timestamp(plog, plog.log_start_offset(fresh=True), hw)
+            if found is not None:
+                res.offset, res.timestamp = found
         elif ts >= 0:
-            found = await _first_at_or_after(plog, ts, None)
+            found = await _first_at_or_after(plog, ts)
             if found is not None:
                 res.offset, res.timestamp = found
         else:
@@ -173,26 +177,43 @@ async def _list_one(h: KafkaProtocolHandler, topic: str, partition: int, ts: int
     return res
 
 
-async def _first_at_or_after(plog: PartitionLog, ts: int, at_offset: int | None
-                             ) -> tuple[int, int] | None:
-    """(offset, timestamp) of the first record with timestamp >= ts (or of the record at
-    ``at_offset``)."""
+def _records_of(e: Entry) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of each record of a stored entry."""
+    base = e.index - e.num_messages + 1
+    for rec in _mapping.records_from_entry(e.data, e.publish_time):
+        yield base + rec.offset_delta, rec.timestamp
+
+
+async def _first_at_or_after(plog: PartitionLog, ts: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record with timestamp >= ts."""
     ml = plog.topic.ml
-    if at_offset is not None:
-        pos = await ml.find_by_index(at_offset)
-    else:
-        pos = await ml.find_by_publish_time(ts)
+    pos = await ml.find_by_publish_time(ts)
     if pos is None:
         return None
-    entries = await ml.read_entries(pos, TIMESTAMP_SCAN_ENTRIES if at_offset is None else 1)
-    for e in entries:
-        base = e.index - e.num_messages + 1
-        for i, rec in enumerate(_mapping.records_from_entry(e.data, e.publish_time)):
-            offset = base + i
-            if at_offset is not None:
-                if offset == at_offset:
-                    return offset, rec.timestamp
-                continue
-            if rec.timestamp >= ts:
-                return offset, rec.timestamp
+    for e in await ml.read_entries(pos, TIMESTAMP_SCAN_ENTRIES):
+        for offset, rec_ts in _records_of(e):
+            if rec_ts >= ts:
+                return offset, rec_ts
     return None
+
+
+async def _max_timestamp(plog: PartitionLog, start: int, hw: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the record in [start, hw) with the largest timestamp, the
+    earliest if several share it (KIP-734). Record times are not indexed, so this reads
+    every entry, :data:`TIMESTAMP_SCAN_ENTRIES` at a time."""
+    if start >= hw:
+        return None
+    ml = plog.topic.ml
+    pos = await ml.find_by_index(start)
+    best: tuple[int, int] | None = None
+    while pos is not None:
+        entries = await ml.read_entries(pos, TIMESTAMP_SCAN_ENTRIES)
+        for e in entries:
+            for offset, rec_ts in _records_of(e):
+                if start <= offset < hw and (best is None or rec_ts > best[1]):
+                    best = offset, rec_ts
+        if not entries or entries[-1].index >= hw - 1:
+            break
+        last = entries[-1].position
+        pos = Position(last.ledger_id, last.entry_id + 1)
+    return best

@@ -1,0 +1,101 @@
+"""Fetch errors and ListOffsets by timestamp (handlers/kafka/_fetch.py): in the handler,
+on every Fetch version, and with confluent-kafka against a real standalone broker."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from core.broker import TopicNotFoundError
+from core.storage import Position
+from handlers.kafka._codec import APIS, decode_body, encode_body
+from handlers.kafka._errors import ErrorCode
+from handlers.kafka._fetch import _fetch_once, _response
+from handlers.kafka._topics import PartitionLog
+from tests.handlers.kafka.test_clients import DEADLINE, create_topic, drain_confluent
+
+FETCH = APIS[1]
+
+
+class _Ledger:
+    """A managed ledger holding messages 0..9 in one ledger, whose reads fail as a deleted
+    topic's do."""
+
+    def next_index(self) -> int:
+        return 10
+
+    def ledgers(self) -> list[dict[str, Any]]:
+        return [{"entries": 10, "firstIndex": 0}]
+
+    async def find_by_index(self, index: int) -> Position | None:
+        raise TopicNotFoundError("deleted while being read")
+
+
+def _log() -> PartitionLog:
+    topic = SimpleNamespace(ml=_Ledger(), name="persistent://public/default/t-partition-0")
+    owner = SimpleNamespace(broker=SimpleNamespace(metadata={}), log_start_path=str)
+    return PartitionLog("t", 0, topic, owner)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("version", range(FETCH.min_version, FETCH.max_version + 1))
+async def test_error_partitions_carry_empty_records_not_null(version: int) -> None:
+    # Kafka answers a partition error with empty records; a null (-1 size) makes librdkafka
+    # reject the whole response ("invalid MessageSetSize -1").
+    logs: dict[tuple[str, int], PartitionLog | BaseException] = {
+        ("gone", 0): TopicNotFoundError("gone"), ("t", 0): _log()}
+    wanted = [("gone", 0, 0, 1 << 20), ("t", 0, 1000, 1 << 20), ("t", 0, 3, 1 << 20)]
+    parts, total, errors = await _fetch_once(wanted, logs, 1 << 20)
+    assert errors and total == 0
+
+    body = decode_body(FETCH, version, encode_body(FETCH, version, _response(0, parts)),
+                       response=True)
+    got = [(p.error_code, p.records) for t in body.responses for p in t.partitions]
+    assert got == [(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, b""),
+                   (ErrorCode.OFFSET_OUT_OF_RANGE, b""),
+                   (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, b"")]
+
+
+def test_confluent_offset_out_of_range_resets_to_earliest(boot: str, unique: str) -> None:
+    topic = f"oor-{unique}"
+    create_topic(boot, topic, 1)
+    p = Producer({"bootstrap.servers": boot})
+    for i in range(10):
+        p.produce(topic, value=b"%d" % i)
+    assert p.flush(DEADLINE) == 0
+    c = Consumer({"bootstrap.servers": boot, "group.id": f"oor-{unique}",
+                  "auto.offset.reset": "earliest"})
+    try:
+        c.assign([TopicPartition(topic, 0, 1000)])
+        got = drain_confluent(c, 10, timeout=15)
+    finally:
+        c.close()
+    assert [(m.offset(), m.value()) for m in got] == [(i, b"%d" % i) for i in range(10)]
+
+
+def test_list_offsets_max_timestamp_is_the_record_with_the_largest_timestamp(
+        boot: str, unique: str) -> None:
+    # KIP-734: the record with the largest timestamp, the earliest of those sharing it.
+    topic = f"maxts-{unique}"
+    create_topic(boot, topic, 1)
+    p = Producer({"bootstrap.servers": boot, "linger.ms": 0})
+    for stamps in ([1_000_000, 9_000_000], [2_000_000, 9_000_000], [3_000_000]):
+        for ts in stamps:
+            p.produce(topic, value=b"x", timestamp=ts)
+        assert p.flush(DEADLINE) == 0
+    admin = AdminClient({"bootstrap.servers": boot})
+    tp = TopicPartition(topic, 0)
+
+    def max_timestamp() -> tuple[int, int]:
+        [fut] = admin.list_offsets({tp: OffsetSpec.max_timestamp()}).values()
+        r = fut.result(DEADLINE)
+        return r.offset, r.timestamp
+
+    assert max_timestamp() == (1, 9_000_000)
+    # Records below the log start are not candidates.
+    [fut] = admin.delete_records([TopicPartition(topic, 0, 2)]).values()
+    fut.result(DEADLINE)
+    assert max_timestamp() == (3, 9_000_000)
