@@ -17,11 +17,16 @@ __all__ = ["produce", "consume"]
 DEFAULT_SERVICE_URL = "pulsar://127.0.0.1:6650"
 
 
-def _property(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    return key, value
+def _properties(text: str) -> list[tuple[str, str]]:
+    """``k1=v1,k2=v2`` as pulsar-client's ``-p`` takes it: comma separated pairs, each split
+    at its first ``=`` (so a value may hold ``=`` but not ``,``)."""
+    pairs: list[tuple[str, str]] = []
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"expected key=value[,key=value...], got {text!r}")
+        pairs.append((key, value))
+    return pairs
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,8 +45,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     prod.add_argument("-r", "--rate", type=float, default=0.0, help="messages per second (0: no limit)")
     prod.add_argument("-s", "--separator", default=",", help="separator of --messages (default ,)")
     prod.add_argument("-k", "--key", help="message key")
-    prod.add_argument("-p", "--properties", type=_property, action="append", default=[],
-                      help="message property key=value; repeatable")
+    prod.add_argument("-p", "--properties", type=_properties, action="extend", default=[],
+                      help="message properties, comma separated key=value, like k1=v1,k2=v2; repeatable")
     prod.add_argument("-db", "--disable-batching", action="store_true", help="send each message alone")
     prod.set_defaults(_client_run=produce)
 

@@ -22,7 +22,8 @@ from gateway.admin._stats import Rates
 __all__ = ["BrokerCollector", "metrics_registry", "render_metrics", "CONTENT_TYPE_LATEST",
            "LATENCY_QUANTILES"]
 
-LATENCY_QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999)
+#: Pulsar's publish-latency summary quantiles; 0.0 and 1.0 are the window's min and max.
+LATENCY_QUANTILES = (0.0, 0.5, 0.95, 0.99, 0.999, 0.9999, 1.0)
 
 _TOPIC = ("cluster", "namespace", "topic")
 _SUB = ("cluster", "namespace", "topic", "subscription")
@@ -39,6 +40,7 @@ class BrokerCollector(Collector):
         g = _Families(cluster)
         topics = list(b.topics.values())
         per_ns: dict[str, int] = {}
+        broker_backlog = 0
         for t in topics:
             ns = str(t.name.namespace_name)
             per_ns[ns] = per_ns.get(ns, 0) + 1
@@ -48,6 +50,8 @@ class BrokerCollector(Collector):
             bytes_out = sum(s.bytes_out for s in subs)
             key = str(t.name)
             st = t.ml.stats()
+            backlogs = {s.name: s.backlog() for s in subs}
+            broker_backlog += sum(backlogs.values())
             g.topic("pulsar_subscriptions_count", "Subscriptions of the topic", lbl, len(subs))
             g.topic("pulsar_producers_count", "Producers of the topic", lbl, len(t.producers))
             g.topic("pulsar_consumers_count", "Consumers of the topic", lbl,
@@ -63,8 +67,12 @@ class BrokerCollector(Collector):
             g.topic("pulsar_storage_size", "Bytes stored for the topic", lbl, int(st.get("total_size") or 0))
             g.topic("pulsar_storage_backlog_size", "Estimated bytes in the slowest backlog", lbl,
                     t.backlog_bytes())
-            g.topic("pulsar_msg_backlog", "Entries in the slowest subscription's backlog", lbl,
-                    t.backlog_size())
+            # Pulsar's topic backlog is the sum over its subscriptions (NamespaceStatsAggregator:
+            # stats.msgBacklog += subscriptionStats.msgBacklog), not the slowest one.
+            g.topic("pulsar_msg_backlog", "Entries in backlog, summed over the topic's subscriptions", lbl,
+                    sum(backlogs.values()))
+            g.topic("pulsar_storage_backlog_quota_limit", "Backlog quota size limit in bytes (-1: none)",
+                    lbl, t.backlog_quota().limit_size)
             g.topic("pulsar_storage_write_rate", "Entries per second written", lbl,
                     self.rates.rate((key, "entries"), int(st.get("entries_added") or 0)))
             g.counter("pulsar_in_messages", "Messages published to the topic", _TOPIC, lbl, t.msg_in)
@@ -74,8 +82,17 @@ class BrokerCollector(Collector):
             for s in subs:
                 sl = lbl + [s.name]
                 skey = (key, s.name)
-                g.sub("pulsar_subscription_back_log", "Entries not yet acknowledged", sl, s.backlog())
-                g.sub("pulsar_subscription_msg_backlog", "Entries not yet acknowledged", sl, s.backlog())
+                backlog = backlogs[s.name]
+                delayed = s.delayed_messages
+                g.sub("pulsar_subscription_back_log", "Entries not yet acknowledged", sl, backlog)
+                g.sub("pulsar_subscription_msg_backlog", "Entries not yet acknowledged", sl, backlog)
+                g.sub("pulsar_subscription_back_log_no_delayed", "Backlog less delayed messages", sl,
+                      max(0, backlog - delayed))
+                g.sub("pulsar_subscription_delayed", "Messages waiting for their delivery time", sl, delayed)
+                g.sub("pulsar_subscription_msg_rate_redeliver", "Messages per second redelivered", sl,
+                      self.rates.rate(skey + ("redelivered",), s.redelivered))
+                g.sub("pulsar_subscription_blocked_on_unacked_messages",
+                      "1 when dispatch is held by the unacked-messages limit", sl, int(s.blocked_on_unacked))
                 g.sub("pulsar_subscription_consumers_count", "Consumers of the subscription", sl,
                       len(s.consumers))
                 g.sub("pulsar_subscription_unacked_messages", "Delivered, unacknowledged messages", sl,
@@ -120,8 +137,8 @@ class BrokerCollector(Collector):
                     self.rates.rate(("broker", "bytes_out"), stats.out_bytes))
         yield gauge("pulsar_broker_storage_size", "Bytes stored for loaded topics",
                     sum(int(t.ml.stats().get("total_size") or 0) for t in topics))
-        yield gauge("pulsar_broker_msg_backlog", "Entries in backlog over loaded topics",
-                    sum(t.backlog_size() for t in topics))
+        yield gauge("pulsar_broker_msg_backlog", "Entries in backlog over loaded topics' subscriptions",
+                    broker_backlog)
         yield counter("pulsar_broker_in_messages", "Messages published", stats.in_messages)
         yield counter("pulsar_broker_out_messages", "Messages dispatched", stats.out_messages)
         yield counter("pulsar_broker_in_bytes", "Bytes published", stats.in_bytes)

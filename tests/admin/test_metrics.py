@@ -4,6 +4,7 @@ labels, values matching what real clients produced and consumed."""
 from __future__ import annotations
 
 import urllib.request
+from datetime import timedelta
 
 import pulsar
 from prometheus_client.parser import text_string_to_metric_families
@@ -65,11 +66,102 @@ def test_metrics_follow_real_traffic(server: Standalone, admin: AdminClient, ns:
     assert value(m, "pulsar_broker_out_bytes_total", cluster="standalone") >= 12 * 50
     assert value(m, "pulsar_topics_count", cluster="standalone", namespace=ns) == 1
     quantiles = {lbl["quantile"]: v for lbl, v in m["pulsar_broker_publish_latency"]}
-    assert {"0.5", "0.95", "0.99"} <= set(quantiles)
-    assert 0 < quantiles["0.5"] <= quantiles["0.99"]
+    # Pulsar's set, with the window's min and max as 0.0 and 1.0
+    assert set(quantiles) == {"0.0", "0.5", "0.95", "0.99", "0.999", "0.9999", "1.0"}
+    ordered = [quantiles[q] for q in ("0.0", "0.5", "0.95", "0.99", "0.999", "0.9999", "1.0")]
+    assert 0 < ordered[0] and ordered == sorted(ordered)
+    assert quantiles["0.0"] < quantiles["1.0"] or quantiles["0.0"] == quantiles["0.5"] == quantiles["1.0"]
     assert value(m, "pulsar_broker_publish_latency_count", cluster="standalone") >= 12
     producer.close()
     consumer.close()
+
+
+def test_topic_backlog_is_the_sum_of_its_subscriptions(server: Standalone, admin: AdminClient, ns: str,
+                                                      client: pulsar.Client) -> None:
+    """Pulsar's msgBacklog of a topic adds up its subscriptions' (not the slowest one's)."""
+    topic = f"persistent://{ns}/summed"
+    fast = client.subscribe(topic, "fast")
+    client.subscribe(topic, "slow")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for _ in range(10):
+        producer.send(b"z")
+    for _ in range(4):
+        fast.acknowledge(fast.receive(timeout_millis=10_000))
+    path = f"/admin/v2/persistent/{ns}/summed"
+    wait_for(lambda: admin.get(f"{path}/stats")["subscriptions"]["fast"]["msgBacklog"] == 6)
+
+    m = scrape(server)
+    t = {"cluster": "standalone", "namespace": ns, "topic": topic}
+    assert value(m, "pulsar_subscription_back_log", subscription="slow", **t) == 10
+    assert value(m, "pulsar_msg_backlog", **t) == 16
+    every_subscription = sum(v for _, v in m["pulsar_subscription_back_log"])
+    assert value(m, "pulsar_broker_msg_backlog", cluster="standalone") == every_subscription
+
+
+def test_delayed_messages_per_subscription(server: Standalone, admin: AdminClient, ns: str,
+                                           client: pulsar.Client) -> None:
+    topic = f"persistent://{ns}/delayed"
+    client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"now")
+    for _ in range(3):
+        producer.send(b"later", deliver_after=timedelta(hours=1))
+    path = f"/admin/v2/persistent/{ns}/delayed"
+    wait_for(lambda: admin.get(f"{path}/stats")["subscriptions"]["s"]["msgDelayed"] == 3)
+
+    m = scrape(server)
+    s = {"cluster": "standalone", "namespace": ns, "topic": topic, "subscription": "s"}
+    assert value(m, "pulsar_subscription_delayed", **s) == 3
+    backlog = value(m, "pulsar_subscription_back_log", **s)
+    assert backlog == 4  # the prompt message is delivered but not acknowledged
+    assert value(m, "pulsar_subscription_back_log_no_delayed", **s) == backlog - 3
+
+
+def test_redelivery_rate_per_subscription(server: Standalone, ns: str, client: pulsar.Client) -> None:
+    topic = f"persistent://{ns}/redeliver"
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    s = {"cluster": "standalone", "namespace": ns, "topic": topic, "subscription": "s"}
+    assert value(scrape(server), "pulsar_subscription_msg_rate_redeliver", **s) == 0
+    producer = client.create_producer(topic, batching_enabled=False)
+    for _ in range(5):
+        producer.send(b"r")
+    for _ in range(5):
+        consumer.receive(timeout_millis=10_000)
+    consumer.redeliver_unacknowledged_messages()
+    wait_for(lambda: value(scrape(server), "pulsar_subscription_msg_rate_redeliver", **s) > 0)
+
+
+def test_subscription_blocked_on_unacked_messages(server: Standalone, admin: AdminClient, ns: str,
+                                                  client: pulsar.Client) -> None:
+    topic = f"persistent://{ns}/blocked"
+    path = f"/admin/v2/persistent/{ns}/blocked"
+    consumer = client.subscribe(topic, "held", consumer_type=pulsar.ConsumerType.Shared)
+    client.subscribe(topic, "idle", consumer_type=pulsar.ConsumerType.Shared).close()  # nothing in flight
+    admin.post(path + "/maxUnackedMessagesOnSubscription", 4)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for _ in range(10):
+        producer.send(b"b")
+    for _ in range(4):
+        consumer.receive(timeout_millis=10_000)
+    wait_for(lambda: admin.get(f"{path}/stats")["subscriptions"]["held"]["blockedSubscriptionOnUnackedMsgs"])
+
+    m = scrape(server)
+    t = {"cluster": "standalone", "namespace": ns, "topic": topic}
+    assert value(m, "pulsar_subscription_blocked_on_unacked_messages", subscription="held", **t) == 1
+    assert value(m, "pulsar_subscription_blocked_on_unacked_messages", subscription="idle", **t) == 0
+
+
+def test_backlog_quota_limit_is_the_effective_quota(server: Standalone, admin: AdminClient, ns: str,
+                                                    client: pulsar.Client) -> None:
+    client.subscribe(f"persistent://{ns}/unlimited", "s")
+    client.subscribe(f"persistent://{ns}/quota", "s")
+    admin.post(f"/admin/v2/persistent/{ns}/quota/backlogQuota",
+               {"limitSize": 10 * 1024 * 1024, "policy": "producer_request_hold"})
+    limit = "pulsar_storage_backlog_quota_limit"
+    labels = {"cluster": "standalone", "namespace": ns}
+    wait_for(lambda: value(scrape(server), limit, topic=f"persistent://{ns}/quota", **labels) == 10 * 1024 * 1024)
+    # No quota anywhere: the broker default, backlogQuotaDefaultLimitGB=-1, no limit.
+    assert value(scrape(server), limit, topic=f"persistent://{ns}/unlimited", **labels) == -1
 
 
 def test_alert_and_dashboard_expressions_have_series(server: Standalone, ns: str, client: pulsar.Client) -> None:
@@ -77,6 +169,9 @@ def test_alert_and_dashboard_expressions_have_series(server: Standalone, ns: str
     client.subscribe(f"persistent://{ns}/a", "s").close()
     m = scrape(server)
     for name in ("pulsar_broker_publish_latency", "pulsar_subscription_back_log",
+                 "pulsar_subscription_delayed", "pulsar_subscription_msg_rate_redeliver",
+                 "pulsar_subscription_blocked_on_unacked_messages", "pulsar_subscription_back_log_no_delayed",
+                 "pulsar_storage_backlog_quota_limit",
                  "pulsar_broker_in_messages_total", "pulsar_broker_out_messages_total",
                  "pulsar_broker_in_bytes_total", "pulsar_broker_out_bytes_total", "pulsar_storage_size"):
         assert m.get(name), name
