@@ -282,6 +282,52 @@ class BrokerService:
         found.update(k for k in self.topics if k.startswith(f"{domain}://{ns}/"))
         return sorted(found)
 
+    def _persistent_topics(self) -> list[TopicName]:
+        """Every persistent topic with a managed ledger, in every namespace."""
+        found = []
+        for tenant in self.policies.tenants():
+            for ns in self.policies.namespaces(tenant):
+                try:
+                    names = self.topics_of_namespace(NamespaceName.parse(ns))
+                except (NamespaceNotFoundError, ValueError):
+                    continue  # deleted meanwhile, or not a name this broker serves
+                for n in names:
+                    try:
+                        found.append(TopicName.parse(n))
+                    except ValueError:
+                        log.warning("not loading %s: not a valid topic name", n)
+        return found
+
+    async def load_namespace_topics(self) -> None:
+        """Load every persistent topic, as a Pulsar broker does for the namespace bundles
+        it takes ownership of (``loadNamespaceTopics``; a standalone owns them all): their
+        subscriptions' backlogs are in the metrics and the periodic policy checks (TTL,
+        backlog quota, retention) reach them without a client touching them first.
+
+        Runs in the background once the broker is ready; at most
+        ``maxConcurrentTopicLoadRequest`` topics load at once (clients' loads included). A
+        topic that fails to load is logged and left for a client to load on demand."""
+        names = self._persistent_topics()
+        pending = iter(names)
+
+        async def loader() -> None:
+            for name in pending:
+                try:
+                    await self.get_topic(name, create=False)
+                except (TopicNotFoundError, NamespaceNotFoundError):
+                    pass  # deleted since it was listed
+                except Exception:
+                    log.exception("loading %s", name)
+
+        workers = min(len(names), int(self.topic_load_limiter.total_tokens))
+        started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for _ in range(workers):
+                nursery.start_soon(loader)
+        if names:
+            log.info("loaded %d topics of the owned namespaces in %.2fs",
+                     len(names), trio.current_time() - started)
+
     async def delete_topic(self, name: TopicName, *, force: bool = False) -> None:
         """Delete the topic's data; refused while clients are connected unless `force`,
         which disconnects them first."""

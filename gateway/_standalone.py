@@ -94,6 +94,8 @@ async def serve(cfg: Any, bookies: int, *,
                 addresses[name] = await nursery.start(handler.serve)
             addresses["web"] = await nursery.start(WebService(cfg, broker).serve)
             task_status.started(addresses)
+            # Once ready: the start time is not the time to open every topic.
+            nursery.start_soon(broker.load_namespace_topics)
     finally:
         with trio.CancelScope(shield=True):
             for bookie in started_bookies:
