@@ -24,6 +24,7 @@ from typing import Any
 
 import trio
 
+from core._native import NativeError
 from core.broker import (
     BrokerService,
     NamespaceNotFoundError,
@@ -139,6 +140,10 @@ def _server_error(exc: BaseException) -> int:
             return E.ServiceNotReady
         case NotAllowedError() | TopicQuotaError() | PartitionCountError():
             return E.NotAllowedError
+        case NativeError():
+            # the storage failed (too few bookies, a bookie's or the metadata store's
+            # error): Pulsar's PersistenceError, which clients retry
+            return E.PersistenceError
     return E.UnknownError
 
 

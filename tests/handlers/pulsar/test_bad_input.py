@@ -475,3 +475,24 @@ def test_a_consumer_that_does_not_read_is_sent_no_more_until_it_does(standalone:
     finally:
         raw.close()
         client.close()
+
+
+def test_a_producer_on_a_namespace_needing_more_bookies_gets_a_persistence_error(
+        standalone: Standalone, admin, unique):
+    # the standalone has one bookie; this namespace's ledgers want two
+    ns = f"public/two-bookies-{unique}"
+    admin.put(f"/admin/v2/namespaces/{ns}")
+    admin.post(f"/admin/v2/namespaces/{ns}/persistence", {
+        "bookkeeperEnsemble": 2, "bookkeeperWriteQuorum": 2, "bookkeeperAckQuorum": 2,
+        "managedLedgerMaxMarkDeleteRate": 0})
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        raw.connect()
+        raw.send(ev.CommandProducer.build(topic=f"persistent://{ns}/t", producer_id=1, request_id=1))
+        answer = raw.next_event()
+        assert isinstance(answer, ev.CommandError)
+        assert answer.command.error == pb.PersistenceError  # as Pulsar answers; clients retry it
+        assert "Not enough non-faulty bookies available" in answer.command.message
+    finally:
+        raw.close()
+    _still_serving(standalone.pulsar_url)
