@@ -57,6 +57,8 @@ CHANGE_LOG_RETENTION_S = 60.0
 POLL_INTERVAL_S = 0.05
 #: How long a write waits for another process's write lock before failing.
 BUSY_TIMEOUT_S = 30.0
+#: Longest a listing goes on showing the ephemeral entries of a process that died.
+REAP_INTERVAL_S = 1.0
 #: Writes between two trims of the change log.
 _PRUNE_EVERY = 512
 
@@ -156,6 +158,7 @@ class SqliteMetadataStore(MetadataStore):
         self._stop_polling = threading.Event()
         self._last_seq = 0
         self._data_version = -1
+        self._last_reap = time.monotonic()  # the open below reaps
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             self._conn.execute("PRAGMA journal_mode = WAL")
@@ -294,6 +297,7 @@ class SqliteMetadataStore(MetadataStore):
 
     def children(self, path: str) -> list[str]:
         check_path(path)
+        self._reap_now_and_then()
         prefix = child_prefix(path)
         rows = self._read(
             "SELECT path FROM nodes WHERE path >= ? AND path < ?", (prefix, _range_end(prefix))
@@ -350,6 +354,17 @@ class SqliteMetadataStore(MetadataStore):
     def session_id(self) -> str:
         """This store's session id (the owner recorded on its ephemeral entries)."""
         return self._session
+
+    def _reap_now_and_then(self) -> None:
+        """Before a listing, at most every :data:`REAP_INTERVAL_S`: drop the ephemeral
+        entries of processes that died while this store was open. A bookie killed beside a
+        running broker must not stay listed as available, or new ledgers keep going to it
+        (ZooKeeper's session expiry does this for a cluster). No timer: only a listing,
+        such as choosing a ledger's bookies, pays for it."""
+        now = time.monotonic()
+        if now - self._last_reap >= REAP_INTERVAL_S:
+            self._last_reap = now
+            self.reap_dead_sessions()
 
     def reap_dead_sessions(self) -> int:
         """Delete the ephemeral entries of sessions whose process on this host is gone.

@@ -9,10 +9,12 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from core.metadata import MetadataEvent, SqliteMetadataStore, open_metadata_store
+from core.metadata._sqlite import REAP_INTERVAL_S
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CHILD_TIMEOUT_S = 120
@@ -109,6 +111,21 @@ def test_ephemerals_of_a_killed_process_go_on_next_open(tmp_path):
         assert store.get("/brokers/owner") is None
         assert store.get("/brokers/kept") == (b"persistent", 0)
         assert store.children("/brokers") == ["kept"]
+
+
+def test_ephemerals_of_a_process_that_dies_while_the_store_is_open_leave_its_listings(tmp_path):
+    # as a bookie killed beside a running broker must leave /ledgers/available
+    db = str(tmp_path / "meta.db")
+    owner = _start_owner(db)
+    with SqliteMetadataStore(db) as store:
+        assert store.children("/brokers") == ["kept", "owner"]
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.communicate(timeout=CHILD_TIMEOUT_S)
+        deadline = time.monotonic() + 5 * REAP_INTERVAL_S
+        while store.children("/brokers") != ["kept"]:
+            assert time.monotonic() < deadline, "the dead process's entry is still listed"
+            time.sleep(0.05)
+        assert store.get("/brokers/owner") is None
 
 
 def test_ephemerals_of_a_live_process_stay(tmp_path):
