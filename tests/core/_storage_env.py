@@ -20,6 +20,30 @@ from gateway._config import load_config
 AVAILABLE = "/ledgers/available"
 
 
+class SlowOpens:
+    """Make ``broker``'s storage take a while to open each managed ledger (and fail to
+    open those named in ``failing``), counting how many open at once: ``most`` is the
+    highest count seen."""
+
+    def __init__(self, broker: Any, failing: set[str] | None = None, delay: float = 0.05):
+        self.loading = self.most = 0
+        self._real = broker.storage.open
+        self._failing = failing or set()
+        self._delay = delay
+        broker.storage.open = self._open
+
+    async def _open(self, name: str, config: dict[str, Any]) -> Any:
+        self.loading += 1
+        self.most = max(self.most, self.loading)
+        try:
+            await trio.sleep(self._delay)
+            if name in self._failing:
+                raise OSError("a ledger that cannot be read")
+            return await self._real(name, config)
+        finally:
+            self.loading -= 1
+
+
 def ml_config(**overrides: Any) -> dict[str, Any]:
     base = {"ensemble_size": 1, "write_quorum": 1, "ack_quorum": 1,
             "retention_time_ms": 0, "retention_size_mb": 0, "mark_delete_rate_per_sec": 0.0}

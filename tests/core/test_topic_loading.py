@@ -8,7 +8,7 @@ import trio
 from core.broker import BrokerService
 from core.naming import TopicName
 from gateway._config import load_config
-from tests.core._storage_env import storage_env
+from tests.core._storage_env import SlowOpens, storage_env
 
 
 @pytest.mark.parametrize("limit", [1, 3])
@@ -21,23 +21,11 @@ async def test_topic_loads_past_max_concurrent_topic_load_request_wait_their_tur
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
             assert broker.storage is not None
-            real_open = broker.storage.open
-            loading, most = [0], [0]
-
-            async def slow_open(name, config):
-                loading[0] += 1
-                most[0] = max(most[0], loading[0])
-                try:
-                    await trio.sleep(0.05)  # a storage that takes a while to open
-                    return await real_open(name, config)
-                finally:
-                    loading[0] -= 1
-
-            broker.storage.open = slow_open  # type: ignore[method-assign]
+            opens = SlowOpens(broker)  # a storage that takes a while to open
             names = [TopicName.parse(f"persistent://public/default/load-{i}") for i in range(6)]
             async with trio.open_nursery() as loads:
                 for name in names:
                     loads.start_soon(broker.get_topic, name)
-            assert most[0] == limit
+            assert opens.most == limit
             assert sorted(broker.topics) == sorted(str(n) for n in names)
             nursery.cancel_scope.cancel()

@@ -18,7 +18,7 @@ from core.naming import TopicName
 from gateway._admin_cli import AdminClient
 from gateway._config import load_config
 from tests._standalone import Standalone
-from tests.core._storage_env import storage_env
+from tests.core._storage_env import SlowOpens, storage_env
 
 #: How long a restarted broker may take to load a handful of topics in the background.
 LOAD_DEADLINE = 15.0
@@ -101,22 +101,8 @@ async def test_loading_respects_the_limit_and_survives_a_topic_that_fails(tmp_pa
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
             assert broker.storage is not None and not broker.topics
-            real_open = broker.storage.open
-            loading, most = [0], [0]
-
-            async def slow_open(name, config):
-                loading[0] += 1
-                most[0] = max(most[0], loading[0])
-                try:
-                    await trio.sleep(0.05)
-                    if name == names[3].storage_name:
-                        raise OSError("a ledger that cannot be read")
-                    return await real_open(name, config)
-                finally:
-                    loading[0] -= 1
-
-            broker.storage.open = slow_open  # type: ignore[method-assign]
+            opens = SlowOpens(broker, failing={names[3].storage_name})
             await broker.load_namespace_topics()
-            assert most[0] == 2
+            assert opens.most == 2
             assert sorted(broker.topics) == sorted(str(n) for n in names if n != names[3])
             nursery.cancel_scope.cancel()

@@ -24,6 +24,17 @@ def receive_until_idle(consumer, *, idle_ms: int = IDLE_MS, ack: bool = True) ->
             consumer.acknowledge(msg)
 
 
+def nack_redelivery_counts(consumer, times: int, *, receive_ms: int = 10_000) -> list[int]:
+    """Receive and negatively acknowledge ``times`` times; the redelivery count of each
+    message received."""
+    counts = []
+    for _ in range(times):
+        msg = consumer.receive(timeout_millis=receive_ms)
+        counts.append(msg.redelivery_count())
+        consumer.negative_acknowledge(msg)
+    return counts
+
+
 def wait_until(condition, timeout: float = 15.0) -> None:
     """Poll ``condition()`` until it is true; fail once ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout

@@ -10,8 +10,8 @@ import pulsar
 import pytest
 
 from gateway._admin_cli import AdminError
+from tests.handlers.pulsar._receive import nack_redelivery_counts, wait_until
 from tests.handlers.pulsar._receive import receive_until_idle as _drain
-from tests.handlers.pulsar._receive import wait_until
 
 RECEIVE_MS = 10_000
 
@@ -194,12 +194,7 @@ def test_negative_ack_redelivers_with_count_and_dead_letter_policy(client, uniqu
         dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(max_redeliver_count=2, dead_letter_topic=dlq))
     producer = client.create_producer(topic, batching_enabled=False)
     producer.send(b"poison")
-    counts = []
-    for _ in range(3):
-        m = consumer.receive(timeout_millis=RECEIVE_MS)
-        counts.append(m.redelivery_count())
-        consumer.negative_acknowledge(m)
-    assert counts == [0, 1, 2]
+    assert nack_redelivery_counts(consumer, 3, receive_ms=RECEIVE_MS) == [0, 1, 2]
     assert dead.receive(timeout_millis=RECEIVE_MS).data() == b"poison"
 
 

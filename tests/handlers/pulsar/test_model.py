@@ -14,7 +14,7 @@ import pulsar
 import pytest
 
 from tests.handlers.pulsar._keys import key_reader
-from tests.handlers.pulsar._receive import receive_until_idle, wait_until
+from tests.handlers.pulsar._receive import nack_redelivery_counts, receive_until_idle, wait_until
 
 RECEIVE_MS = 10_000
 
@@ -278,12 +278,7 @@ def test_a_single_active_consumer_is_told_no_redelivery_count(client, unique, su
         negative_ack_redelivery_delay_ms=100,
         dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(max_redeliver_count=1, dead_letter_topic=dlq))
     _send_each(client, topic, 1)
-    counts = []
-    for _ in range(3):
-        msg = consumer.receive(timeout_millis=RECEIVE_MS)
-        counts.append(msg.redelivery_count())
-        consumer.negative_acknowledge(msg)
-    assert counts == [0, 0, 0]
+    assert nack_redelivery_counts(consumer, 3, receive_ms=RECEIVE_MS) == [0, 0, 0]
     assert consumer.receive(timeout_millis=RECEIVE_MS).data() == b"m0"
 
 
