@@ -7,8 +7,9 @@ tasks that topics and subscriptions run in.
 
 from __future__ import annotations
 
+import heapq
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import unquote
@@ -17,7 +18,7 @@ import trio
 
 from core._bridge import NativeBridge
 from core.autorecovery import Auditor
-from core.naming import NamespaceName, TopicName
+from core.naming import PARTITION_SUFFIX, NamespaceName, TopicName
 from core.nonpersistent import NonPersistentTopic
 from core.policies import PolicyStore, PreconditionError
 from core.schema import SchemaRegistry
@@ -60,6 +61,36 @@ MESSAGE_EXPIRY_CHECK_MINUTES = 5.0
 SUBSCRIPTION_EXPIRY_CHECK_MINUTES = 5.0
 BACKLOG_QUOTA_CHECK_SECONDS = 60.0
 COMPACTION_CHECK_SECONDS = 60.0
+
+
+#: Names listed between two yields to the event loop: a partitioned topic may have
+#: millions of partitions (``maxNumPartitionsPerPartitionedTopic=0`` sets no limit, as in
+#: Pulsar) and the loop serves every client while a namespace is listed.
+NAMES_PER_YIELD = 4096
+
+
+def lexicographic(n: int) -> Iterator[int]:
+    """``0 .. n-1`` in the order of their decimal strings (0, 1, 10, 100, ..., 11, ...):
+    a partitioned topic's partition names in sorted order, without sorting them."""
+    if n <= 0:
+        return
+    yield 0
+    i = 1
+    for _ in range(n - 1):
+        yield i
+        if i * 10 < n:
+            i *= 10
+        else:
+            while i % 10 == 9 or i + 1 >= n:
+                i //= 10
+            i += 1
+
+
+def _partition_names(name: TopicName, n: int) -> Iterator[str]:
+    """The names of `name`'s `n` partitions, sorted."""
+    prefix = f"{name}{PARTITION_SUFFIX}"
+    for i in lexicographic(n):
+        yield f"{prefix}{i}"
 
 
 class BrokerService:
@@ -281,6 +312,26 @@ class BrokerService:
         found = {f"{domain}://{ns}/{unquote(n)}" for n in names}
         found.update(k for k in self.topics if k.startswith(f"{domain}://{ns}/"))
         return sorted(found)
+
+    def partitioned_topics(self, ns: NamespaceName, domain: str = "persistent") -> list[tuple[TopicName, int]]:
+        """The namespace's partitioned topics, each with its partition count."""
+        return [(name, self.policies.partitions(name))
+                for name in map(TopicName.parse, self.policies.partitioned_topics(ns, domain))]
+
+    async def topic_names(self, ns: NamespaceName, domain: str = "persistent") -> list[str]:
+        """Every topic of the namespace, sorted: non-partitioned topics and the partitions
+        of partitioned ones, as ``topics list`` and GET_TOPICS_OF_NAMESPACE show them. Each
+        partitioned topic's names are generated in order and merged with the others,
+        yielding to the event loop every :data:`NAMES_PER_YIELD` names."""
+        runs = [iter(self.topics_of_namespace(ns, domain))]
+        runs += [_partition_names(name, n) for name, n in self.partitioned_topics(ns, domain)]
+        out: list[str] = []
+        for count, topic in enumerate(heapq.merge(*runs), 1):
+            if not out or out[-1] != topic:
+                out.append(topic)
+            if count % NAMES_PER_YIELD == 0:
+                await trio.lowlevel.checkpoint()
+        return out
 
     def _persistent_topics(self) -> list[TopicName]:
         """Every persistent topic with a managed ledger, in every namespace."""

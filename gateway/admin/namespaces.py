@@ -5,16 +5,13 @@ permissions, replication clusters), and namespace-wide unload / clear-backlog.""
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterator
 from typing import Any
 
-import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from core.naming import PARTITION_SUFFIX, NamespaceName, TopicName
+from core.naming import NamespaceName, TopicName
 from core.policies import default_policies
 
 from ._common import (
@@ -30,57 +27,9 @@ from ._common import (
 from ._policies import POLICY_SPECS, PolicySpec, backlog_quota_body, read_body
 from .tenants import delete_namespace_everything
 
-__all__ = ["routes", "namespace_topics"]
+__all__ = ["routes"]
 
 _ACTIONS = ("produce", "consume", "functions", "sources", "sinks", "packages")
-
-#: Names listed between two yields to the event loop: a partitioned topic may have
-#: millions of partitions (``maxNumPartitionsPerPartitionedTopic=0`` sets no limit, as in
-#: Pulsar) and the loop serves every client while a namespace is listed.
-_NAMES_PER_YIELD = 4096
-
-
-def _lexicographic(n: int) -> Iterator[int]:
-    """``0 .. n-1`` in the order of their decimal strings (0, 1, 10, 100, ..., 11, ...):
-    a partitioned topic's partition names in sorted order, without sorting them."""
-    if n <= 0:
-        return
-    yield 0
-    i = 1
-    for _ in range(n - 1):
-        yield i
-        if i * 10 < n:
-            i *= 10
-        else:
-            while i % 10 == 9 or i + 1 >= n:
-                i //= 10
-            i += 1
-
-
-def _partition_names(name: TopicName, n: int) -> Iterator[str]:
-    """The names of `name`'s `n` partitions, sorted."""
-    prefix = f"{name}{PARTITION_SUFFIX}"
-    for i in _lexicographic(n):
-        yield f"{prefix}{i}"
-
-
-async def namespace_topics(broker: Any, ns: NamespaceName, domain: str = "persistent") -> list[str]:
-    """Every topic of the namespace, sorted: non-partitioned topics and the partitions of
-    partitioned ones, as ``topics list`` shows them. Each partitioned topic's names are
-    generated in order and merged with the others, yielding to the event loop every
-    :data:`_NAMES_PER_YIELD` names."""
-    runs = [iter(sorted(set(broker.topics_of_namespace(ns, domain))))]
-    for base in broker.policies.partitioned_topics(ns, domain):
-        name = TopicName.parse(base)
-        runs.append(_partition_names(name, broker.policies.partitions(name)))
-    out: list[str] = []
-    for count, topic in enumerate(heapq.merge(*runs), 1):
-        if not out or out[-1] != topic:
-            out.append(topic)
-        if count % _NAMES_PER_YIELD == 0:
-            await trio.lowlevel.checkpoint()
-    return out
-
 
 def routes(broker: Any) -> list[Route]:
     policies = broker.policies
@@ -138,7 +87,7 @@ def routes(broker: Any) -> list[Route]:
         if force:
             await delete_namespace_everything(broker, ns)
             return None
-        if await namespace_topics(broker, ns) or await namespace_topics(broker, ns, "non-persistent"):
+        if await broker.topic_names(ns) or await broker.topic_names(ns, "non-persistent"):
             raise RestError(409, "Cannot delete non empty namespace")
         policies.delete_namespace(ns)
         return None
@@ -153,7 +102,7 @@ def routes(broker: Any) -> list[Route]:
             raise RestError(400, f"Invalid mode {mode!r}: PERSISTENT, NON_PERSISTENT or ALL")
         names: list[str] = []
         for domain in sorted(domains):  # non-persistent:// names sort before persistent://
-            names += await namespace_topics(broker, ns, domain)
+            names += await broker.topic_names(ns, domain)
         return await json_list(names)
 
     def policy_routes(spec: PolicySpec) -> list[Route]:
@@ -279,7 +228,7 @@ def routes(broker: Any) -> list[Route]:
     async def clear_backlog(request: Request) -> Any:
         ns, _ = existing(request)
         only = request.path_params.get("subscription")
-        for name in await namespace_topics(broker, ns):
+        for name in await broker.topic_names(ns):
             topic = await broker.get_topic(TopicName.parse(name), create=False)
             for sub in list(topic.subscriptions.values()):
                 if only is None or sub.name == only:
@@ -290,7 +239,7 @@ def routes(broker: Any) -> list[Route]:
     async def unsubscribe(request: Request) -> Any:
         ns, _ = existing(request)
         sub_name = str(request.path_params["subscription"])
-        for name in await namespace_topics(broker, ns):
+        for name in await broker.topic_names(ns):
             topic = await broker.get_topic(TopicName.parse(name), create=False)
             if sub_name in topic.subscriptions:
                 await topic.unsubscribe(sub_name)

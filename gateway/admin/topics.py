@@ -28,7 +28,6 @@ from ._common import (
 )
 from ._policies import POLICY_SPECS, TOPIC_POLICY_SPECS, PolicySpec, backlog_quota_body, read_body
 from ._stats import Rates, internal_stats, merge_partition_stats, topic_stats
-from .namespaces import namespace_topics
 
 __all__ = ["routes", "DOMAINS", "load_topic", "partition_targets"]
 
@@ -81,7 +80,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
     async def list_topics(request: Request) -> Any:
         ns = namespace_of(request)
         existing_namespace(broker, ns)
-        return await json_list(await namespace_topics(broker, ns, request.url.path.split("/")[3]))
+        return await json_list(await broker.topic_names(ns, request.url.path.split("/")[3]))
 
     @endpoint
     async def list_partitioned(request: Request) -> Any:

@@ -34,7 +34,7 @@ from core.broker import (
     TopicQuotaError,
 )
 from core.format import pulsar_api_pb2 as pb
-from core.naming import InvalidNameError, NamespaceName, TopicName
+from core.naming import PARTITION_SUFFIX, InvalidNameError, NamespaceName, TopicName
 from core.policies import ConflictError, NotFoundError
 from core.schema import IncompatibleSchemaError
 from core.storage import Position
@@ -420,39 +420,35 @@ class PulsarSession:
             request_id=cmd.request_id, response=R.Success, partitions=n))
 
     def _on_CommandGetTopicsOfNamespace(self, event: Any) -> None:
-        cmd = event.command
+        self._spawn(self._topics_of_namespace, event.command)
+
+    async def _topics_of_namespace(self, cmd: Any) -> None:
+        limit = self.codec.peer_max_frame_size
         try:
             ns = NamespaceName.parse(cmd.namespace)
-            mode = cmd.mode
-            domains = {0: ["persistent"], 1: ["non-persistent"], 2: ["persistent", "non-persistent"]}[mode]
-            topics: list[str] = []
-            partitioned: list[tuple[TopicName, int]] = []
-            for d in domains:
-                topics.extend(self.broker.topics_of_namespace(ns, d))
-                for base in self.broker.policies.partitioned_topics(ns, d):
-                    name = TopicName.parse(base)
-                    partitioned.append((name, self.broker.policies.partitions(name)))
-            # Each name takes its bytes and two of field overhead in the answer; one that
-            # cannot fit in a frame the client takes is refused before the names are made
-            # (ten million partitions would hold the event loop for half a minute).
-            size = sum(len(t) + 2 for t in topics) + sum(
-                n * (len(str(name)) + len("-partition-") + len(str(n)) + 2) for name, n in partitioned)
-            if size > self.codec.peer_max_frame_size:
+            # sorted: non-persistent:// names come before persistent:// ones
+            domains = sorted({0: ["persistent"], 1: ["non-persistent"],
+                              2: ["persistent", "non-persistent"]}[cmd.mode])
+            # A partition's name takes its bytes and two of field overhead in the answer;
+            # partitions no frame the client takes can hold are refused before their names
+            # are made (ten million would take the broker half a minute).
+            partitioned = [p for d in domains for p in self.broker.partitioned_topics(ns, d)]
+            size = sum(n * (len(str(name)) + len(PARTITION_SUFFIX) + len(str(n)) + 2)
+                       for name, n in partitioned)
+            if size > limit:
                 self._error(cmd.request_id, E.NotAllowedError,
-                            f"The topics of {ns} ({len(topics) + sum(n for _, n in partitioned)}, "
-                            f"partitions counted) take more than the {self.codec.peer_max_frame_size} "
-                            f"bytes of one frame")
+                            f"The topics of {ns} ({sum(n for _, n in partitioned)} partitions "
+                            f"alone) take more than the {limit} bytes of one frame")
                 return
-            for name, n in partitioned:
-                topics.extend(str(name.partition(i)) for i in range(n))
+            topics = [t for d in domains for t in await self.broker.topic_names(ns, d)]
         except Exception as exc:
             self._error(cmd.request_id, exc)
             return
         answer = ev.CommandGetTopicsOfNamespaceResponse.build(
-            request_id=cmd.request_id, topics=sorted(set(topics)), filtered=False, changed=True)
+            request_id=cmd.request_id, topics=topics, filtered=False, changed=True)
         try:
             frame = self.codec.send(answer)
-        except ProtocolError as exc:  # the estimate above was just short
+        except ProtocolError as exc:  # over the frame with the other topics counted too
             self._error(cmd.request_id, E.NotAllowedError, f"The topics of {ns}: {exc}")
             return
         self.outbox.put(frame)

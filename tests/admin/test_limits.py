@@ -131,6 +131,6 @@ def test_listing_a_huge_partitioned_topic_keeps_the_broker_serving(server: Stand
 
 @pytest.mark.parametrize("n", [0, 1, 9, 10, 11, 99, 100, 101, 1000, 1234, 9999, 10_000, 10_001])
 def test_partition_numbers_come_in_the_order_of_their_names(n: int) -> None:
-    from gateway.admin.namespaces import _lexicographic
+    from core.broker import lexicographic
 
-    assert list(_lexicographic(n)) == sorted(range(n), key=str)
+    assert list(lexicographic(n)) == sorted(range(n), key=str)
