@@ -17,7 +17,7 @@ __all__ = [
     "FencedError", "LedgerClosedError", "LedgerRangeReader", "ManagedLedger", "ManagedLedgerFactory",
     "MetadataError", "NativeError", "NoSuchLedgerError", "NotEnoughBookiesError",
     "kafka_batch_from_entry", "kafka_entry_from_batch",
-    "encode_pulsar_messages", "encode_pulsar_send_receipt", "scan_pulsar_send",
+    "encode_pulsar_messages", "encode_pulsar_send_receipts", "scan_pulsar_send",
     "scan_pulsar_sends",
     "allocator_options", "log_to_stderr",
 ]
@@ -197,15 +197,9 @@ def encode_pulsar_messages(
 ) -> bytes:
     """MESSAGE frames, concatenated, for (ledger_id, entry_id, redelivery_count, ack_set,
     publish_time, index, entry) deliveries; ValueError when a frame exceeds max_frame."""
-def encode_pulsar_send_receipt(
-    producer_id: int,
-    sequence_id: int,
-    ledger_id: int,
-    entry_id: int,
-    partition: int,
-    highest_sequence_id: int,
-) -> bytes:
-    """One SEND_RECEIPT frame."""
+def encode_pulsar_send_receipts(rows: list[tuple[int, int, int, int, int, int]]) -> bytes:
+    """SEND_RECEIPT frames, concatenated, for (producer_id, sequence_id, ledger_id,
+    entry_id, partition, highest_sequence_id) rows."""
 def scan_pulsar_send(command: bytes, entry: bytes) -> tuple[int, int, bool, int, int] | None:
     """(body_start, body_end, checksum_ok, metadata_start, metadata_end) of a plain SEND
     (the body in the command, the metadata in the entry after it), else None."""

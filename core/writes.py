@@ -41,15 +41,22 @@ class _WriteBatch:
         self.depth += 1
 
     def __exit__(self, *exc: object) -> None:
-        self.depth -= 1
-        if self.depth:
+        if self.depth > 1:
+            self.depth -= 1
             return
-        flushes, self.flushes = self.flushes, []
-        for flush in flushes:
-            try:
-                flush()
-            except Exception:
-                log.exception("a deferred connection flush failed")
+        # The outermost end. The flushes run still inside the batch, so that what one
+        # queues (gathered frames put to their outbox) registers that outbox's flush for
+        # the next round rather than waking its writer.
+        try:
+            while self.flushes:
+                flushes, self.flushes = self.flushes, []
+                for flush in flushes:
+                    try:
+                        flush()
+                    except Exception:
+                        log.exception("a deferred connection flush failed")
+        finally:
+            self.depth = 0
 
 
 _BATCH = _WriteBatch()

@@ -605,22 +605,13 @@ class PulsarConnection:
         except ValueError as exc:
             raise LocalProtocolError(str(exc), pb.NotAllowedError) from exc
 
-    def encode_send_receipt(
-        self,
-        producer_id: int,
-        sequence_id: int,
-        ledger_id: int,
-        entry_id: int,
-        partition: int,
-        highest_sequence_id: int,
-    ) -> bytes:
-        """A SEND_RECEIPT frame (the native encoder); the same bytes as :meth:`send` of a
-        :class:`CommandSendReceipt` with these fields (a message id's partition of -1, its
-        default, is left out)."""
+    def encode_send_receipts(self, rows: list[tuple[int, int, int, int, int, int]]) -> bytes:
+        """SEND_RECEIPT frames, concatenated (the native encoder), one per
+        ``(producer_id, sequence_id, ledger_id, entry_id, partition, highest_sequence_id)``
+        row: the same bytes as :meth:`send` of a :class:`CommandSendReceipt` with those
+        fields each (a message id's partition of -1, its default, is left out)."""
         self._advance(self.our_role, _T.SEND_RECEIPT, LocalProtocolError)
-        return _native.encode_pulsar_send_receipt(
-            producer_id, sequence_id, ledger_id, entry_id, partition, highest_sequence_id
-        )
+        return _native.encode_pulsar_send_receipts(rows)
 
     def _frame(self, base: pb.BaseCommand, tail: bytes) -> bytes:
         try:

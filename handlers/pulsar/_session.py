@@ -59,7 +59,7 @@ from core.topic import (
     TopicClosedError,
     TopicTerminatedError,
 )
-from core.writes import write_batch
+from core.writes import flush_at_end, write_batch
 from handlers._serve import Outbox, ReadLimit
 from handlers.pulsar import _events as ev
 from handlers.pulsar._codec import (
@@ -204,6 +204,8 @@ class PulsarSession:
         # Publishes read from this client and not yet answered (Pulsar's
         # maxPendingPublishRequestsPerConnection): past it, nothing more is read from it.
         self._sends = ReadLimit(int(self.config.get("maxPendingPublishRequestsPerConnection")))
+        # SEND_RECEIPT rows answered in the current write batch, not yet encoded
+        self._receipts: list[tuple[int, int, int, int, int, int]] = []
 
     # -- driver ----------------------------------------------------------------------------------
 
@@ -309,7 +311,26 @@ class PulsarSession:
         except ProtocolError as exc:
             log.info("pulsar: not sending %s: %s", what, exc)
             return
+        self._put(frame)
+
+    def _put(self, frame: bytes) -> None:
+        """Queue an encoded frame behind the receipts still gathered (they were due first)."""
+        if self._receipts:
+            self._put_receipts()
         self.outbox.put(frame)
+
+    def _put_receipts(self) -> None:
+        """Queue the gathered SEND_RECEIPTs, encoded together: the receipts of a stored
+        batch are gathered until the end of the write batch they were answered in, and
+        leave as one piece."""
+        rows, self._receipts = self._receipts, []
+        if rows and not self.closed:
+            try:
+                frames = self.codec.encode_send_receipts(rows)
+            except ProtocolError as exc:
+                log.info("pulsar: not sending %d SEND_RECEIPT: %s", len(rows), exc)
+                return
+            self.outbox.put(frames)
 
     def _spawn(self, fn: Any, *args: Any) -> None:
         assert self._nursery is not None
@@ -451,7 +472,7 @@ class PulsarSession:
         except ProtocolError as exc:  # over the frame with the other topics counted too
             self._error(cmd.request_id, E.NotAllowedError, f"The topics of {ns}: {exc}")
             return
-        self.outbox.put(frame)
+        self._put(frame)
 
     # -- producers ------------------------------------------------------------------------------------
 
@@ -562,8 +583,10 @@ class PulsarSession:
                 return
             pos = result.position
             ledger, entry_id = (pos.ledger_id, pos.entry_id) if pos else (_EARLIEST_LEDGER, _EARLIEST_LEDGER)
-            self._queue("SEND_RECEIPT", self.codec.encode_send_receipt,
-                        pid, seq, ledger, entry_id, partition, highest)
+            receipts = self._receipts
+            receipts.append((pid, seq, ledger, entry_id, partition, highest))
+            if len(receipts) == 1 and not flush_at_end(self._put_receipts):
+                self._put_receipts()  # not inside a write batch: at once
 
         topic.publish(entry, num, producer.name, highest, done, hold=True)
         self._held.add(topic)

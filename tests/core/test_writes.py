@@ -18,6 +18,21 @@ def test_flushes_registered_in_a_batch_run_once_at_the_outermost_end() -> None:
     assert ran == ["a", "b"]
 
 
+def test_a_flush_that_queues_more_registers_a_flush_run_at_the_same_end() -> None:
+    # Gathered frames put to an outbox at the end register that outbox's write: it runs in
+    # the same end, after them, instead of waking a writer task.
+    ran: list[str] = []
+
+    def gathered() -> None:
+        ran.append("gathered")
+        assert flush_at_end(lambda: ran.append("write"))
+
+    with write_batch():
+        flush_at_end(gathered)
+    assert ran == ["gathered", "write"]
+    assert not flush_at_end(lambda: ran.append("after"))  # and the batch is over
+
+
 def test_a_failing_flush_does_not_stop_the_others() -> None:
     ran: list[str] = []
 

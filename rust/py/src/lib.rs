@@ -69,7 +69,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kafka::kafka_batch_from_entry, m)?)?;
     m.add_class::<ledger_reader::PyLedgerRangeReader>()?;
     m.add_function(wrap_pyfunction!(pulsar_codec::encode_pulsar_messages, m)?)?;
-    m.add_function(wrap_pyfunction!(pulsar_codec::encode_pulsar_send_receipt, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_codec::encode_pulsar_send_receipts, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_codec::scan_pulsar_send, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_codec::scan_pulsar_sends, m)?)?;
     Ok(())

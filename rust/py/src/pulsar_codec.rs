@@ -86,21 +86,20 @@ pub fn encode_pulsar_messages<'py>(
     })
 }
 
-/// One SEND_RECEIPT frame: the entry of `(producer_id, sequence_id)` is stored at
-/// `ledger_id:entry_id` of `partition` (-1 when not partitioned).
+/// SEND_RECEIPT frames, concatenated, one per `(producer_id, sequence_id, ledger_id,
+/// entry_id, partition, highest_sequence_id)` row: the entry of that producer's sequence
+/// id is stored at `ledger_id:entry_id` of `partition` (-1 when not partitioned). The
+/// receipts of one stored batch leave as one bytes object.
 #[pyfunction]
-pub fn encode_pulsar_send_receipt<'py>(
+pub fn encode_pulsar_send_receipts<'py>(
     py: Python<'py>,
-    producer_id: u64,
-    sequence_id: u64,
-    ledger_id: u64,
-    entry_id: u64,
-    partition: i32,
-    highest_sequence_id: u64,
+    rows: Vec<(u64, u64, u64, u64, i32, u64)>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let mut out = Vec::with_capacity(64);
-    let r = Receipt { producer_id, sequence_id, ledger_id, entry_id, partition, highest_sequence_id };
-    write_send_receipt(&mut out, &r).map_err(wire_err)?;
+    let mut out = Vec::with_capacity(48 * rows.len());
+    for (producer_id, sequence_id, ledger_id, entry_id, partition, highest_sequence_id) in rows {
+        let r = Receipt { producer_id, sequence_id, ledger_id, entry_id, partition, highest_sequence_id };
+        write_send_receipt(&mut out, &r).map_err(wire_err)?;
+    }
     Ok(PyBytes::new(py, &out))
 }
 

@@ -97,6 +97,7 @@ def test_random_deliveries_match_the_python_encoder(bem: bool) -> None:
 def test_receipts_match_the_python_encoder() -> None:
     rng = random.Random(7)
     server = _server()
+    rows, wants = [], []
     for _ in range(300):
         fields = (rng.getrandbits(64), rng.getrandbits(64), rng.choice([0, rng.getrandbits(30), U64]),
                   rng.choice([0, rng.getrandbits(30), U64]), rng.choice([-1, 0, 3, -2]), rng.getrandbits(64))
@@ -104,7 +105,12 @@ def test_receipts_match_the_python_encoder() -> None:
         want = server.send(CommandSendReceipt.build(
             producer_id=producer_id, sequence_id=sequence_id, highest_sequence_id=highest,
             message_id=_message_id(ledger_id, entry_id, partition)))
-        assert server.encode_send_receipt(*fields) == want
+        assert server.encode_send_receipts([fields]) == want
+        rows.append(fields)
+        wants.append(want)
+    # many receipts in one call: the same frames back to back, in the rows' order
+    assert server.encode_send_receipts(rows) == b"".join(wants)
+    assert server.encode_send_receipts([]) == b""
 
 
 def test_a_frame_over_the_clients_limit_is_refused() -> None:
@@ -122,7 +128,7 @@ def test_only_a_connected_server_encodes_hot_frames() -> None:
     with pytest.raises(LocalProtocolError):
         client.encode_messages(1, -1, [])
     with pytest.raises(LocalProtocolError):
-        PulsarConnection(Role.SERVER).encode_send_receipt(1, 1, 1, 1, -1, 1)
+        PulsarConnection(Role.SERVER).encode_send_receipts([(1, 1, 1, 1, -1, 1)])
 
 
 def test_bad_delivery_tuples_are_type_errors_not_crashes() -> None:
