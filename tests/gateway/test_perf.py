@@ -393,3 +393,21 @@ def test_missing_namespace_is_an_error_not_a_traceback(broker, command):
     assert done.returncode == 1
     assert "magnetar perf: error:" in done.stderr and "TopicNotFound" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_bench_table_sets_the_p99_target_beside_the_peer_that_never_syncs(capsys):
+    from bench.pulsar_bench import _print_table
+
+    def case(p99_ms: float, rate: float, cpu: float) -> dict[str, float]:
+        return {"e2e_msg_per_s": rate, "cpu_us_per_msg": cpu, "kernel_us_per_msg": cpu / 2,
+                "half_p99_ms": p99_ms, "duplicates": 0, "half_duplicates": 0, "lost": 0,
+                "half_lost": 0}
+
+    results = {"magnetar": {"100-batch": case(1.0, 20_000, 1.0)},
+               "pulsar-lite": {"100-batch": case(2.0, 10_000, 4.0)}}
+    _print_table(results, {"p50_us": 200.0, "p99_us": 300.0})
+    out = capsys.readouterr().out
+    # 1.0 ms and 2.0 ms over a 0.2 ms fdatasync
+    assert "p99 5.0x fsync (target <= 3: MISSED; pulsar-lite, which never syncs, 10.0x)" in out
+    assert results["magnetar"]["100-batch"]["ratios"]["peer_p99_fsyncs"] == 10.0
+    assert "up to 1 ms (5.0x fsync)" in out
