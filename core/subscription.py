@@ -16,7 +16,12 @@ attached to it. One trio task per subscription moves entries from storage to con
   how many messages are delivered and not yet acknowledged. An entry whose hash is still
   held by a different consumer waits in the replay set until those messages are acked or
   redelivered; entries of other keys flow on, so one slow consumer never stalls keys it
-  does not own.
+  does not own. The replay set knows the key hash of each entry in it, and a new entry
+  whose key has one waiting there waits behind it. When no entry the replay set offers can
+  go (their consumers are slow, or no consumer's range covers them), the dispatcher reads
+  on past them, as Pulsar's does, until the replay set holds
+  ``keySharedLookAheadMsgInReplayThresholdPerConsumer`` messages per consumer (at most
+  ``...PerSubscription``).
 * Entries whose ``deliver_at_time`` is in the future wait in a timer heap (delayed
   delivery works on every subscription type).
 * On Shared and Key_Shared subscriptions, a consumer holding
@@ -67,6 +72,10 @@ log = logging.getLogger(__name__)
 
 READ_LIMITS = (("dispatcherMaxReadBatchSize", 100), ("dispatcherMaxReadSizeBytes", 5 << 20))
 """(broker config key, default) of the most entries, and bytes, a dispatch reads at once."""
+LOOK_AHEAD_LIMITS = (("keySharedLookAheadMsgInReplayThresholdPerConsumer", 2000),
+                     ("keySharedLookAheadMsgInReplayThresholdPerSubscription", 20000))
+"""(broker config key, default) of how many messages a Key_Shared subscription's replay
+set may hold, per consumer and in all, while its dispatcher reads on past them."""
 UNACKED_LIMITS = (
     ("max_unacked_messages_per_consumer", "maxUnackedMessagesPerConsumer", 50_000),
     ("max_unacked_messages_per_subscription", "maxUnackedMessagesPerSubscription", 200_000),
@@ -89,6 +98,57 @@ class ConsumerBusyError(Exception):
 
 class SubscriptionTypeMismatchError(Exception):
     """A consumer asked for a different type than the subscription's consumers use."""
+
+
+class ReplaySet(SortedSet):  # type: ignore[misc]
+    """The positions to deliver again, in order, with what is known of each: its key hash
+    (-1 when unknown) and its messages (1 when unknown), so that a Key_Shared dispatcher
+    can tell whether a key has an entry waiting (:meth:`holds_key`) and how many messages
+    wait (:attr:`messages`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._known: dict[Position, tuple[int, int]] = {}
+        self._keys: dict[int, int] = {}
+        self.messages = 0
+
+    def add(self, pos: Position, key_hash: int = -1, messages: int = 1) -> None:
+        if pos in self:
+            return
+        super().add(pos)
+        self._known[pos] = (key_hash, messages)
+        self.messages += messages
+        if key_hash >= 0:
+            self._keys[key_hash] = self._keys.get(key_hash, 0) + 1
+
+    def discard(self, pos: Position) -> None:
+        known = self._known.pop(pos, None)
+        if known is None:
+            return
+        super().discard(pos)
+        key_hash, messages = known
+        self.messages -= messages
+        if key_hash >= 0:
+            left = self._keys[key_hash] - 1
+            if left:
+                self._keys[key_hash] = left
+            else:
+                del self._keys[key_hash]
+
+    def difference_update(self, *iterables: Iterable[Position]) -> None:
+        for positions in iterables:
+            for pos in positions:
+                self.discard(pos)
+
+    def clear(self) -> None:
+        super().clear()
+        self._known.clear()
+        self._keys.clear()
+        self.messages = 0
+
+    def holds_key(self, key_hash: int) -> bool:
+        """Whether an entry of this key hash waits here."""
+        return key_hash in self._keys
 
 
 @dataclass(slots=True)
@@ -244,7 +304,7 @@ class Subscription(Activity):
         self.sub_type = sub_type
         self.durable = durable
         self.consumers: list[Consumer] = []
-        self.replay: SortedSet = SortedSet()
+        self.replay = ReplaySet()
         self.redelivery_counts: dict[Position, int] = {}
         self.batch_ack_sets: dict[Position, list[int]] = {}
         self._delayed: list[tuple[int, Position]] = []
@@ -262,6 +322,8 @@ class Subscription(Activity):
         config = topic.broker.config
         self._max_read_entries, self._max_read_bytes = (
             max(1, int(config.get(key, default) or default)) for key, default in READ_LIMITS)
+        self._look_ahead_per_consumer, self._look_ahead_in_all = (
+            max(0, int(config.get(key, default))) for key, default in LOOK_AHEAD_LIMITS)
         # Until entries were seen, as large as a read may be: the first reads one.
         self._avg_entry_bytes = float(self._max_read_bytes)
         self._closed = False
@@ -356,7 +418,7 @@ class Subscription(Activity):
                 self.redelivery_counts[pos] = self.redelivery_counts.get(pos, 0) + 1
                 consumer.redelivered += item[0]
                 self.redelivered += item[0]
-            self.replay.add(pos)
+            self.replay.add(pos, item[1], item[0])
 
     def _release_hash(self, consumer: Consumer, item: tuple[int, int]) -> None:
         _, h = item
@@ -697,7 +759,21 @@ class Subscription(Activity):
             entries.extend(await self._read_compacted(budget - len(entries)))
         if len(entries) < budget and self.cursor.has_more():
             entries.extend(await self.cursor.read_entries(budget - len(entries)))
-        return self._dispatch(entries, from_replay)
+        sent = self._dispatch(entries, from_replay)
+        if (not sent and from_replay == budget and self.sub_type == SubType.Key_Shared
+                and self.cursor.has_more() and self._may_look_ahead()):
+            # None of the replays the budget took could go: their consumers are slow or
+            # gone. Read on past them, so that the other keys are not stuck behind them.
+            sent = self._dispatch(await self.cursor.read_entries(budget), 0)
+        return sent
+
+    def _may_look_ahead(self) -> bool:
+        """Whether the replay set holds few enough messages for the dispatcher to read new
+        entries past it (``keySharedLookAheadMsgInReplayThreshold...``; 0 turns a limit
+        off)."""
+        limits = [limit for limit in (self._look_ahead_per_consumer * len(self.consumers),
+                                      self._look_ahead_in_all) if limit > 0]
+        return not limits or self.replay.messages < min(limits)
 
     def _dispatch_budget(self) -> int:
         """How many entries the next dispatch may read: 0 when no consumer can take one
@@ -842,18 +918,19 @@ class Subscription(Activity):
                 target = self._key_owner(h)
                 held = self._hash_owner.get(h)
                 if target is None or target not in ready or target.permits <= 0 or target.blocked_on_unacked or (
-                        held is not None and held[0] is not target and not self.allow_out_of_order):
-                    self.replay.add(pos)
+                        held is not None and held[0] is not target and not self.allow_out_of_order) or (
+                        i >= from_replay and self.replay.holds_key(h)):  # behind its key's replays
+                    self.replay.add(pos, h, entry.num_messages)
                     continue
             elif shared:
                 target = self._next_shared(ready)
                 if target is None:
-                    self.replay.add(pos)
+                    self.replay.add(pos, -1, entry.num_messages)
                     continue
             else:
                 target = self._active
                 if not receivers or target is None or target.permits <= 0:
-                    self.replay.add(pos)
+                    self.replay.add(pos, -1, entry.num_messages)
                     continue
             # Only Shared and Key_Shared tell a message's redeliveries, as in Pulsar: a
             # single active consumer's client would otherwise send it to its dead letter

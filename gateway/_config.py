@@ -579,6 +579,12 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("dispatcherMaxReadSizeBytes", 5 * 1024 * 1024,
          "Most bytes of entries a subscription's dispatcher reads at once (from the sizes "
          "of the entries it read before).", 1),
+    _int("keySharedLookAheadMsgInReplayThresholdPerConsumer", 2000,
+         "Messages a Key_Shared subscription's replay set may hold per consumer while its "
+         "dispatcher reads new entries past replays no consumer can take now; 0 for no "
+         "limit of this kind.", 0),
+    _int("keySharedLookAheadMsgInReplayThresholdPerSubscription", 20000,
+         "Likewise, in all for the subscription; 0 for no limit of this kind.", 0),
     _int("maxPublishRatePerTopicInMessages", 0,
          "Messages per second one topic accepts, where its namespace sets no publish "
          "rate; 0 for no limit.", 0),

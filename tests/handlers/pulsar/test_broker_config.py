@@ -472,3 +472,45 @@ def test_a_message_larger_than_a_bookie_frame_is_refused_alone(tmp_path):
         got = _receive_all(consumer, 3)
         assert [m.data() for m in got] == [largest, stored, b"after"]
         client.close()
+
+
+@pytest.mark.parametrize("limit", [50, 0])
+def test_key_shared_reads_past_a_stuck_consumers_keys_up_to_the_look_ahead_limit(tmp_path, limit):
+    # `a` takes one message and reads no more; its keys' entries wait in the replay set
+    # while `b`'s flow on, until that set holds the subscription's limit of messages
+    # (0: no limit, and `b` gets all of its keys' messages while `a` reads nothing).
+    conf = {"keySharedLookAheadMsgInReplayThresholdPerSubscription": limit,
+            "keySharedLookAheadMsgInReplayThresholdPerConsumer": 0}
+    topic = "persistent://public/default/ks-look-ahead"
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url)
+        try:
+            a = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                                 consumer_name="a", receiver_queue_size=1)
+            b = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                                 consumer_name="b", receiver_queue_size=1000)
+            producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+            keys = [f"k{k}" for k in range(16)]
+            for i in range(1600):
+                producer.send_async(f"{keys[i % 16]}:{i}".encode(), None, partition_key=keys[i % 16])
+            producer.flush()
+
+            def drain(consumer) -> list[str]:
+                got = []
+                while True:
+                    try:
+                        m = consumer.receive(timeout_millis=1500)
+                    except pulsar.Timeout:
+                        return got
+                    got.append(m.data().decode())
+                    consumer.acknowledge(m)
+
+            before = drain(b)
+            after_a = drain(a)
+            rest = drain(b)
+            assert sorted(int(t.split(":")[1]) for t in before + after_a + rest) == list(range(1600))
+            assert before and after_a
+            # with a limit, reading on stopped short of b's share; without, it did not
+            assert bool(rest) == (limit > 0), (len(before), len(rest))
+        finally:
+            client.close()

@@ -251,6 +251,55 @@ def test_key_shared_keeps_each_keys_order_when_a_consumer_leaves(client, unique)
         assert seq == sorted(seq), k
 
 
+def _per_key(texts: list[str]) -> dict[str, list[int]]:
+    """``key:i`` payloads as the i of each key, in the order received."""
+    out: dict[str, list[int]] = {}
+    for text in texts:
+        k, i = text.split(":")
+        out.setdefault(k, []).append(int(i))
+    return out
+
+
+def test_a_key_shared_consumer_that_does_not_read_stalls_only_its_own_keys(client, unique):
+    # The stuck-consumer failure: `a` fills its small queue and reads no more, so its keys'
+    # entries wait in the replay set; `b`'s keys must flow on past them.
+    topic = f"ks-slow-{unique}"
+    a = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                         consumer_name="a", receiver_queue_size=10)
+    b = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                         consumer_name="b", receiver_queue_size=10)
+    producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+    keys, rounds = [f"k{k}" for k in range(20)], 50
+    for i in range(rounds):
+        for k in keys:
+            producer.send_async(f"{k}:{i}".encode(), None, partition_key=k)
+    producer.flush()
+    got_b = _per_key(_texts(b))
+    assert got_b and len(got_b) < len(keys)
+    assert all(seq == list(range(rounds)) for seq in got_b.values()), got_b
+    # and `a`, once it reads, gets every message of the other keys, in order
+    got_a = _per_key(_texts(a))
+    assert set(got_a) | set(got_b) == set(keys) and not set(got_a) & set(got_b)
+    assert all(seq == list(range(rounds)) for seq in got_a.values())
+
+
+def test_a_sticky_key_shared_consumer_gets_its_range_while_no_one_covers_the_rest(client, unique):
+    topic = f"ks-gap-{unique}"
+    b = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                         receiver_queue_size=10,
+                         key_shared_policy=pulsar.ConsumerKeySharedPolicy(
+                             pulsar.KeySharedMode.Sticky, sticky_ranges=[(32768, 65535)]))
+    producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+    keys, rounds = [f"k{k}" for k in range(20)], 30
+    for i in range(rounds):
+        for k in keys:
+            producer.send_async(f"{k}:{i}".encode(), None, partition_key=k)
+    producer.flush()
+    got = _per_key(_texts(b))
+    assert got and len(got) < len(keys)
+    assert all(seq == list(range(rounds)) for seq in got.values()), got
+
+
 def test_a_negative_ack_inside_a_batch_redelivers_only_that_message(client, unique):
     topic = f"nack-batch-{unique}"
     consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
