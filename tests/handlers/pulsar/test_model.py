@@ -260,6 +260,15 @@ def _per_key(texts: list[str]) -> dict[str, list[int]]:
     return out
 
 
+def _publish_rounds(client, topic: str, keys: list[str], rounds: int) -> None:
+    """``key:i`` for each key, ``rounds`` times over, one entry each, keyed."""
+    producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+    for i in range(rounds):
+        for k in keys:
+            producer.send_async(f"{k}:{i}".encode(), None, partition_key=k)
+    producer.flush()
+
+
 def test_a_key_shared_consumer_that_does_not_read_stalls_only_its_own_keys(client, unique):
     # The stuck-consumer failure: `a` fills its small queue and reads no more, so its keys'
     # entries wait in the replay set; `b`'s keys must flow on past them.
@@ -268,12 +277,8 @@ def test_a_key_shared_consumer_that_does_not_read_stalls_only_its_own_keys(clien
                          consumer_name="a", receiver_queue_size=10)
     b = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
                          consumer_name="b", receiver_queue_size=10)
-    producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
     keys, rounds = [f"k{k}" for k in range(20)], 50
-    for i in range(rounds):
-        for k in keys:
-            producer.send_async(f"{k}:{i}".encode(), None, partition_key=k)
-    producer.flush()
+    _publish_rounds(client, topic, keys, rounds)
     got_b = _per_key(_texts(b))
     assert got_b and len(got_b) < len(keys)
     assert all(seq == list(range(rounds)) for seq in got_b.values()), got_b
@@ -289,12 +294,8 @@ def test_a_sticky_key_shared_consumer_gets_its_range_while_no_one_covers_the_res
                          receiver_queue_size=10,
                          key_shared_policy=pulsar.ConsumerKeySharedPolicy(
                              pulsar.KeySharedMode.Sticky, sticky_ranges=[(32768, 65535)]))
-    producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
     keys, rounds = [f"k{k}" for k in range(20)], 30
-    for i in range(rounds):
-        for k in keys:
-            producer.send_async(f"{k}:{i}".encode(), None, partition_key=k)
-    producer.flush()
+    _publish_rounds(client, topic, keys, rounds)
     got = _per_key(_texts(b))
     assert got and len(got) < len(keys)
     assert all(seq == list(range(rounds)) for seq in got.values()), got
