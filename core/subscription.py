@@ -72,6 +72,7 @@ log = logging.getLogger(__name__)
 
 READ_LIMITS = (("dispatcherMaxReadBatchSize", 100), ("dispatcherMaxReadSizeBytes", 5 << 20))
 """(broker config key, default) of the most entries, and bytes, a dispatch reads at once."""
+_LAST_POSITION = Position(2**63 - 1, 2**63 - 1)
 LOOK_AHEAD_LIMITS = (("keySharedLookAheadMsgInReplayThresholdPerConsumer", 2000),
                      ("keySharedLookAheadMsgInReplayThresholdPerSubscription", 20000))
 """(broker config key, default) of how many messages a Key_Shared subscription's replay
@@ -801,7 +802,7 @@ class Subscription(Activity):
 
     def _dispatch(self, entries: list[Entry], from_replay: int) -> bool:
         """Send ``entries`` (the first ``from_replay`` of them replays) to the consumers;
-        whether any went out."""
+        whether any went out (or was put away until its delivery time)."""
         if entries:
             mean = sum(e.num_messages for e in entries) / len(entries)
             self._avg_messages_per_entry = 0.8 * self._avg_messages_per_entry + 0.2 * mean
@@ -891,7 +892,7 @@ class Subscription(Activity):
     def _assign(self, entries: list[Entry], from_replay: int) -> bool:
         now = int(time.time() * 1000)
         batches: dict[int, tuple[Consumer, list[Delivery]]] = {}
-        sent = msgs = nbytes = 0
+        sent = msgs = nbytes = parked = 0
         redelivery_counts, batch_ack_sets = self.redelivery_counts, self.batch_ack_sets
         # who may take entries in this pass: with permits and room, on a connection that
         # takes more (which stays so through the pass: the frames go out at its end)
@@ -901,16 +902,22 @@ class Subscription(Activity):
         per_type_counts = key_shared or shared
         ready: set[Consumer] = set(receivers) if per_type_counts else set()
         per_consumer = self._unacked_limits()[0] if per_type_counts else 0
-        # entries after the replays may be due later (a replayed one was due already)
-        delayed_from = from_replay if self.topic.has_delayed_messages else len(entries)
+        # entries after the replays may be due later (a replayed one was due already):
+        # any, once the topic had a delayed message, else those stored before it opened
+        topic = self.topic
+        delayed_from, delayed_until = from_replay, (
+            _LAST_POSITION if topic.has_delayed_messages else topic.stored_before_open)
+        if delayed_until is None:
+            delayed_from, delayed_until = len(entries), _LAST_POSITION
         for i, entry in enumerate(entries):
             pos = entry.position
-            if i >= delayed_from:
+            if i >= delayed_from and pos <= delayed_until:
                 deliver_at = self.topic.deliver_at(entry)
                 if deliver_at > now:
                     if pos not in self._delayed_set:
                         self._delayed_set.add(pos)
                         heapq.heappush(self._delayed, (deliver_at, pos))
+                    parked += 1
                     continue
             h = -1
             if key_shared:
@@ -964,7 +971,9 @@ class Subscription(Activity):
         for consumer, deliveries in batches.values():
             consumer.last_consumed_ts = now
             consumer.sink.send_messages(consumer, deliveries)
-        return sent > 0
+        # Entries put away until their delivery time count as progress too: the pass after
+        # reads on, rather than the entries behind a delayed one waiting for its time.
+        return sent > 0 or parked > 0
 
     def _next_shared(self, ready: set[Consumer]) -> Consumer | None:
         """The next consumer in turn, of those ``ready`` at the start of the pass, that can

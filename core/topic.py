@@ -191,6 +191,11 @@ class PersistentTopic:
         self._exclusive_released = trio.Event()
         self._closed = False
         self.has_delayed_messages = False
+        # The entries stored before this broker opened the topic may hold delayed messages
+        # that no publish here announced (note_delayed): the dispatcher looks at the
+        # delivery time of each up to the last of them, as a restarted Pulsar broker's
+        # delayed-delivery tracker takes them in again.
+        self.stored_before_open: Position | None = ml.last_confirmed()
         self.dedup_pushed: dict[str, int] = {}
         self.dedup_persisted: dict[str, int] = {}
         self._entries_since_snapshot = 0

@@ -514,3 +514,29 @@ def test_key_shared_reads_past_a_stuck_consumers_keys_up_to_the_look_ahead_limit
             assert bool(rest) == (limit > 0), (len(before), len(rest))
         finally:
             client.close()
+
+
+def test_a_delayed_message_still_waits_for_its_time_after_a_restart(tmp_path):
+    topic = "persistent://public/default/delayed-restart"
+    with Standalone(tmp_path / "data") as s:
+        client = pulsar.Client(s.pulsar_url)
+        client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared).close()
+        producer = client.create_producer(topic, batching_enabled=False)
+        due = time.time() + 10
+        producer.send(b"later", deliver_at=int(due * 1000))
+        producer.send(b"now")
+        client.close()
+    with Standalone(tmp_path / "data") as s:
+        client = pulsar.Client(s.pulsar_url)
+        try:
+            consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+            assert time.time() < due - 2, "the restart took too long for this test to tell"
+            got = []
+            for _ in range(2):
+                m = consumer.receive(timeout_millis=15_000)
+                consumer.acknowledge(m)
+                got.append((m.data(), time.time()))
+            assert [data for data, _ in got] == [b"now", b"later"]
+            assert got[1][1] >= due - 0.1  # not before its time
+        finally:
+            client.close()

@@ -583,6 +583,23 @@ def test_a_delayed_message_from_a_batching_producer_waits_while_the_rest_flow(cl
     assert later.data() == b"later" and time.time() - sent >= 1.9
 
 
+def test_a_delayed_message_at_the_head_of_a_backlog_holds_back_nothing_behind_it(client, unique):
+    # The subscription exists with no consumer; the backlog starts with a delayed message.
+    topic = f"delay-head-{unique}"
+    client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared).close()
+    producer = client.create_producer(topic, batching_enabled=False)
+    due = time.time() + 5
+    producer.send(b"later", deliver_at=int(due * 1000))
+    for i in range(3):
+        producer.send(f"now{i}".encode())
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    first = [consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(3)]
+    assert [m.data() for m in first] == [b"now0", b"now1", b"now2"]
+    assert time.time() < due  # they did not wait for it
+    later = consumer.receive(timeout_millis=RECEIVE_MS)
+    assert later.data() == b"later" and time.time() >= due - 0.1
+
+
 def test_key_shared_groups_by_ordering_key_before_partition_key(client, unique):
     topic = f"ordering-key-{unique}"
     consumers = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
