@@ -37,6 +37,7 @@ STRATEGIES = (
 )
 DEFAULT_STRATEGY = "FULL"
 _SCHEMA_NONE = pb.Schema.Type.Value("None")
+_SCHEMA_AUTO_CONSUME = pb.Schema.Type.Value("AutoConsume")
 _PROMOTIONS = {
     "int": {"long", "float", "double"}, "long": {"float", "double"}, "float": {"double"},
     "string": {"bytes"}, "bytes": {"string"},
@@ -235,4 +236,32 @@ class SchemaRegistry:
             return _version_bytes(len(recs) - 1)
 
     async def check_consumer(self, topic: PersistentTopic, schema: pb.Schema) -> None:
-        await self.add_or_check(topic, schema)
+        """Admit a consumer's ``schema`` as Pulsar does: on an idle topic (no schema, no
+        producer, no consumer, nothing ever stored) it becomes the topic's schema;
+        otherwise it is only checked, never registered. It must be able to read the
+        latest version under the BACKWARD, FORWARD, FORWARD_TRANSITIVE and FULL
+        strategies, and follow every version under the others; a topic with no live
+        schema has nothing to check it against and refuses it."""
+        if schema.type in (_SCHEMA_NONE, _SCHEMA_AUTO_CONSUME):  # bytes, or whatever there is
+            return
+        name = topic.name
+        live = [(r["type"], base64.b64decode(r["data"])) for r in self.versions(name)[0]
+                if not r.get("deleted")]
+        idle = not topic.producers and topic.ml.last_confirmed() is None and not any(
+            sub.consumers for sub in topic.subscriptions.values())
+        if not live and idle:
+            await self.register(name, schema)
+            return
+        if not live:
+            raise IncompatibleSchemaError("Topic does not have schema to check")
+        if (schema.type, schema.schema_data) in live:
+            return
+        strategy = self.strategy(name)
+        if strategy in ("BACKWARD", "FORWARD", "FORWARD_TRANSITIVE", "FULL"):
+            ok = is_compatible("BACKWARD", (schema.type, schema.schema_data), live[-1:])
+        else:
+            ok = is_compatible(strategy, (schema.type, schema.schema_data), live)
+        if not ok:
+            raise IncompatibleSchemaError(
+                f"Consumer schema of type {pb.Schema.Type.Name(schema.type)} cannot read the "
+                f"topic's schema under strategy {strategy}")

@@ -105,8 +105,8 @@ def routes(broker: Any) -> list[Route]:
 
     @endpoint
     async def delete(request: Request) -> Any:
-        version = registry.delete_all(topic_name(request))
-        return {"version": {"version": version}}
+        # DeleteSchemaResponse: a plain number, unlike the upload's nested SchemaVersion
+        return {"version": registry.delete_all(topic_name(request))}
 
     @endpoint
     async def compatibility(request: Request) -> Any:

@@ -295,6 +295,47 @@ def test_json_schema_and_incompatible_schema_refused(client, unique):
         client.create_producer(topic, schema=JsonSchema(Other))
 
 
+def test_a_consumers_schema_is_checked_against_the_topics_not_registered(client, admin, unique):
+    from pulsar.schema import Integer, JsonSchema, Record, String
+
+    class V1(Record):
+        a = String(required=True)
+
+    class WithDefault(Record):  # reads V1 data: b takes its default
+        a = String(required=True)
+        b = Integer(default=0, required=True, required_default=True)
+
+    class WithRequired(Record):  # cannot read V1 data: b has no value there
+        a = String(required=True)
+        b = Integer(required=True)
+
+    topic = f"schema-consumer-{unique}"
+    producer = client.create_producer(topic, schema=JsonSchema(V1))
+    producer.send(V1(a="m0"))
+    client.subscribe(topic, "reads", schema=JsonSchema(WithDefault)).close()
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(topic, "cannot", schema=JsonSchema(WithRequired))
+    # neither consumer's schema became a version of the topic
+    versions = admin.get(f"/admin/v2/schemas/public/default/{topic}/schemas")["getSchemaResponses"]
+    assert [v["version"] for v in versions] == [0]
+
+
+def test_a_consumers_schema_becomes_the_schema_of_an_idle_topic_only(client, admin, unique):
+    from pulsar.schema import JsonSchema, Record, String
+
+    class Event(Record):
+        kind = String()
+
+    idle = f"schema-idle-{unique}"
+    client.subscribe(idle, "s", schema=JsonSchema(Event)).close()
+    assert admin.get(f"/admin/v2/schemas/public/default/{idle}/schema")["type"] == "JSON"
+    # a topic that holds schemaless data is not idle: there is nothing to check against
+    busy = f"schema-busy-{unique}"
+    client.create_producer(busy).send(b"raw bytes")
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(busy, "s", schema=JsonSchema(Event))
+
+
 def test_invalid_topic_name_is_refused(client):
     with pytest.raises(pulsar.InvalidTopicName):
         client.create_producer("persistent://public/default/")
