@@ -64,6 +64,7 @@ __all__ = [
     "ConsumerSink",
     "Consumer",
     "Subscription",
+    "ConsumerAssignError",
     "ConsumerBusyError",
     "SubscriptionTypeMismatchError",
 ]
@@ -99,6 +100,11 @@ class ConsumerBusyError(Exception):
 
 class SubscriptionTypeMismatchError(Exception):
     """A consumer asked for a different type than the subscription's consumers use."""
+
+
+class ConsumerAssignError(Exception):
+    """A sticky Key_Shared consumer's hash ranges cannot be given to it (none, inverted, or
+    held by another consumer)."""
 
 
 class ReplaySet(SortedSet):  # type: ignore[misc]
@@ -374,11 +380,31 @@ class Subscription(Activity):
             self.allow_out_of_order = consumer.allow_out_of_order
         if self.sub_type == SubType.Exclusive and self.consumers:
             raise ConsumerBusyError("Exclusive consumer is already connected")
+        if self.sub_type == SubType.Key_Shared:
+            self._check_sticky_ranges(consumer)
         consumer.subscription = self
         self.consumers.append(consumer)
         self._last_seen = now_ms()
         self._update_active()
         self.wake()
+
+    def _check_sticky_ranges(self, consumer: Consumer) -> None:
+        """On a sticky Key_Shared subscription (its consumers declare their hash ranges),
+        every consumer must declare ranges that no other consumer holds, as Pulsar's
+        exclusive hash range selector requires."""
+        sticky = consumer.sticky_ranges is not None or any(
+            c.sticky_ranges is not None for c in self.consumers)
+        if not sticky:
+            return
+        ranges = consumer.sticky_ranges or []
+        if not ranges:
+            raise ConsumerAssignError("Ranges for KeyShared policy must not be empty.")
+        for start, end in ranges:
+            if start > end:
+                raise ConsumerAssignError("Fixed hash range start > end")
+            for other in self.consumers:
+                if any(start <= o_end and o_start <= end for o_start, o_end in other.sticky_ranges or ()):
+                    raise ConsumerAssignError(f"Range conflict with consumer {other.name}")
 
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer not in self.consumers:

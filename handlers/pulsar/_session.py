@@ -40,6 +40,7 @@ from core.schema import IncompatibleSchemaError
 from core.storage import Position
 from core.subscription import (
     Consumer,
+    ConsumerAssignError,
     ConsumerBusyError,
     Delivery,
     Subscription,
@@ -122,6 +123,8 @@ def _server_error(exc: BaseException) -> int:
             return E.SubscriptionNotFound
         case ConsumerBusyError() | SubscriptionTypeMismatchError():
             return E.ConsumerBusy
+        case ConsumerAssignError():
+            return E.ConsumerAssignError
         case ProducerFencedError():
             return E.ProducerFenced
         case EncryptionRequiredError():

@@ -361,6 +361,24 @@ def test_key_shared_sticky_ranges_decide_who_gets_a_key(client, unique):
     assert got_high == {k for k in keys if key_hash(k.encode()) > 32767}
 
 
+def test_sticky_key_shared_ranges_must_not_be_held_by_another_consumer(client, unique):
+    topic = f"ks-sticky-conflict-{unique}"
+
+    def sticky(name: str, ranges: list[tuple[int, int]] | None):
+        policy = pulsar.ConsumerKeySharedPolicy(
+            key_shared_mode=pulsar.KeySharedMode.Sticky if ranges else pulsar.KeySharedMode.AutoSplit,
+            sticky_ranges=ranges)
+        return client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                                consumer_name=name, key_shared_policy=policy)
+
+    sticky("a", [(0, 40000)])
+    for name, ranges in (("overlap", [(30000, 65535)]), ("same", [(0, 40000)]), ("auto", None)):
+        with pytest.raises(pulsar.ConsumerAssignError):
+            sticky(name, ranges)
+    b = sticky("b", [(40001, 65535)])  # the rest of the hash range is free
+    b.close()
+
+
 def test_avro_schema_round_trip(client, unique):
     from pulsar.schema import AvroSchema, Record, String
 
