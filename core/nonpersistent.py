@@ -143,6 +143,12 @@ class _NoCursor(Cursor):
     def delete(self, positions: list[Position]) -> None:
         return None
 
+    def set_batch_acks(self, acks: list[tuple[Position, list[int]]]) -> None:
+        return None
+
+    def batch_acks(self) -> dict[Position, list[int]]:
+        return {}
+
     def rewind(self) -> None:
         return None
 

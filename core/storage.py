@@ -230,6 +230,17 @@ class Cursor:
     def delete(self, positions: list[Position]) -> None:
         self.native.delete([(p.ledger_id, p.entry_id) for p in positions])
 
+    def set_batch_acks(self, acks: list[tuple[Position, list[int]]]) -> None:
+        """Record batch-index acknowledgements (each entry's ack set, its set bits the
+        messages still unacknowledged); persisted with the cursor's other acknowledgements,
+        in the order they were made."""
+        self.native.set_batch_acks([(p.ledger_id, p.entry_id, a) for p, a in acks])
+
+    def batch_acks(self) -> dict[Position, list[int]]:
+        """The batch-index acknowledgements the cursor holds (those of entries not wholly
+        acknowledged)."""
+        return {Position(le, en): list(a) for le, en, a in self.native.batch_acks()}
+
     def rewind(self) -> None:
         self.native.rewind()
 

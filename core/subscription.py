@@ -32,7 +32,9 @@ attached to it. One trio task per subscription moves entries from storage to con
 
 Acknowledgements go to the cursor (individual deletes or a cumulative mark-delete); the
 cursor persists them. Batch-index acknowledgements (an ``ack_set`` whose set bits are the
-messages still unacknowledged) are kept here until the whole entry is acknowledged.
+messages still unacknowledged) are kept here until the whole entry is acknowledged, and
+the cursor persists them too, so that after a restart only the messages of a batch not
+acknowledged come again.
 """
 
 from __future__ import annotations
@@ -313,7 +315,8 @@ class Subscription(Activity):
         self.consumers: list[Consumer] = []
         self.replay = ReplaySet()
         self.redelivery_counts: dict[Position, int] = {}
-        self.batch_ack_sets: dict[Position, list[int]] = {}
+        # batch-index acknowledgements of entries not wholly acknowledged, kept by the cursor
+        self.batch_ack_sets: dict[Position, list[int]] = cursor.batch_acks()
         self._delayed: list[tuple[int, Position]] = []
         self._delayed_set: set[Position] = set()
         # Key_Shared: hash -> (owner consumer, messages delivered and unacked)
@@ -475,16 +478,21 @@ class Subscription(Activity):
             consumer.last_acked_ts = self.last_acked_ts
 
     def _merge_batch_acks(self, acks: list[tuple[Position, list[int] | None]]) -> list[Position]:
-        """Fold batch-index acks into what is kept per entry; the entries now wholly acked."""
+        """Fold batch-index acks into what is kept per entry (and the cursor persists);
+        the entries now wholly acked."""
         done: list[Position] = []
+        partial: list[tuple[Position, list[int]]] = []
         for pos, ack_set in acks:
             if ack_set is not None:
                 merged = self._narrow_ack_set(pos, ack_set)
                 if any(merged):
                     self.batch_ack_sets[pos] = merged
+                    partial.append((pos, merged))
                     continue
             self.batch_ack_sets.pop(pos, None)
             done.append(pos)
+        if partial:
+            self.cursor.set_batch_acks(partial)
         return done
 
     def _narrow_ack_set(self, pos: Position, ack_set: list[int]) -> list[int]:

@@ -38,6 +38,9 @@ class _Ledger:
     async def delete_cursor(self, name: str) -> None:
         self.deleted_cursors.append(name)
 
+    def last_confirmed(self) -> Position | None:
+        return Position(1, self.next - 1) if self.next else None
+
     def _store(self, entries: list[bytes]) -> list[tuple[Position, int, int]]:
         assert all(len(e) <= self.max_entry_size for e in entries), "an entry too large was handed over"
         if self.fail or self.fail_once:

@@ -406,6 +406,8 @@ fn complete_unit(completer: &Completer, token: u64, result: Result<(), StreamErr
 enum Ack {
     Cumulative(Position),
     Individual(Vec<Position>),
+    /// Batch-index acknowledgements: each entry's ack set.
+    BatchIndex(Vec<(Position, Vec<i64>)>),
     /// Persist now, after every acknowledgement queued before it; then complete `token`.
     Flush(Completer, u64),
     /// Move mark-delete and read position before `Position`, after the queued acks.
@@ -428,6 +430,7 @@ impl PyCursor {
                 let (what, result) = match ack {
                     Ack::Cumulative(p) => ("mark-delete", c.mark_delete(p).await),
                     Ack::Individual(ps) => ("delete", c.delete(&ps).await),
+                    Ack::BatchIndex(acks) => ("batch-index ack", c.set_batch_acks(&acks).await),
                     Ack::Flush(completer, token) => {
                         complete_unit(&completer, token, c.flush().await);
                         continue;
@@ -480,6 +483,18 @@ impl PyCursor {
     fn delete(&self, positions: Vec<(u64, i64)>) {
         let positions: Vec<Position> = positions.into_iter().map(|(l, e)| Position::new(l, e)).collect();
         let _ = self.acks.send(Ack::Individual(positions));
+    }
+
+    /// Batch-index acknowledgements, `(ledger_id, entry_id, ack_set)` each, the ack set's
+    /// set bits being the messages still unacknowledged; persisted with the cursor.
+    fn set_batch_acks(&self, acks: Vec<(u64, i64, Vec<i64>)>) {
+        let acks = acks.into_iter().map(|(l, e, a)| (Position::new(l, e), a)).collect();
+        let _ = self.acks.send(Ack::BatchIndex(acks));
+    }
+
+    /// The batch-index acknowledgements the cursor holds, in position order.
+    fn batch_acks(&self) -> Vec<(u64, i64, Vec<i64>)> {
+        self.cursor.batch_acks().into_iter().map(|(p, a)| (p.ledger_id, p.entry_id, a)).collect()
     }
 
     fn rewind(&self) {

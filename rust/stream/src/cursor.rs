@@ -42,6 +42,9 @@ struct CursorState {
     read_position: Position,
     deleted: PositionRangeSet,
     properties: BTreeMap<String, String>,
+    /// Batch-index acknowledgements of entries not wholly acknowledged: the ack set of
+    /// each (its set bits are the messages still unacknowledged).
+    batch_acks: BTreeMap<Position, Vec<i64>>,
     /// Bumped on every change of persisted state.
     generation: u64,
     persisted_generation: u64,
@@ -74,15 +77,16 @@ impl std::fmt::Debug for Cursor {
 
 impl Cursor {
     fn build(ml: &ManagedLedger, name: String, durable: bool, mark_delete: Position, read: Position, rec: Option<(CursorRecord, i64)>) -> Arc<Cursor> {
-        let (deleted, properties, version) = match rec {
+        let (deleted, properties, batch_acks, version) = match rec {
             Some((r, v)) => {
                 let mut set = PositionRangeSet::new();
                 for (l, a, b) in r.individually_deleted {
                     set.insert_range(l, a, b);
                 }
-                (set, r.properties, v)
+                let batch_acks = r.batch_acks.into_iter().map(|(l, e, ack_set)| (Position::new(l, e), ack_set)).collect();
+                (set, r.properties, batch_acks, v)
             }
-            None => (PositionRangeSet::new(), BTreeMap::new(), -1),
+            None => (PositionRangeSet::new(), BTreeMap::new(), BTreeMap::new(), -1),
         };
         Arc::new_cyclic(|me| Cursor {
             name,
@@ -94,6 +98,7 @@ impl Cursor {
                 read_position: read,
                 deleted,
                 properties,
+                batch_acks,
                 generation: 0,
                 persisted_generation: 0,
                 read_epoch: 0,
@@ -116,6 +121,7 @@ impl Cursor {
             let mut cs = c.state.lock();
             cs.deleted.remove_up_to(md);
             advance_mark_delete(&st, &mut cs);
+            prune_batch_acks(&mut cs);
             cs.read_position = st.next_valid(cs.mark_delete);
         }
         c
@@ -159,6 +165,7 @@ impl Cursor {
             mark_delete: st.mark_delete,
             individually_deleted: ranges,
             properties: st.properties.clone(),
+            batch_acks: st.batch_acks.iter().map(|(p, ack_set)| (p.ledger_id, p.entry_id, ack_set.clone())).collect(),
             last_active: now_ms,
         }
     }
@@ -339,6 +346,7 @@ impl Cursor {
             cs.mark_delete = pos;
             cs.deleted.remove_up_to(pos);
             advance_mark_delete(&st, &mut cs);
+            prune_batch_acks(&mut cs);
             let first_unacked = st.next_valid(cs.mark_delete);
             if cs.read_position < first_unacked {
                 cs.read_position = first_unacked;
@@ -367,6 +375,7 @@ impl Cursor {
             for p in positions {
                 if *p > cs.mark_delete && !cs.deleted.contains(*p) {
                     cs.deleted.insert(*p);
+                    cs.batch_acks.remove(p);
                     changed = true;
                 }
             }
@@ -374,6 +383,7 @@ impl Cursor {
                 return Ok(());
             }
             advance_mark_delete(&st, &mut cs);
+            prune_batch_acks(&mut cs);
             let first_unacked = st.next_valid(cs.mark_delete);
             if cs.read_position < first_unacked {
                 cs.read_position = first_unacked;
@@ -382,6 +392,34 @@ impl Cursor {
             cs.mark_delete.ledger_id != before
         };
         self.after_change(ledger_changed).await
+    }
+
+    /// Record batch-index acknowledgements: for each entry, the ack set whose set bits
+    /// are the messages still unacknowledged (replacing what was recorded for it). An
+    /// entry at or before the mark-delete position, or wholly acknowledged, is skipped.
+    pub async fn set_batch_acks(&self, acks: &[(Position, Vec<i64>)]) -> Result<()> {
+        self.check_open()?;
+        {
+            let mut cs = self.state.lock();
+            let mut changed = false;
+            for (p, ack_set) in acks {
+                if *p > cs.mark_delete && !cs.deleted.contains(*p) && cs.batch_acks.get(p) != Some(ack_set) {
+                    cs.batch_acks.insert(*p, ack_set.clone());
+                    changed = true;
+                }
+            }
+            if !changed {
+                return Ok(());
+            }
+            cs.generation += 1;
+        }
+        self.after_change(false).await
+    }
+
+    /// The batch-index acknowledgements recorded (see [`Cursor::set_batch_acks`]), in
+    /// position order.
+    pub fn batch_acks(&self) -> Vec<(Position, Vec<i64>)> {
+        self.state.lock().batch_acks.iter().map(|(p, a)| (*p, a.clone())).collect()
     }
 
     /// Move the read position back to the first unacknowledged entry.
@@ -418,6 +456,7 @@ impl Cursor {
                 None => target.just_before(),
             };
             cs.deleted.clear();
+            cs.batch_acks.clear();
             cs.read_position = target;
             cs.read_epoch += 1;
             cs.generation += 1;
@@ -506,6 +545,13 @@ impl Cursor {
 }
 
 /// Fold individually deleted ranges that continue the mark-delete position into it.
+/// Drop the batch-index acknowledgements of entries now wholly acknowledged.
+fn prune_batch_acks(cs: &mut CursorState) {
+    let md = cs.mark_delete;
+    let deleted = &cs.deleted;
+    cs.batch_acks.retain(|p, _| *p > md && !deleted.contains(*p));
+}
+
 fn advance_mark_delete(st: &crate::managed_ledger::MlState, cs: &mut CursorState) {
     loop {
         let next = st.next_valid(cs.mark_delete);

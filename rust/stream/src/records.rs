@@ -59,6 +59,11 @@ pub struct CursorRecord {
     pub individually_deleted: Vec<(u64, i64, i64)>,
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// Entries of which some messages are acknowledged (batch-index acknowledgements):
+    /// `[ledgerId, entryId, ackSet]`, the ack set's set bits being the messages still
+    /// unacknowledged, above the mark-delete position.
+    #[serde(default)]
+    pub batch_acks: Vec<(u64, i64, Vec<i64>)>,
     /// Last time the record was written, ms since the epoch.
     #[serde(default)]
     pub last_active: u64,
@@ -155,11 +160,13 @@ mod tests {
         }
 
         #[test]
-        fn cursor_record_round_trip(l in any::<u64>(), e in -1i64..1000, ranges in proptest::collection::vec((any::<u64>(), 0i64..100, 0i64..100), 0..5)) {
+        fn cursor_record_round_trip(l in any::<u64>(), e in -1i64..1000, ranges in proptest::collection::vec((any::<u64>(), 0i64..100, 0i64..100), 0..5),
+                                    batch_acks in proptest::collection::vec((any::<u64>(), 0i64..100, proptest::collection::vec(any::<i64>(), 0..3)), 0..4)) {
             let rec = CursorRecord {
                 mark_delete: Position::new(l, e),
                 individually_deleted: ranges,
                 properties: BTreeMap::from([("k".to_string(), "v".to_string())]),
+                batch_acks,
                 last_active: 7,
             };
             let json = to_json(&rec).unwrap();

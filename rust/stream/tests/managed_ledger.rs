@@ -236,6 +236,37 @@ async fn reopen_recovers_ledgers_index_and_cursor_state() {
 }
 
 #[tokio::test]
+async fn batch_index_acks_survive_a_reopen_until_their_entry_is_acknowledged() {
+    let env = Env::new();
+    let added;
+    {
+        let f = env.factory();
+        let ml = f.open("t/batch-acks", env.config(100)).await.unwrap();
+        added = ml.add_entries(payloads(0..6)).await.unwrap();
+        let c = ml.open_cursor("sub", InitialPosition::Earliest).await.unwrap();
+        c.set_batch_acks(&[(added[1].position, vec![0b1010]), (added[3].position, vec![0b0001]), (added[4].position, vec![7])])
+            .await
+            .unwrap();
+        // replaced by a later ack set of the same entry
+        c.set_batch_acks(&[(added[1].position, vec![0b1000])]).await.unwrap();
+        // wholly acknowledged entries leave: individually, and below the mark-delete position
+        c.delete(&[added[4].position]).await.unwrap();
+        c.mark_delete(added[2].position).await.unwrap();
+        assert_eq!(c.batch_acks(), vec![(added[3].position, vec![0b0001])]);
+        // an ack set for an entry already acknowledged is not taken
+        c.set_batch_acks(&[(added[0].position, vec![1])]).await.unwrap();
+        c.set_batch_acks(&[(added[5].position, vec![-1, 3])]).await.unwrap();
+        // no close: a crash
+    }
+    let f = env.factory();
+    let ml = f.open("t/batch-acks", env.config(100)).await.unwrap();
+    let c = ml.cursor("sub").expect("cursor restored");
+    assert_eq!(c.batch_acks(), vec![(added[3].position, vec![0b0001]), (added[5].position, vec![-1, 3])]);
+    c.reset_cursor(added[0].position).await.unwrap();
+    assert!(c.batch_acks().is_empty());
+}
+
+#[tokio::test]
 async fn same_name_gives_same_instance_until_closed() {
     let env = Env::new();
     let f = env.factory();

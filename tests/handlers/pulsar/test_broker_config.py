@@ -18,6 +18,7 @@ from handlers.pulsar import _events as ev
 from tests._standalone import Standalone
 from tests.core.test_faults import free_port
 from tests.handlers.pulsar._raw import RawClient
+from tests.handlers.pulsar._receive import receive_until_idle
 
 RECEIVE_MS = 10_000
 
@@ -496,14 +497,7 @@ def test_key_shared_reads_past_a_stuck_consumers_keys_up_to_the_look_ahead_limit
             producer.flush()
 
             def drain(consumer) -> list[str]:
-                got = []
-                while True:
-                    try:
-                        m = consumer.receive(timeout_millis=1500)
-                    except pulsar.Timeout:
-                        return got
-                    got.append(m.data().decode())
-                    consumer.acknowledge(m)
+                return [m.data().decode() for m in receive_until_idle(consumer, idle_ms=1500)]
 
             before = drain(b)
             after_a = drain(a)
@@ -538,5 +532,35 @@ def test_a_delayed_message_still_waits_for_its_time_after_a_restart(tmp_path):
                 got.append((m.data(), time.time()))
             assert [data for data, _ in got] == [b"now", b"later"]
             assert got[1][1] >= due - 0.1  # not before its time
+        finally:
+            client.close()
+
+
+def test_batch_index_acks_hold_across_a_restart(tmp_path):
+    topic = "persistent://public/default/batch-acks-restart"
+
+    def subscribe(client):
+        return client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                                batch_index_ack_enabled=True)
+
+    with Standalone(tmp_path / "data") as s:
+        client = pulsar.Client(s.pulsar_url)
+        consumer = subscribe(client)
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10,
+                                          batching_max_publish_delay_ms=60_000)
+        for i in range(10):
+            producer.send_async(f"m{i}".encode(), None)
+        producer.flush()
+        got = _receive_all(consumer, 10)
+        assert len({(m.message_id().ledger_id(), m.message_id().entry_id()) for m in got}) == 1
+        for m in got[::2]:
+            consumer.acknowledge(m)
+        consumer.close()  # the client sends its acknowledgements before it closes
+        client.close()
+    with Standalone(tmp_path / "data") as s:
+        client = pulsar.Client(s.pulsar_url)
+        try:
+            rest = receive_until_idle(subscribe(client), idle_ms=2000, ack=False)
+            assert [m.data().decode() for m in rest] == [f"m{i}" for i in range(1, 10, 2)]
         finally:
             client.close()
