@@ -18,6 +18,7 @@ after a crash is exactly what was persisted.
 
 from __future__ import annotations
 
+import collections
 import enum
 import json
 import logging
@@ -188,7 +189,9 @@ class PersistentTopic:
         self.subscriptions: dict[str, Subscription] = {}
         self._pending: list[Queued] = []
         self._flush_wanted = trio.Event()
-        self._exclusive_released = trio.Event()
+        # WaitForExclusive producers queued for the topic, first come first served: each
+        # with the event set once it holds the topic (or gave up waiting)
+        self._waiting_exclusive: collections.deque[tuple[Producer, trio.Event]] = collections.deque()
         self._closed = False
         self.has_delayed_messages = False
         # The entries stored before this broker opened the topic may hold delayed messages
@@ -300,6 +303,8 @@ class PersistentTopic:
             return
         self._closed = True
         self._flush_wanted.set()
+        while self._waiting_exclusive:  # their add_producer fails: the topic is closing
+            self._waiting_exclusive.popleft()[1].set()
         for sub in self.subscriptions.values():
             sub.close()
             if sub.durable:
@@ -310,7 +315,11 @@ class PersistentTopic:
 
     # -- producers ---------------------------------------------------------------------------------
 
-    async def add_producer(self, producer: Producer) -> None:
+    async def add_producer(self, producer: Producer, on_queued: Callable[[], None] | None = None) -> None:
+        """Admit ``producer`` as its access mode allows. A WaitForExclusive producer that
+        must wait is queued behind any others that wait, ``on_queued`` is called (a Pulsar
+        session tells its client the producer is not ready yet), and this returns once it
+        holds the topic; it fails if the topic closes or the producer is closed meanwhile."""
         if self._closed:
             raise TopicClosedError(f"Topic {self.name} is closing")
         if self.terminated_at is not None:
@@ -327,6 +336,7 @@ class PersistentTopic:
         if any(p.name == producer.name for p in self.producers):
             raise ProducerBusyError(f"Producer with name '{producer.name}' is already connected to topic")
         exclusive = [p for p in self.producers if p.access_mode != ProducerAccessMode.Shared]
+        exclusive += [p for p, _ in self._waiting_exclusive]
         if mode == ProducerAccessMode.Shared:
             if exclusive:
                 raise ProducerBusyError(
@@ -340,11 +350,35 @@ class PersistentTopic:
                 self.remove_producer(p)
                 if p.on_fenced is not None:
                     p.on_fenced()
-        elif mode == ProducerAccessMode.WaitForExclusive:
-            while self.producers:
-                self._exclusive_released = trio.Event()
-                await self._exclusive_released.wait()
+        elif mode == ProducerAccessMode.WaitForExclusive and (self.producers or self._waiting_exclusive):
+            await self._wait_for_exclusive(producer, on_queued)
+            return
         self.producers.append(producer)
+
+    async def _wait_for_exclusive(self, producer: Producer, on_queued: Callable[[], None] | None) -> None:
+        waiting = (producer, trio.Event())
+        self._waiting_exclusive.append(waiting)
+        if on_queued is not None:
+            on_queued()
+        try:
+            await waiting[1].wait()
+        except BaseException:  # its connection went away: leave the queue, or the topic
+            if waiting in self._waiting_exclusive:
+                self._waiting_exclusive.remove(waiting)
+            else:
+                self.remove_producer(producer)
+            raise
+        if producer not in self.producers:
+            if self._closed:
+                raise TopicClosedError(f"Topic {self.name} is closing")
+            raise ProducerBusyError(f"Producer '{producer.name}' was closed while it waited")
+
+    def _hand_over_exclusive(self) -> None:
+        """The topic has no producer: the first WaitForExclusive producer queued gets it."""
+        if not self.producers and self._waiting_exclusive:
+            producer, granted = self._waiting_exclusive.popleft()
+            self.producers.append(producer)
+            granted.set()
 
     @property
     def encryption_required(self) -> bool:
@@ -426,9 +460,16 @@ class PersistentTopic:
                 raise ConsumerBusyError("Subscription reached max consumers limit")
 
     def remove_producer(self, producer: Producer) -> None:
+        """A producer leaves the topic, or the queue of those waiting for it."""
         if producer in self.producers:
             self.producers.remove(producer)
-            self._exclusive_released.set()
+            self._hand_over_exclusive()
+            return
+        for waiting in self._waiting_exclusive:
+            if waiting[0] is producer:
+                self._waiting_exclusive.remove(waiting)
+                waiting[1].set()  # its add_producer fails: it no longer waits
+                return
 
     # -- publishing -----------------------------------------------------------------------------------
 

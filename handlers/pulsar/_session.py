@@ -207,6 +207,8 @@ class PulsarSession:
         # Publishes read from this client and not yet answered (Pulsar's
         # maxPendingPublishRequestsPerConnection): past it, nothing more is read from it.
         self._sends = ReadLimit(int(self.config.get("maxPendingPublishRequestsPerConnection")))
+        # WaitForExclusive producers queued for their topic, by producer id
+        self._waiting_producers: dict[int, Producer] = {}
         # SEND_RECEIPT rows answered in the current write batch, not yet encoded
         self._receipts: list[tuple[int, int, int, int, int, int]] = []
 
@@ -507,7 +509,19 @@ class PulsarSession:
                 raise EncryptionRequiredError(f"Encryption is required in {name}")
             if cmd.initial_subscription_name:
                 await self._create_initial_subscription(topic, cmd.initial_subscription_name)
-            await topic.add_producer(producer)
+
+            def queued() -> None:
+                # As Pulsar's broker answers a WaitForExclusive producer it queues: not
+                # ready yet, so the client waits for the second answer without a timeout.
+                self._waiting_producers[cmd.producer_id] = producer
+                self._send(ev.CommandProducerSuccess.build(
+                    request_id=cmd.request_id, producer_name=pname, last_sequence_id=-1,
+                    producer_ready=False))
+
+            try:
+                await topic.add_producer(producer, on_queued=queued)
+            finally:
+                self._waiting_producers.pop(cmd.producer_id, None)
         except Exception as exc:
             self._error(cmd.request_id, exc)
             return
@@ -600,7 +614,8 @@ class PulsarSession:
 
     def _on_CommandCloseProducer(self, event: Any) -> None:
         cmd = event.command
-        producer = self.producers.pop(cmd.producer_id, None)
+        producer = self.producers.pop(cmd.producer_id, None) or \
+            self._waiting_producers.get(cmd.producer_id)  # one that waits gives up
         self._closed_by_broker.discard(cmd.producer_id)
         if producer is not None:
             producer.topic.remove_producer(producer)

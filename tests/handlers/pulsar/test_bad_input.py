@@ -15,6 +15,7 @@ from handlers.pulsar import _events as ev
 from handlers.pulsar._session import understands_end_of_topic
 from tests._standalone import Standalone
 from tests.handlers.pulsar._raw import RawClient
+from tests.handlers.pulsar._receive import wait_until
 
 
 def _still_serving(url: str) -> None:
@@ -496,3 +497,69 @@ def test_a_producer_on_a_namespace_needing_more_bookies_gets_a_persistence_error
     finally:
         raw.close()
     _still_serving(standalone.pulsar_url)
+
+
+def test_wait_for_exclusive_producers_are_told_they_wait_and_get_the_topic_in_turn(standalone, unique):
+    # Pulsar's broker answers a queued WaitForExclusive producer at once with
+    # producer_ready=false (the client then waits without a timeout), and hands the topic
+    # to the queued producers first come, first served; one that gives up leaves the queue.
+    topic = f"wait-queue-{unique}"
+    raws = [RawClient(standalone.pulsar_url) for _ in range(4)]
+    holder, first, gives_up, second = raws
+    try:
+        for raw in raws:
+            raw.connect()
+
+        def produce(raw, mode: int):
+            raw.send(ev.CommandProducer.build(topic=topic, producer_id=1, request_id=1,
+                                              producer_access_mode=mode))
+            return raw.next_event()
+
+        assert produce(holder, pb.Exclusive).command.producer_ready
+        for raw in (first, gives_up, second):
+            answer = produce(raw, pb.WaitForExclusive)
+            assert isinstance(answer, ev.CommandProducerSuccess) and not answer.command.producer_ready
+        gives_up.send(ev.CommandCloseProducer.build(producer_id=1, request_id=2))
+        answers = [gives_up.next_event(), gives_up.next_event()]
+        assert {type(a) for a in answers} == {ev.CommandSuccess, ev.CommandError}
+        # nothing more while the topic is held
+        holder.send(ev.CommandCloseProducer.build(producer_id=1, request_id=2))
+        assert isinstance(holder.next_event(), ev.CommandSuccess)
+        ready = first.next_event()
+        assert isinstance(ready, ev.CommandProducerSuccess) and ready.command.producer_ready
+        assert ready.command.request_id == 1
+        first.send(ev.CommandCloseProducer.build(producer_id=1, request_id=2))
+        assert isinstance(first.next_event(), ev.CommandSuccess)
+        ready = second.next_event()
+        assert isinstance(ready, ev.CommandProducerSuccess) and ready.command.producer_ready
+    finally:
+        for raw in raws:
+            raw.close()
+
+
+def test_a_wait_for_exclusive_producer_whose_client_goes_away_holds_nothing(standalone, admin, unique):
+    topic = f"wait-gone-{unique}"
+    holder, waiter = RawClient(standalone.pulsar_url), RawClient(standalone.pulsar_url)
+    try:
+        for raw in (holder, waiter):
+            raw.connect()
+        holder.send(ev.CommandProducer.build(topic=topic, producer_id=1, request_id=1,
+                                             producer_access_mode=pb.Exclusive))
+        assert holder.next_event().command.producer_ready
+        waiter.send(ev.CommandProducer.build(topic=topic, producer_id=1, request_id=1,
+                                             producer_access_mode=pb.WaitForExclusive))
+        assert not waiter.next_event().command.producer_ready
+        waiter.close()
+        holder.send(ev.CommandCloseProducer.build(producer_id=1, request_id=2))
+        assert isinstance(holder.next_event(), ev.CommandSuccess)
+        # the topic is free once the broker has seen the waiter go: it holds nothing
+        stats = f"/admin/v2/persistent/public/default/{topic}/stats"
+        wait_until(lambda: not admin.get(stats)["publishers"])
+        client = pulsar.Client(standalone.pulsar_url)
+        try:
+            client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive).close()
+        finally:
+            client.close()
+    finally:
+        holder.close()
+        waiter.close()
