@@ -211,20 +211,49 @@ def merge_partition_stats(partitions: int, per_partition: dict[str, dict[str, An
     for name, st in sorted(per_partition.items()):
         for k in _SUMMED:
             out[k] += st.get(k, 0)
-        out["publishers"].extend(st["publishers"])
+        _merge_clients(out["publishers"], st["publishers"], "producerName", _PUBLISHER_KEPT)
         for sub_name, sub in st["subscriptions"].items():
             merged = out["subscriptions"].get(sub_name)
             if merged is None:
-                merged = out["subscriptions"][sub_name] = {**sub, "consumers": list(sub["consumers"])}
-                continue
-            for k in _SUB_SUMMED:
-                merged[k] += sub.get(k, 0)
-            merged["consumers"].extend(sub["consumers"])
+                merged = out["subscriptions"][sub_name] = {**sub, "consumers": []}
+            else:
+                for k in _SUB_SUMMED:
+                    merged[k] += sub.get(k, 0)
+            _merge_clients(merged["consumers"], sub["consumers"], "consumerName", _CONSUMER_KEPT)
         if include_partitions:
             out["partitions"][name] = st
     if out["msgInCounter"]:
         out["averageMsgSize"] = out["bytesInCounter"] / out["msgInCounter"]
+    for pub in out["publishers"]:
+        if pub.get("msgRateIn"):
+            pub["averageMsgSize"] = pub["msgThroughputIn"] / pub["msgRateIn"]
     return out
+
+
+_PUBLISHER_KEPT = frozenset({"producerId", "averageMsgSize"})
+_CONSUMER_KEPT = frozenset({"priorityLevel", "avgMessagesPerEntry"})
+
+
+def _merge_clients(merged: list[dict[str, Any]], more: list[dict[str, Any]], name_key: str,
+                   kept: frozenset[str]) -> None:
+    """Fold a partition's producers or consumers into ``merged``: one entry per client
+    (by ``name_key``), as Pulsar's partitioned stats show one per producer or consumer of
+    the partitioned topic, with its rates and counts summed over the partitions (its
+    latest timestamps kept, and the ``kept`` fields as the first partition had them)."""
+    by_name = {m.get(name_key): m for m in merged}
+    for client in more:
+        into = by_name.get(client.get(name_key))
+        if into is None:
+            into = by_name[client.get(name_key)] = dict(client)
+            merged.append(into)
+            continue
+        for k, v in client.items():
+            if k in kept or isinstance(v, bool) or not isinstance(v, int | float):
+                continue
+            into[k] = max(into.get(k) or 0, v) if k.endswith("Timestamp") else (into.get(k) or 0) + v
+        if "blockedConsumerOnUnackedMsgs" in client:
+            into["blockedConsumerOnUnackedMsgs"] = bool(
+                into.get("blockedConsumerOnUnackedMsgs") or client["blockedConsumerOnUnackedMsgs"])
 
 
 def _deleted_ranges(ranges: list[tuple[Position, Position]]) -> str:
@@ -287,7 +316,8 @@ def internal_stats(topic: Any, metadata_store: Any = None) -> dict[str, Any]:
         "waitingCursorsCount": 0,
         "pendingAddEntriesCount": 0,
         "lastConfirmedEntry": f"{last[0]}:{last[1]}" if last else "-1:-1",
-        "state": {"Open": "LedgerOpened", "Closed": "Closed"}.get(str(st.get("status")), str(st.get("status"))),
+        "state": "Terminated" if topic.terminated_at is not None else
+        {"Open": "LedgerOpened", "Closed": "Closed"}.get(str(st.get("status")), str(st.get("status"))),
         "ledgers": ledger_infos,
         "cursors": cursors,
         "schemaLedgers": [],

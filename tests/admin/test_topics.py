@@ -129,6 +129,7 @@ def test_terminate_refuses_new_messages(admin: AdminClient, ns: str, server: Sta
     finally:
         client.close()
     assert admin.get(f"{path}/stats")["msgInCounter"] == 1
+    assert admin.get(f"{path}/internalStats")["state"] == "Terminated"
 
 
 def test_unload_and_reconnect(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
@@ -267,3 +268,23 @@ def test_local_names_with_special_characters(admin: AdminClient, ns: str, client
     assert admin.get(f"{path}/stats")["msgInCounter"] == 1
     admin.delete(path)
     assert full not in admin.get(f"/admin/v2/persistent/{ns}")
+
+
+def test_partitioned_stats_show_each_producer_and_consumer_once(admin: AdminClient, ns: str,
+                                                                 client: pulsar.Client) -> None:
+    full, path = _topic(ns)
+    admin.put(f"{path}/partitions", 3)
+    consumer = client.subscribe(full, "sub", consumer_name="c1")
+    producer = client.create_producer(full, producer_name="p1", batching_enabled=False,
+                                      message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    for i in range(9):
+        producer.send(f"m{i}".encode())
+    for _ in range(9):
+        consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+    stats = admin.get(f"{path}/partitioned-stats")
+    assert [p["producerName"] for p in stats["publishers"]] == ["p1"]
+    consumers = stats["subscriptions"]["sub"]["consumers"]
+    assert [c["consumerName"] for c in consumers] == ["c1"]
+    assert consumers[0]["msgOutCounter"] == 9  # summed over the three partitions
+    producer.close()
+    consumer.close()
