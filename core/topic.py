@@ -373,6 +373,11 @@ class PersistentTopic:
                 raise TopicClosedError(f"Topic {self.name} is closing")
             raise ProducerBusyError(f"Producer '{producer.name}' was closed while it waited")
 
+    @property
+    def waiting_producers(self) -> int:
+        """WaitForExclusive producers queued for the topic."""
+        return len(self._waiting_exclusive)
+
     def _hand_over_exclusive(self) -> None:
         """The topic has no producer: the first WaitForExclusive producer queued gets it."""
         if not self.producers and self._waiting_exclusive:

@@ -174,7 +174,7 @@ class AdminClient:
         if status != 200:
             raise AdminError(f"entry {ledger_id}:{entry_id} of {topic.full}: HTTP {status}: {body[:200]!r}")
         try:
-            index = int(headers["x-pulsar-index"])
+            index = int(headers["x-pulsar-broker-entry-metadata-index"])
             n = int(headers.get("x-pulsar-num-batch-message", "1"))
         except (KeyError, ValueError):
             raise AdminError(f"entry {ledger_id}:{entry_id} of {topic.full} carries no broker index") from None

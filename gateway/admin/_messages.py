@@ -36,8 +36,12 @@ def entry_response(entry: Entry) -> Response:
         "X-Pulsar-producer-name": md.producer_name,
         "X-Pulsar-sequence-id": str(md.sequence_id),
         "X-Pulsar-uncompressed-size": str(len(body)),
-        "X-Pulsar-index": str(entry.index),
     }
+    # the broker entry metadata, under the names Pulsar's admin client reads it by
+    if entry.publish_time > 0:
+        h["X-Pulsar-Broker-Entry-METADATA-timestamp"] = _time(entry.publish_time)
+    if entry.index >= 0:
+        h["X-Pulsar-Broker-Entry-METADATA-index"] = str(entry.index)
     if md.HasField("num_messages_in_batch"):
         h["X-Pulsar-num-batch-message"] = str(md.num_messages_in_batch)
         h["X-Pulsar-batch-size"] = str(len(body))

@@ -17,6 +17,8 @@ from typing import Any
 from core.autorecovery import LEDGERS_ROOT
 from core.storage import Position
 
+from .brokers import broker_id
+
 __all__ = ["Rates", "topic_stats", "subscription_stats", "internal_stats", "merge_partition_stats",
            "RATE_WINDOW_SECONDS"]
 
@@ -175,7 +177,7 @@ def topic_stats(topic: Any, rates: Rates) -> dict[str, Any]:
         "abortedTxnCount": 0,
         "committedTxnCount": 0,
         "publishers": [producer_stats(topic, p, rates) for p in topic.producers],
-        "waitingPublishers": 0,
+        "waitingPublishers": topic.waiting_producers,
         "subscriptions": subs,
         "replication": {},
         "deduplicationStatus": "Enabled" if topic.dedup_enabled else "Disabled",
@@ -183,7 +185,7 @@ def topic_stats(topic: Any, rates: Rates) -> dict[str, Any]:
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "delayedMessageIndexSizeInBytes": 0,
         "compaction": _compaction_stats(topic.compaction_status()),
-        "ownerBroker": "",
+        "ownerBroker": broker_id(topic.broker),
     }
 
 

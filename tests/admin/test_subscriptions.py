@@ -120,6 +120,11 @@ def test_peek_get_by_id_examine(admin: AdminClient, ns: str, client: pulsar.Clie
     assert headers["x-pulsar-message-id"] == f"{ids[1].ledger_id()}:{ids[1].entry_id()}"
     assert headers["x-pulsar-property-color"] == "red"
     assert headers["x-pulsar-partition-key"] == "k"
+    # the broker entry metadata, under the names Pulsar's admin client reads: the index of
+    # the entry's last message (the second message has index 1) and the broker's time
+    assert headers["x-pulsar-broker-entry-metadata-index"] == "1"
+    assert headers["x-pulsar-broker-entry-metadata-timestamp"].startswith(
+        headers["x-pulsar-publish-time"][:4])
     assert admin.request("GET", f"{path}/subscription/s/position/2").body == b"m2"
     assert status_of(admin.request, "GET", f"{path}/subscription/s/position/3")[0] == 404
     assert status_of(admin.request, "GET", f"{path}/subscription/s/position/0")[0] == 412

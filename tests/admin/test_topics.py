@@ -283,6 +283,9 @@ def test_partitioned_stats_show_each_producer_and_consumer_once(admin: AdminClie
         consumer.acknowledge(consumer.receive(timeout_millis=10_000))
     stats = admin.get(f"{path}/partitioned-stats")
     assert [p["producerName"] for p in stats["publishers"]] == ["p1"]
+    # the broker that owns a partition, as brokers list names it
+    owner = admin.get(f"{path}-partition-0/stats")["ownerBroker"]
+    assert owner and owner in admin.get("/admin/v2/brokers/standalone")
     consumers = stats["subscriptions"]["sub"]["consumers"]
     assert [c["consumerName"] for c in consumers] == ["c1"]
     assert consumers[0]["msgOutCounter"] == 9  # summed over the three partitions
