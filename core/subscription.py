@@ -76,6 +76,7 @@ log = logging.getLogger(__name__)
 READ_LIMITS = (("dispatcherMaxReadBatchSize", 100), ("dispatcherMaxReadSizeBytes", 5 << 20))
 """(broker config key, default) of the most entries, and bytes, a dispatch reads at once."""
 _LAST_POSITION = Position(2**63 - 1, 2**63 - 1)
+_BEFORE_FIRST = Position(-1, -1)
 LOOK_AHEAD_LIMITS = (("keySharedLookAheadMsgInReplayThresholdPerConsumer", 2000),
                      ("keySharedLookAheadMsgInReplayThresholdPerSubscription", 20000))
 """(broker config key, default) of how many messages a Key_Shared subscription's replay
@@ -319,6 +320,8 @@ class Subscription(Activity):
         self.batch_ack_sets: dict[Position, list[int]] = cursor.batch_acks()
         self._delayed: list[tuple[int, Position]] = []
         self._delayed_set: set[Position] = set()
+        # Shared: the consumer each chunked message under way goes to, by its uuid
+        self._chunk_owners: dict[str, Consumer] = {}
         # Key_Shared: hash -> (owner consumer, messages delivered and unacked)
         self._hash_owner: dict[int, tuple[Consumer, int]] = {}
         self.blocked_on_unacked = False
@@ -416,6 +419,9 @@ class Subscription(Activity):
         self._last_seen = now_ms()
         consumer.subscription = None
         self._return_unacked(consumer, list(consumer.unacked))
+        # its chunked messages start again, from their first chunks, with other consumers
+        for uuid in [u for u, c in self._chunk_owners.items() if c is consumer]:
+            del self._chunk_owners[uuid]
         self._update_active()
         self.wake()
 
@@ -560,6 +566,7 @@ class Subscription(Activity):
         self._delayed.clear()
         self._delayed_set.clear()
         self._hash_owner.clear()
+        self._chunk_owners.clear()
         self.wake()
 
     @property
@@ -943,6 +950,12 @@ class Subscription(Activity):
             _LAST_POSITION if topic.has_delayed_messages else topic.stored_before_open)
         if delayed_until is None:
             delayed_from, delayed_until = len(entries), _LAST_POSITION
+        # on Shared, the entries that may be chunks of a large message: any, once one came,
+        # else those stored before the topic opened
+        chunks_until = (_LAST_POSITION if topic.has_chunked_messages else topic.stored_before_open) \
+            if shared else None
+        if chunks_until is None:
+            chunks_until = _BEFORE_FIRST
         for i, entry in enumerate(entries):
             pos = entry.position
             if i >= delayed_from and pos <= delayed_until:
@@ -964,7 +977,7 @@ class Subscription(Activity):
                     self.replay.add(pos, h, entry.num_messages)
                     continue
             elif shared:
-                target = self._next_shared(ready)
+                target = self._shared_target(entry, ready) if pos <= chunks_until else self._next_shared(ready)
                 if target is None:
                     self.replay.add(pos, -1, entry.num_messages)
                     continue
@@ -1008,6 +1021,31 @@ class Subscription(Activity):
         # Entries put away until their delivery time count as progress too: the pass after
         # reads on, rather than the entries behind a delayed one waiting for its time.
         return sent > 0 or parked > 0
+
+    def _shared_target(self, entry: Entry, ready: set[Consumer]) -> Consumer | None:
+        """Shared: the consumer for ``entry`` when it may be a chunk of a large message.
+        Every chunk of a message goes to the consumer its first chunk went to (as Pulsar's
+        Shared chunk assignment does), so that one consumer can put it together; None
+        while that consumer cannot take it (it waits in the replay set)."""
+        try:
+            md = entry_metadata(entry.data)
+        except EntryFormatError:
+            return self._next_shared(ready)
+        if md.num_chunks_from_msg <= 1:
+            return self._next_shared(ready)
+        owners = self._chunk_owners
+        target = owners.get(md.uuid) if md.chunk_id > 0 else None
+        if target is None:
+            target = self._next_shared(ready)
+            if target is None:
+                return None
+        elif target not in ready or target.permits <= 0 or target.blocked_on_unacked:
+            return None
+        if md.chunk_id + 1 >= md.num_chunks_from_msg:
+            owners.pop(md.uuid, None)  # the last chunk
+        else:
+            owners[md.uuid] = target
+        return target
 
     def _next_shared(self, ready: set[Consumer]) -> Consumer | None:
         """The next consumer in turn, of those ``ready`` at the start of the pass, that can

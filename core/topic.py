@@ -194,6 +194,7 @@ class PersistentTopic:
         self._waiting_exclusive: collections.deque[tuple[Producer, trio.Event]] = collections.deque()
         self._closed = False
         self.has_delayed_messages = False
+        self.has_chunked_messages = False
         # The entries stored before this broker opened the topic may hold delayed messages
         # that no publish here announced (note_delayed): the dispatcher looks at the
         # delivery time of each up to the last of them, as a restarted Pulsar broker's
@@ -683,6 +684,11 @@ class PersistentTopic:
 
     def note_delayed(self) -> None:
         self.has_delayed_messages = True
+
+    def note_chunked(self) -> None:
+        """A chunk of a large message was published: Shared subscriptions look at the
+        chunk fields of what they dispatch from now on (see Subscription._shared_target)."""
+        self.has_chunked_messages = True
 
     # -- subscriptions ------------------------------------------------------------------------------------
 

@@ -559,13 +559,15 @@ class PulsarSession:
         cmd, md = event.command, event.metadata
         self._publish(cmd.producer_id, cmd.sequence_id, cmd.num_messages, cmd.highest_sequence_id,
                       event.entry, event.checksum_ok, md is not None and md.HasField("deliver_at_time"),
-                      encrypted=md is not None and bool(md.encryption_keys))
+                      encrypted=md is not None and bool(md.encryption_keys),
+                      chunked=md is not None and md.num_chunks_from_msg > 1)
 
     def _publish(self, pid: int, seq: int, num: int, highest: int, entry: bytes, checksum_ok: bool,
-                 delayed: bool, *, encrypted: bool) -> None:
+                 delayed: bool, *, encrypted: bool, chunked: bool = False) -> None:
         """Store a SEND's ``entry`` and answer it: the receipt once it is durable, or
         SEND_ERROR. ``num`` messages (1 when the SEND did not say), ``highest`` the batch's
-        highest sequence id (0 when not said, so never above ``seq``)."""
+        highest sequence id (0 when not said, so never above ``seq``); ``chunked`` when it
+        is a chunk of a large message (the plain SENDs of the fast path never are)."""
         producer = self.producers.get(pid)
         if producer is None:
             if pid in self._closed_by_broker:
@@ -581,6 +583,8 @@ class PulsarSession:
             return
         if delayed:
             topic.note_delayed()
+        if chunked:
+            topic.note_chunked()
         if highest < seq:
             highest = seq
         size = len(entry)

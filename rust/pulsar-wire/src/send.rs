@@ -5,7 +5,8 @@
 //! `type = SEND` and `send`; a `CommandSend` of scalar fields only; and, when the entry's
 //! magic and CRC-32C are right, a `MessageMetadata` whose fields are all known, each with
 //! its own wire type, whose strings are UTF-8 (those inside `properties` too), and without
-//! `encryption_keys`; and every required field present (`producer_id` and `sequence_id`;
+//! `encryption_keys` or the chunk fields (a chunk of a large message: the broker notes
+//! those on the general path); and every required field present (`producer_id` and `sequence_id`;
 //! `producer_name`, `sequence_id` and `publish_time`; a property's key and value), so the
 //! caller need not check that again. Anything else - unknown or nested fields, a malformed varint, a
 //! metadata size past the frame - gives `None`, and the caller decodes the frame the
@@ -113,12 +114,13 @@ enum Kind {
     KeyValue,
 }
 
-/// `MessageMetadata` fields by number (PulsarApi.proto); `encryption_keys` (13) and any
-/// number not listed here make the metadata not plain.
+/// `MessageMetadata` fields by number (PulsarApi.proto); `encryption_keys` (13), the chunk
+/// fields (`uuid` 26, `num_chunks_from_msg` 27, `total_chunk_msg_size` 28, `chunk_id` 29)
+/// and any number not listed here make the metadata not plain.
 fn metadata_field(number: u64) -> Option<Kind> {
     Some(match number {
-        2 | 3 | 8 | 9 | 11 | 12 | 17 | 19 | 20 | 22 | 23 | 24 | 25 | 27 | 28 | 29 | 30 => Kind::Varint,
-        1 | 5 | 6 | 7 | 14 | 26 => Kind::Text,
+        2 | 3 | 8 | 9 | 11 | 12 | 17 | 19 | 20 | 22 | 23 | 24 | 25 | 30 => Kind::Varint,
+        1 | 5 | 6 | 7 | 14 => Kind::Text,
         15 | 16 | 18 => Kind::Bytes,
         4 => Kind::KeyValue,
         _ => return None,

@@ -274,6 +274,21 @@ def test_chunked_large_message(client, unique):
     assert consumer.receive(timeout_millis=30_000).data() == big
 
 
+def test_chunked_messages_reach_shared_consumers_whole(client, unique):
+    # Every chunk of a message goes to the consumer its first chunk went to, as Pulsar's
+    # Shared chunk assignment does: each of the two consumers can put its messages together.
+    topic = f"chunk-shared-{unique}"
+    consumers = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                                  consumer_name=f"c{i}", receiver_queue_size=10) for i in range(2)]
+    producer = client.create_producer(topic, batching_enabled=False, chunking_enabled=True)
+    bigs = [bytes([i]) * (6 * 1024 * 1024) for i in range(4)]  # two chunks each
+    for big in bigs:
+        producer.send_async(big, None)
+    producer.flush()
+    got = [m.data() for c in consumers for m in _drain(c)]
+    assert sorted(got) == bigs
+
+
 def test_json_schema_and_incompatible_schema_refused(client, unique):
     from pulsar.schema import Integer, JsonSchema, Record, String
 
