@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 from sortedcontainers import SortedSet
 
-from core._hash import KEY_HASH_RANGE, key_hash
+from core._hash import KEY_HASH_RANGE, key_hash, murmur3_32
 from core._throttle import RateWindow, window_allowance
 from core.format import EntryFormatError
 from core.storage import Cursor, Entry, Position, entry_metadata
@@ -282,6 +282,24 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+FAILOVER_RING_REPLICAS = 100
+"""Points per consumer on the hash ring a non-partitioned Failover topic picks by."""
+
+
+def _ring_pick(topic: str, names: list[str]) -> int:
+    """The index in ``names`` whose point on the hash ring (each name hashed with
+    0..REPLICAS-1 appended, murmur3 as a non-negative 32-bit int; a later name taking a
+    point an earlier one had) follows the hash of ``topic``, wrapping to the first."""
+    ring: dict[int, int] = {}
+    for i, name in enumerate(names):
+        for j in range(FAILOVER_RING_REPLICAS):
+            ring[murmur3_32(f"{name}{j}".encode()) & 0x7FFFFFFF] = i
+    point = murmur3_32(topic.encode()) & 0x7FFFFFFF
+    points = sorted(ring)
+    at = bisect.bisect_left(points, point)
+    return ring[points[at] if at < len(points) else points[0]]
+
+
 def _consecutive_runs(positions: list[Position]) -> list[list[Position]]:
     """Sorted ``positions`` split into runs of adjacent entries of one ledger."""
     runs: list[list[Position]] = []
@@ -431,10 +449,17 @@ class Subscription(Activity):
         new = None
         if self.consumers:
             ordered = sorted(self.consumers, key=lambda c: (c.priority, c.name, c.consumer_id))
-            if self.sub_type == SubType.Failover and self.topic.name.partition_index >= 0:
-                new = ordered[self.topic.name.partition_index % len(ordered)]
+            # As Pulsar picks a Failover subscription's active consumer: among those of the
+            # highest priority, by the partition's number, or on a non-partitioned topic by
+            # the topic name's place on a hash ring of their names (so that the topics of a
+            # multi-topic consumer group spread over its consumers).
+            top = [c for c in ordered if c.priority == ordered[0].priority]
+            if self.sub_type != SubType.Failover or len(top) == 1:
+                new = top[0]
+            elif self.topic.name.partition_index >= 0:
+                new = top[self.topic.name.partition_index % len(top)]
             else:
-                new = ordered[0]
+                new = top[_ring_pick(str(self.topic.name), [c.name for c in top])]
         old = self._active
         self._active = new
         if self.sub_type == SubType.Failover:

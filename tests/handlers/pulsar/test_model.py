@@ -13,7 +13,10 @@ from datetime import timedelta
 import pulsar
 import pytest
 
+from core.format import pulsar_api_pb2 as pb
+from handlers.pulsar import _events as ev
 from tests.handlers.pulsar._keys import key_reader
+from tests.handlers.pulsar._raw import RawClient
 from tests.handlers.pulsar._receive import nack_redelivery_counts, receive_until_idle, wait_until
 
 RECEIVE_MS = 10_000
@@ -434,6 +437,40 @@ def test_failover_spreads_the_partitions_of_a_topic_over_its_consumers(client, a
     assert pa | pb_ == {f"{topic}-partition-{i}" for i in range(4)}
     assert not pa & pb_, "a partition had two active consumers"
     assert len(pa) == len(pb_) == 2
+
+
+def test_failover_spreads_the_topics_of_a_consumer_group_over_its_consumers(client, admin, unique):
+    # Each non-partitioned topic picks its active consumer by its name's place on a hash
+    # ring of the consumers' names, as Pulsar does, not always the first name.
+    topics = [f"fo-ring-{unique}-{i}" for i in range(8)]
+    for name in ("c1", "c2"):
+        client.subscribe(topics, "s", consumer_type=pulsar.ConsumerType.Failover, consumer_name=name)
+    active = {admin.get(f"/admin/v2/persistent/public/default/{t}/stats")["subscriptions"]["s"]
+              ["activeConsumerName"] for t in topics}
+    assert active == {"c1", "c2"}
+
+
+def test_failover_gives_partitions_to_the_highest_priority_consumers_only(standalone, admin, unique):
+    # The official Python client cannot set a priority level; raw SUBSCRIBE frames do.
+    name = f"fo-prio-{unique}-partition-2"
+    raws = []
+    try:
+        for consumer_name, priority in (("a", 1), ("x", 0), ("y", 0)):
+            raw = RawClient(standalone.pulsar_url)
+            raws.append(raw)
+            raw.connect()
+            raw.send(ev.CommandSubscribe.build(
+                topic=f"persistent://public/default/{name}", subscription="s",
+                subType=pb.CommandSubscribe.Failover, consumer_id=1, request_id=1,
+                consumer_name=consumer_name, priority_level=priority))
+            while not isinstance(raw.next_event(), ev.CommandSuccess):
+                pass  # ACTIVE_CONSUMER_CHANGE may come first
+        # partition 2 of two top-priority consumers: the first of them, never the standby
+        stats = admin.get(f"/admin/v2/persistent/public/default/{name}/stats")
+        assert stats["subscriptions"]["s"]["activeConsumerName"] == "x"
+    finally:
+        for raw in raws:
+            raw.close()
 
 
 def test_a_subscription_without_consumers_may_change_its_type(client, unique):
