@@ -102,6 +102,11 @@ class BrokerCollector(Collector):
                 g.sub("pulsar_subscription_msg_throughput_out", "Bytes per second dispatched", sl,
                       self.rates.rate(skey + ("bytes",), s.bytes_out))
                 g.sub("pulsar_subscription_total_msg_expired", "Messages expired by TTL", sl, s.expired)
+                dropped = getattr(s, "msg_dropped", None)  # non-persistent subscriptions
+                if dropped is not None:
+                    g.sub("pulsar_subscription_msg_drop_rate",
+                          "Messages per second no consumer could take (non-persistent)", sl,
+                          self.rates.rate(skey + ("dropped",), dropped))
                 g.counter("pulsar_subscription_out_messages", "Messages dispatched", _SUB, sl, s.msg_out)
         yield from g.families()
 

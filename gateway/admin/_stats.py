@@ -124,7 +124,15 @@ def subscription_stats(topic: Any, sub: Any, rates: Rates) -> dict[str, Any]:
         "subscriptionProperties": {},
         "durable": sub.durable,
         "replicated": False,
+        **_drop_rate(key, sub, rates),
     }
+
+
+def _drop_rate(key: tuple[Any, ...], who: Any, rates: Rates) -> dict[str, float]:
+    """A non-persistent topic's or subscription's ``msgDropRate``: messages per second it
+    could not hand to a consumer (nothing for persistent ones, as in Pulsar)."""
+    dropped = getattr(who, "msg_dropped", None)
+    return {} if dropped is None else {"msgDropRate": rates.rate(key + ("dropped",), dropped)}
 
 
 def producer_stats(topic: Any, p: Any, rates: Rates) -> dict[str, Any]:
@@ -186,6 +194,7 @@ def topic_stats(topic: Any, rates: Rates) -> dict[str, Any]:
         "delayedMessageIndexSizeInBytes": 0,
         "compaction": _compaction_stats(topic.compaction_status()),
         "ownerBroker": broker_id(topic.broker),
+        **_drop_rate((key,), topic, rates),
     }
 
 

@@ -253,6 +253,23 @@ def test_non_persistent_domain(admin: AdminClient, ns: str) -> None:
     assert admin.get(f"/admin/v2/non-persistent/{ns}/np/stats")["msgInCounter"] == 0
 
 
+def test_non_persistent_drops_show_as_a_drop_rate(admin: AdminClient, ns: str, server: Standalone,
+                                                  client: pulsar.Client) -> None:
+    from tests.admin.test_metrics import scrape
+
+    topic, path = f"non-persistent://{ns}/np-drops", f"/admin/v2/non-persistent/{ns}/np-drops"
+    client.subscribe(topic, "slow", receiver_queue_size=10)  # takes 10 and reads none
+    producer = client.create_producer(topic, batching_enabled=False)
+    before = admin.get(f"{path}/stats")
+    assert before["msgDropRate"] == 0 and before["subscriptions"]["slow"]["msgDropRate"] == 0
+    for i in range(200):
+        producer.send(f"m{i}".encode())
+    after = admin.get(f"{path}/stats")
+    assert after["msgDropRate"] > 0 and after["subscriptions"]["slow"]["msgDropRate"] > 0
+    series = scrape(server)["pulsar_subscription_msg_drop_rate"]
+    assert any(labels["topic"] == topic and labels["subscription"] == "slow" for labels, _ in series)
+
+
 @pytest.mark.parametrize("local", ["a/b/c", "a%2Fb", "sp ace", "x:y=z"])
 def test_local_names_with_special_characters(admin: AdminClient, ns: str, client: pulsar.Client,
                                              local: str) -> None:
