@@ -152,6 +152,10 @@ class Cursor:
         """What read_entries would complete with, now, when the entry cache holds it."""
     def mark_delete(self, ledger_id: int, entry_id: int) -> None: ...
     def delete(self, positions: list[_Position]) -> None: ...
+    def properties(self) -> dict[str, str]:
+        """The cursor's properties, persisted with it."""
+    def set_properties(self, queue: CompletionQueue, token: int, properties: dict[str, str]) -> None:
+        """Replace the cursor's properties; completes once persisted."""
     def set_batch_acks(self, acks: list[tuple[int, int, list[int]]]) -> None:
         """Batch-index acknowledgements (ledger_id, entry_id, ack_set), persisted."""
     def batch_acks(self) -> list[tuple[int, int, list[int]]]:

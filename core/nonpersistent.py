@@ -129,6 +129,7 @@ class _NoCursor(Cursor):
     def __init__(self, bridge: Any, name: str):
         super().__init__(bridge, None)
         self._name = name
+        self._properties: dict[str, str] = {}
 
     @property
     def name(self) -> str:
@@ -145,6 +146,12 @@ class _NoCursor(Cursor):
 
     def set_batch_acks(self, acks: list[tuple[Position, list[int]]]) -> None:
         return None
+
+    def properties(self) -> dict[str, str]:
+        return dict(self._properties)
+
+    async def set_properties(self, properties: dict[str, str]) -> None:
+        self._properties = dict(properties)  # kept while the topic is loaded, like the rest
 
     def batch_acks(self) -> dict[Position, list[int]]:
         return {}

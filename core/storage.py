@@ -230,6 +230,14 @@ class Cursor:
     def delete(self, positions: list[Position]) -> None:
         self.native.delete([(p.ledger_id, p.entry_id) for p in positions])
 
+    def properties(self) -> dict[str, str]:
+        """The cursor's properties (a subscription's properties)."""
+        return dict(self.native.properties())
+
+    async def set_properties(self, properties: dict[str, str]) -> None:
+        """Replace the cursor's properties, persisted before this returns."""
+        await self.bridge.call(self.native.set_properties, dict(properties))
+
     def set_batch_acks(self, acks: list[tuple[Position, list[int]]]) -> None:
         """Record batch-index acknowledgements (each entry's ack set, its set bits the
         messages still unacknowledged); persisted with the cursor's other acknowledgements,

@@ -121,7 +121,7 @@ def subscription_stats(topic: Any, sub: Any, rates: Rates) -> dict[str, Any]:
         "consumersAfterMarkDeletePosition": {},
         "nonContiguousDeletedMessagesRanges": len(sub.cursor.individually_deleted()),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
-        "subscriptionProperties": {},
+        "subscriptionProperties": sub.cursor.properties(),
         "durable": sub.durable,
         "replicated": False,
         **_drop_rate(key, sub, rates),

@@ -50,6 +50,16 @@ def _message_id(body: Any) -> tuple[str, Position | None]:
     return "position", Position(ledger, entry)
 
 
+def _properties(body: Any) -> dict[str, str]:
+    """A subscription's properties from a JSON object of strings (400 otherwise)."""
+    if body is None:
+        return {}
+    if not isinstance(body, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                             for k, v in body.items()):
+        raise RestError(400, "Subscription properties must be an object of string values")
+    return dict(body)
+
+
 def _expiry_age(request: Request) -> int:
     """The ``{seconds}`` of an expire-messages call: at least 0 (412 otherwise, as Pulsar
     answers)."""
@@ -88,13 +98,29 @@ def routes(broker: Any) -> list[Route]:
 
     @endpoint
     async def create_subscription(request: Request) -> Any:
-        kind, pos = _message_id(await json_body(request, required=False))
+        body = await json_body(request, required=False)
+        kind, pos = _message_id(body)
+        properties = _properties((body or {}).get("properties") if isinstance(body, dict) else None)
         sub_name = str(request.path_params["subscription"])
         topics = await topics_of(request)
         if any(sub_name in t.subscriptions for t in topics):
             raise RestError(409, "Subscription already exists for topic")
         for topic in topics:
-            await topic.create_subscription(sub_name, pos, earliest=kind == "earliest")
+            sub = await topic.create_subscription(sub_name, pos, earliest=kind == "earliest")
+            if properties:
+                await sub.cursor.set_properties(properties)
+        return None
+
+    @endpoint
+    async def get_properties(request: Request) -> Any:
+        subs = await subs_of(request)
+        return subs[0].cursor.properties() if subs else {}
+
+    @endpoint
+    async def set_properties(request: Request) -> Any:
+        properties = _properties(await json_body(request, required=False) or {})
+        for sub in await subs_of(request):
+            await sub.cursor.set_properties(properties)
         return None
 
     @endpoint
@@ -225,6 +251,8 @@ def routes(broker: Any) -> list[Route]:
             Route(f"{t}/subscriptions", list_subscriptions, methods=["GET"]),
             Route(s, create_subscription, methods=["PUT"]),
             Route(s, delete_subscription, methods=["DELETE"]),
+            Route(f"{s}/properties", get_properties, methods=["GET"]),
+            Route(f"{s}/properties", set_properties, methods=["PUT"]),
             Route(f"{s}/resetcursor/{{timestamp}}", reset_by_time, methods=["POST"]),
             Route(f"{s}/resetcursor", reset_by_id, methods=["POST"]),
             Route(f"{s}/skip/{{count}}", skip, methods=["POST"]),

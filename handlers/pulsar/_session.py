@@ -661,9 +661,13 @@ class PulsarSession:
             start = None
             if not durable and cmd.HasField("start_message_id"):
                 start = await self._reader_start(topic, cmd)
-            await topic.subscribe(cmd.subscription, consumer, sub_type,
-                                  earliest=cmd.initialPosition == pb.CommandSubscribe.Earliest,
-                                  durable=durable, start=start)
+            created = cmd.subscription not in topic.subscriptions
+            sub = await topic.subscribe(cmd.subscription, consumer, sub_type,
+                                        earliest=cmd.initialPosition == pb.CommandSubscribe.Earliest,
+                                        durable=durable, start=start)
+            if created and cmd.subscription_properties:
+                # as in Pulsar, a subscription takes its properties when it is created
+                await sub.cursor.set_properties({kv.key: kv.value for kv in cmd.subscription_properties})
         except Exception as exc:
             self._error(cmd.request_id, exc)
             return

@@ -8,6 +8,7 @@ import time
 import pulsar
 
 from gateway._admin_cli import AdminClient
+from tests._standalone import Standalone
 
 from .conftest import status_of, wait_for
 
@@ -156,3 +157,30 @@ def test_peek_batch(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
     from gateway._admin_cli import _split_batch
 
     assert _split_batch(reply.body, 3) == [b"b0", b"b1", b"b2"]
+
+
+def test_subscription_properties_from_subscribe_admin_and_stats(admin: AdminClient, ns: str,
+                                                                server: Standalone) -> None:
+    # The official Python client cannot send subscription properties; a raw SUBSCRIBE can.
+    from core.format import pulsar_api_pb2 as pb
+    from handlers.pulsar import _events as ev
+    from tests.handlers.pulsar._raw import RawClient
+
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    raw = RawClient(server.pulsar_url)
+    try:
+        raw.connect()
+        raw.send(ev.CommandSubscribe.build(
+            topic=topic, subscription="s", subType=pb.CommandSubscribe.Shared, consumer_id=1,
+            request_id=1, subscription_properties=[pb.KeyValue(key="team", value="billing")]))
+        assert isinstance(raw.next_event(), ev.CommandSuccess)
+        assert admin.get(f"{path}/stats")["subscriptions"]["s"]["subscriptionProperties"] == {
+            "team": "billing"}
+        assert admin.get(f"{path}/subscription/s/properties") == {"team": "billing"}
+    finally:
+        raw.close()
+    admin.put(f"{path}/subscription/s/properties", {"a": "b"})  # replaces them all
+    assert admin.get(f"{path}/subscription/s/properties") == {"a": "b"}
+    assert status_of(admin.put, f"{path}/subscription/s/properties", {"a": 1})[0] == 400
+    admin.put(f"{path}/subscription/s2", {"ledgerId": -1, "entryId": -1, "properties": {"x": "y"}})
+    assert admin.get(f"{path}/stats")["subscriptions"]["s2"]["subscriptionProperties"] == {"x": "y"}

@@ -532,4 +532,15 @@ impl PyCursor {
     fn flush(&self, queue: &CompletionQueue, token: u64) {
         let _ = self.acks.send(Ack::Flush(queue.completer(), token));
     }
+
+    /// The cursor's properties (a subscription's properties), persisted with it.
+    fn properties(&self) -> std::collections::BTreeMap<String, String> {
+        self.cursor.properties()
+    }
+
+    /// Replace the cursor's properties; completes once they are persisted.
+    fn set_properties(&self, queue: &CompletionQueue, token: u64, properties: std::collections::BTreeMap<String, String>) {
+        let c = self.cursor.clone();
+        spawn(queue, token, async move { c.set_properties(properties).await }, none);
+    }
 }

@@ -251,6 +251,20 @@ impl Cursor {
         self.after_change(false).await
     }
 
+    /// Replace all of the cursor's properties with `properties`; persisted.
+    pub async fn set_properties(&self, properties: BTreeMap<String, String>) -> Result<()> {
+        self.check_open()?;
+        {
+            let mut st = self.state.lock();
+            if st.properties == properties {
+                return Ok(());
+            }
+            st.properties = properties;
+            st.generation += 1;
+        }
+        self.after_change(false).await
+    }
+
     /// Read up to `max` unacknowledged entries from the read position and move the read
     /// position past them. Returns an empty vector at the end of the managed ledger.
     pub async fn read_entries(&self, max: usize) -> Result<Vec<Entry>> {
