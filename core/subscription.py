@@ -145,6 +145,16 @@ class ReplaySet(SortedSet):  # type: ignore[misc]
             else:
                 del self._keys[key_hash]
 
+    def remove(self, pos: Position) -> None:
+        if pos not in self:
+            raise KeyError(pos)
+        self.discard(pos)
+
+    def pop(self, index: int = -1) -> Position:
+        pos: Position = self[index]
+        self.discard(pos)
+        return pos
+
     def difference_update(self, *iterables: Iterable[Position]) -> None:
         for positions in iterables:
             for pos in positions:
