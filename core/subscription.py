@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import functools
 import heapq
 import logging
 import time
@@ -53,7 +54,7 @@ from sortedcontainers import SortedSet
 
 from core._hash import KEY_HASH_RANGE, key_hash, murmur3_32
 from core._throttle import RateWindow, window_allowance
-from core.format import EntryFormatError
+from core.format import EntryFormatError, MessageMetadata
 from core.storage import Cursor, Entry, Position, entry_metadata
 from core.writes import write_batch
 
@@ -296,14 +297,22 @@ FAILOVER_RING_REPLICAS = 100
 """Points per consumer on the hash ring a non-partitioned Failover topic picks by."""
 
 
+@functools.lru_cache(maxsize=4096)
+def _ring_points(name: str) -> tuple[int, ...]:
+    """A consumer name's points on the Failover hash ring: the name with 0..REPLICAS-1
+    appended, murmur3 as a non-negative 32-bit int. Hashed once per name, not at every
+    consumer change of every topic."""
+    return tuple(murmur3_32(f"{name}{j}".encode()) & 0x7FFFFFFF for j in range(FAILOVER_RING_REPLICAS))
+
+
 def _ring_pick(topic: str, names: list[str]) -> int:
-    """The index in ``names`` whose point on the hash ring (each name hashed with
-    0..REPLICAS-1 appended, murmur3 as a non-negative 32-bit int; a later name taking a
-    point an earlier one had) follows the hash of ``topic``, wrapping to the first."""
+    """The index in ``names`` whose point on the hash ring (:func:`_ring_points`; a later
+    name taking a point an earlier one had) follows the hash of ``topic``, wrapping to the
+    first."""
     ring: dict[int, int] = {}
     for i, name in enumerate(names):
-        for j in range(FAILOVER_RING_REPLICAS):
-            ring[murmur3_32(f"{name}{j}".encode()) & 0x7FFFFFFF] = i
+        for point in _ring_points(name):
+            ring[point] = i
     point = murmur3_32(topic.encode()) & 0x7FFFFFFF
     points = sorted(ring)
     at = bisect.bisect_left(points, point)
@@ -321,11 +330,28 @@ def _consecutive_runs(positions: list[Position]) -> list[list[Position]]:
     return runs
 
 
-def _entry_key_hash(entry: Entry) -> int:
+def _metadata(entry: Entry) -> MessageMetadata:
+    """The entry's metadata; an empty one (no key, no delivery time, no chunk) when it
+    cannot be read. A dispatch pass reads it at most once per entry, for whichever of its
+    key, delivery time and chunk fields it needs."""
     try:
-        md = entry_metadata(entry.data)
+        return entry_metadata(entry.data)
     except EntryFormatError:
-        return 0
+        return MessageMetadata()
+
+
+def _unchecked_until(topic: PersistentTopic, seen: bool) -> Position:
+    """The last entry that may hold what ``seen`` says the topic has had (delayed messages,
+    chunks): any, once one was published here; else those stored before the topic was
+    opened (a restart forgets what they held)."""
+    if seen:
+        return _LAST_POSITION
+    return topic.stored_before_open or _BEFORE_FIRST
+
+
+def _entry_key_hash(entry: Entry, md: MessageMetadata | None = None) -> int:
+    if md is None:
+        md = _metadata(entry)
     key = md.ordering_key if md.HasField("ordering_key") else None
     if key is None and md.HasField("partition_key"):
         key = md.partition_key.encode()
@@ -981,20 +1007,14 @@ class Subscription(Activity):
         # entries after the replays may be due later (a replayed one was due already):
         # any, once the topic had a delayed message, else those stored before it opened
         topic = self.topic
-        delayed_from, delayed_until = from_replay, (
-            _LAST_POSITION if topic.has_delayed_messages else topic.stored_before_open)
-        if delayed_until is None:
-            delayed_from, delayed_until = len(entries), _LAST_POSITION
-        # on Shared, the entries that may be chunks of a large message: any, once one came,
-        # else those stored before the topic opened
-        chunks_until = (_LAST_POSITION if topic.has_chunked_messages else topic.stored_before_open) \
-            if shared else None
-        if chunks_until is None:
-            chunks_until = _BEFORE_FIRST
+        delayed_until = _unchecked_until(topic, topic.has_delayed_messages)
+        chunks_until = _unchecked_until(topic, topic.has_chunked_messages) if shared else _BEFORE_FIRST
         for i, entry in enumerate(entries):
             pos = entry.position
-            if i >= delayed_from and pos <= delayed_until:
-                deliver_at = self.topic.deliver_at(entry)
+            md = None  # read once, when something below needs it
+            if i >= from_replay and pos <= delayed_until:
+                md = _metadata(entry)
+                deliver_at = md.deliver_at_time
                 if deliver_at > now:
                     if pos not in self._delayed_set:
                         self._delayed_set.add(pos)
@@ -1003,7 +1023,7 @@ class Subscription(Activity):
                     continue
             h = -1
             if key_shared:
-                h = _entry_key_hash(entry)
+                h = _entry_key_hash(entry, md)
                 target = self._key_owner(h)
                 held = self._hash_owner.get(h)
                 if target is None or target not in ready or target.permits <= 0 or target.blocked_on_unacked or (
@@ -1012,7 +1032,8 @@ class Subscription(Activity):
                     self.replay.add(pos, h, entry.num_messages)
                     continue
             elif shared:
-                target = self._shared_target(entry, ready) if pos <= chunks_until else self._next_shared(ready)
+                target = self._shared_target(md or _metadata(entry), ready) if pos <= chunks_until \
+                    else self._next_shared(ready)
                 if target is None:
                     self.replay.add(pos, -1, entry.num_messages)
                     continue
@@ -1057,15 +1078,11 @@ class Subscription(Activity):
         # reads on, rather than the entries behind a delayed one waiting for its time.
         return sent > 0 or parked > 0
 
-    def _shared_target(self, entry: Entry, ready: set[Consumer]) -> Consumer | None:
-        """Shared: the consumer for ``entry`` when it may be a chunk of a large message.
-        Every chunk of a message goes to the consumer its first chunk went to (as Pulsar's
-        Shared chunk assignment does), so that one consumer can put it together; None
-        while that consumer cannot take it (it waits in the replay set)."""
-        try:
-            md = entry_metadata(entry.data)
-        except EntryFormatError:
-            return self._next_shared(ready)
+    def _shared_target(self, md: MessageMetadata, ready: set[Consumer]) -> Consumer | None:
+        """Shared: the consumer for an entry (its metadata ``md``) that may be a chunk of a
+        large message. Every chunk of a message goes to the consumer its first chunk went
+        to (as Pulsar's Shared chunk assignment does), so that one consumer can put it
+        together; None while that consumer cannot take it (it waits in the replay set)."""
         if md.num_chunks_from_msg <= 1:
             return self._next_shared(ready)
         owners = self._chunk_owners

@@ -675,13 +675,6 @@ class PersistentTopic:
     def note_dispatched(self, messages: int, size: int) -> None:
         self._dispatch_window.add(messages, size)
 
-    def deliver_at(self, entry: Entry) -> int:
-        try:
-            md = entry_metadata(entry.data)
-        except EntryFormatError:
-            return 0
-        return md.deliver_at_time if md.HasField("deliver_at_time") else 0
-
     def note_delayed(self) -> None:
         self.has_delayed_messages = True
 
