@@ -222,12 +222,24 @@ def test_a_terminated_topic_refuses_producers_and_consumers_still_drain_it(clien
     assert _texts(consumer) == ["last"]
 
 
+def _per_key(texts: list[str]) -> dict[str, list[int]]:
+    """``key:i`` payloads as the i of each key, in the order received."""
+    out: dict[str, list[int]] = {}
+    for text in texts:
+        k, i = text.split(":")
+        out.setdefault(k, []).append(int(i))
+    return out
+
+
+def _key_shared(client, topic: str, name: str, queue: int):
+    """A Key_Shared consumer of subscription ``s``."""
+    return client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                            consumer_name=name, receiver_queue_size=queue)
+
+
 def test_key_shared_keeps_each_keys_order_when_a_consumer_leaves(client, unique):
     topic = f"ks-leave-{unique}"
-    a = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
-                         consumer_name="a", receiver_queue_size=1000)
-    b = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
-                         consumer_name="b", receiver_queue_size=1000)
+    a, b = _key_shared(client, topic, "a", 1000), _key_shared(client, topic, "b", 1000)
     producer = client.create_producer(topic, batching_enabled=False)
     keys = [f"k{k}" for k in range(16)]
 
@@ -245,22 +257,10 @@ def test_key_shared_keeps_each_keys_order_when_a_consumer_leaves(client, unique)
     publish(160, 320)
     # `b` now owns every key: what `a` held comes again, and per key nothing overtakes it.
     rest = _texts(b)
-    per_key: dict[str, list[int]] = {}
-    for text in first_b + rest:
-        k, i = text.split(":")
-        per_key.setdefault(k, []).append(int(i))
+    per_key = _per_key(first_b + rest)
     assert sorted(i for seq in per_key.values() for i in seq) == list(range(320))
     for k, seq in per_key.items():
         assert seq == sorted(seq), k
-
-
-def _per_key(texts: list[str]) -> dict[str, list[int]]:
-    """``key:i`` payloads as the i of each key, in the order received."""
-    out: dict[str, list[int]] = {}
-    for text in texts:
-        k, i = text.split(":")
-        out.setdefault(k, []).append(int(i))
-    return out
 
 
 def _publish_rounds(client, topic: str, keys: list[str], rounds: int) -> None:
@@ -276,10 +276,7 @@ def test_a_key_shared_consumer_that_does_not_read_stalls_only_its_own_keys(clien
     # The stuck-consumer failure: `a` fills its small queue and reads no more, so its keys'
     # entries wait in the replay set; `b`'s keys must flow on past them.
     topic = f"ks-slow-{unique}"
-    a = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
-                         consumer_name="a", receiver_queue_size=10)
-    b = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
-                         consumer_name="b", receiver_queue_size=10)
+    a, b = _key_shared(client, topic, "a", 10), _key_shared(client, topic, "b", 10)
     keys, rounds = [f"k{k}" for k in range(20)], 50
     _publish_rounds(client, topic, keys, rounds)
     got_b = _per_key(_texts(b))
