@@ -11,7 +11,13 @@ For 100 B and 1 KiB messages, batching on and off, journal fsync on, each broker
   threads, bookies included for Magnetar) from ``/proc/<pid>/stat``, before and after;
 - publish p99 at half of the measured peak rate, for :data:`LATENCY_SECONDS`, with the
   consumer running, beside one raw ``write + fdatasync`` of this disk
-  (:func:`bench.storage_bench.raw_fsync`).
+  (:func:`bench.storage_bench.raw_fsync`);
+- beside that p99, this machine's floors at Magnetar's half rate, measured in the same
+  round: the client's (the same producer against ``pulsar-receipts``, a Rust endpoint
+  that stores nothing and answers each SEND at once, with no consumer) and the disk's
+  (the same bytes arriving at the same rate, written and fdatasync'ed by a bare loop:
+  :func:`bench.storage_bench.raw_open_loop`). A broker that fsyncs before it answers
+  pays both, so the larger of the two is a floor for its p99.
 
 Durability differs: Magnetar acknowledges a publish once its journal has fdatasync'ed it;
 pulsar-lite (0.2.0) has no setting for syncing and never calls fsync or fdatasync (its
@@ -34,6 +40,7 @@ import contextlib
 import json
 import math
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -53,7 +60,7 @@ from bench._proc import (
     side_by_side,
     verdict,
 )
-from bench.storage_bench import raw_fsync
+from bench.storage_bench import raw_fsync, raw_open_loop
 from gateway._perf import ConsumeOptions, ConsumeStats, consume
 from tests._standalone import Standalone
 
@@ -69,6 +76,7 @@ QUIET_SECONDS = 5.0
 READY_TIMEOUT = 30.0
 PRODUCER_TIMEOUT = 90.0
 BATCH_DELAY_MS = 1
+BUILD_TIMEOUT = 900.0
 WARMUP_SECONDS = 2.0
 
 # Targets of the issue (Native Pulsar broker, "Benchmark").
@@ -88,6 +96,52 @@ def pulsar_lite_binary() -> Path:
     except ImportError:
         raise RuntimeError("pulsar-lite is not installed (pip install pulsar-lite)") from None
     return Path(pulsar_lite.__file__).resolve().parent / "bin" / "pulsar-lite"
+
+
+def receipts_binary() -> Path:
+    """``pulsar-receipts`` (rust/pulsar-wire), built in release mode where cargo puts it
+    (``CARGO_TARGET_DIR``, as the Makefile sets it, or the workspace's ``target``)."""
+    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "magnetar-pulsar-wire",
+                    "--bin", "pulsar-receipts"], cwd=REPO, check=True, timeout=BUILD_TIMEOUT)
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
+    return target / "release" / "pulsar-receipts"
+
+
+@contextlib.contextmanager
+def receipts_endpoint() -> Iterator[str]:
+    """A ``pulsar-receipts`` process on a free port: its service URL."""
+    proc = subprocess.Popen([str(receipts_binary()), "--addr", "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert proc.stdout is not None
+        line = _first_line(proc.stdout, READY_TIMEOUT)
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"pulsar-receipts did not start: {line!r}")
+        yield "pulsar://" + line.removeprefix("listening on ").strip()
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _first_line(stream: Any, timeout: float) -> str:
+    """The first line of a child's output, waiting at most ``timeout`` seconds for it."""
+    ready, _, _ = select.select([stream], [], [], timeout)
+    return stream.readline().decode(errors="replace") if ready else ""
+
+
+def floors(size: int, batching: bool, rate: float, workdir: Path) -> dict[str, float]:
+    """This machine's publish-latency floors at ``rate`` (see the module docs): the
+    client's p50 and p99 against ``pulsar-receipts``, the disk's p99, and the larger p99."""
+    with receipts_endpoint() as url:
+        client = _run_producer(url, f"floor-{_label(size, batching)}", size, batching, rate,
+                               LATENCY_SECONDS, workdir)["latency_ms"]
+    quiet_disk()
+    disk = raw_open_loop(workdir, size, rate, LATENCY_SECONDS)
+    disk_p99 = disk["p99_us"] / 1000
+    return {"client_p50_ms": client["p50"], "client_p99_ms": client["p99"],
+            "disk_p99_ms": disk_p99, "floor_p99_ms": max(client["p99"], disk_p99)}
 
 
 @contextlib.contextmanager
@@ -256,6 +310,23 @@ def _cases() -> list[tuple[int, bool]]:
     return [case for case in every if _label(*case) in labels]
 
 
+_FLOOR_MEDIANS = ("client_p50_ms", "client_p99_ms", "disk_p99_ms", "floor_p99_ms")
+
+
+def _floor(size: int, batching: bool, rate: float, workdir: Path) -> dict[str, Any]:
+    """:func:`floors` for one case and round, printed; an error is reported, not raised."""
+    workdir.mkdir(exist_ok=True)
+    try:
+        floor: dict[str, Any] = floors(size, batching, rate, workdir)
+    except Exception as exc:
+        floor = {"error": f"{type(exc).__name__}: {exc}"}
+        print(f"  floor {_label(size, batching)}: {floor['error'][:200]}", flush=True)
+        return floor
+    print(f"  floor {_label(size, batching)} at {rate:,.0f} msg/s: client p99 "
+          f"{floor['client_p99_ms']:.2f} ms, disk p99 {floor['disk_p99_ms']:.2f} ms", flush=True)
+    return floor
+
+
 def _short(c: dict[str, Any]) -> str:
     if "error" in c:
         return c["error"][:200]
@@ -296,17 +367,22 @@ def run() -> dict[str, Any]:
         runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for round_no in range(rounds):
             for size, batching in _cases():
+                label = _label(size, batching)
                 order = list(brokers.items())
                 if round_no % 2:
                     order.reverse()
                 for name, (url, pid) in order:
-                    label = _label(size, batching)
                     case = _case(url, pid, size, batching, root / f"runs-{name}",
                                  f"r{round_no}")
                     runs.setdefault((name, label), []).append(case)
                     print(f"  {name} {label}: {_short(case)}", flush=True)
+                ours = runs.get(("magnetar", label), [{}])[-1]
+                if "half_rate" in ours:
+                    floor = _floor(size, batching, ours["half_rate"], root / "runs-floor")
+                    runs.setdefault(("floor", label), []).append(floor)
         for (name, label), cases in runs.items():
-            results[name][label] = combine_rounds(cases, _MEDIANS, _SUMS)
+            medians = _FLOOR_MEDIANS if name == "floor" else _MEDIANS
+            results.setdefault(name, {})[label] = combine_rounds(cases, medians, () if name == "floor" else _SUMS)
     load = os.getloadavg()
     _print_table(results, fsync)
     print(f"  load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on "
@@ -328,7 +404,8 @@ def _print_table(results: dict[str, Any], fsync: dict[str, float]) -> None:
                 f"{c['cpu_us_per_msg']:>12.1f}{c['kernel_us_per_msg']:>14.1f}{c['half_p99_ms']:>14.3f}"
                 f"{c['duplicates'] + c['half_duplicates']:>9}{c['lost'] + c['half_lost']:>7}")
 
-    for _, m, p in side_by_side(results, ("magnetar", "pulsar-lite"), sizes, (14, 13), row):
+    target_ms = TARGET_P99_FSYNCS * fsync_ms
+    for label, m, p in side_by_side(results, ("magnetar", "pulsar-lite"), sizes, (14, 13), row):
         p99, peer_p99 = m["half_p99_ms"] / fsync_ms, p["half_p99_ms"] / fsync_ms
         clean = (m["duplicates"] + m["half_duplicates"] + m["lost"] + m["half_lost"]) == 0
         ratios, said = peer_ratios(m, p, clean, TARGET_THROUGHPUT_RATIO, TARGET_CPU_RATIO)
@@ -336,11 +413,26 @@ def _print_table(results: dict[str, Any], fsync: dict[str, float]) -> None:
         print(f"  {'':<14}{'ratio':<13}{said}, p99 {p99:.1f}x fsync (target <= "
               f"{TARGET_P99_FSYNCS:.0f}: {verdict(p99 <= TARGET_P99_FSYNCS)}; pulsar-lite, "
               f"which never syncs, {peer_p99:.1f}x)")
+        floor = results.get("floor", {}).get(label)
+        if floor is not None and "error" not in floor:
+            lowest = floor["floor_p99_ms"]
+            m["ratios"]["p99_over_floor"] = m["half_p99_ms"] / lowest
+            m["ratios"]["target_below_floor"] = target_ms < lowest
+            where = ("the target is below this floor" if target_ms < lowest else
+                     f"the target is above this floor; Magnetar's p99 is "
+                     f"{m['half_p99_ms'] / lowest:.1f}x it")
+            print(f"  {'':<14}{'floor':<13}p99 at Magnetar's half rate: client "
+                  f"{floor['client_p99_ms']:.3f} ms (pulsar-receipts), disk "
+                  f"{floor['disk_p99_ms']:.3f} ms (bare write+fdatasync); {where}")
     print("  ratios are Magnetar / pulsar-lite; Magnetar fdatasyncs its journal before each "
           "receipt, pulsar-lite never syncs to disk", flush=True)
     print(f"  p99 is the client's publish latency: with batching it includes the up to "
           f"{BATCH_DELAY_MS} ms ({BATCH_DELAY_MS / fsync_ms:.1f}x fsync) a message waits in "
           "the client's batch before it is sent", flush=True)
+    print("  floor: the same producer against pulsar-receipts, which stores nothing and "
+          "answers each SEND at once (no consumer), and the same bytes written and "
+          "fdatasync'ed by a bare loop at the same rate; a broker that syncs before it "
+          "answers pays both", flush=True)
     print("  CPU: the broker process's user + kernel time per message; of it kernel: the "
           "kernel's share (system calls, loopback TCP, the journal's writes and syncs)",
           flush=True)

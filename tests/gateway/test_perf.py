@@ -411,3 +411,43 @@ def test_bench_table_sets_the_p99_target_beside_the_peer_that_never_syncs(capsys
     assert "p99 5.0x fsync (target <= 3: MISSED; pulsar-lite, which never syncs, 10.0x)" in out
     assert results["magnetar"]["100-batch"]["ratios"]["peer_p99_fsyncs"] == 10.0
     assert "up to 1 ms (5.0x fsync)" in out
+
+
+def test_the_receipts_floor_answers_the_official_client_at_once():
+    import pulsar
+
+    from bench.pulsar_bench import receipts_endpoint
+
+    with receipts_endpoint() as url:
+        client = pulsar.Client(url, operation_timeout_seconds=10)
+        try:
+            producer = client.create_producer("floor", batching_enabled=False)
+            ids = [producer.send(b"x" * 100) for _ in range(3)]
+            # one entry each, in order, as a broker's receipts give them
+            assert [i.entry_id() for i in ids] == [0, 1, 2]
+            producer.close()
+        finally:
+            client.close()
+
+
+def test_bench_table_sets_the_p99_beside_this_machines_floor(capsys):
+    from bench.pulsar_bench import _print_table
+
+    def case(p99_ms: float) -> dict[str, float]:
+        return {"e2e_msg_per_s": 10_000, "cpu_us_per_msg": 1.0, "kernel_us_per_msg": 0.5,
+                "half_p99_ms": p99_ms, "duplicates": 0, "half_duplicates": 0, "lost": 0,
+                "half_lost": 0}
+
+    results = {"magnetar": {"100-batch": case(2.0), "1024-batch": case(2.0)},
+               "pulsar-lite": {"100-batch": case(2.0), "1024-batch": case(2.0)},
+               "floor": {"100-batch": {"client_p99_ms": 1.0, "disk_p99_ms": 0.3,
+                                       "floor_p99_ms": 1.0},
+                         "1024-batch": {"client_p99_ms": 0.2, "disk_p99_ms": 0.5,
+                                        "floor_p99_ms": 0.5}}}
+    _print_table(results, {"p50_us": 200.0, "p99_us": 300.0})  # target 0.6 ms
+    out = capsys.readouterr().out
+    assert "client 1.000 ms (pulsar-receipts), disk 0.300 ms (bare write+fdatasync); the " \
+           "target is below this floor" in out
+    assert "the target is above this floor; Magnetar's p99 is 4.0x it" in out
+    assert results["magnetar"]["100-batch"]["ratios"]["target_below_floor"] is True
+    assert results["magnetar"]["1024-batch"]["ratios"]["p99_over_floor"] == 4.0

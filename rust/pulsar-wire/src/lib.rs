@@ -29,6 +29,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod control;
 mod send;
 
 pub use send::{scan_send, scan_sends, FoundSend, SendFields, SendScan};

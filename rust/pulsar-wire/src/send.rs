@@ -54,22 +54,22 @@ pub struct FoundSend {
 }
 
 /// A protobuf reader over a byte slice that gives up (None) on anything malformed.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
         Reader { buf, pos: 0 }
     }
 
-    fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.pos >= self.buf.len()
     }
 
     /// A varint of at most ten bytes that fits in 64 bits.
-    fn varint(&mut self) -> Option<u64> {
+    pub(crate) fn varint(&mut self) -> Option<u64> {
         let mut value = 0u64;
         for i in 0..10 {
             let b = *self.buf.get(self.pos)?;
@@ -86,14 +86,21 @@ impl<'a> Reader<'a> {
     }
 
     /// The next field's number and wire type.
-    fn tag(&mut self) -> Option<(u64, u64)> {
+    pub(crate) fn tag(&mut self) -> Option<(u64, u64)> {
         let tag = self.varint()?;
         let field = tag >> 3;
         (field != 0).then_some((field, tag & 7))
     }
 
+    /// Step over `n` bytes (a fixed32 or fixed64 value); None when fewer are left.
+    pub(crate) fn skip(&mut self, n: usize) -> Option<()> {
+        let end = self.pos.checked_add(n).filter(|&end| end <= self.buf.len())?;
+        self.pos = end;
+        Some(())
+    }
+
     /// A length-delimited value: where it lies in the buffer.
-    fn bytes(&mut self) -> Option<Range<usize>> {
+    pub(crate) fn bytes(&mut self) -> Option<Range<usize>> {
         let len = usize::try_from(self.varint()?).ok()?;
         let end = self.pos.checked_add(len)?;
         if end > self.buf.len() {
