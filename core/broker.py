@@ -24,7 +24,7 @@ from core.policies import PolicyStore, PreconditionError
 from core.schema import SchemaRegistry
 from core.stats import BrokerStats
 from core.storage import Storage
-from core.topic import PersistentTopic
+from core.topic import NotAllowedError, PersistentTopic
 
 __all__ = ["BrokerService", "TopicNotFoundError", "NamespaceNotFoundError", "TopicExistsError"]
 
@@ -277,8 +277,15 @@ class BrokerService:
             if partitions and name.partition_index < 0:
                 raise TopicNotFoundError(f"Topic {name} is a partitioned topic: use its partitions")
             allowed, _, _ = self._auto_create(pol)
-            implicit_partition = name.partition_index >= 0 and \
-                self.policies.partitions(name.partitioned_topic) > name.partition_index
+            parent = self.policies.partitions(name.partitioned_topic) if name.partition_index >= 0 else 0
+            if parent and name.partition_index >= parent:
+                # Pulsar's BrokerService: a partition past the count is refused (a
+                # non-persistent one is not found), never created as a topic of its own
+                if not name.persistent:
+                    raise TopicNotFoundError(f"Topic {name} does not exist")
+                raise NotAllowedError(f"Illegal topic partition name {name} with max allowed "
+                                      f"{parent} partitions")
+            implicit_partition = parent > name.partition_index >= 0
             if not (create and (allowed or implicit_partition)):
                 raise TopicNotFoundError(f"Topic {name} does not exist")
             if not implicit_partition:

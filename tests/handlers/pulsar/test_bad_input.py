@@ -563,3 +563,20 @@ def test_a_wait_for_exclusive_producer_whose_client_goes_away_holds_nothing(stan
     finally:
         holder.close()
         waiter.close()
+
+
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_a_partition_past_the_count_is_refused_not_created(client, admin, unique, domain):
+    base = f"parts-{unique}"
+    admin.put(f"/admin/v2/{domain}/public/default/{base}/partitions", 2)
+    stray = f"{domain}://public/default/{base}-partition-5"
+    expected = pulsar.NotAllowedError if domain == "persistent" else pulsar.TopicNotFound
+    with pytest.raises(expected):
+        client.create_producer(stray)
+    with pytest.raises(expected):
+        client.subscribe(stray, "s")
+    assert stray not in admin.get(f"/admin/v2/{domain}/public/default")
+    # the partitions inside the count still come and go as before
+    producer = client.create_producer(f"{domain}://public/default/{base}-partition-1")
+    producer.send(b"in range")
+    producer.close()
