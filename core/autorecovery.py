@@ -41,7 +41,7 @@ from core import _native
 from core.metadata import AlreadyExistsError, MetadataError
 
 __all__ = ["AUDITOR_PATH", "AVAILABLE_BOOKIES", "LEDGERS_ROOT", "LEDGER_ID_COUNTER",
-           "UNDER_REPLICATION", "Auditor", "bookies_named"]
+           "READ_ONLY_BOOKIES", "UNDER_REPLICATION", "Auditor", "bookies", "bookies_named"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ AUDITOR_PATH = "/ledgers/auditor"
 UNDER_REPLICATION = "/ledgers/underreplication"
 #: One entry per bookie serving now.
 AVAILABLE_BOOKIES = "/ledgers/available"
+READ_ONLY_BOOKIES = f"{AVAILABLE_BOOKIES}/readonly"
 #: One record per ledger, named by its id; and the counter ledger ids come from.
 LEDGERS_ROOT = "/ledgers/ledger"
 LEDGER_ID_COUNTER = "/ledgers/idgen"
@@ -60,6 +61,14 @@ CHECK_SECONDS = 1.0
 #: another broker looks whether the auditor is gone.
 IDLE_CHECK_SECONDS = 30.0
 RESCAN_SECONDS = 60.0
+
+
+def bookies(metadata: Any) -> dict[str, list[str]]:
+    """``{"readWrite": [...], "readOnly": [...]}`` ids of the bookies serving now."""
+    read_only = list(metadata.children(READ_ONLY_BOOKIES))
+    read_write = [b for b in metadata.children(AVAILABLE_BOOKIES)
+                  if b != "readonly" and b not in read_only]
+    return {"readWrite": read_write, "readOnly": read_only}
 
 
 def bookies_named(record: dict[str, Any]) -> set[str]:

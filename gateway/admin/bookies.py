@@ -8,20 +8,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.routing import Route
 
-from core.autorecovery import AVAILABLE_BOOKIES
+from core.autorecovery import bookies
 
 from ._common import endpoint
 
 __all__ = ["routes", "bookies"]
-
-READ_ONLY = f"{AVAILABLE_BOOKIES}/readonly"
-
-
-def bookies(metadata: Any) -> dict[str, list[str]]:
-    """``{"readWrite": [...], "readOnly": [...]}`` bookie ids."""
-    read_only = list(metadata.children(READ_ONLY))
-    read_write = [b for b in metadata.children(AVAILABLE_BOOKIES) if b != "readonly" and b not in read_only]
-    return {"readWrite": read_write, "readOnly": read_only}
 
 
 def routes(broker: Any) -> list[Route]:

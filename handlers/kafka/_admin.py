@@ -11,8 +11,9 @@ a requested one is accepted as long as it is -1 or positive.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from core.autorecovery import bookies
 from core.broker import TopicNotFoundError
 from core.naming import InvalidNameError, TopicName
 from handlers.kafka._codec import Data, RequestReceived, api_versions_table, topic_uuid
@@ -96,6 +97,26 @@ def _partitioned_path(name: TopicName) -> str:
     return f"/admin/partitioned-topics/{name.storage_name}"
 
 
+def _keep_copies(h: KafkaProtocolHandler, name: TopicName, copies: int) -> None:
+    """Store a topic's replication factor as its persistence policy: every entry written
+    to ``copies`` bookies (ensemble and write quorum), acknowledged once the broker's ack
+    quorum of them (at most ``copies``) has it, as Kafka's acks=all waits for
+    min.insync.replicas."""
+    ack = min(copies, int(h.config.get("managedLedgerDefaultAckQuorum")))
+
+    def change(p: dict[str, Any]) -> None:
+        p["persistence"] = {**(p.get("persistence") or {}), "bookkeeperEnsemble": copies,
+                            "bookkeeperWriteQuorum": copies, "bookkeeperAckQuorum": ack}
+
+    h.broker.policies.update_topic_policies(name, change)
+
+
+def _copies(h: KafkaProtocolHandler, name: TopicName) -> int:
+    """How many bookies each entry of the topic is written to: its write quorum."""
+    return int(h.broker.ml_config(h.broker.policies.effective(
+        name, h.broker.namespace_policies(name.namespace_name)))["write_quorum"])
+
+
 async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
     b = req.body
     out = []
@@ -123,6 +144,14 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
             res.error_code = ErrorCode.INVALID_REPLICATION_FACTOR
             res.error_message = "Replication factor must be larger than 0, or -1."
             continue
+        # A Kafka replica is a copy of the data: here, a bookie's. More copies than
+        # writable bookies cannot be kept, as Kafka refuses more than its brokers.
+        writable = len(bookies(h.broker.metadata)["readWrite"])
+        if t.replication_factor > writable:
+            res.error_code = ErrorCode.INVALID_REPLICATION_FACTOR
+            res.error_message = (f"Replication factor: {t.replication_factor} larger than "
+                                 f"available bookies: {writable}.")
+            continue
         if h.topics.partition_count(name):
             res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
             res.error_message = f"Topic '{t.name}' already exists."
@@ -142,9 +171,12 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
                 continue
             if configs:
                 await h.configs.store(name, configs)
+            if t.replication_factor > 0:
+                _keep_copies(h, name, t.replication_factor)
         res.topic_id = topic_uuid(str(name))
         res.num_partitions = n
-        res.replication_factor = 1
+        res.replication_factor = _copies(h, name) if t.replication_factor < 0 or not b.validate_only \
+            else t.replication_factor
         if b.validate_only:
             given = dict(configs)
             res.configs = [config_entry(k, given.get(k, v), SOURCE_DYNAMIC_TOPIC if k in given else s)

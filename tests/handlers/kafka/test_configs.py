@@ -271,3 +271,28 @@ def test_a_topic_a_kafka_client_creates_keeps_a_week_of_records(tmp_path: Path, 
         assert len(_ledgers(server, created)) >= 4 and len(_ledgers(server, auto)) >= 4
     finally:
         server.kill()
+
+
+def test_the_replication_factor_is_the_number_of_bookies_each_record_is_written_to(
+        tmp_path: Path, unique: str) -> None:
+    server = Standalone(tmp_path, bookies=2, conf=KAFKA_CONF).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap(server.addresses)})
+        too_many, two = f"rf3-{unique}", f"rf2-{unique}"
+        with pytest.raises(KafkaException) as err:
+            admin.create_topics([NewTopic(too_many, 1, replication_factor=3)])[too_many].result(DEADLINE)
+        assert err.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
+        assert "larger than available bookies: 2" in err.value.args[0].str()
+        assert too_many not in admin.list_topics(timeout=DEADLINE).topics
+        admin.create_topics([NewTopic(two, 1, replication_factor=2)])[two].result(DEADLINE)
+        persistence = _rest(server, f"/admin/v2/persistent/public/default/{two}/persistence")
+        assert (persistence["bookkeeperEnsemble"], persistence["bookkeeperWriteQuorum"]) == (2, 2)
+        producer = Producer({"bootstrap.servers": bootstrap(server.addresses)})
+        producer.produce(two, b"copied twice")
+        assert producer.flush(DEADLINE) == 0
+        stats = _rest(server, f"/admin/v2/persistent/public/default/{two}-partition-0/"
+                              "internalStats?metadata=true")
+        record = json.loads(stats["ledgers"][-1]["metadata"])
+        assert all(len(set(ensemble)) == 2 for _, ensemble in record["ensembles"]), record
+    finally:
+        server.kill()
