@@ -17,7 +17,13 @@ from core.autorecovery import bookies
 from core.broker import TopicNotFoundError
 from core.naming import InvalidNameError, TopicName
 from handlers.kafka._codec import Data, RequestReceived, api_versions_table, topic_uuid
-from handlers.kafka._configs import SOURCE_DYNAMIC_TOPIC, ConfigError, config_entry, validate_all
+from handlers.kafka._configs import (
+    SOURCE_DYNAMIC_TOPIC,
+    ConfigError,
+    check_insync,
+    config_entry,
+    validate_all,
+)
 from handlers.kafka._errors import ErrorCode
 from handlers.kafka._produce import topic_error
 
@@ -156,8 +162,12 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
             res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
             res.error_message = f"Topic '{t.name}' already exists."
             continue
+        copies = t.replication_factor if t.replication_factor > 0 else _copies(h, name)
         try:
             configs = validate_all(t.configs)
+            insync = dict(configs).get("min.insync.replicas")
+            if insync is not None:
+                check_insync(int(insync), copies)
         except ConfigError as exc:
             res.error_code = exc.code
             res.error_message = str(exc)
@@ -169,14 +179,13 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
                 res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
                 res.error_message = str(exc)
                 continue
-            if configs:
-                await h.configs.store(name, configs)
             if t.replication_factor > 0:
                 _keep_copies(h, name, t.replication_factor)
+            if configs:
+                await h.configs.store(name, configs)
         res.topic_id = topic_uuid(str(name))
         res.num_partitions = n
-        res.replication_factor = _copies(h, name) if t.replication_factor < 0 or not b.validate_only \
-            else t.replication_factor
+        res.replication_factor = copies
         if b.validate_only:
             given = dict(configs)
             res.configs = [config_entry(k, given.get(k, v), SOURCE_DYNAMIC_TOPIC if k in given else s)

@@ -5,16 +5,19 @@ are stored as the Magnetar topic's own policies, so the admin REST API shows the
 (``/admin/v2/persistent/t/ns/x/retention``, ``.../maxMessageSize``) and the storage
 applies them, and DescribeConfigs reports them back:
 
-================== ========================================= ==========================
-Kafka config       Magnetar topic policy                     note
-================== ========================================= ==========================
-retention.ms       retention_policies.retentionTimeInMinutes whole minutes (rounded up);
-                                                             -1 (or unset) no time limit
-retention.bytes    retention_policies.retentionSizeInMB      whole MiB (rounded up);
-                                                             -1 (or unset) no size limit
-max.message.bytes  max_message_size (``maxMessageSize``)     largest record batch
-cleanup.policy     (none)                                    only ``delete``
-================== ========================================= ==========================
+=================== ========================================= ==========================
+Kafka config        Magnetar topic policy                     note
+=================== ========================================= ==========================
+retention.ms        retention_policies.retentionTimeInMinutes whole minutes (rounded up);
+                                                              -1 (or unset) no time limit
+retention.bytes     retention_policies.retentionSizeInMB      whole MiB (rounded up);
+                                                              -1 (or unset) no size limit
+max.message.bytes   max_message_size (``maxMessageSize``)     largest record batch
+min.insync.replicas persistence.bookkeeperAckQuorum           bookies an entry is on
+                                                              before it is acknowledged;
+                                                              at most the write quorum
+cleanup.policy      (none)                                    only ``delete``
+=================== ========================================= ==========================
 
 Retention in Magnetar is Pulsar's: it bounds how long (and how much) data that every
 subscription has consumed is kept. Kafka consumer groups hold no subscription, so a topic
@@ -48,6 +51,7 @@ __all__ = [
     "topic_values",
     "TopicConfigs",
     "validate_all",
+    "check_insync",
     "config_entry",
     "handle_alter_configs",
     "handle_incremental_alter_configs",
@@ -64,6 +68,8 @@ OP_APPEND = 2
 OP_SUBTRACT = 3
 
 RETENTION = "retention_policies"
+PERSISTENCE = "persistence"
+ACK_QUORUM = "bookkeeperAckQuorum"
 MAX_MESSAGE_SIZE = "max_message_size"
 MINUTE_MS = 60_000
 MIB = 1024 * 1024
@@ -101,6 +107,7 @@ TOPIC_CONFIGS: dict[str, _Long | None] = {
     "retention.ms": _Long(-1),
     "retention.bytes": _Long(-1),
     "max.message.bytes": _Long(0, INT32_MAX),
+    "min.insync.replicas": _Long(1, INT32_MAX),
     "cleanup.policy": None,
 }
 """The topic configs Magnetar applies; ``None`` marks the list-valued cleanup.policy."""
@@ -128,6 +135,14 @@ def validate(name: str, value: str | None) -> str:
     return "delete"
 
 
+def check_insync(insync: int, copies: int) -> None:
+    """ConfigError when ``min.insync.replicas`` asks for more copies than the topic
+    writes (its replication factor: the bookies each entry goes to)."""
+    if insync > copies:
+        raise ConfigError(f"Invalid value {insync} for configuration min.insync.replicas: "
+                          f"more than the topic's replication factor ({copies})")
+
+
 def _ceil_div(n: int, d: int) -> int:
     return -(-n // d)
 
@@ -143,6 +158,16 @@ def apply(policies: dict[str, Any], changes: Iterable[tuple[str, str | None]]) -
                 policies[MAX_MESSAGE_SIZE] = int(value)
         elif name in ("retention.ms", "retention.bytes"):
             _apply_retention(policies, name, value)
+        elif name == "min.insync.replicas":
+            persistence = dict(policies.get(PERSISTENCE) or {})
+            if value is None:
+                persistence.pop(ACK_QUORUM, None)
+            else:
+                persistence[ACK_QUORUM] = int(value)
+            if persistence:
+                policies[PERSISTENCE] = persistence
+            else:
+                policies.pop(PERSISTENCE, None)
 
 
 def _apply_retention(policies: dict[str, Any], name: str, value: str | None) -> None:
@@ -212,9 +237,24 @@ class TopicConfigs:
         out = [(k, v, SOURCE_DYNAMIC_TOPIC if own else SOURCE_DEFAULT) for k, v, own in found]
         out.append(("compression.type", "producer", SOURCE_DEFAULT))
         out.append(("message.timestamp.type", "CreateTime", SOURCE_DEFAULT))
-        out.append(("min.insync.replicas", str(cfg.get("managedLedgerDefaultAckQuorum")),
-                    SOURCE_STATIC_BROKER))
+        quorums = self._quorums(name)
+        own = ACK_QUORUM in (policies.topic_policies(name).get(PERSISTENCE) or {})
+        out.append(("min.insync.replicas", str(quorums["ack_quorum"]),
+                    SOURCE_DYNAMIC_TOPIC if own else SOURCE_STATIC_BROKER))
         return sorted(out)
+
+    def _quorums(self, name: TopicName, policies: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The storage settings of the topic (its quorums among them), from its policies
+        as they are or as ``policies`` would make them."""
+        broker = self.h.broker
+        ns = self._namespace_policies(name)
+        effective = broker.policies.effective(name, ns)
+        if policies is not None:
+            effective = {**effective, PERSISTENCE: {**(effective.get(PERSISTENCE) or {}),
+                                                    **(policies.get(PERSISTENCE) or {})}}
+            if PERSISTENCE in policies and ACK_QUORUM not in policies[PERSISTENCE]:
+                effective[PERSISTENCE].pop(ACK_QUORUM, None)
+        return broker.ml_config(effective)
 
     async def store(self, name: TopicName, given: Sequence[tuple[str, str | None]], *,
                     replace: bool = False) -> None:
@@ -233,14 +273,23 @@ class TopicConfigs:
             # by a Kafka client holds as its own, not to the namespace's
             changes = [(k, str(default_ms) if k == "retention.ms" and v is None else v)
                        for k, v in changes]
+        if any(k == "min.insync.replicas" for k, _ in changes):
+            # Kafka's acks=all waits for min.insync.replicas copies; here an entry is
+            # acknowledged once its ack quorum of bookies has it, which cannot exceed the
+            # bookies it is written to
+            trial = dict(policies.topic_policies(name))
+            apply(trial, changes)
+            quorums = self._quorums(name, trial)
+            check_insync(quorums["ack_quorum"], quorums["write_quorum"])
         before: list[Any] = []
 
         def change(p: dict[str, Any]) -> None:
-            before.append(p.get(RETENTION))
+            before.append((p.get(RETENTION), p.get(PERSISTENCE)))
             apply(p, changes)
 
-        after = policies.update_topic_policies(name, change).get(RETENTION)
-        await self.h.broker.topic_policies_changed(name, reload=before[-1] != after)
+        after = policies.update_topic_policies(name, change)
+        reopen = before[-1] != (after.get(RETENTION), after.get(PERSISTENCE))
+        await self.h.broker.topic_policies_changed(name, reload=reopen)
 
 
 def validate_all(configs: Iterable[Any]) -> list[tuple[str, str]]:

@@ -69,6 +69,21 @@ def test_invalid_configs(name: str, value: str | None, message: str) -> None:
     assert err.value.code == ErrorCode.INVALID_CONFIG
 
 
+def test_min_insync_replicas_is_the_ack_quorum() -> None:
+    pol: dict[str, Any] = {"persistence": {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3}}
+    apply(pol, [("min.insync.replicas", "2")])
+    assert pol["persistence"] == {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3,
+                                  "bookkeeperAckQuorum": 2}
+    apply(pol, [("min.insync.replicas", None)])
+    assert pol["persistence"] == {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3}
+    alone: dict[str, Any] = {}
+    apply(alone, [("min.insync.replicas", "1")])
+    apply(alone, [("min.insync.replicas", None)])
+    assert alone == {}
+    with pytest.raises(ConfigError, match="at least 1"):
+        validate("min.insync.replicas", "0")
+
+
 def test_retention_maps_onto_the_retention_policy() -> None:
     pol: dict[str, Any] = {}
     # The half a Kafka client leaves unset is unlimited, as in Kafka.
@@ -284,9 +299,23 @@ def test_the_replication_factor_is_the_number_of_bookies_each_record_is_written_
         assert err.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
         assert "larger than available bookies: 2" in err.value.args[0].str()
         assert too_many not in admin.list_topics(timeout=DEADLINE).topics
-        admin.create_topics([NewTopic(two, 1, replication_factor=2)])[two].result(DEADLINE)
+        with pytest.raises(KafkaException) as err:  # more copies acknowledged than written
+            admin.create_topics([NewTopic(two, 1, replication_factor=2, config={
+                "min.insync.replicas": "3"})])[two].result(DEADLINE)
+        assert err.value.args[0].code() == KafkaError.INVALID_CONFIG
+        admin.create_topics([NewTopic(two, 1, replication_factor=2, config={
+            "min.insync.replicas": "2"})])[two].result(DEADLINE)
         persistence = _rest(server, f"/admin/v2/persistent/public/default/{two}/persistence")
-        assert (persistence["bookkeeperEnsemble"], persistence["bookkeeperWriteQuorum"]) == (2, 2)
+        assert (persistence["bookkeeperEnsemble"], persistence["bookkeeperWriteQuorum"],
+                persistence["bookkeeperAckQuorum"]) == (2, 2, 2)
+        insync = _describe(admin, two)["min.insync.replicas"]
+        assert (insync.value, insync.source) == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+        bad = ConfigResource(ConfigResource.Type.TOPIC, two, incremental_configs=[
+            ConfigEntry("min.insync.replicas", "3", incremental_operation=AlterConfigOpType.SET)])
+        with pytest.raises(KafkaException) as err:
+            admin.incremental_alter_configs([bad])[bad].result(DEADLINE)
+        assert err.value.args[0].code() == KafkaError.INVALID_CONFIG
+        assert "replication factor (2)" in err.value.args[0].str()
         producer = Producer({"bootstrap.servers": bootstrap(server.addresses)})
         producer.produce(two, b"copied twice")
         assert producer.flush(DEADLINE) == 0
