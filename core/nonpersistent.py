@@ -317,7 +317,7 @@ class NonPersistentTopic(PersistentTopic):
     async def create_subscription(self, name: str, start: Position | None, *, earliest: bool = False) -> Subscription:
         raise NotAllowedError("Create subscription on non-persistent topic can only be done through client")
 
-    async def terminate(self) -> Position | None:
+    async def terminate(self) -> Position:
         raise NotAllowedError("Termination of a non-persistent topic is not allowed")
 
     def start_compaction(self) -> bool:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from core.broker import BrokerService
 
 __all__ = [
+    "last_confirmed_entry",
     "ProducerAccessMode",
     "Producer",
     "PersistentTopic",
@@ -89,6 +90,17 @@ class ProducerAccessMode(enum.IntEnum):
     Exclusive = 1
     WaitForExclusive = 2
     ExclusiveWithFencing = 3
+
+
+def last_confirmed_entry(stats: dict[str, Any]) -> Position:
+    """The last confirmed entry as Pulsar's managed ledger reports it, from the managed
+    ledger's ``stats()``: before the first entry, entry -1 of the current ledger; with no
+    ledger at all, (-1, -1)."""
+    last = stats.get("last_confirmed")
+    if last is not None:
+        return Position(*last)
+    current = stats.get("current_ledger_id")
+    return Position(current, -1) if current is not None else Position(-1, -1)
 
 
 class NotAllowedError(PreconditionError):
@@ -789,15 +801,15 @@ class PersistentTopic:
             await sub.reset_to(start)
         return sub
 
-    async def terminate(self) -> Position | None:
-        """Take no more messages, persistently; returns the last message's position."""
+    async def terminate(self) -> Position:
+        """Take no more messages, persistently; returns the last message's position
+        (:func:`last_confirmed_entry`)."""
         self.terminated_at = Position(-1, -1)  # refuse new sends while the queue drains
         with trio.fail_after(float(self.broker.config.get("bookkeeperClientTimeoutInSeconds", 30))):
             while self._pending or self._in_flight:
                 self._batch_done = trio.Event()
                 await self._batch_done.wait()
-        last = self.ml.last_confirmed()
-        self.terminated_at = last if last is not None else Position(-1, -1)
+        self.terminated_at = last_confirmed_entry(self.ml.stats())
         self.broker.metadata.put(self.terminated_path,
                                  json.dumps([self.terminated_at.ledger_id, self.terminated_at.entry_id]).encode())
         for p in list(self.producers):
@@ -805,7 +817,7 @@ class PersistentTopic:
             if p.on_fenced is not None:
                 p.on_fenced()
         self.wake_subscriptions()  # consumers that have read everything hear of the end now
-        return last
+        return self.terminated_at
 
     def wake_subscriptions(self) -> None:
         """Have every subscription's dispatcher look again at what it may send (the topic's

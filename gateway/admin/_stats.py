@@ -16,6 +16,7 @@ from typing import Any
 
 from core.autorecovery import LEDGERS_ROOT
 from core.storage import Position
+from core.topic import last_confirmed_entry
 
 from .brokers import broker_id
 
@@ -288,7 +289,6 @@ def internal_stats(topic: Any, metadata_store: Any = None) -> dict[str, Any]:
     """
     st = topic.ml.stats()
     ledgers = topic.ml.ledgers()
-    last = st.get("last_confirmed")
     cursors = {}
     for name, sub in sorted(topic.subscriptions.items()):
         c = sub.cursor
@@ -326,7 +326,7 @@ def internal_stats(topic: Any, metadata_store: Any = None) -> dict[str, Any]:
         "lastLedgerCreatedTimestamp": _iso(int(st.get("current_ledger_created_ms") or 0) / 1000),
         "waitingCursorsCount": 0,
         "pendingAddEntriesCount": 0,
-        "lastConfirmedEntry": f"{last[0]}:{last[1]}" if last else "-1:-1",
+        "lastConfirmedEntry": "{}:{}".format(*last_confirmed_entry(st)),
         "state": "Terminated" if topic.terminated_at is not None else
         {"Open": "LedgerOpened", "Closed": "Closed"}.get(str(st.get("status")), str(st.get("status"))),
         "ledgers": ledger_infos,

@@ -191,7 +191,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
     async def terminate(request: Request) -> Any:
         topic = await load_topic(broker, topic_of(request))
         last = await topic.terminate()
-        return {"ledgerId": last.ledger_id if last else -1, "entryId": last.entry_id if last else -1,
+        return {"ledgerId": last.ledger_id, "entryId": last.entry_id,
                 "partitionIndex": topic.name.partition_index}
 
     @endpoint
@@ -203,8 +203,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         out = {}
         for part in partition_targets(broker, name):
             last = await (await broker.get_topic(part)).terminate()
-            out[part.partition_index] = {"ledgerId": last.ledger_id if last else -1,
-                                         "entryId": last.entry_id if last else -1,
+            out[part.partition_index] = {"ledgerId": last.ledger_id, "entryId": last.entry_id,
                                          "partitionIndex": part.partition_index}
         return out
 

@@ -308,3 +308,18 @@ def test_partitioned_stats_show_each_producer_and_consumer_once(admin: AdminClie
     assert consumers[0]["msgOutCounter"] == 9  # summed over the three partitions
     producer.close()
     consumer.close()
+
+
+def test_terminating_an_empty_topic_answers_its_current_ledger(
+        admin: AdminClient, ns: str, server: Standalone) -> None:
+    full, path = _topic(ns)
+    client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=5)
+    try:
+        client.create_producer(full).close()  # the topic and its first ledger, no entry
+    finally:
+        client.close()
+    current = admin.get(f"{path}/internalStats")["ledgers"][-1]["ledgerId"]
+    assert admin.get(f"{path}/internalStats")["lastConfirmedEntry"] == f"{current}:-1"
+    got = admin.post(f"{path}/terminate")
+    # Pulsar's managed ledger: entry -1 of the current ledger, before the first entry
+    assert (got["ledgerId"], got["entryId"]) == (current, -1)
