@@ -14,7 +14,8 @@ from core import _native
 from core._bridge import NativeBridge
 from core.format import EntryFormatError, MessageMetadata
 
-__all__ = ["entry_metadata", "Entry", "Position", "Storage", "ManagedLedger", "Cursor", "EARLIEST", "LATEST"]
+__all__ = ["entry_metadata", "Entry", "Position", "Storage", "ManagedLedger", "Cursor", "EARLIEST", "LATEST",
+           "last_confirmed_entry"]
 
 EARLIEST = True
 LATEST = False
@@ -104,6 +105,17 @@ def _added(raw: list[tuple[int, int, int, int]]) -> list[tuple[Position, int, in
     """The native add's (ledger, entry, index, publish time) rows as (position, index,
     publish time)."""
     return [(Position(le, en), idx, ts) for le, en, idx, ts in raw]
+
+
+def last_confirmed_entry(stats: dict[str, Any]) -> Position:
+    """The last confirmed entry as Pulsar's managed ledger reports it, from the managed
+    ledger's ``stats()``: before the first entry, entry -1 of the current ledger; with no
+    ledger at all, (-1, -1)."""
+    last = stats.get("last_confirmed")
+    if last is not None:
+        return Position(*last)
+    current = stats.get("current_ledger_id")
+    return Position(current, -1) if current is not None else Position(-1, -1)
 
 
 class ManagedLedger:

@@ -34,14 +34,13 @@ from core._throttle import RateWindow, rate_limits, window_allowance
 from core.format import EntryFormatError
 from core.naming import TopicName
 from core.policies import ConflictError, PreconditionError
-from core.storage import Entry, ManagedLedger, Position, entry_metadata
+from core.storage import Entry, ManagedLedger, Position, entry_metadata, last_confirmed_entry
 from core.subscription import Consumer, ConsumerBusyError, Subscription, SubType
 
 if TYPE_CHECKING:
     from core.broker import BrokerService
 
 __all__ = [
-    "last_confirmed_entry",
     "ProducerAccessMode",
     "Producer",
     "PersistentTopic",
@@ -90,17 +89,6 @@ class ProducerAccessMode(enum.IntEnum):
     Exclusive = 1
     WaitForExclusive = 2
     ExclusiveWithFencing = 3
-
-
-def last_confirmed_entry(stats: dict[str, Any]) -> Position:
-    """The last confirmed entry as Pulsar's managed ledger reports it, from the managed
-    ledger's ``stats()``: before the first entry, entry -1 of the current ledger; with no
-    ledger at all, (-1, -1)."""
-    last = stats.get("last_confirmed")
-    if last is not None:
-        return Position(*last)
-    current = stats.get("current_ledger_id")
-    return Position(current, -1) if current is not None else Position(-1, -1)
 
 
 class NotAllowedError(PreconditionError):
@@ -803,7 +791,7 @@ class PersistentTopic:
 
     async def terminate(self) -> Position:
         """Take no more messages, persistently; returns the last message's position
-        (:func:`last_confirmed_entry`)."""
+        (:func:`core.storage.last_confirmed_entry`)."""
         self.terminated_at = Position(-1, -1)  # refuse new sends while the queue drains
         with trio.fail_after(float(self.broker.config.get("bookkeeperClientTimeoutInSeconds", 30))):
             while self._pending or self._in_flight:

@@ -15,8 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core.autorecovery import LEDGERS_ROOT
-from core.storage import Position
-from core.topic import last_confirmed_entry
+from core.storage import Position, last_confirmed_entry
 
 from .brokers import broker_id
 
