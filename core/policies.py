@@ -270,10 +270,12 @@ class PolicyStore:
         if self.metadata.exists(path):
             self.metadata.delete(path)
 
-    def effective(self, topic: TopicName, namespace_policies: dict[str, Any]) -> dict[str, Any]:
-        """The namespace's policies with the topic's own overrides applied."""
+    def effective(self, topic: TopicName, namespace_policies: dict[str, Any],
+                  own: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The namespace's policies with the topic's own overrides applied: those stored,
+        or ``own`` (a change weighed before it is stored)."""
         merged = dict(namespace_policies)
-        for key, value in self.topic_policies(topic).items():
+        for key, value in (self.topic_policies(topic) if own is None else own).items():
             if key in TOPIC_POLICY_KEYS and value is not None:
                 merged[key] = value
         return merged

@@ -11,7 +11,7 @@ a requested one is accepted as long as it is -1 or positive.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core.autorecovery import bookies
 from core.broker import TopicNotFoundError
@@ -103,26 +103,6 @@ def _partitioned_path(name: TopicName) -> str:
     return f"/admin/partitioned-topics/{name.storage_name}"
 
 
-def _keep_copies(h: KafkaProtocolHandler, name: TopicName, copies: int) -> None:
-    """Store a topic's replication factor as its persistence policy: every entry written
-    to ``copies`` bookies (ensemble and write quorum), acknowledged once the broker's ack
-    quorum of them (at most ``copies``) has it, as Kafka's acks=all waits for
-    min.insync.replicas."""
-    ack = min(copies, int(h.config.get("managedLedgerDefaultAckQuorum")))
-
-    def change(p: dict[str, Any]) -> None:
-        p["persistence"] = {**(p.get("persistence") or {}), "bookkeeperEnsemble": copies,
-                            "bookkeeperWriteQuorum": copies, "bookkeeperAckQuorum": ack}
-
-    h.broker.policies.update_topic_policies(name, change)
-
-
-def _copies(h: KafkaProtocolHandler, name: TopicName) -> int:
-    """How many bookies each entry of the topic is written to: its write quorum."""
-    return int(h.broker.ml_config(h.broker.policies.effective(
-        name, h.broker.namespace_policies(name.namespace_name)))["write_quorum"])
-
-
 async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
     b = req.body
     out = []
@@ -162,7 +142,8 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
             res.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
             res.error_message = f"Topic '{t.name}' already exists."
             continue
-        copies = t.replication_factor if t.replication_factor > 0 else _copies(h, name)
+        copies = t.replication_factor if t.replication_factor > 0 else \
+            int(h.configs.storage_settings(name)["write_quorum"])
         try:
             configs = validate_all(t.configs)
             insync = dict(configs).get("min.insync.replicas")
@@ -180,7 +161,7 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
                 res.error_message = str(exc)
                 continue
             if t.replication_factor > 0:
-                _keep_copies(h, name, t.replication_factor)
+                h.configs.keep_copies(name, t.replication_factor)
             if configs:
                 await h.configs.store(name, configs)
         res.topic_id = topic_uuid(str(name))

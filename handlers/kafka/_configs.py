@@ -237,31 +237,37 @@ class TopicConfigs:
         out = [(k, v, SOURCE_DYNAMIC_TOPIC if own else SOURCE_DEFAULT) for k, v, own in found]
         out.append(("compression.type", "producer", SOURCE_DEFAULT))
         out.append(("message.timestamp.type", "CreateTime", SOURCE_DEFAULT))
-        quorums = self._quorums(name)
+        quorums = self.storage_settings(name)
         own = ACK_QUORUM in (policies.topic_policies(name).get(PERSISTENCE) or {})
         out.append(("min.insync.replicas", str(quorums["ack_quorum"]),
                     SOURCE_DYNAMIC_TOPIC if own else SOURCE_STATIC_BROKER))
         return sorted(out)
 
-    def _quorums(self, name: TopicName, policies: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The storage settings of the topic (its quorums among them), from its policies
-        as they are or as ``policies`` would make them."""
+    def storage_settings(self, name: TopicName, own: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The storage settings (quorums among them) the topic's policies give it: those
+        stored, or the topic policies ``own``."""
         broker = self.h.broker
-        ns = self._namespace_policies(name)
-        effective = broker.policies.effective(name, ns)
-        if policies is not None:
-            effective = {**effective, PERSISTENCE: {**(effective.get(PERSISTENCE) or {}),
-                                                    **(policies.get(PERSISTENCE) or {})}}
-            if PERSISTENCE in policies and ACK_QUORUM not in policies[PERSISTENCE]:
-                effective[PERSISTENCE].pop(ACK_QUORUM, None)
-        return broker.ml_config(effective)
+        return broker.ml_config(broker.policies.effective(name, self._namespace_policies(name), own))
+
+    def keep_copies(self, name: TopicName, copies: int) -> None:
+        """Store a topic's replication factor as its persistence policy: every entry
+        written to ``copies`` bookies (ensemble and write quorum), acknowledged once the
+        broker's ack quorum of them (at most ``copies``) has it, as Kafka's acks=all waits
+        for min.insync.replicas."""
+        ack = min(copies, int(self.h.config.get("managedLedgerDefaultAckQuorum")))
+
+        def change(p: dict[str, Any]) -> None:
+            p[PERSISTENCE] = {**(p.get(PERSISTENCE) or {}), "bookkeeperEnsemble": copies,
+                              "bookkeeperWriteQuorum": copies, ACK_QUORUM: ack}
+
+        self.h.broker.policies.update_topic_policies(name, change)
 
     async def store(self, name: TopicName, given: Sequence[tuple[str, str | None]], *,
                     replace: bool = False) -> None:
         """Apply validated changes to the topic's policies (``replace``: AlterConfigs,
         every config not given goes back to its default). Loaded partitions take them at
-        once; when the retention changed they are reopened, since the storage reads its
-        retention when it opens."""
+        once; when the retention or the persistence (quorums) changed they are reopened,
+        since the storage reads those when it opens."""
         policies = self.h.broker.policies
         changes = list(given)
         if replace:
@@ -279,7 +285,7 @@ class TopicConfigs:
             # bookies it is written to
             trial = dict(policies.topic_policies(name))
             apply(trial, changes)
-            quorums = self._quorums(name, trial)
+            quorums = self.storage_settings(name, trial)
             check_insync(quorums["ack_quorum"], quorums["write_quorum"])
         before: list[Any] = []
 
