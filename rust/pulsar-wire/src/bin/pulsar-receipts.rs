@@ -22,7 +22,7 @@ use magnetar_pulsar_wire::control::{
     TYPE_PARTITIONED_METADATA_RESPONSE, TYPE_PING, TYPE_PONG, TYPE_PRODUCER, TYPE_PRODUCER_SUCCESS,
     TYPE_SUCCESS,
 };
-use magnetar_pulsar_wire::{scan_send, write_send_receipt, Receipt, TYPE_SEND};
+use magnetar_pulsar_wire::{scan_send, write_send_receipt, Receipt};
 
 const MAX_MESSAGE_SIZE: u64 = 5 * 1024 * 1024;
 const MAX_FRAME: usize = MAX_MESSAGE_SIZE as usize + 64 * 1024;
@@ -77,7 +77,7 @@ impl Connection {
                 ])
             }
             TYPE_CLOSE_PRODUCER => write_command(out, TYPE_SUCCESS, &[Field::Varint(1, request_id()?)]),
-            TYPE_SEND => return None, // not a plain SEND (a chunk, a transaction): not served
+            // anything else, a SEND that is not plain (a chunk, a transaction) among them
             _ => return None,
         };
         written.ok().map(|_| ())
