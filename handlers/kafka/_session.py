@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from handlers._serve import Outbox
+from handlers._serve import Outbox, Reader
 from handlers.kafka._codec import (
     NEED_DATA,
     Data,
@@ -80,8 +80,7 @@ class KafkaSession:
         self.handler = handler
         self.stream = stream
         self.codec = KafkaConnection(max_request_size=handler.max_request_size)
-        # A socket stream can be read straight into a large frame's buffer.
-        self._sock = getattr(stream, "socket", None)
+        self._read = Reader(stream)
         self._slots: deque[_Slot] = deque()
         self.outbox = Outbox(stream)
         self._room = trio.Semaphore(MAX_IN_FLIGHT)
@@ -104,15 +103,15 @@ class KafkaSession:
     async def _receive(self) -> bool:
         """Read what the socket has into the codec; False at end of stream. A large frame
         under way is read straight into its own buffer."""
-        sock = self._sock
-        view = self.codec.receive_buffer() if sock is not None else None
-        if sock is None or view is None:
-            data = await self.stream.receive_some(READ_SIZE)
+        # A socket stream is read straight into a large frame's buffer.
+        view = self.codec.receive_buffer() if self._read.direct else None
+        if view is None:
+            data = await self._read.receive(READ_SIZE)
             self._active_at = trio.current_time()
             self.codec.receive_data(data)
             return bool(data)
         with view:
-            n: int = await sock.recv_into(view)
+            n = await self._read.receive_into(view)
         self._active_at = trio.current_time()
         self.codec.received_into(n)
         return n > 0

@@ -61,7 +61,7 @@ from core.topic import (
     TopicTerminatedError,
 )
 from core.writes import flush_at_end, write_batch
-from handlers._serve import Outbox, ReadLimit
+from handlers._serve import Outbox, Reader, ReadLimit
 from handlers.pulsar import _events as ev
 from handlers.pulsar._codec import (
     NEED_DATA,
@@ -189,6 +189,7 @@ class PulsarSession:
         self.stream = stream
         self.codec = PulsarConnection(max_message_size=int(self.config.get("maxMessageSize")))
         self.outbox = Outbox(stream)
+        self._read = Reader(stream)
         self.outbox.on_writable = self._writable_again
         self._held: set[PersistentTopic] = set()
         self.producers: dict[int, Producer] = {}
@@ -231,7 +232,7 @@ class PulsarSession:
         while True:
             if self._sends.paused or self.handler.publish_buffer.paused:
                 await self._wait_reads_resumed()
-            data = await self.stream.receive_some(READ_SIZE)
+            data = await self._read.receive(READ_SIZE)
             if not data:
                 return
             self.last_received = time.monotonic()
