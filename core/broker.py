@@ -242,8 +242,10 @@ class BrokerService:
         retention = pol.get("retention_policies") or {}
         rt = retention.get("retentionTimeInMinutes", c.get("defaultRetentionTimeInMinutes"))
         rs = retention.get("retentionSizeInMB", c.get("defaultRetentionSizeInMB"))
-        # A namespace's or topic's persistence policy replaces the broker's defaults.
+        # A namespace's or topic's persistence policy replaces the broker's defaults, and a
+        # topic's ledger rollover policy (Kafka's segment.ms and segment.bytes) its rollover.
         persistence = pol.get("persistence") or {}
+        rollover = pol.get("ledger_rollover") or {}
         return {
             "ensemble_size": int(persistence.get("bookkeeperEnsemble",
                                                  c.get("managedLedgerDefaultEnsembleSize"))),
@@ -253,7 +255,9 @@ class BrokerService:
                                               c.get("managedLedgerDefaultAckQuorum"))),
             "max_entries_per_ledger": int(c.get("managedLedgerMaxEntriesPerLedger")),
             "min_rollover_time_ms": int(float(c.get("managedLedgerMinLedgerRolloverTimeMinutes")) * 60_000),
-            "max_ledger_size_mb": int(c.get("managedLedgerMaxSizePerLedgerMbytes")),
+            "max_rollover_time_ms": int(rollover.get(
+                "rolloverTimeInMillis", float(c.get("managedLedgerMaxLedgerRolloverTimeMinutes")) * 60_000)),
+            "max_ledger_size_mb": int(rollover.get("rolloverSizeInMB", c.get("managedLedgerMaxSizePerLedgerMbytes"))),
             "retention_time_ms": -1 if int(rt) < 0 else int(rt) * 60_000,
             "retention_size_mb": int(rs),
             "mark_delete_rate_per_sec": float(persistence.get(

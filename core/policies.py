@@ -57,6 +57,8 @@ TOPIC_POLICY_KEYS = (
     "replication_clusters",
     "max_message_size",
     "autoSubscriptionCreationOverride",
+    "ledger_rollover",
+    "message_timestamp_type",
 )
 
 

@@ -115,6 +115,29 @@ def _persistence(body: Any, request: Request) -> Any:
             "managedLedgerMaxMarkDeleteRate": float(rate)}
 
 
+def _ledger_rollover(body: Any, request: Request) -> Any:
+    """A topic's own ledger rollover (Kafka's segment.ms and segment.bytes): either field
+    may be left out, and the broker's setting applies to it."""
+    data = body_object(body, "LedgerRollover")
+    out = {}
+    for key in ("rolloverTimeInMillis", "rolloverSizeInMB"):
+        if data.get(key) is not None:
+            n = body_int(data[key], key)
+            if n < 1:
+                raise RestError(412, f"Invalid value for {key}: must be >= 1")
+            out[key] = n
+    return out
+
+
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+def _timestamp_type(body: Any, request: Request) -> Any:
+    if body not in TIMESTAMP_TYPES:
+        raise RestError(412, f"Invalid message timestamp type {body!r}: one of {', '.join(TIMESTAMP_TYPES)}")
+    return body
+
+
 def _max_count(what: str) -> Callable[[Any, Request], Any]:
     def parse(body: Any, request: Request) -> Any:
         return _non_negative(body, what)
@@ -215,9 +238,13 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
                _max_count("maxUnackedMessagesOnSubscription")),
 )
 
-#: Policies a topic has but a namespace does not (Pulsar's topic-level ``maxMessageSize``).
+#: Policies a topic has but a namespace does not: Pulsar's topic-level ``maxMessageSize``,
+#: and Magnetar's for Kafka's segment configs (``ledgerRollover``) and the record times
+#: Kafka consumers see (``messageTimestampType``, CreateTime unless set).
 TOPIC_POLICY_SPECS: tuple[PolicySpec, ...] = (
     PolicySpec("maxMessageSize", "max_message_size", _max_count("maxMessageSize")),
+    PolicySpec("ledgerRollover", "ledger_rollover", _ledger_rollover, reload=True),
+    PolicySpec("messageTimestampType", "message_timestamp_type", _timestamp_type),
 )
 
 

@@ -2,30 +2,58 @@
 
 A Kafka topic's configs (set by CreateTopics, AlterConfigs or IncrementalAlterConfigs)
 are stored as the Magnetar topic's own policies, so the admin REST API shows them
-(``/admin/v2/persistent/t/ns/x/retention``, ``.../maxMessageSize``) and the storage
-applies them, and DescribeConfigs reports them back:
+(``/admin/v2/persistent/t/ns/x/retention``, ``.../maxMessageSize``, ``.../ledgerRollover``)
+and the storage applies them, and DescribeConfigs reports them back:
 
-=================== ========================================= ==========================
-Kafka config        Magnetar topic policy                     note
-=================== ========================================= ==========================
-retention.ms        retention_policies.retentionTimeInMinutes whole minutes (rounded up);
-                                                              -1 (or unset) no time limit
-retention.bytes     retention_policies.retentionSizeInMB      whole MiB (rounded up);
-                                                              -1 (or unset) no size limit
-max.message.bytes   max_message_size (``maxMessageSize``)     largest record batch
-min.insync.replicas persistence.bookkeeperAckQuorum           bookies an entry is on
-                                                              before it is acknowledged;
-                                                              at most the write quorum
-cleanup.policy      (none)                                    only ``delete``
-=================== ========================================= ==========================
+====================== ============================================ =======================
+Kafka config           Magnetar topic policy                        note
+====================== ============================================ =======================
+retention.ms           retention_policies.retentionTimeInMinutes    whole minutes (rounded
+                                                                    up); -1 (or unset) no
+                                                                    time limit
+retention.bytes        retention_policies.retentionSizeInMB         whole MiB (rounded up);
+                                                                    -1 (or unset) no size
+                                                                    limit
+max.message.bytes      max_message_size (``maxMessageSize``)        largest record batch
+min.insync.replicas    persistence.bookkeeperAckQuorum              bookies an entry is on
+                                                                    before it is
+                                                                    acknowledged; at most
+                                                                    the write quorum
+segment.ms             ledger_rollover.rolloverTimeInMillis         a ledger this old rolls
+                       (``ledgerRollover``)                         over at its next write
+segment.bytes          ledger_rollover.rolloverSizeInMB             whole MiB (rounded up):
+                       (``ledgerRollover``)                         a ledger holding this
+                                                                    much rolls over at its
+                                                                    next write
+message.timestamp.type message_timestamp_type                       ``CreateTime`` or
+                       (``messageTimestampType``)                   ``LogAppendTime``
+cleanup.policy         (none)                                       only ``delete``
+====================== ============================================ =======================
 
 Retention in Magnetar is Pulsar's: it bounds how long (and how much) data that every
 subscription has consumed is kept. Kafka consumer groups hold no subscription, so a topic
 a Kafka client creates gets Kafka's default as its own ``retention.ms``
 (``log.retention.hours``, a week), and a config reset or deleted goes back to that, not to
 the namespace's retention. ``cleanup.policy=compact`` is refused, since Magnetar
-does not compact topics by itself. Any other name, and a value that is not a valid
-number for its key, is INVALID_CONFIG with a message naming it, as Kafka answers.
+does not compact topics by itself. Any other name, and a value that is not valid for its
+key, is INVALID_CONFIG with a message naming it, as Kafka answers.
+
+A Kafka segment is a Magnetar ledger. ``segment.ms`` and ``segment.bytes`` are the topic's
+own ``managedLedgerMaxLedgerRolloverTimeMinutes`` (in milliseconds here) and
+``managedLedgerMaxSizePerLedgerMbytes``; unset, the broker's apply, and DescribeConfigs
+reports those (not Kafka's week and GiB), as what the storage does. The size rule, like
+Pulsar's, waits for ``managedLedgerMinLedgerRolloverTimeMinutes``: a younger ledger is not
+rolled over for size, however full (the age rule has no such wait). A size past the largest
+INT (2048 MiB) is reported as that INT. Changing either reopens the topic's loaded
+partitions, as a retention change does, since the storage reads them when it opens.
+
+With ``message.timestamp.type=LogAppendTime`` a fetched record batch carries the timestamp
+type bit (attributes bit 3) and, as its max timestamp, the entry's broker publish time,
+which Kafka consumers then take as every record's timestamp (the protocol guide, "Record
+Batch"); the Produce response's ``log_append_time_ms`` is that time, and ListOffsets by
+time searches by it. The producer's own times stay stored, so Pulsar consumers and a later
+change back to ``CreateTime`` see them. A transactional batch is stored only when its
+transaction commits, so its Produce response has no append time yet (-1).
 """
 
 from __future__ import annotations
@@ -49,6 +77,9 @@ __all__ = [
     "validate",
     "apply",
     "topic_values",
+    "segment_values",
+    "TIMESTAMP_TYPE",
+    "LOG_APPEND_TIME",
     "TopicConfigs",
     "validate_all",
     "check_insync",
@@ -71,6 +102,12 @@ RETENTION = "retention_policies"
 PERSISTENCE = "persistence"
 ACK_QUORUM = "bookkeeperAckQuorum"
 MAX_MESSAGE_SIZE = "max_message_size"
+LEDGER_ROLLOVER = "ledger_rollover"
+ROLLOVER_TIME = "rolloverTimeInMillis"
+ROLLOVER_SIZE = "rolloverSizeInMB"
+TIMESTAMP_TYPE = "message_timestamp_type"
+LOG_APPEND_TIME = "LogAppendTime"
+CREATE_TIME = "CreateTime"
 MINUTE_MS = 60_000
 MIB = 1024 * 1024
 INT32_MAX = 0x7FFFFFFF
@@ -86,34 +123,56 @@ class ConfigError(ProtocolError):
 
 @dataclass(frozen=True, slots=True)
 class _Long:
-    """A numeric config: its least allowed value and its largest."""
+    """A numeric config: its least allowed value and its largest (Kafka's INT or LONG:
+    past it, a value does not parse as the type)."""
 
     minimum: int
     maximum: int = INT64_MAX
 
-    def parse(self, name: str, value: str) -> int:
+    def parse(self, name: str, value: str) -> str:
+        kind = "INT" if self.maximum == INT32_MAX else "LONG"
         try:
             n = int(value.strip())
         except ValueError:
+            n = None
+        if n is None or n > self.maximum:
             raise ConfigError(f"Invalid value {value} for configuration {name}: "
-                              "Not a number of type LONG") from None
-        if not self.minimum <= n <= self.maximum:
+                              f"Not a number of type {kind}")
+        if n < self.minimum:
             raise ConfigError(f"Invalid value {value} for configuration {name}: "
                               f"Value must be at least {self.minimum}")
-        return n
+        return str(n)
 
 
-TOPIC_CONFIGS: dict[str, _Long | None] = {
+@dataclass(frozen=True, slots=True)
+class _OneOf:
+    """A string config with a fixed set of values (Kafka's ``ValidString``)."""
+
+    values: tuple[str, ...]
+
+    def parse(self, name: str, value: str) -> str:
+        if value.strip() not in self.values:
+            raise ConfigError(f"Invalid value {value} for configuration {name}: "
+                              f"String must be one of: {', '.join(self.values)}")
+        return value.strip()
+
+
+TOPIC_CONFIGS: dict[str, _Long | _OneOf | None] = {
     "retention.ms": _Long(-1),
     "retention.bytes": _Long(-1),
     "max.message.bytes": _Long(0, INT32_MAX),
     "min.insync.replicas": _Long(1, INT32_MAX),
+    # Kafka's LegacyRecord.RECORD_OVERHEAD_V0 (Kafka 4 raised it to 1 MiB, which a ledger
+    # rounded up to whole MiB holds anyway)
+    "segment.bytes": _Long(14, INT32_MAX),
+    "segment.ms": _Long(1),
+    "message.timestamp.type": _OneOf((CREATE_TIME, LOG_APPEND_TIME)),
     "cleanup.policy": None,
 }
 """The topic configs Magnetar applies; ``None`` marks the list-valued cleanup.policy."""
 
 
-def known(name: str) -> _Long | None:
+def known(name: str) -> _Long | _OneOf | None:
     """The kind of a config Magnetar applies (ConfigError for any other name)."""
     if name not in TOPIC_CONFIGS:
         raise ConfigError(f"Unknown topic config name: {name} (Magnetar applies "
@@ -127,7 +186,7 @@ def validate(name: str, value: str | None) -> str:
     if value is None:
         raise ConfigError(f"Null value not supported for topic config: {name}")
     if kind is not None:
-        return str(kind.parse(name, value))
+        return kind.parse(name, value)
     policies = [p.strip() for p in value.split(",") if p.strip()]
     if policies != ["delete"]:
         raise ConfigError(f"Invalid value {value} for configuration cleanup.policy: "
@@ -159,15 +218,31 @@ def apply(policies: dict[str, Any], changes: Iterable[tuple[str, str | None]]) -
         elif name in ("retention.ms", "retention.bytes"):
             _apply_retention(policies, name, value)
         elif name == "min.insync.replicas":
-            persistence = dict(policies.get(PERSISTENCE) or {})
+            _set_field(policies, PERSISTENCE, ACK_QUORUM, None if value is None else int(value))
+        elif name == "segment.ms":
+            _set_field(policies, LEDGER_ROLLOVER, ROLLOVER_TIME, None if value is None else int(value))
+        elif name == "segment.bytes":
+            _set_field(policies, LEDGER_ROLLOVER, ROLLOVER_SIZE,
+                       None if value is None else _ceil_div(int(value), MIB))
+        elif name == "message.timestamp.type":
             if value is None:
-                persistence.pop(ACK_QUORUM, None)
+                policies.pop(TIMESTAMP_TYPE, None)
             else:
-                persistence[ACK_QUORUM] = int(value)
-            if persistence:
-                policies[PERSISTENCE] = persistence
-            else:
-                policies.pop(PERSISTENCE, None)
+                policies[TIMESTAMP_TYPE] = value
+
+
+def _set_field(policies: dict[str, Any], key: str, field: str, value: Any) -> None:
+    """Set (or, with None, remove) one field of the policy ``key``, which is removed once
+    it has no fields left."""
+    policy = dict(policies.get(key) or {})
+    if value is None:
+        policy.pop(field, None)
+    else:
+        policy[field] = value
+    if policy:
+        policies[key] = policy
+    else:
+        policies.pop(key, None)
 
 
 def _apply_retention(policies: dict[str, Any], name: str, value: str | None) -> None:
@@ -208,6 +283,22 @@ def topic_values(topic_policies: dict[str, Any], effective: dict[str, Any],
     ]
 
 
+def segment_values(settings: dict[str, Any], own_rollover: dict[str, Any]
+                   ) -> list[tuple[str, str, int]]:
+    """``segment.bytes`` and ``segment.ms`` as the storage ``settings`` (the managed ledger
+    config the topic opens with) have them; their source is the topic when its own
+    ``ledger_rollover`` policy sets them. Past the largest INT a size shows as that INT, and
+    a broker that rolls no ledger over for age as the largest LONG."""
+    size = min(int(settings["max_ledger_size_mb"]) * MIB, INT32_MAX)
+    age = int(settings["max_rollover_time_ms"])
+    return [
+        ("segment.bytes", str(size),
+         SOURCE_DYNAMIC_TOPIC if ROLLOVER_SIZE in own_rollover else SOURCE_DEFAULT),
+        ("segment.ms", str(age if age > 0 else INT64_MAX),
+         SOURCE_DYNAMIC_TOPIC if ROLLOVER_TIME in own_rollover else SOURCE_DEFAULT),
+    ]
+
+
 # --------------------------------------------------------------------------- the APIs
 
 RESOURCE_TOPIC = 2
@@ -215,6 +306,8 @@ RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
+STORAGE_POLICIES = (RETENTION, PERSISTENCE, LEDGER_ROLLOVER)
+"""The policies the storage reads when a topic opens: a change reopens its partitions."""
 
 
 class TopicConfigs:
@@ -236,11 +329,15 @@ class TopicConfigs:
                              int(cfg.get("defaultRetentionSizeInMB")), self.h.max_message_size)
         out = [(k, v, SOURCE_DYNAMIC_TOPIC if own else SOURCE_DEFAULT) for k, v, own in found]
         out.append(("compression.type", "producer", SOURCE_DEFAULT))
-        out.append(("message.timestamp.type", "CreateTime", SOURCE_DEFAULT))
-        quorums = self.storage_settings(name)
-        own = ACK_QUORUM in (policies.topic_policies(name).get(PERSISTENCE) or {})
-        out.append(("min.insync.replicas", str(quorums["ack_quorum"]),
-                    SOURCE_DYNAMIC_TOPIC if own else SOURCE_STATIC_BROKER))
+        own = policies.topic_policies(name)
+        timestamps = own.get(TIMESTAMP_TYPE)
+        out.append(("message.timestamp.type", timestamps or CREATE_TIME,
+                    SOURCE_DYNAMIC_TOPIC if timestamps else SOURCE_DEFAULT))
+        settings = self.storage_settings(name)
+        out += segment_values(settings, own.get(LEDGER_ROLLOVER) or {})
+        out.append(("min.insync.replicas", str(settings["ack_quorum"]),
+                    SOURCE_DYNAMIC_TOPIC if ACK_QUORUM in (own.get(PERSISTENCE) or {})
+                    else SOURCE_STATIC_BROKER))
         return sorted(out)
 
     def storage_settings(self, name: TopicName, own: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -266,8 +363,8 @@ class TopicConfigs:
                     replace: bool = False) -> None:
         """Apply validated changes to the topic's policies (``replace``: AlterConfigs,
         every config not given goes back to its default). Loaded partitions take them at
-        once; when the retention or the persistence (quorums) changed they are reopened,
-        since the storage reads those when it opens."""
+        once; when the retention, the persistence (quorums) or the ledger rollover changed
+        they are reopened, since the storage reads those when it opens."""
         policies = self.h.broker.policies
         changes = list(given)
         if replace:
@@ -290,11 +387,11 @@ class TopicConfigs:
         before: list[Any] = []
 
         def change(p: dict[str, Any]) -> None:
-            before.append((p.get(RETENTION), p.get(PERSISTENCE)))
+            before.append(tuple(p.get(k) for k in STORAGE_POLICIES))
             apply(p, changes)
 
         after = policies.update_topic_policies(name, change)
-        reopen = before[-1] != (after.get(RETENTION), after.get(PERSISTENCE))
+        reopen = before[-1] != tuple(after.get(k) for k in STORAGE_POLICIES)
         await self.h.broker.topic_policies_changed(name, reload=reopen)
 
 

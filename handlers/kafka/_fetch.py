@@ -21,7 +21,8 @@ ListOffsets: -2 is the log start, -1 the high watermark, -3 (KIP-734, v7+) the r
 the largest timestamp, the earliest of those sharing it, found by reading the partition's
 entries from the log start; any other value the first record whose timestamp is at or
 after it, found by publish time through the native time index and then by record time
-among the entries from there.
+among the entries from there. On a topic with ``message.timestamp.type=LogAppendTime`` a
+record's time is its entry's publish time, as fetched.
 """
 
 from __future__ import annotations
@@ -177,11 +178,13 @@ async def _list_one(h: KafkaProtocolHandler, topic: str, partition: int, ts: int
     return res
 
 
-def _records_of(e: Entry) -> Iterator[tuple[int, int]]:
-    """(offset, timestamp) of each record of a stored entry."""
+def _records_of(plog: PartitionLog, e: Entry) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of each record of a stored entry: with log append times, the
+    entry's publish time."""
     base = e.index - e.num_messages + 1
+    append_time = plog.log_append_time
     for rec in _mapping.records_from_entry(e.data, e.publish_time):
-        yield base + rec.offset_delta, rec.timestamp
+        yield base + rec.offset_delta, e.publish_time if append_time else rec.timestamp
 
 
 async def _first_at_or_after(plog: PartitionLog, ts: int) -> tuple[int, int] | None:
@@ -191,7 +194,7 @@ async def _first_at_or_after(plog: PartitionLog, ts: int) -> tuple[int, int] | N
     if pos is None:
         return None
     for e in await ml.read_entries(pos, TIMESTAMP_SCAN_ENTRIES):
-        for offset, rec_ts in _records_of(e):
+        for offset, rec_ts in _records_of(plog, e):
             if rec_ts >= ts:
                 return offset, rec_ts
     return None
@@ -209,7 +212,7 @@ async def _max_timestamp(plog: PartitionLog, start: int, hw: int) -> tuple[int, 
     while pos is not None:
         entries = await ml.read_entries(pos, TIMESTAMP_SCAN_ENTRIES)
         for e in entries:
-            for offset, rec_ts in _records_of(e):
+            for offset, rec_ts in _records_of(plog, e):
                 if start <= offset < hw and (best is None or rec_ts > best[1]):
                     best = offset, rec_ts
         if not entries or entries[-1].index >= hw - 1:

@@ -61,20 +61,23 @@ def topic_error(exc: BaseException) -> int:
 
 
 class Pending:
-    """The outcome of one stored batch: its base offset or an error code, once known.
-    Whoever waits on it either awaits :meth:`wait` or registers a callback, which runs
-    where the outcome is set (no task of its own)."""
+    """The outcome of one stored batch: its base offset (and, on a topic with
+    ``message.timestamp.type=LogAppendTime``, its append time) or an error code, once
+    known. Whoever waits on it either awaits :meth:`wait` or registers a callback, which
+    runs where the outcome is set (no task of its own)."""
 
-    __slots__ = ("base_offset", "error", "finished", "_callbacks")
+    __slots__ = ("base_offset", "log_append_time", "error", "finished", "_callbacks")
 
     def __init__(self) -> None:
         self.base_offset = -1
+        self.log_append_time = -1
         self.error = 0
         self.finished = False
         self._callbacks: list[Callable[[], None]] | None = None
 
-    def done(self, base_offset: int, error: int = 0) -> None:
+    def done(self, base_offset: int, error: int = 0, *, log_append_time: int = -1) -> None:
         self.base_offset = base_offset
+        self.log_append_time = log_append_time
         self.error = error
         self.finished = True
         callbacks, self._callbacks = self._callbacks, None
@@ -125,13 +128,14 @@ class ProduceReply(Later):
     def body(self) -> Data:
         by_topic: dict[str, list[Data]] = {}
         for name, index, error, pendings in self._slots:
-            # The partition's error, else the first of its batches'; its base offset is
-            # its first batch's.
+            # The partition's error, else the first of its batches'; its base offset and
+            # log append time are its first batch's.
             error = error or next((p.error for p in pendings if p.error), 0)
-            base = pendings[0].base_offset if pendings else -1
+            first = pendings[0] if pendings and not error else None
             by_topic.setdefault(name, []).append(Data(
-                index=index, error_code=error, base_offset=base if not error else -1,
-                log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                index=index, error_code=error, base_offset=first.base_offset if first else -1,
+                log_append_time_ms=first.log_append_time if first else -1,
+                log_start_offset=-1, record_errors=[],
                 error_message=None))
         return Data(responses=[Data(name=n, partition_responses=ps) for n, ps in by_topic.items()],
                     throttle_time_ms=0)
@@ -203,13 +207,14 @@ def publish_batch(plog: PartitionLog, batch: RecordBatch, pending: Pending,
             pending.done(-1, ErrorCode.MESSAGE_TOO_LARGE if too_large else ErrorCode.NOT_ENOUGH_REPLICAS)
             return
         base = result.index - n + 1
-        pending.done(base)
+        pending.done(base, log_append_time=result.publish_time if plog.log_append_time else -1)
         if cacheable and result.position is not None:
             # Kafka consumers of this entry get the producer's own batch: only the base
-            # offset (outside the CRC) changes.
+            # offset (outside the CRC) changes, and, with log append times, the batch's
+            # timestamp type and max timestamp.
             with memoryview(batch.raw) as raw:  # one copy, not a slice and a concatenation
-                plog.owner.cache.put((plog.key, result.position),
-                                     b"".join((_BASE.pack(base), raw[8:])))
+                plog.owner.cache.put(plog.cache_key(result.position), plog.served(
+                    b"".join((_BASE.pack(base), raw[8:])), result.publish_time))
 
     cacheable = bool(batch.raw) and not batch.is_transactional and contiguous
     plog.topic.publish(entry, n, None, 0, done, hold=hold)
@@ -272,7 +277,8 @@ async def recover_producers(plog: PartitionLog) -> None:
                 st = seen[pid] = ProducerState(epoch, last)
             st.last_sequence = last
             done = Pending()
-            done.done(e.index - e.num_messages + 1)
+            done.done(e.index - e.num_messages + 1,
+                      log_append_time=e.publish_time if plog.log_append_time else -1)
             st.recent[(first, last)] = done
             while len(st.recent) > RECENT_BATCHES:
                 st.recent.popitem(last=False)

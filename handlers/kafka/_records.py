@@ -59,6 +59,7 @@ __all__ = [
     "with_records",
     "encode_batch",
     "encode_control_batch",
+    "with_log_append_time",
     "compress",
     "decompress",
     "BATCH_HEADER_SIZE",
@@ -83,6 +84,10 @@ MAX_RECORDS_PER_BATCH = 1 << 20
 _HEAD = struct.Struct(">qiibIhiqqqhii")
 _CRC_FROM = 21  # offset of attributes: everything from here on is checksummed
 _I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_CRC_AT = 17
+_MAX_TIMESTAMP_AT = 35
 _I32 = struct.Struct(">i")
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
@@ -511,6 +516,23 @@ def encode_batch(records: Sequence[Record], *, base_offset: int, compression: in
     crc = _crc32c.crc32c(tail)
     batch_length = 4 + 1 + 4 + len(tail)
     return struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, 2, crc) + tail
+
+
+def with_log_append_time(batch: bytes, append_time: int) -> bytes:
+    """One encoded v2 record batch as a topic with ``message.timestamp.type=LogAppendTime``
+    returns it: the timestamp type bit set and ``maxTimestamp`` the append time, which a
+    reader takes as every record's timestamp; the CRC is computed again. This is the change
+    a Kafka broker makes in place, leaving the records (and their own deltas) as they
+    were."""
+    if len(batch) < BATCH_HEADER_SIZE:
+        raise ValueError(f"a record batch of {len(batch)} bytes is shorter than its header")
+    out = bytearray(batch)
+    _I16.pack_into(out, _CRC_FROM, _I16.unpack_from(out, _CRC_FROM)[0] | TIMESTAMP_TYPE_BIT)
+    _I64.pack_into(out, _MAX_TIMESTAMP_AT, append_time)
+    with memoryview(out) as view:
+        crc = _crc32c.crc32c(view[_CRC_FROM:])
+    _U32.pack_into(out, _CRC_AT, crc)
+    return bytes(out)
 
 
 def encode_control_batch(*, base_offset: int, producer_id: int, producer_epoch: int,

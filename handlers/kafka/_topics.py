@@ -28,6 +28,7 @@ from core.naming import InvalidNameError, TopicName
 from core.storage import Entry, Position
 from core.topic import PersistentTopic
 from handlers.kafka import _configs, _mapping
+from handlers.kafka._records import with_log_append_time
 
 __all__ = ["DEFAULT_RETENTION_HOURS", "KafkaTopics", "PartitionLog", "ProducerState", "BatchCache"]
 
@@ -52,6 +53,10 @@ def _next_offset(batch: bytes) -> int:
     return int(_BASE_OFFSET.unpack_from(batch, 0)[0]) + int(_LAST_DELTA.unpack_from(batch, 23)[0]) + 1
 
 
+CacheKey = tuple[str, bool, Position]
+"""A cached batch's topic, whether it is served with log append times, and its entry."""
+
+
 class BatchCache:
     """Encoded record batches by entry position, bounded in bytes (consumers reading the
     same data, or re-reading after a rebalance, are served without re-encoding)."""
@@ -59,15 +64,15 @@ class BatchCache:
     def __init__(self, max_bytes: int = 128 * 1024 * 1024):
         self.max_bytes = max_bytes
         self.size = 0
-        self._items: OrderedDict[tuple[str, Position], bytes] = OrderedDict()
+        self._items: OrderedDict[CacheKey, bytes] = OrderedDict()
 
-    def get(self, key: tuple[str, Position]) -> bytes | None:
+    def get(self, key: CacheKey) -> bytes | None:
         v = self._items.get(key)
         if v is not None:
             self._items.move_to_end(key)
         return v
 
-    def put(self, key: tuple[str, Position], value: bytes) -> None:
+    def put(self, key: CacheKey, value: bytes) -> None:
         if len(value) > self.max_bytes // 4:
             return
         old = self._items.pop(key, None)
@@ -104,6 +109,19 @@ class PartitionLog:
         self._log_start_at = 0.0
         self.avg_entry_size = 1024.0
         self.recovery: Any = None  # set while/after producer state is read back
+
+    @property
+    def log_append_time(self) -> bool:
+        """Whether the topic's ``message.timestamp.type`` is LogAppendTime: Kafka clients
+        are then shown each batch's broker publish time as its records' timestamp."""
+        return self.topic.policies.get(_configs.TIMESTAMP_TYPE) == _configs.LOG_APPEND_TIME
+
+    def cache_key(self, position: Position) -> CacheKey:
+        return self.key, self.log_append_time, position
+
+    def served(self, batch: bytes, publish_time: int) -> bytes:
+        """``batch``, of an entry published at ``publish_time``, as a fetch returns it."""
+        return with_log_append_time(batch, publish_time) if self.log_append_time and batch else batch
 
     # -- offsets ---------------------------------------------------------------------------
 
@@ -165,7 +183,7 @@ class PartitionLog:
             return True
 
         while size < max_bytes:
-            cached = cache.get((self.key, pos))
+            cached = cache.get(self.cache_key(pos))
             if cached:
                 if not take(cached):
                     break
@@ -213,12 +231,13 @@ class PartitionLog:
         return out
 
     def _batch(self, e: Entry) -> bytes:
-        key = (self.key, e.position)
+        key = self.cache_key(e.position)
         cache = self.owner.cache
         got = cache.get(key)
         if got is None:
-            got = _mapping.batch_from_entry(e.data, index=e.index, num_messages=e.num_messages,
-                                            publish_time=e.publish_time)
+            got = self.served(_mapping.batch_from_entry(
+                e.data, index=e.index, num_messages=e.num_messages, publish_time=e.publish_time),
+                e.publish_time)
             cache.put(key, got)
         return got
 

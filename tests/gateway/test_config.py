@@ -51,6 +51,7 @@ EXPECTED_DEFAULTS = {
     "managedLedgerDefaultAckQuorum": 1,
     "managedLedgerMaxEntriesPerLedger": 50000,
     "managedLedgerMinLedgerRolloverTimeMinutes": 10,
+    "managedLedgerMaxLedgerRolloverTimeMinutes": 240,
     "managedLedgerMaxSizePerLedgerMbytes": 2048,
     "managedLedgerDefaultMarkDeleteRateLimit": 1.0,
     "bookiePort": 3181,

@@ -4,13 +4,22 @@ policies, reported by DescribeConfigs and the admin REST API, and applied."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -26,7 +35,7 @@ from handlers.kafka._errors import ErrorCode
 from tests._standalone import Standalone
 from tests.handlers.kafka._wire import Wire, bootstrap
 from tests.handlers.kafka.conftest import KAFKA_CONF
-from tests.handlers.kafka.test_clients import DEADLINE, wait_for
+from tests.handlers.kafka.test_clients import DEADLINE, drain_confluent, wait_for
 from tests.handlers.kafka.test_delete_records import _ledgers
 from tests.handlers.kafka.test_wire import PRODUCE, batch, produce_body
 
@@ -56,7 +65,13 @@ def _describe(admin: AdminClient, topic: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [
-    ("segment.bytes", "1", "Unknown topic config name: segment.bytes"),
+    ("segment.jitter.ms", "1", "Unknown topic config name: segment.jitter.ms"),
+    ("segment.bytes", "13", "at least 14"),
+    ("segment.bytes", "2147483648", "Not a number of type INT"),
+    ("segment.ms", "0", "at least 1"),
+    ("message.timestamp.type", "logappendtime",
+     "Invalid value logappendtime for configuration message.timestamp.type: "
+     "String must be one of: CreateTime, LogAppendTime"),
     ("retention.ms", "soon", "Not a number"),
     ("retention.ms", "-2", "at least -1"),
     ("max.message.bytes", "-1", "at least 0"),
@@ -99,6 +114,20 @@ def test_retention_maps_onto_the_retention_policy() -> None:
     assert pol == {}
     apply(pol, [("retention.ms", "-1"), ("retention.bytes", "-1")])
     assert pol == {"retention_policies": {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}}
+
+
+def test_segment_configs_map_onto_the_ledger_rollover_policy() -> None:
+    pol: dict[str, Any] = {}
+    apply(pol, [("segment.ms", validate("segment.ms", "250")),
+                ("segment.bytes", validate("segment.bytes", "14")),
+                ("message.timestamp.type", validate("message.timestamp.type", " LogAppendTime"))])
+    # segment.bytes is rounded up to whole MiB, as the ledger's size limit is kept
+    assert pol == {"ledger_rollover": {"rolloverTimeInMillis": 250, "rolloverSizeInMB": 1},
+                   "message_timestamp_type": "LogAppendTime"}
+    apply(pol, [("segment.bytes", str(5 * 1024 * 1024 + 1)), ("segment.ms", None)])
+    assert pol["ledger_rollover"] == {"rolloverSizeInMB": 6}
+    apply(pol, [("segment.bytes", None), ("message.timestamp.type", None)])
+    assert pol == {}
 
 
 # -- real clients ---------------------------------------------------------------------------
@@ -325,3 +354,161 @@ def test_the_replication_factor_is_the_number_of_bookies_each_record_is_written_
         assert all(len(set(ensemble)) == 2 for _, ensemble in record["ensembles"]), record
     finally:
         server.kill()
+
+
+def _segments(server: Standalone, topic: str, produce: Any) -> int:
+    """Ledgers of the topic's partition 0 after one more record is written."""
+    produce(topic)
+    return len(_ledgers(server, topic))
+
+
+def test_segment_ms_rolls_ledgers_over_by_age(kafka_broker: Standalone, boot: str,
+                                              unique: str) -> None:
+    """segment.ms is the age at which a ledger rolls over (at the topic's next write): set at
+    creation, or later on a topic already open, which is reopened to take it. No minimum
+    rollover time holds this rule back."""
+    created, altered, plain = f"seg-ms-{unique}", f"seg-ms-alt-{unique}", f"seg-ms-none-{unique}"
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(created, 1, config={"segment.ms": "100"}),
+                         NewTopic(altered, 1), NewTopic(plain, 1)])[created].result(DEADLINE)
+    p = Producer({"bootstrap.servers": boot, "linger.ms": 0})
+
+    def produce(topic: str) -> None:
+        p.produce(topic, b"r", partition=0)
+        assert p.flush(DEADLINE) == 0
+
+    produce(altered)  # its partition is open with the broker's rollover (4 hours)
+    res = ConfigResource(ConfigResource.Type.TOPIC, altered, incremental_configs=[
+        ConfigEntry("segment.ms", "100", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(DEADLINE)
+
+    wait_for(lambda: min(_segments(kafka_broker, t, produce) for t in (created, altered)) >= 3)
+    assert _segments(kafka_broker, plain, produce) == 1
+    for topic in (created, altered):
+        ms = _describe(admin, topic)["segment.ms"]
+        assert (ms.value, ms.source) == ("100", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+        assert _rest(kafka_broker, f"/admin/v2/persistent/public/default/{topic}/ledgerRollover") \
+            == {"rolloverTimeInMillis": 100}
+
+    # deleted: back to the broker's rollover, managedLedgerMaxLedgerRolloverTimeMinutes
+    res = ConfigResource(ConfigResource.Type.TOPIC, altered, incremental_configs=[
+        ConfigEntry("segment.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([res])[res].result(DEADLINE)
+    ms = _describe(admin, altered)["segment.ms"]
+    assert (ms.value, ms.source) == (str(240 * 60_000), ConfigSource.DEFAULT_CONFIG.value)
+    assert _rest(kafka_broker, f"/admin/v2/persistent/public/default/{altered}/ledgerRollover") is None
+
+
+def test_segment_bytes_rolls_ledgers_over_by_size(kafka_broker: Standalone, tmp_path: Path,
+                                                  unique: str) -> None:
+    """segment.bytes, rounded up to whole MiB, is the size at which a ledger rolls over,
+    once the ledger is managedLedgerMinLedgerRolloverTimeMinutes old: with the shipped 10
+    minutes a young ledger takes the same writes whole."""
+    value = b"x" * 400_000
+    config = {"segment.bytes": "14"}
+
+    def write(boot: str, topic: str) -> None:
+        p = Producer({"bootstrap.servers": boot, "linger.ms": 0})
+        for _ in range(6):  # 2.4 MB; a ledger takes writes until it holds 1 MiB: 3 each
+            p.produce(topic, value, partition=0)
+            assert p.flush(DEADLINE) == 0
+
+    young = f"seg-bytes-young-{unique}"
+    boot = bootstrap(kafka_broker.addresses)
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(young, 1, config=config)])[young].result(DEADLINE)
+    write(boot, young)
+    assert [ledger["entries"] for ledger in _ledgers(kafka_broker, young)] == [6]
+
+    server = Standalone(tmp_path, conf={**KAFKA_CONF, "managedLedgerMinLedgerRolloverTimeMinutes": 0}).start()
+    try:
+        boot = bootstrap(server.addresses)
+        admin = AdminClient({"bootstrap.servers": boot})
+        sized, plain = f"seg-bytes-{unique}", f"seg-bytes-none-{unique}"
+        admin.create_topics([NewTopic(sized, 1, config=config), NewTopic(plain, 1)])[sized].result(DEADLINE)
+        for topic in (sized, plain):
+            write(boot, topic)
+        assert [ledger["entries"] for ledger in _ledgers(server, sized)] == [3, 3]
+        assert [ledger["entries"] for ledger in _ledgers(server, plain)] == [6]
+        described = _describe(admin, sized)["segment.bytes"]
+        assert (described.value, described.source) == (str(1024 * 1024),
+                                                       ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+        assert _rest(server, f"/admin/v2/persistent/public/default/{sized}/ledgerRollover") \
+            == {"rolloverSizeInMB": 1}
+        # the broker's 2048 MiB is past Kafka's INT: it shows as the largest INT
+        default = _describe(admin, plain)["segment.bytes"]
+        assert (default.value, default.source) == ("2147483647", ConfigSource.DEFAULT_CONFIG.value)
+    finally:
+        server.kill()
+
+
+def test_log_append_time_shows_the_broker_time(kafka_broker: Standalone, boot: str,
+                                               unique: str) -> None:
+    """With message.timestamp.type=LogAppendTime the produce response and the fetched
+    records carry the broker's append time, typed LOG_APPEND_TIME, whatever time the
+    producer gave; set back to CreateTime, the producer's own times show again."""
+    topic, plain = f"lat-{unique}", f"lat-none-{unique}"
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, 1, config={"message.timestamp.type": "LogAppendTime"}),
+                         NewTopic(plain, 1)])[topic].result(DEADLINE)
+    described = _describe(admin, topic)["message.timestamp.type"]
+    assert (described.value, described.source) == ("LogAppendTime",
+                                                   ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert _rest(kafka_broker, f"/admin/v2/persistent/public/default/{topic}/messageTimestampType") \
+        == "LogAppendTime"
+    old = 1_000_000_000_000  # 2001
+    before = int(time.time() * 1000)
+    p = Producer({"bootstrap.servers": boot, "linger.ms": 0})
+    delivered: list[Any] = []
+    for target in (topic, plain):
+        for i in range(3):
+            p.produce(target, b"v%d" % i, partition=0, timestamp=old + i,
+                      on_delivery=lambda err, msg: delivered.append((err, msg.timestamp())))
+        assert p.flush(DEADLINE) == 0
+    assert all(err is None for err, _ in delivered)
+    appended = [ts for _, ts in delivered[:3]]
+    assert all(kind == TIMESTAMP_LOG_APPEND_TIME and at >= before for kind, at in appended)
+    assert [ts for _, ts in delivered[3:]] == [(TIMESTAMP_CREATE_TIME, old + i) for i in range(3)]
+
+    def fetched(name: str, n: int = 3) -> list[tuple[int, int]]:
+        c = Consumer({"bootstrap.servers": boot, "group.id": f"g-{name}-{time.monotonic_ns()}",
+                      "auto.offset.reset": "earliest"})
+        try:
+            c.subscribe([name])
+            return [m.timestamp() for m in drain_confluent(c, n)]
+        finally:
+            c.close()
+
+    assert fetched(topic) == appended
+    assert fetched(plain) == [(TIMESTAMP_CREATE_TIME, old + i) for i in range(3)]
+    # offsets by time search the append times
+    c = Consumer({"bootstrap.servers": boot, "group.id": f"g-times-{unique}"})
+    try:
+        [found] = c.offsets_for_times([TopicPartition(topic, 0, before)], timeout=DEADLINE)
+    finally:
+        c.close()
+    assert found.offset == 0
+
+    # deleted: the default (CreateTime) again, and the stored producer times with it; then
+    # LogAppendTime again, for a message a Pulsar producer wrote too (no Kafka batch of it
+    # is cached: its batch is built from storage)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("message.timestamp.type", None, incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([res])[res].result(DEADLINE)
+    described = _describe(admin, topic)["message.timestamp.type"]
+    assert (described.value, described.source) == ("CreateTime", ConfigSource.DEFAULT_CONFIG.value)
+    assert fetched(topic) == [(TIMESTAMP_CREATE_TIME, old + i) for i in range(3)]
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("message.timestamp.type", "LogAppendTime", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(DEADLINE)
+    import pulsar
+
+    client = pulsar.Client(kafka_broker.pulsar_url)
+    try:
+        client.create_producer(f"persistent://public/default/{topic}-partition-0").send(
+            b"from pulsar", event_timestamp=old)
+    finally:
+        client.close()
+    *kafka_side, (kind, at) = fetched(topic, 4)
+    assert kafka_side == appended
+    assert kind == TIMESTAMP_LOG_APPEND_TIME and at >= appended[-1][1]

@@ -35,15 +35,15 @@ def _batch(base: int, n: int) -> bytes:
 def _log(positions: dict[int, Position]) -> tuple[PartitionLog, _Ledger, BatchCache]:
     ml = _Ledger(positions)
     cache = BatchCache()
-    topic = SimpleNamespace(ml=ml, name="persistent://public/default/t-partition-0")
+    topic = SimpleNamespace(ml=ml, name="persistent://public/default/t-partition-0", policies={})
     return PartitionLog("t", 0, topic, SimpleNamespace(cache=cache)), ml, cache  # type: ignore[arg-type]
 
 
 async def test_cached_batches_are_served_without_reading_storage() -> None:
     plog, ml, cache = _log({0: Position(7, 0), 1: Position(7, 0), 3: Position(7, 1)})
     first, second = _batch(0, 3), _batch(3, 2)
-    cache.put((plog.key, Position(7, 0)), first)
-    cache.put((plog.key, Position(7, 1)), second)
+    cache.put(plog.cache_key(Position(7, 0)), first)
+    cache.put(plog.cache_key(Position(7, 1)), second)
 
     assert await plog.read(1, 1 << 20, 5) == [first, second]
     assert ml.reads == []

@@ -98,6 +98,22 @@ def test_control_batch() -> None:
     assert b.records[0].key == struct.pack(">hh", 0, rb.CONTROL_COMMIT)
 
 
+@pytest.mark.parametrize("codec", [rb.NONE, rb.ZSTD])
+def test_log_append_time_is_set_in_place(codec: int) -> None:
+    """As a Kafka broker serves a batch of a LogAppendTime topic: the same records, the
+    timestamp type bit and the append time as max timestamp, under a new CRC."""
+    recs = _records(5, random.Random(3))
+    raw = rb.encode_batch(recs, base_offset=9, compression=codec, producer_id=4)
+    served = rb.with_log_append_time(raw, 1_800_000_000_000)
+    assert served == rb.encode_batch(recs, base_offset=9, compression=codec, producer_id=4,
+                                     log_append_time=1_800_000_000_000)
+    [b] = rb.decode_batches(served)  # the CRC is checked
+    assert (b.log_append_time, b.max_timestamp, b.compression) == (True, 1_800_000_000_000, codec)
+    assert b.records == recs
+    with pytest.raises(ValueError):
+        rb.with_log_append_time(raw[:rb.BATCH_HEADER_SIZE - 1], 1)
+
+
 def test_fuzz_batch_decoder() -> None:
     rng = random.Random(99)
     seeds = [rb.encode_batch(_records(5, rng), base_offset=0, compression=c) for c in CODECS]
