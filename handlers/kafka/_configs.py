@@ -34,7 +34,9 @@ Retention in Magnetar is Pulsar's: it bounds how long (and how much) data that e
 subscription has consumed is kept. Kafka consumer groups hold no subscription, so a topic
 a Kafka client creates gets Kafka's default as its own ``retention.ms``
 (``log.retention.hours``, a week), and a config reset or deleted goes back to that, not to
-the namespace's retention. ``cleanup.policy=compact`` is refused, since Magnetar
+the namespace's retention. DescribeConfigs shows a retention equal to that default (and an
+unlimited ``retention.bytes``) as the default, as Kafka shows a topic created without
+retention configs. ``cleanup.policy=compact`` is refused, since Magnetar
 does not compact topics by itself. Any other name, and a value that is not valid for its
 key, is INVALID_CONFIG with a message naming it, as Kafka answers.
 
@@ -327,7 +329,14 @@ class TopicConfigs:
         found = topic_values(policies.topic_policies(name), policies.effective(name, ns),
                              int(cfg.get("defaultRetentionTimeInMinutes")),
                              int(cfg.get("defaultRetentionSizeInMB")), self.h.max_message_size)
-        out = [(k, v, SOURCE_DYNAMIC_TOPIC if own else SOURCE_DEFAULT) for k, v, own in found]
+        # A topic a Kafka client created holds Kafka's default retention as its own policy
+        # (see ``store``); a retention equal to that default shows as the default, as it
+        # does on a Kafka topic created without retention configs.
+        kafka_default = self.h.topics.retention_ms
+        defaults = {"retention.ms": str(-1 if kafka_default is None else kafka_default),
+                    "retention.bytes": "-1"}
+        out = [(k, v, SOURCE_DYNAMIC_TOPIC if own and defaults.get(k) != v else SOURCE_DEFAULT)
+               for k, v, own in found]
         out.append(("compression.type", "producer", SOURCE_DEFAULT))
         own = policies.topic_policies(name)
         timestamps = own.get(TIMESTAMP_TYPE)

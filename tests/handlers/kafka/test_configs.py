@@ -133,6 +133,30 @@ def test_segment_configs_map_onto_the_ledger_rollover_policy() -> None:
 # -- real clients ---------------------------------------------------------------------------
 
 
+def test_a_topic_created_without_configs_describes_its_retention_as_the_default(
+        kafka_broker: Standalone, boot: str, unique: str) -> None:
+    """The week of retention a Kafka-created topic holds as its own policy is Kafka's
+    default, and DescribeConfigs says so; a retention the client set is the topic's."""
+    plain, kept = f"plain-{unique}", f"kept-{unique}"
+    admin = AdminClient({"bootstrap.servers": boot})
+    futures = admin.create_topics([NewTopic(plain, 1), NewTopic(kept, 1, config={"retention.bytes": "1048576"})])
+    for f in futures.values():
+        f.result(DEADLINE)
+    week = str(7 * 24 * 3_600_000)
+    described = _describe(admin, plain)
+    assert (described["retention.ms"].value, described["retention.ms"].source) == (
+        week, ConfigSource.DEFAULT_CONFIG.value)
+    assert (described["retention.bytes"].value, described["retention.bytes"].source) == (
+        "-1", ConfigSource.DEFAULT_CONFIG.value)
+    # the storage keeps a week all the same: the topic's own retention policy says so
+    assert _rest(kafka_broker, f"/admin/v2/persistent/public/default/{plain}/retention") == {
+        "retentionTimeInMinutes": 7 * 24 * 60, "retentionSizeInMB": -1}
+    described = _describe(admin, kept)
+    assert (described["retention.bytes"].value, described["retention.bytes"].source) == (
+        "1048576", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert described["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+
+
 def test_create_topic_configs_are_stored_described_and_applied(
         kafka_broker: Standalone, boot: str, unique: str) -> None:
     topic = f"cfg-{unique}"
