@@ -66,6 +66,28 @@ async def load_topic(broker: Any, name: TopicName) -> Any:
     return await broker.get_topic(name)
 
 
+async def _durable_subscriptions(broker: Any, partitions: list[TopicName]) -> set[str]:
+    """The durable subscriptions of any of a persistent partitioned topic's `partitions`."""
+    names: set[str] = set()
+    for p in partitions:
+        if p.persistent and broker.topic_exists(p):
+            topic = await broker.get_topic(p)
+            names.update(s.name for s in topic.subscriptions.values() if s.durable)
+    return names
+
+
+async def _create_subscriptions(broker: Any, partition: TopicName, subs: set[str]) -> None:
+    """Give a partition added by a partition-count update the partitioned topic's
+    subscriptions, as Pulsar's update does: without them, what is published there before
+    the subscription's consumers see the new partition (a client refreshes the count every
+    minute; an offline consumer comes back at the latest message) would be missed."""
+    if not subs:
+        return
+    topic = await broker.get_topic(partition)
+    for sub in sorted(subs - set(topic.subscriptions)):
+        await topic.create_subscription(sub, None)
+
+
 def partition_targets(broker: Any, name: TopicName) -> list[TopicName]:
     """The partitions of a partitioned topic, else the topic itself."""
     return list(broker.partition_targets(name))
@@ -125,7 +147,11 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         name = topic_of(request)
         existing_namespace(broker, name.namespace_name)
         n = _partition_count(broker, await json_body(request))
+        old = policies.partitions(name)
+        subs = await _durable_subscriptions(broker, [name.partition(i) for i in range(old)])
         policies.update_partitions(name, n)
+        for i in range(old, n):
+            await _create_subscriptions(broker, name.partition(i), subs)
         return None
 
     @endpoint

@@ -436,6 +436,25 @@ def test_failover_spreads_the_partitions_of_a_topic_over_its_consumers(client, a
     assert len(pa) == len(pb_) == 2
 
 
+def test_partitions_added_to_a_topic_get_its_subscriptions(client, admin, unique):
+    """Pulsar's partition-count update creates the topic's subscriptions on the new
+    partitions: what is published there before a consumer comes back is kept for it."""
+    path = f"/admin/v2/persistent/public/default/grown-{unique}/partitions"
+    admin.put(path, 2)
+    topic = f"persistent://public/default/grown-{unique}"
+    client.subscribe(topic, "s").close()
+    admin.post(path, 4)
+    producer = client.create_producer(
+        topic, batching_enabled=False,
+        message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    for i in range(20):
+        producer.send(f"m{i}".encode())
+    consumer = client.subscribe(topic, "s")
+    got = receive_until_idle(consumer, ack=True)
+    assert sorted(m.data().decode() for m in got) == sorted(f"m{i}" for i in range(20))
+    assert {m.topic_name() for m in got} == {f"{topic}-partition-{i}" for i in range(4)}
+
+
 def test_failover_spreads_the_topics_of_a_consumer_group_over_its_consumers(client, admin, unique):
     # Each non-partitioned topic picks its active consumer by its name's place on a hash
     # ring of the consumers' names, as Pulsar does, not always the first name.
