@@ -33,11 +33,12 @@ from core.broker import (
     TopicNotFoundError,
     TopicQuotaError,
 )
+from core.format import EntryFormatError
 from core.format import pulsar_api_pb2 as pb
 from core.naming import PARTITION_SUFFIX, InvalidNameError, NamespaceName, TopicName
 from core.policies import ConflictError, NotFoundError
 from core.schema import IncompatibleSchemaError
-from core.storage import Position
+from core.storage import Entry, Position, entry_metadata
 from core.subscription import (
     Consumer,
     ConsumerAssignError,
@@ -171,6 +172,17 @@ def _position_of(topic: PersistentTopic, mid: Any, *, inclusive: bool) -> Positi
     if mid.entryId > _LATEST_LEDGER:
         return Position(mid.ledgerId, 0)
     return Position(mid.ledgerId, mid.entryId if inclusive else mid.entryId + 1)
+
+
+def _largest_batch_index(entry: Entry) -> int:
+    """The index of the last message of a batch entry, -1 for an entry that is not a batch.
+    As Pulsar's ``getLargestBatchIndexWhenPossible``, a batch of one is a batch (its
+    message's id has batch index 0, as the producer was told)."""
+    try:
+        md = entry_metadata(entry.data)
+    except EntryFormatError:
+        return -1
+    return md.num_messages_in_batch - 1 if md.HasField("num_messages_in_batch") else -1
 
 
 def _entry_of(mid: Any) -> Position | None:
@@ -858,10 +870,8 @@ class PulsarSession:
             mid = pb.MessageIdData(ledgerId=_EARLIEST_LEDGER, entryId=_EARLIEST_LEDGER,
                                    partition=partition)
         else:
-            batch_index = -1
             entries = await topic.ml.read_entries(last, 1)
-            if entries and entries[0].num_messages > 1:
-                batch_index = entries[0].num_messages - 1
+            batch_index = _largest_batch_index(entries[0]) if entries else -1
             mid = pb.MessageIdData(ledgerId=last.ledger_id, entryId=last.entry_id,
                                    partition=partition, batch_index=batch_index)
         md = sub.cursor.mark_delete_position()

@@ -145,6 +145,19 @@ def test_last_message_id_is_the_newest_stored_message(client, unique):
     assert last.batch_index() == 2
 
 
+def test_last_message_id_of_a_batch_of_one_is_the_id_the_producer_got(client, unique):
+    # A batching producer sends a lone message as a batch of one: its id has batch
+    # index 0, and Pulsar's last message id says so too
+    topic = f"last-id-one-{unique}"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=True)
+    sent = producer.send(b"only")
+    last = consumer.get_last_message_id()
+    assert sent.batch_index() == 0
+    assert (last.ledger_id(), last.entry_id(), last.batch_index()) == (
+        sent.ledger_id(), sent.entry_id(), sent.batch_index())
+
+
 def _publish_apart(client, topic: str, count: int, consumer) -> list[int]:
     """Publish m0..m{count-1} one at a time, each received (and acknowledged) by
     ``consumer`` before the clock passes on to the next millisecond; their publish times.
