@@ -20,7 +20,8 @@ from core.subscription import SubType
 
 from ._common import RestError, body_int, body_object, json_body, query_int
 
-__all__ = ["PolicySpec", "POLICY_SPECS", "TOPIC_POLICY_SPECS", "BACKLOG_QUOTA_TYPES", "BACKLOG_POLICIES"]
+__all__ = ["PolicySpec", "POLICY_SPECS", "TOPIC_POLICY_SPECS", "BACKLOG_QUOTA_TYPES", "BACKLOG_POLICIES",
+           "quota_within_retention"]
 
 BACKLOG_QUOTA_TYPES = ("destination_storage", "message_age")
 BACKLOG_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
@@ -181,6 +182,27 @@ def backlog_quota_body(body: Any, request: Request) -> tuple[str, dict[str, Any]
     if kind == "message_age" and limit_time <= 0:
         raise RestError(412, "A message_age backlog quota needs limitTime > 0")
     return kind, {"limit": size, "limitSize": size, "limitTime": limit_time, "policy": policy}
+
+
+def quota_within_retention(config: Any, quota: dict[str, Any] | None,
+                           retention: dict[str, Any] | None) -> bool:
+    """Pulsar's rule between a backlog quota and retention, checked whichever of the two is
+    set second: a retention size (time) that is set must exceed the quota's size (time).
+    ``quota`` None is the broker's default quota (``backlogQuotaDefaultLimitGB``)."""
+    if not retention:
+        return True
+    size_mb = int(retention.get("retentionSizeInMB", 0))
+    minutes = int(retention.get("retentionTimeInMinutes", 0))
+    if size_mb <= 0 and minutes <= 0:
+        return True
+    if quota is None:
+        gb = float(config.get("backlogQuotaDefaultLimitGB", -1.0))
+        quota = {"limitSize": -1 if gb < 0 else int(gb * 1024 ** 3), "limitTime": -1}
+    limit_size = int(quota.get("limitSize", quota.get("limit", -1)))
+    limit_time = int(quota.get("limitTime", -1))
+    if size_mb > 0 and limit_size >= size_mb * 1024 * 1024:
+        return False
+    return not (minutes > 0 and limit_time >= minutes * 60)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,13 @@ from ._common import (
     replication_clusters,
     tenant_of,
 )
-from ._policies import POLICY_SPECS, PolicySpec, backlog_quota_body, read_body
+from ._policies import (
+    POLICY_SPECS,
+    PolicySpec,
+    backlog_quota_body,
+    quota_within_retention,
+    read_body,
+)
 from .tenants import delete_namespace_everything
 
 __all__ = ["routes"]
@@ -114,8 +120,12 @@ def routes(broker: Any) -> list[Route]:
 
         @endpoint
         async def put(request: Request) -> Any:
-            ns, _ = existing(request)
+            ns, pol = existing(request)
             value = spec.parse(await read_body(request), request)
+            quotas = pol.get("backlog_quota_map") or {}
+            if spec.key == "retention_policies" and quotas and not quota_within_retention(
+                    broker.config, quotas.get("destination_storage"), value):
+                raise RestError(412, "Retention Quota must exceed configured backlog quota for namespace.")
             policies.update_namespace(ns, lambda p: p.__setitem__(spec.key, value))
             await changed(ns, spec)
             return None
@@ -142,9 +152,8 @@ def routes(broker: Any) -> list[Route]:
     async def set_backlog_quota(request: Request) -> Any:
         ns, pol = existing(request)
         kind, quota = backlog_quota_body(await json_body(request), request)
-        retention = pol.get("retention_policies") or {}
-        size_mb = retention.get("retentionSizeInMB", 0)
-        if quota["limitSize"] > 0 and size_mb and size_mb > 0 and quota["limitSize"] >= size_mb * 1024 * 1024:
+        if not quota_within_retention(broker.config, quota if kind == "destination_storage" else None,
+                                      pol.get("retention_policies")):
             raise RestError(412, "Backlog Quota exceeds configured retention quota for namespace."
                                  " Please increase retention quota and retry")
 

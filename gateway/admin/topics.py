@@ -26,7 +26,14 @@ from ._common import (
     replication_clusters,
     topic_of,
 )
-from ._policies import POLICY_SPECS, TOPIC_POLICY_SPECS, PolicySpec, backlog_quota_body, read_body
+from ._policies import (
+    POLICY_SPECS,
+    TOPIC_POLICY_SPECS,
+    PolicySpec,
+    backlog_quota_body,
+    quota_within_retention,
+    read_body,
+)
 from ._stats import Rates, internal_stats, merge_partition_stats, topic_stats
 
 __all__ = ["routes", "DOMAINS", "load_topic", "partition_targets"]
@@ -274,6 +281,10 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
             name = topic_of(request)
             existing_namespace(broker, name.namespace_name)
             value = spec.parse(await read_body(request), request)
+            if spec.key == "retention_policies" and not quota_within_retention(
+                    broker.config, applied(name, "backlog_quota_map").get("destination_storage"), value):
+                raise RestError(412, "Retention Quota must exceed configured backlog quota for topic. "
+                                     "Please increase retention quota and retry")
             policies.update_topic_policies(name, lambda p: p.__setitem__(spec.key, value))
             await changed(name, spec)
             return None
@@ -289,6 +300,11 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         path = f"{base}/{{topic}}/{spec.suffix}"
         return [Route(path, get, methods=["GET"]), Route(path, put, methods=list(spec.set_methods)),
                 Route(path, delete, methods=["DELETE"])]
+
+    def applied(name: TopicName, key: str) -> Any:
+        """A policy of the topic's own, else of its namespace (None: neither sets it)."""
+        value = policies.topic_policies(name).get(key)
+        return (policies.get_namespace(name.namespace_name) or {}).get(key) if value is None else value
 
     async def changed(name: TopicName, spec: PolicySpec | None = None) -> None:
         await broker.topic_policies_changed(name, reload=spec is not None and spec.reload)
@@ -307,6 +323,12 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         name = topic_of(request)
         existing_namespace(broker, name.namespace_name)
         kind, quota = backlog_quota_body(await json_body(request), request)
+        retention = applied(name, "retention_policies") or {
+            "retentionTimeInMinutes": int(broker.config.get("defaultRetentionTimeInMinutes")),
+            "retentionSizeInMB": int(broker.config.get("defaultRetentionSizeInMB"))}
+        if not quota_within_retention(broker.config, quota, retention):
+            raise RestError(412, "Backlog Quota exceeds configured retention quota for topic. "
+                                 "Please increase retention quota and retry")
 
         def apply(p: dict[str, Any]) -> None:
             p["backlog_quota_map"] = {**(p.get("backlog_quota_map") or {}), kind: quota}

@@ -136,6 +136,19 @@ def test_quota_larger_than_retention_is_refused(admin: AdminClient, ns: str) -> 
                      {"limitSize": 100 * 1024 * 1024, "policy": "producer_exception"})[0] == 412
 
 
+def test_retention_not_above_the_quota_is_refused(admin: AdminClient, ns: str) -> None:
+    """Pulsar checks the pair whichever is set second: with a 5 GiB quota, a retention of
+    1 GiB is refused (412, nothing stored) and one of 10 GiB, or unlimited, is taken."""
+    base = f"/admin/v2/namespaces/{ns}"
+    admin.post(f"{base}/backlogQuota", {"limitSize": 5 * 1024 ** 3, "policy": "producer_exception"})
+    assert status_of(admin.post, f"{base}/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 1024}) \
+        == (412, "Retention Quota must exceed configured backlog quota for namespace.")
+    assert admin.get(f"{base}/retention") is None
+    for size_mb in (10 * 1024, -1):
+        admin.post(f"{base}/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": size_mb})
+        assert admin.get(f"{base}/retention")["retentionSizeInMB"] == size_mb
+
+
 def test_permissions(admin: AdminClient, ns: str) -> None:
     base = f"/admin/v2/namespaces/{ns}/permissions"
     assert admin.get(base) == {}

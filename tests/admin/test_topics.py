@@ -161,6 +161,25 @@ def test_topic_level_policies(admin: AdminClient, ns: str) -> None:
     assert status_of(admin.post, f"{path}/messageTTL", messageTTL="abc")[0] == 400
 
 
+def test_topic_retention_and_quota_must_agree(admin: AdminClient, ns: str) -> None:
+    """As in Pulsar, a topic's retention must exceed the backlog quota that applies to it
+    (its own, else its namespace's), and a quota set later must stay below the retention
+    that applies (its own, else its namespace's)."""
+    _, path = _topic(ns)
+    admin.put(path)
+    admin.post(f"/admin/v2/namespaces/{ns}/backlogQuota", {"limitSize": 100 * 1024 ** 2, "policy": "producer_exception"})
+    assert status_of(admin.post, f"{path}/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 50}) == \
+        (412, "Retention Quota must exceed configured backlog quota for topic. Please increase retention quota "
+              "and retry")
+    admin.post(f"{path}/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 200})
+    assert status_of(admin.post, f"{path}/backlogQuota",
+                     {"limitSize": 300 * 1024 ** 2, "policy": "producer_exception"}) == \
+        (412, "Backlog Quota exceeds configured retention quota for topic. Please increase retention quota and retry")
+    assert admin.get(f"{path}/backlogQuotaMap") == {}
+    admin.post(f"{path}/backlogQuota", {"limitSize": 150 * 1024 ** 2, "policy": "producer_exception"})
+    assert admin.get(f"{path}/backlogQuotaMap")["destination_storage"]["limitSize"] == 150 * 1024 ** 2
+
+
 def test_compaction_keeps_latest_per_key(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
     full, path = _topic(ns)
     admin.put(path)
