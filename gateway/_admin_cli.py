@@ -316,10 +316,12 @@ def _tenants_get(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get(f"/admin/v2/tenants/{a.tenant}")
 
 
-@verb("tenants", "create", "create a tenant", *_TENANT_ARGS)
+@verb("tenants", "create", "create a tenant (allowed in every cluster unless --allowed-clusters)",
+      *_TENANT_ARGS)
 def _tenants_create(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.put(f"/admin/v2/tenants/{a.tenant}",
-                 {"adminRoles": a.admin_roles, "allowedClusters": a.allowed_clusters})
+    # As pulsar-admin: no --allowed-clusters means every cluster there is.
+    clusters = a.allowed_clusters or c.get("/admin/v2/clusters")
+    return c.put(f"/admin/v2/tenants/{a.tenant}", {"adminRoles": a.admin_roles, "allowedClusters": clusters})
 
 
 @verb("tenants", "update", "update a tenant", *_TENANT_ARGS)

@@ -91,6 +91,19 @@ def test_troubleshooting(cli, server: Standalone) -> None:  # type: ignore[no-un
     assert any(ln.startswith("pulsar_storage_size") for ln in lines)
 
 
+def test_tenant_without_allowed_clusters_gets_every_cluster(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
+    """pulsar-admin fills in every existing cluster when --allowed-clusters is left out."""
+    cluster, tenant = f"c-{unique}", f"t-all-{unique}"
+    cli("clusters", "create", cluster, "--url", "http://x:8080", "--broker-url", "pulsar://x:6650")
+    try:
+        cli("tenants", "create", tenant)
+        assert sorted(json.loads(cli("tenants", "get", tenant).stdout)["allowedClusters"]) == \
+            sorted([cluster, "standalone"])
+        cli("tenants", "delete", tenant)
+    finally:
+        cli("clusters", "delete", cluster)
+
+
 def test_subscription_verbs(cli, server: Standalone, unique: str) -> None:  # type: ignore[no-untyped-def]
     topic = f"persistent://public/default/sub-verbs-{unique}"
     cli("topics", "create", topic)
