@@ -2,7 +2,7 @@
 admin REST API (``--admin-url``, default ``http://127.0.0.1:8080``).
 
 Output follows pulsar-admin: lists print one item per line, objects as indented JSON,
-plain values as they are. A failed call prints the broker's ``reason`` on stderr and
+plain values as they are, and a get of something unset as ``null``. A failed call prints the broker's ``reason`` on stderr and
 exits with 1; usage errors exit with 2.
 
 Each verb is one small function registered with :func:`verb`; its flags are declared
@@ -1015,7 +1015,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     client = AdminClient(args.admin_url)
     try:
-        _print(v.run(client, args))
+        result = v.run(client, args)
+        # pulsar-admin prints what a get returns, an unset policy included, as JSON: null.
+        _print("null" if result is None and v.name.startswith("get") else result)
     except AdminError as exc:
         status = f" (HTTP {exc.status})" if exc.status else ""
         print(f"{exc.reason}{status}", file=sys.stderr)

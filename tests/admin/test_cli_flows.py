@@ -91,6 +91,17 @@ def test_troubleshooting(cli, server: Standalone) -> None:  # type: ignore[no-un
     assert any(ln.startswith("pulsar_storage_size") for ln in lines)
 
 
+def test_unset_policies_print_null(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
+    """pulsar-admin prints a policy nobody set as null, so a script can tell it from a value."""
+    topic = f"persistent://public/default/unset-{unique}"
+    cli("topics", "create", topic)
+    assert cli("topics", "get-message-ttl", topic).stdout == "null\n"
+    assert cli("topics", "get-retention", topic).stdout == "null\n"
+    assert cli("namespaces", "get-retention", "public/default").stdout == "null\n"
+    assert cli("topics", "set-message-ttl", topic, "--ttl", "60").stdout == ""  # a set prints nothing
+    assert cli("topics", "get-message-ttl", topic).stdout == "60\n"
+
+
 def test_tenant_without_allowed_clusters_gets_every_cluster(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
     """pulsar-admin fills in every existing cluster when --allowed-clusters is left out."""
     cluster, tenant = f"c-{unique}", f"t-all-{unique}"
