@@ -727,15 +727,28 @@ def _topics_partitioned_lookup(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get(_topic_path(a.topic) + "/lookup/partitions")
 
 
-@verb("topics", "stats", "a topic's stats", TOPIC)
+_STATS_ARGS = (
+    A("-gpb", "--get-precise-backlog", action="store_true", help="accepted: backlogs are always precise"),
+    A("-sbs", "--get-subscription-backlog-size", action="store_true",
+      help="accepted: each subscription's backlogSize is always given"),
+    A("-etb", "--get-earliest-time-in-backlog", action="store_true",
+      help="give the publish time of the oldest message each subscription holds"))
+
+
+def _stats_query(a: argparse.Namespace) -> dict[str, Any]:
+    return {"getPreciseBacklog": a.get_precise_backlog, "subscriptionBacklogSize": a.get_subscription_backlog_size,
+            "getEarliestTimeInBacklog": a.get_earliest_time_in_backlog}
+
+
+@verb("topics", "stats", "a topic's stats", TOPIC, *_STATS_ARGS)
 def _topics_stats(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.get(_topic_path(a.topic) + "/stats")
+    return c.get(_topic_path(a.topic) + "/stats", **_stats_query(a))
 
 
 @verb("topics", "partitioned-stats", "a partitioned topic's stats", TOPIC,
-      A("--per-partition", action="store_true", help="include each partition's stats"))
+      A("--per-partition", action="store_true", help="include each partition's stats"), *_STATS_ARGS)
 def _topics_partitioned_stats(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.get(_topic_path(a.topic) + "/partitioned-stats", perPartition=a.per_partition)
+    return c.get(_topic_path(a.topic) + "/partitioned-stats", perPartition=a.per_partition, **_stats_query(a))
 
 
 @verb("topics", "stats-internal", "a topic's internal (storage) stats", TOPIC)

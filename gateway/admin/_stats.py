@@ -15,12 +15,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core.autorecovery import LEDGERS_ROOT
+from core.format import EntryFormatError, decode_entry
 from core.storage import Position, last_confirmed_entry
 
 from .brokers import broker_id
 
 __all__ = ["Rates", "topic_stats", "subscription_stats", "internal_stats", "merge_partition_stats",
-           "RATE_WINDOW_SECONDS"]
+           "add_earliest_publish_times", "RATE_WINDOW_SECONDS"]
 
 RATE_WINDOW_SECONDS = 60.0
 _MAX_SAMPLES = 256
@@ -205,6 +206,35 @@ def _compaction_stats(st: dict[str, Any]) -> dict[str, Any]:
             "lastCompactionDurationTimeInMills": st.get("durationMs", 0)}
 
 
+async def add_earliest_publish_times(topic: Any, stats: dict[str, Any]) -> None:
+    """Fill in what Pulsar computes only when asked (``getEarliestTimeInBacklog``): each
+    subscription's ``earliestMsgPublishTimeInBacklog``, the publish time of its oldest
+    unacknowledged entry (the broker's timestamp when it stamps one), and the topic's
+    ``earliestMsgPublishTimeInBacklogs``, the earliest of those. 0 where nothing is held."""
+    if topic.name.domain != "persistent":
+        return
+    earliest = 0
+    for name, sub_stats in stats["subscriptions"].items():
+        sub = topic.subscriptions.get(name)
+        got = await sub.unacked_entries(1) if sub is not None else []
+        if not got:
+            continue
+        when = got[0].publish_time
+        if not when:
+            try:
+                when = decode_entry(got[0].data)[0].publish_time
+            except EntryFormatError:
+                continue
+        sub_stats["earliestMsgPublishTimeInBacklog"] = when
+        earliest = min(earliest, when) if earliest else when
+    stats["earliestMsgPublishTimeInBacklogs"] = earliest
+
+
+def _earliest(a: int, b: int) -> int:
+    """The earlier of two publish times, 0 meaning none."""
+    return min(a, b) if a and b else max(a, b)
+
+
 _SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter",
            "msgInCounter", "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize",
            "waitingPublishers", "nonContiguousDeletedMessagesRanges")
@@ -222,6 +252,8 @@ def merge_partition_stats(partitions: int, per_partition: dict[str, dict[str, An
     for name, st in sorted(per_partition.items()):
         for k in _SUMMED:
             out[k] += st.get(k, 0)
+        out["earliestMsgPublishTimeInBacklogs"] = _earliest(out.get("earliestMsgPublishTimeInBacklogs", 0),
+                                                            st.get("earliestMsgPublishTimeInBacklogs", 0))
         _merge_clients(out["publishers"], st["publishers"], "producerName", _PUBLISHER_KEPT)
         for sub_name, sub in st["subscriptions"].items():
             merged = out["subscriptions"].get(sub_name)
@@ -230,6 +262,8 @@ def merge_partition_stats(partitions: int, per_partition: dict[str, dict[str, An
             else:
                 for k in _SUB_SUMMED:
                     merged[k] += sub.get(k, 0)
+                merged["earliestMsgPublishTimeInBacklog"] = _earliest(
+                    merged.get("earliestMsgPublishTimeInBacklog", 0), sub.get("earliestMsgPublishTimeInBacklog", 0))
             _merge_clients(merged["consumers"], sub["consumers"], "consumerName", _CONSUMER_KEPT)
         if include_partitions:
             out["partitions"][name] = st

@@ -34,7 +34,13 @@ from ._policies import (
     quota_within_retention,
     read_body,
 )
-from ._stats import Rates, internal_stats, merge_partition_stats, topic_stats
+from ._stats import (
+    Rates,
+    add_earliest_publish_times,
+    internal_stats,
+    merge_partition_stats,
+    topic_stats,
+)
 
 __all__ = ["routes", "DOMAINS", "load_topic", "partition_targets"]
 
@@ -188,10 +194,15 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
 
     # -- stats -------------------------------------------------------------------------------------
 
+    async def stats_of(topic: Any, request: Request) -> dict[str, Any]:
+        out = topic_stats(topic, rates)
+        if query_bool(request, "getEarliestTimeInBacklog"):
+            await add_earliest_publish_times(topic, out)
+        return out
+
     @endpoint
     async def stats(request: Request) -> Any:
-        topic = await load_topic(broker, topic_of(request))
-        return topic_stats(topic, rates)
+        return await stats_of(await load_topic(broker, topic_of(request)), request)
 
     @endpoint
     async def partitioned_stats(request: Request) -> Any:
@@ -203,7 +214,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         per: dict[str, dict[str, Any]] = {}
         for i in range(n):
             part = name.partition(i)
-            per[str(part)] = topic_stats(await broker.get_topic(part), rates)
+            per[str(part)] = await stats_of(await broker.get_topic(part), request)
         return merge_partition_stats(n, per, query_bool(request, "perPartition", True))
 
     @endpoint

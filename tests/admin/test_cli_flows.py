@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
 
@@ -89,6 +90,33 @@ def test_troubleshooting(cli, server: Standalone) -> None:  # type: ignore[no-un
                  if ln.startswith(("pulsar_broker", "pulsar_storage"))]
     assert any(ln.startswith("pulsar_broker_in_messages_total") for ln in lines)
     assert any(ln.startswith("pulsar_storage_size") for ln in lines)
+
+
+def test_stats_earliest_time_in_backlog(cli, server: Standalone, unique: str) -> None:  # type: ignore[no-untyped-def]
+    """`topics stats -etb` (and `partitioned-stats -etb`) give the publish time of the
+    oldest message a subscription holds; without it, as in Pulsar, 0. -gpb and -sbs parse."""
+    topic = f"persistent://public/default/etb-{unique}"
+    cli("topics", "create", topic)
+    cli("topics", "create-subscription", topic, "-s", "s")
+    before = int(time.time() * 1000) - 1
+    run("client", "--url", server.pulsar_url, "produce", topic, "-m", "a,b", "-db")
+    after = int(time.time() * 1000) + 1
+    assert json.loads(cli("topics", "stats", topic).stdout)["subscriptions"]["s"]["earliestMsgPublishTimeInBacklog"] == 0
+    stats = json.loads(cli("topics", "stats", topic, "-etb", "-gpb", "-sbs").stdout)
+    earliest = stats["subscriptions"]["s"]["earliestMsgPublishTimeInBacklog"]
+    assert before <= earliest <= after
+    assert stats["earliestMsgPublishTimeInBacklogs"] == earliest
+    cli("topics", "clear-backlog", topic, "-s", "s")
+    assert json.loads(cli("topics", "stats", topic, "-etb").stdout)["earliestMsgPublishTimeInBacklogs"] == 0
+
+    parted = f"persistent://public/default/etb-p-{unique}"
+    cli("topics", "create-partitioned-topic", parted, "-p", "2")
+    cli("topics", "create-subscription", parted, "-s", "s")
+    run("client", "--url", server.pulsar_url, "produce", parted, "-m", "a,b,c,d", "-db")
+    merged = json.loads(cli("topics", "partitioned-stats", parted, "--per-partition", "-etb").stdout)
+    per = [p["earliestMsgPublishTimeInBacklogs"] for p in merged["partitions"].values()]
+    assert merged["earliestMsgPublishTimeInBacklogs"] == min(t for t in per if t) > 0
+    assert merged["subscriptions"]["s"]["earliestMsgPublishTimeInBacklog"] == merged["earliestMsgPublishTimeInBacklogs"]
 
 
 def test_unset_policies_print_null(cli, unique: str) -> None:  # type: ignore[no-untyped-def]
