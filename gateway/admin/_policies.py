@@ -21,7 +21,7 @@ from core.subscription import SubType
 from ._common import RestError, body_int, body_object, json_body, query_int
 
 __all__ = ["PolicySpec", "POLICY_SPECS", "TOPIC_POLICY_SPECS", "BACKLOG_QUOTA_TYPES", "BACKLOG_POLICIES",
-           "quota_within_retention"]
+           "quota_within_retention", "default_backlog_quota"]
 
 BACKLOG_QUOTA_TYPES = ("destination_storage", "message_age")
 BACKLOG_POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
@@ -184,6 +184,14 @@ def backlog_quota_body(body: Any, request: Request) -> tuple[str, dict[str, Any]
     return kind, {"limit": size, "limitSize": size, "limitTime": limit_time, "policy": policy}
 
 
+def default_backlog_quota(config: Any) -> dict[str, Any]:
+    """The broker's destination_storage quota (``backlogQuotaDefault*``), as a BacklogQuota."""
+    gb = float(config.get("backlogQuotaDefaultLimitGB", -1.0))
+    size = -1 if gb < 0 else int(gb * 1024 ** 3)
+    return {"limit": size, "limitSize": size, "limitTime": -1,
+            "policy": str(config.get("backlogQuotaDefaultRetentionPolicy", "producer_request_hold"))}
+
+
 def quota_within_retention(config: Any, quota: dict[str, Any] | None,
                            retention: dict[str, Any] | None) -> bool:
     """Pulsar's rule between a backlog quota and retention, checked whichever of the two is
@@ -196,8 +204,7 @@ def quota_within_retention(config: Any, quota: dict[str, Any] | None,
     if size_mb <= 0 and minutes <= 0:
         return True
     if quota is None:
-        gb = float(config.get("backlogQuotaDefaultLimitGB", -1.0))
-        quota = {"limitSize": -1 if gb < 0 else int(gb * 1024 ** 3), "limitTime": -1}
+        quota = default_backlog_quota(config)
     limit_size = int(quota.get("limitSize", quota.get("limit", -1)))
     limit_time = int(quota.get("limitTime", -1))
     if size_mb > 0 and limit_size >= size_mb * 1024 * 1024:
@@ -216,14 +223,34 @@ class PolicySpec:
     reload: bool = False
     #: The value a GET of an unset policy returns.
     unset: Any = None
+    #: The broker's value, from its config, where neither a topic nor its namespace sets
+    #: the policy: what a topic's GET with ``applied=true`` answers then, as in Pulsar.
+    default: Callable[[Any], Any] | None = None
+
+
+def _config(key: str) -> Callable[[Any], Any]:
+    return lambda config: config.get(key)
+
+
+def _default_retention(config: Any) -> dict[str, Any]:
+    return {"retentionTimeInMinutes": int(config.get("defaultRetentionTimeInMinutes")),
+            "retentionSizeInMB": int(config.get("defaultRetentionSizeInMB"))}
+
+
+def _default_persistence(config: Any) -> dict[str, Any]:
+    return {"bookkeeperEnsemble": int(config.get("managedLedgerDefaultEnsembleSize")),
+            "bookkeeperWriteQuorum": int(config.get("managedLedgerDefaultWriteQuorum")),
+            "bookkeeperAckQuorum": int(config.get("managedLedgerDefaultAckQuorum")),
+            "managedLedgerMaxMarkDeleteRate": float(config.get("managedLedgerDefaultMarkDeleteRateLimit"))}
 
 
 POLICY_SPECS: tuple[PolicySpec, ...] = (
-    PolicySpec("retention", "retention_policies", _retention, reload=True),
-    PolicySpec("persistence", "persistence", _persistence, reload=True),
-    PolicySpec("messageTTL", "message_ttl_in_seconds", _ttl),
-    PolicySpec("deduplication", "deduplicationEnabled", _bool),
-    PolicySpec("deduplicationEnabled", "deduplicationEnabled", _bool),
+    PolicySpec("retention", "retention_policies", _retention, reload=True, default=_default_retention),
+    PolicySpec("persistence", "persistence", _persistence, reload=True, default=_default_persistence),
+    PolicySpec("messageTTL", "message_ttl_in_seconds", _ttl, default=_config("ttlDurationDefaultInSeconds")),
+    PolicySpec("deduplication", "deduplicationEnabled", _bool, default=_config("brokerDeduplicationEnabled")),
+    PolicySpec("deduplicationEnabled", "deduplicationEnabled", _bool,
+               default=_config("brokerDeduplicationEnabled")),
     PolicySpec("schemaCompatibilityStrategy", "schema_compatibility_strategy", _strategy,
                ("PUT", "POST"), unset="UNDEFINED"),
     PolicySpec("schemaValidationEnforced", "schema_validation_enforced", _bool, unset=False),
@@ -231,33 +258,40 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
     PolicySpec("isAllowAutoUpdateSchema", "is_allow_auto_update_schema", _bool),
     PolicySpec("autoTopicCreation", "autoTopicCreationOverride", _auto_topic),
     PolicySpec("autoSubscriptionCreation", "autoSubscriptionCreationOverride", _auto_subscription),
-    PolicySpec("maxProducersPerTopic", "max_producers_per_topic", _max_count("maxProducersPerTopic")),
+    PolicySpec("maxProducersPerTopic", "max_producers_per_topic", _max_count("maxProducersPerTopic"),
+               default=_config("maxProducersPerTopic")),
     PolicySpec("maxTopicsPerNamespace", "max_topics_per_namespace", _max_count("maxTopicsPerNamespace")),
-    PolicySpec("maxConsumersPerTopic", "max_consumers_per_topic", _max_count("maxConsumersPerTopic")),
+    PolicySpec("maxConsumersPerTopic", "max_consumers_per_topic", _max_count("maxConsumersPerTopic"),
+               default=_config("maxConsumersPerTopic")),
     PolicySpec("maxConsumersPerSubscription", "max_consumers_per_subscription",
-               _max_count("maxConsumersPerSubscription")),
+               _max_count("maxConsumersPerSubscription"), default=_config("maxConsumersPerSubscription")),
     PolicySpec("maxSubscriptionsPerTopic", "max_subscriptions_per_topic",
-               _max_count("maxSubscriptionsPerTopic")),
+               _max_count("maxSubscriptionsPerTopic"), default=_config("maxSubscriptionsPerTopic")),
     PolicySpec("subscriptionExpirationTime", "subscription_expiration_time_minutes",
-               _max_count("subscriptionExpirationTime")),
-    PolicySpec("compactionThreshold", "compaction_threshold", _max_count("compactionThreshold")),
+               _max_count("subscriptionExpirationTime"), default=_config("subscriptionExpirationTimeMinutes")),
+    PolicySpec("compactionThreshold", "compaction_threshold", _max_count("compactionThreshold"),
+               default=_config("brokerServiceCompactionThresholdInBytes")),
     PolicySpec("subscriptionTypesEnabled", "subscription_types_enabled", _subscription_types,
                unset=[]),
-    PolicySpec("maxProducers", "max_producers_per_topic", _max_count("maxProducers")),
-    PolicySpec("maxConsumers", "max_consumers_per_topic", _max_count("maxConsumers")),
+    PolicySpec("maxProducers", "max_producers_per_topic", _max_count("maxProducers"),
+               default=_config("maxProducersPerTopic")),
+    PolicySpec("maxConsumers", "max_consumers_per_topic", _max_count("maxConsumers"),
+               default=_config("maxConsumersPerTopic")),
     PolicySpec("dispatchRate", "topicDispatchRate", _DISPATCH),
     PolicySpec("subscriptionDispatchRate", "subscriptionDispatchRate", _DISPATCH),
     PolicySpec("publishRate", "publishMaxMessageRate", _PUBLISH),
     # Pulsar names these ...PerConsumer/...PerSubscription on a namespace and
     # ...OnConsumer/...OnSubscription on a topic; both scopes answer to both.
     PolicySpec("maxUnackedMessagesPerConsumer", "max_unacked_messages_per_consumer",
-               _max_count("maxUnackedMessagesPerConsumer")),
+               _max_count("maxUnackedMessagesPerConsumer"), default=_config("maxUnackedMessagesPerConsumer")),
     PolicySpec("maxUnackedMessagesPerSubscription", "max_unacked_messages_per_subscription",
-               _max_count("maxUnackedMessagesPerSubscription")),
+               _max_count("maxUnackedMessagesPerSubscription"),
+               default=_config("maxUnackedMessagesPerSubscription")),
     PolicySpec("maxUnackedMessagesOnConsumer", "max_unacked_messages_per_consumer",
-               _max_count("maxUnackedMessagesOnConsumer")),
+               _max_count("maxUnackedMessagesOnConsumer"), default=_config("maxUnackedMessagesPerConsumer")),
     PolicySpec("maxUnackedMessagesOnSubscription", "max_unacked_messages_per_subscription",
-               _max_count("maxUnackedMessagesOnSubscription")),
+               _max_count("maxUnackedMessagesOnSubscription"),
+               default=_config("maxUnackedMessagesPerSubscription")),
 )
 
 #: Policies a topic has but a namespace does not: Pulsar's topic-level ``maxMessageSize``,

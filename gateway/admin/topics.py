@@ -31,6 +31,7 @@ from ._policies import (
     TOPIC_POLICY_SPECS,
     PolicySpec,
     backlog_quota_body,
+    default_backlog_quota,
     quota_within_retention,
     read_body,
 )
@@ -282,9 +283,11 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         async def get(request: Request) -> Any:
             name = topic_of(request)
             existing_namespace(broker, name.namespace_name)
-            value = policies.topic_policies(name).get(spec.key)
-            if value is None and query_bool(request, "applied"):
-                value = (policies.get_namespace(name.namespace_name) or {}).get(spec.key)
+            if not query_bool(request, "applied"):
+                return JSONResponse(policies.topic_policies(name).get(spec.key))
+            value = applied(name, spec.key)
+            if value is None and spec.default is not None:
+                value = spec.default(broker.config)
             return JSONResponse(value)
 
         @endpoint
@@ -326,7 +329,8 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         existing_namespace(broker, name.namespace_name)
         value = policies.topic_policies(name).get("backlog_quota_map")
         if not value and query_bool(request, "applied"):
-            value = (policies.get_namespace(name.namespace_name) or {}).get("backlog_quota_map")
+            value = (policies.get_namespace(name.namespace_name) or {}).get("backlog_quota_map") or \
+                {"destination_storage": default_backlog_quota(broker.config)}
         return value or {}
 
     @endpoint

@@ -161,6 +161,28 @@ def test_topic_level_policies(admin: AdminClient, ns: str) -> None:
     assert status_of(admin.post, f"{path}/messageTTL", messageTTL="abc")[0] == 400
 
 
+def test_applied_policies_fall_back_to_the_broker(admin: AdminClient, ns: str) -> None:
+    """With applied=true a topic's policy is its own, else its namespace's, else the
+    broker's config (Pulsar's answer, where it used to be null)."""
+    _, path = _topic(ns)
+    admin.put(path)
+    assert admin.get(f"{path}/messageTTL") is None
+    assert admin.get(f"{path}/messageTTL", applied="true") == 0  # ttlDurationDefaultInSeconds
+    assert admin.get(f"{path}/retention", applied="true") == {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}
+    assert admin.get(f"{path}/maxProducers", applied="true") == 0
+    assert admin.get(f"{path}/maxUnackedMessagesOnConsumer", applied="true") == 50000
+    assert admin.get(f"{path}/deduplicationEnabled", applied="true") is False
+    assert admin.get(f"{path}/persistence", applied="true") == {
+        "bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1, "bookkeeperAckQuorum": 1,
+        "managedLedgerMaxMarkDeleteRate": 1.0}
+    assert admin.get(f"{path}/backlogQuotaMap", applied="true") == {"destination_storage": {
+        "limit": -1, "limitSize": -1, "limitTime": -1, "policy": "producer_request_hold"}}
+    admin.post(f"/admin/v2/namespaces/{ns}/messageTTL", 600)
+    assert admin.get(f"{path}/messageTTL", applied="true") == 600
+    admin.post(f"{path}/messageTTL", messageTTL=60)
+    assert admin.get(f"{path}/messageTTL", applied="true") == 60
+
+
 def test_topic_retention_and_quota_must_agree(admin: AdminClient, ns: str) -> None:
     """As in Pulsar, a topic's retention must exceed the backlog quota that applies to it
     (its own, else its namespace's), and a quota set later must stay below the retention
