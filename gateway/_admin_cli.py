@@ -425,7 +425,8 @@ def _scope(noun: str, a: argparse.Namespace) -> str:
 
 def _policy_verbs(noun: str) -> None:
     target = NS if noun == "namespaces" else TOPIC
-    applied = (A("--applied", action="store_true", help="the effective value (topic or namespace)"),) \
+    applied = (A("-ap", "--applied", action="store_true",
+                 help="the effective value (the topic's, else its namespace's, else the broker's)"),) \
         if noun == "topics" else ()
 
     def getter(suffix: str) -> Callable[[AdminClient, argparse.Namespace], Any]:
@@ -944,7 +945,7 @@ def _topics_set_replication(c: AdminClient, a: argparse.Namespace) -> Any:
 
 
 @verb("topics", "get-replication-clusters", "the topic's replication clusters", TOPIC,
-      A("--applied", action="store_true"))
+      A("-ap", "--applied", action="store_true"))
 def _topics_get_replication(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get(_topic_path(a.topic) + "/replication", applied=a.applied or None)
 

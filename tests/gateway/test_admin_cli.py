@@ -107,6 +107,14 @@ def test_seed_flags_parse() -> None:
     assert (a.subscription_name, a.num_messages, a.subscription_type) == ("s", 10, "Shared")
 
 
+@pytest.mark.parametrize("verb", ["get-message-ttl", "get-retention", "get-backlog-quotas",
+                                  "get-replication-clusters", "get-max-producers"])
+def test_applied_takes_pulsar_admins_short_flag(verb: str) -> None:
+    """pulsar-admin spells --applied also -ap on every topic-level get."""
+    a = build_parser().parse_args(["admin", "topics", verb, "persistent://t/n/x", "-ap"])
+    assert a.applied is True
+
+
 def test_missing_verb_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["admin"]) == 2
     assert main(["admin", "topics"]) == 2
