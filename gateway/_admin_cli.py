@@ -955,10 +955,30 @@ _policy_verbs("topics")
 # -- schemas -----------------------------------------------------------------------------------
 
 
-@verb("schemas", "get", "a topic's schema (latest or a version)", TOPIC, A("-v", "--version", type=int))
+def _schema_info(topic: str, reply: dict[str, Any]) -> dict[str, Any]:
+    """A GetSchemaResponse as pulsar-admin prints the SchemaInfo it makes of it: named
+    after the topic, the definition of an AVRO, JSON or PROTOBUF schema as a JSON object
+    (other types' as the string they are), properties sorted."""
+    from core.naming import TopicName
+
+    definition: Any = reply.get("data", "")
+    if reply.get("type") in ("AVRO", "JSON", "PROTOBUF"):
+        try:
+            definition = json.loads(definition)
+        except ValueError:
+            pass
+    return {"name": TopicName.parse(topic).local_name, "schema": definition, "type": reply.get("type"),
+            "timestamp": reply.get("timestamp", 0), "properties": dict(sorted((reply.get("properties") or {}).items()))}
+
+
+@verb("schemas", "get", "a topic's schema (latest, with its version, or one version's)", TOPIC,
+      A("-v", "--version", type=int))
 def _schemas_get(c: AdminClient, a: argparse.Namespace) -> Any:
     path = _schema_path(a.topic) + "/schema"
-    return c.get(path + (f"/{a.version}" if a.version is not None else ""))
+    if a.version is not None:
+        return _schema_info(a.topic, c.get(f"{path}/{a.version}"))
+    reply = c.get(path)
+    return {"version": reply.get("version"), "schemaInfo": _schema_info(a.topic, reply)}
 
 
 @verb("schemas", "upload", "upload a schema", TOPIC,

@@ -196,8 +196,11 @@ def test_partitioned_and_schema_verbs(cli, tmp_path, unique: str) -> None:  # ty
     schema_file.write_text(json.dumps({"type": "AVRO", "schema": json.dumps(definition), "properties": {}}))
     st = f"persistent://public/default/schema-{unique}"
     cli("schemas", "upload", st, "-f", str(schema_file))
-    got = json.loads(cli("schemas", "get", st).stdout)
-    assert got["type"] == "AVRO" and json.loads(got["data"]) == definition and got["version"] == 0
+    got = json.loads(cli("schemas", "get", st).stdout)  # pulsar-admin's SchemaInfoWithVersion
+    assert got["version"] == 0 and set(got["schemaInfo"]) == {"name", "schema", "type", "timestamp", "properties"}
+    assert got["schemaInfo"]["name"] == f"schema-{unique}" and got["schemaInfo"]["type"] == "AVRO"
+    assert got["schemaInfo"]["schema"] == definition  # the definition itself, not a string of it
+    assert json.loads(cli("schemas", "get", st, "--version", "0").stdout) == got["schemaInfo"]
     cli("schemas", "delete", st)
     assert cli("schemas", "get", st, check=False).returncode == 1
 
