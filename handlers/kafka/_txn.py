@@ -12,6 +12,12 @@ transaction times out) they are dropped. So the log holds committed data only: a
 read_committed consumer never sees an aborted record and sees committed ones in order,
 and a Pulsar consumer of the same topic sees the same. What one transaction may stage is
 bounded (:data:`MAX_TXN_BYTES`).
+
+Staged batches live in memory only. Whether a transactional id has a transaction open is
+kept with its producer id and epoch, so a transaction open when the broker stopped is
+aborted when its id is next used, with its epoch bumped: its producer is fenced, as when a
+transaction times out, instead of committing what it produced after the restart alone (or
+nothing, while being told it committed).
 """
 
 from __future__ import annotations
@@ -91,8 +97,8 @@ class TxnCoordinator:
                 if txn.state == ONGOING and txn.deadline and now >= txn.deadline:
                     log.info("kafka: transaction %s timed out: aborted", txn.transactional_id)
                     txn.epoch += 1
-                    self._save(txn)
                     txn.reset()
+                    self._save(txn)
 
     # -- producer ids ----------------------------------------------------------------------------
 
@@ -112,7 +118,8 @@ class TxnCoordinator:
 
     def _save(self, txn: Txn) -> None:
         self.h.broker.metadata.put(self._path(txn.transactional_id), json.dumps(
-            {"producer_id": txn.producer_id, "epoch": txn.epoch}).encode())
+            {"producer_id": txn.producer_id, "epoch": txn.epoch,
+             "ongoing": txn.state == ONGOING}).encode())
 
     def _load(self, tid: str, timeout: float) -> Txn | None:
         txn = self.txns.get(tid)
@@ -123,6 +130,12 @@ class TxnCoordinator:
             return None
         doc = json.loads(got[0])
         txn = self.txns[tid] = Txn(tid, int(doc["producer_id"]), int(doc["epoch"]), timeout)
+        if doc.get("ongoing"):
+            # Open when this broker stopped: what it staged is gone, so it is aborted as a
+            # timed-out one is, fencing its producer rather than letting it commit a part.
+            log.info("kafka: transaction %s was open at the last shutdown: aborted", tid)
+            txn.epoch += 1
+            self._save(txn)
         return txn
 
     def init_producer_id(self, req: RequestReceived) -> Data:
@@ -163,6 +176,7 @@ class TxnCoordinator:
         if txn.state == EMPTY:
             txn.state = ONGOING
             txn.deadline = trio.current_time() + txn.timeout
+            self._save(txn)
             self._ticker.arm()
 
     # -- requests ------------------------------------------------------------------------------
@@ -230,9 +244,11 @@ class TxnCoordinator:
             return Data(throttle_time_ms=0, error_code=0)
         if not b.committed:
             txn.reset()
+            self._save(txn)
             return Data(throttle_time_ms=0, error_code=0)
         staged, offsets = list(txn.staged), list(txn.offsets)
         txn.reset()
+        self._save(txn)
         pendings = []
         for plog, batch in staged:
             p = Pending()
