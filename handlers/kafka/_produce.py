@@ -10,7 +10,8 @@ Idempotence (KIP-98): per partition and producer id, the epoch and the last sequ
 kept. A batch continuing the sequence is stored; a retry of one of the last five batches is
 answered with the offset the original got, without storing it again; anything else is
 OUT_OF_ORDER_SEQUENCE_NUMBER, and an older epoch INVALID_PRODUCER_EPOCH. Transactional
-batches are staged by the transaction coordinator and written when the transaction commits.
+batches are sequenced the same way; they are staged by the transaction coordinator and
+written when the transaction commits.
 """
 
 from __future__ import annotations
@@ -274,7 +275,7 @@ async def recover_producers(plog: PartitionLog) -> None:
             last = (first + e.num_messages - 1) % SEQUENCE_MOD
             st = seen.get(pid)
             if st is None or epoch > st.epoch:
-                st = seen[pid] = ProducerState(epoch, last)
+                st = seen[pid] = ProducerState(epoch, last, from_log=True)
             st.last_sequence = last
             done = Pending()
             done.done(e.index - e.num_messages + 1,

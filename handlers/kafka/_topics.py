@@ -94,6 +94,9 @@ class ProducerState:
     last_sequence: int
     # (first sequence, last sequence) -> the batch's Pending outcome (its base offset)
     recent: OrderedDict[tuple[int, int], Any] = field(default_factory=OrderedDict)
+    # Read back from the log, which holds committed transactions only: a transactional
+    # producer's aborted batches are missing from it, so its sequence may jump ahead.
+    from_log: bool = False
 
 
 class PartitionLog:

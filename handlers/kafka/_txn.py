@@ -33,7 +33,13 @@ import trio
 from handlers._ticker import Ticker
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode
-from handlers.kafka._produce import Pending, publish_batch
+from handlers.kafka._produce import (
+    SEQUENCE_MOD,
+    Pending,
+    _check_sequence,
+    _note_sequence,
+    publish_batch,
+)
 from handlers.kafka._records import RecordBatch
 from handlers.kafka._topics import PartitionLog
 
@@ -229,9 +235,26 @@ class TxnCoordinator:
             return ErrorCode.INVALID_TXN_STATE, pending
         if txn.staged_bytes + batch.size > MAX_TXN_BYTES:
             return ErrorCode.RECORD_LIST_TOO_LARGE, pending
+        # Sequenced as an idempotent producer's batches are: a retried batch is not
+        # staged twice, and a gap is OUT_OF_ORDER_SEQUENCE_NUMBER; except a gap after
+        # what was read back from the log, which may be the batches of aborted
+        # transactions (not in the log).
+        st = plog.producers.get(batch.producer_id)
+        if st is not None and st.from_log and st.epoch == batch.producer_epoch \
+                and (batch.base_sequence, batch.last_sequence) not in st.recent \
+                and 0 < (batch.base_sequence - st.last_sequence) % SEQUENCE_MOD < SEQUENCE_MOD // 2:
+            st.last_sequence = (batch.base_sequence - 1) % SEQUENCE_MOD
+        error, original = _check_sequence(plog, batch)
+        if error:
+            return error, pending
+        if st is not None:
+            st.from_log = False
+        if original is not None:
+            return 0, original
         txn.staged.append((plog, batch))
         txn.staged_bytes += batch.size
         pending.done(-1)
+        _note_sequence(plog, batch, pending)
         return 0, pending
 
     async def end_txn(self, req: RequestReceived) -> Data:

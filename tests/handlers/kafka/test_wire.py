@@ -16,6 +16,7 @@ from tests._standalone import Standalone
 from tests.handlers.kafka._wire import Wire, free_port
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, INIT_PID = 0, 1, 2, 3, 18, 22
+ADD_PARTITIONS_TO_TXN, END_TXN = 24, 26
 
 
 def produce_body(topic: str, records: bytes, *, partition: int = 0, acks: int = -1) -> Data:
@@ -144,6 +145,32 @@ def test_idempotent_producer_retry_is_not_stored_twice(boot: str, unique: str) -
         resp = w.call(LIST_OFFSETS, 7, Data(replica_id=-1, isolation_level=0, topics=[Data(
             name=topic, partitions=[Data(partition_index=0, timestamp=-1)])]))
         assert resp.topics[0].partitions[0].offset == first.base_offset + 3
+
+
+def test_transactional_producer_retry_is_not_staged_twice(boot: str, unique: str) -> None:
+    topic, tid = f"idem-txn-{unique}", f"idem-txn-{unique}"
+    with Wire(boot) as w:
+        w.call(PRODUCE, 9, produce_body(topic, batch([b"first"])))  # creates the topic
+        pid = w.call(INIT_PID, 4, Data(transactional_id=tid, transaction_timeout_ms=60000))
+        kw = {"producer_id": pid.producer_id, "producer_epoch": pid.producer_epoch}
+        added = w.call(ADD_PARTITIONS_TO_TXN, 3, Data(transactional_id=tid, **kw, topics=[
+            Data(name=topic, partitions=[0])]))
+        assert added.results[0].results[0].error_code == 0
+
+        def send(values: list[bytes], seq: int) -> int:
+            body = produce_body(topic, batch(values, base_sequence=seq, transactional=True, **kw))
+            body.transactional_id = tid
+            return int(part(w.call(PRODUCE, 9, body)).error_code)
+
+        assert send([b"a", b"b"], 0) == 0
+        assert send([b"a", b"b"], 0) == 0  # a retry: answered, not staged again
+        assert send([b"d"], 9) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert send([b"c"], 2) == 0
+        assert w.call(END_TXN, 3, Data(transactional_id=tid, **kw, committed=True)).error_code == 0
+        resp = w.call(FETCH, 12, fetch_body(topic, 0))
+        values = [r.value for b in decode_batches(resp.responses[0].partitions[0].records)
+                  for r in b.records]
+        assert values == [b"first", b"a", b"b", b"c"]
 
 
 def test_long_poll_fetch_is_woken_by_new_data(boot: str, unique: str) -> None:
