@@ -695,6 +695,21 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
     ]),
     _api(44, "IncrementalAlterConfigs", "0-1", 1, _alter_configs_request(incremental=True),
          _ALTER_CONFIGS_RESPONSE),
+    _api(47, "OffsetDelete", "0-0", 1, [
+        F("group_id", "string"),
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"))),
+    ], [
+        F("error_code", "int16"),
+        _THROTTLE,
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"),
+            F("error_code", "int16"))),
+    ]),
     _api(60, "DescribeCluster", "0-1", 0, [
         F("include_cluster_authorized_operations", "bool"),
         F("endpoint_type", "int8", "1+", default=1),

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -600,12 +601,7 @@ class GroupCoordinator:
                 out.append(Data(group_id=group_id, error_code=ErrorCode.NON_EMPTY_GROUP))
                 continue
             for topic, partition in list(g.offsets):
-                try:
-                    plog = await self.h.topics.log(topic, partition, create=False)
-                    await plog.topic.unsubscribe(group_id)
-                except Exception as exc:
-                    log.debug("kafka group %s: subscription on %s-%d not removed: %s",
-                              group_id, topic, partition, exc)
+                await self._unsubscribe(group_id, topic, partition)
             try:
                 self.h.broker.metadata.delete(self._path(group_id))
             except Exception:
@@ -613,6 +609,84 @@ class GroupCoordinator:
             self.groups.pop(group_id, None)
             out.append(Data(group_id=group_id, error_code=0))
         return Data(throttle_time_ms=0, results=out)
+
+    async def _unsubscribe(self, group_id: str, topic: str, partition: int) -> None:
+        """Remove the group's subscription on a partition whose offset it no longer has."""
+        try:
+            plog = await self.h.topics.log(topic, partition, create=False)
+            await plog.topic.unsubscribe(group_id)
+        except Exception as exc:
+            log.debug("kafka group %s: subscription on %s-%d not removed: %s",
+                      group_id, topic, partition, exc)
+
+    async def delete_offsets(self, req: RequestReceived) -> Data:
+        """OffsetDelete (KIP-496): an empty group's committed offsets may all be deleted; a
+        consumer group with members only those of topics none of them subscribes to
+        (GROUP_SUBSCRIBED_TO_TOPIC for the others); any other group with members is
+        NON_EMPTY_GROUP. A deleted offset's subscription goes with it."""
+        b = req.body
+
+        def reply(error: int, topics: list[Data]) -> Data:
+            return Data(error_code=error, throttle_time_ms=0, topics=topics)
+
+        if not b.group_id:
+            return reply(ErrorCode.INVALID_GROUP_ID, [])
+        g = self.group(b.group_id, create=False)
+        if g is None:
+            return reply(ErrorCode.GROUP_ID_NOT_FOUND, [])
+        subscribed: set[str] | None = set()
+        if g.members:
+            if g.protocol_type != "consumer":
+                return reply(ErrorCode.NON_EMPTY_GROUP, [])
+            subscribed = _subscribed_topics(g)
+        codes: dict[tuple[str, int], int] = {}
+        for t in b.topics:
+            try:
+                _, n = await self.h.topics.ensure(t.name, create=False)
+            except Exception:
+                n = 0
+            for p in t.partitions:
+                if not 0 <= p.partition_index < n:
+                    codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif subscribed is None or t.name in subscribed:
+                    codes[(t.name, p.partition_index)] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                else:
+                    codes[(t.name, p.partition_index)] = 0
+        gone = [key for key, code in codes.items() if not code and key in g.offsets]
+        if gone:
+            try:
+                self._persist(g, {k: v for k, v in g.offsets.items() if k not in gone})
+            except Exception as exc:
+                log.warning("kafka group %s: offsets not deleted: %r", g.group_id, exc)
+                return reply(ErrorCode.COORDINATOR_NOT_AVAILABLE, [])
+            for topic, partition in gone:
+                del g.offsets[(topic, partition)]
+                await self._unsubscribe(g.group_id, topic, partition)
+        return reply(0, [Data(name=t.name, partitions=[
+            Data(partition_index=p.partition_index, error_code=codes[(t.name, p.partition_index)])
+            for p in t.partitions]) for t in b.topics])
+
+
+def _subscribed_topics(g: Group) -> set[str] | None:
+    """The topics the members of a consumer group subscribe to, read from their
+    ConsumerProtocolSubscription (version, then the topic names); None when one does not
+    read as one, which counts every topic as subscribed."""
+    topics: set[str] = set()
+    for m in g.members.values():
+        meta = m.metadata_for(g.protocol_name) if g.protocol_name else (
+            m.protocols[0][1] if m.protocols else b"")
+        try:
+            (count,) = struct.unpack_from(">i", meta, 2)
+            pos = 6
+            for _ in range(count):
+                (size,) = struct.unpack_from(">h", meta, pos)
+                if size < 0 or pos + 2 + size > len(meta):
+                    return None
+                topics.add(meta[pos + 2:pos + 2 + size].decode())
+                pos += 2 + size
+        except (struct.error, UnicodeDecodeError):
+            return None
+    return topics
 
 
 def _join_error(code: int, member_id: str) -> Data:

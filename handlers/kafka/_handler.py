@@ -103,6 +103,7 @@ class KafkaProtocolHandler:
             37: _admin.handle_create_partitions,
             42: lambda h, r: partial(h.groups.delete, r),
             44: _configs.handle_incremental_alter_configs,
+            47: lambda h, r: partial(h.groups.delete_offsets, r),
             60: _admin.handle_describe_cluster,
         }
 

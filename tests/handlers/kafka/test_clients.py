@@ -15,8 +15,10 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 with warnings.catch_warnings():
     # kafka-python 3.0 reads its schemas with a deprecated importlib.resources call.
     warnings.simplefilter("ignore", DeprecationWarning)
+    import kafka.errors as kerr
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTopicPartition
+    from kafka.structs import OffsetAndMetadata
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:kafka")
 
@@ -333,6 +335,30 @@ def test_kafka_python_admin_and_groups(boot: str, unique: str) -> None:
     assert group not in [g["group_id"] for g in admin.list_groups()]
     admin.delete_topics([topic])
     assert topic not in admin.list_topics()
+    admin.close()
+
+
+def test_kafka_python_delete_group_offsets(boot: str, unique: str) -> None:
+    """OffsetDelete (KIP-496): an active consumer group keeps the offsets of the topics it
+    subscribes to (GROUP_SUBSCRIBED_TO_TOPIC) and loses those of other topics; an empty
+    group loses any; an unknown group is GROUP_ID_NOT_FOUND."""
+    admin = KafkaAdminClient(bootstrap_servers=boot)
+    read, other = f"odel-{unique}", f"odel-other-{unique}"
+    admin.create_topics({read: {"num_partitions": 1}, other: {"num_partitions": 1}})
+    group = f"odel-g-{unique}"
+    c = KafkaConsumer(read, bootstrap_servers=boot, group_id=group, enable_auto_commit=False)
+    wait_for(lambda: bool(c.poll(timeout_ms=100) or c.assignment()))
+    tp, otp = KTopicPartition(read, 0), KTopicPartition(other, 0)
+    c.commit({tp: OffsetAndMetadata(5, "", -1), otp: OffsetAndMetadata(3, "", -1)})
+    assert admin.delete_group_offsets(group, [tp, otp]) == {
+        tp: kerr.GroupSubscribedToTopicError, otp: kerr.NoError}
+    offsets = admin.list_group_offsets({group: None})[group]
+    assert offsets[tp].offset == 5 and otp not in offsets
+    c.close()
+    assert admin.delete_group_offsets(group, [tp]) == {tp: kerr.NoError}
+    assert admin.list_group_offsets({group: None})[group] == {}
+    with pytest.raises(kerr.GroupIdNotFoundError):
+        admin.delete_group_offsets(f"no-such-group-{unique}", [tp])
     admin.close()
 
 
