@@ -454,8 +454,8 @@ class GroupCoordinator:
         assert g is not None
         if g.fenced(member_id, instance):
             return ErrorCode.FENCED_INSTANCE_ID
-        if generation < 0 and not member_id:
-            return 0 if not g.members else ErrorCode.ILLEGAL_GENERATION
+        if generation < 0 and not g.members:
+            return 0  # a group that only stores offsets (or an admin client's commit)
         m = g.members.get(member_id)
         if m is None:
             return ErrorCode.UNKNOWN_MEMBER_ID

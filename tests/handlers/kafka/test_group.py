@@ -125,7 +125,9 @@ async def test_last_member_leaving_empties_the_group(autojump_clock: trio.testin
     assert gc.groups["g"].state == EMPTY and not gc.groups["g"].members
 
 
-async def test_commit_checks_generation_and_member() -> None:
+def _committing_coordinator(metadata: str) -> tuple[GroupCoordinator, list[Data]]:
+    """A coordinator that stores commits (no subscriptions to move), and the topics of a
+    commit of offset 5 on t-0."""
     gc = _coordinator()
     gc.h.topics = SimpleNamespace(topic_name=lambda name: name)
 
@@ -133,8 +135,12 @@ async def test_commit_checks_generation_and_member() -> None:
         return None
 
     gc._move_cursor = no_cursor  # type: ignore[method-assign]
-    topics = [Data(name="t", partitions=[Data(partition_index=0, committed_offset=5,
-                                              committed_metadata="m")])]
+    return gc, [Data(name="t", partitions=[Data(partition_index=0, committed_offset=5,
+                                                committed_metadata=metadata)])]
+
+
+async def test_commit_checks_generation_and_member() -> None:
+    gc, topics = _committing_coordinator("m")
     simple = await gc.commit(request(8, 8, group_id="g", generation_id_or_member_epoch=-1,
                                      member_id="", group_instance_id=None, topics=topics))
     assert simple.topics[0].partitions[0].error_code == 0
@@ -148,6 +154,25 @@ async def test_commit_checks_generation_and_member() -> None:
     fetched = again.fetch_offsets(request(9, 7, group_id="g", topics=[
         Data(name="t", partition_indexes=[0, 1])], require_stable=False))
     assert [p.committed_offset for p in fetched.topics[0].partitions] == [5, -1]
+
+
+async def test_a_commit_without_generation_to_a_group_with_members_is_unknown_member() -> None:
+    """An admin client's commit (generation -1, no member id), as to reset offsets: fine
+    once the group is empty; while it has members, UNKNOWN_MEMBER_ID, as Kafka answers."""
+    gc, topics = _committing_coordinator("")
+
+    def admin_commit() -> RequestReceived:
+        return request(8, 8, group_id="g", generation_id_or_member_epoch=-1, member_id="",
+                       group_instance_id=None, topics=topics)
+
+    a = (await gc.join(_join())).member_id
+    await gc.sync(_sync(a, 1, []))
+    busy = await gc.commit(admin_commit())
+    assert busy.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    gc.leave(request(13, 5, group_id="g", members=[Data(member_id=a, group_instance_id=None,
+                                                         reason=None)]))
+    idle = await gc.commit(admin_commit())
+    assert idle.topics[0].partitions[0].error_code == 0
 
 
 # -- static membership (KIP-345) ---------------------------------------------------------------
