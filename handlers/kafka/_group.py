@@ -545,10 +545,18 @@ class GroupCoordinator:
             wanted = list(names.items())
         else:
             wanted = [(t.name, list(t.partition_indexes)) for t in b.topics]
+        # KIP-447: a partition whose offset an open transaction commits has no stable
+        # offset yet; a consumer asking for one (read_committed) retries until it ends.
+        unstable = self.h.txns.pending_offsets(b.group_id) if (
+            req.api_version >= 7 and b.require_stable) else set()
         out = []
         for name, parts in wanted:
             ps = []
             for p in parts:
+                if (name, p) in unstable:
+                    ps.append(Data(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
+                                   metadata="", error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT))
+                    continue
                 offset, meta = offsets.get((name, p), (-1, ""))
                 ps.append(Data(partition_index=p, committed_offset=offset,
                                committed_leader_epoch=-1, metadata=meta if meta is not None else "",

@@ -226,6 +226,13 @@ class TxnCoordinator:
             Data(name=t.name, partitions=[Data(partition_index=p.partition_index, error_code=error)
                                           for p in t.partitions]) for t in b.topics])
 
+    def pending_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """The partitions of ``group_id`` with an offset in a transaction still open."""
+        return {(t.name, p.partition_index)
+                for txn in self.txns.values() if txn.state == ONGOING
+                for group, topics in txn.offsets if group == group_id
+                for t in topics for p in t.partitions}
+
     def stage(self, tid: str, plog: PartitionLog, batch: RecordBatch) -> tuple[int, Pending]:
         pending = Pending()
         error, txn = self._check(tid, batch.producer_id, batch.producer_epoch)

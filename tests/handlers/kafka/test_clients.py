@@ -412,3 +412,32 @@ def test_transactional_offset_commit(boot: str, unique: str) -> None:
     p.commit_transaction(10)
     assert c.committed([TopicPartition(src, 0)], 10)[0].offset == 5
     c.close()
+
+
+def test_read_committed_consumer_waits_for_offsets_of_an_open_transaction(
+        boot: str, unique: str) -> None:
+    """KIP-447: while a transaction holds an offset for a partition, a read_committed
+    consumer of the group gets no stable offset (UNSTABLE_OFFSET_COMMIT, retried), so it
+    does not start from the offset before the transaction; it starts from the
+    transaction's once it commits."""
+    src, group = f"unstable-{unique}", f"unstable-g-{unique}"
+    create_topic(boot, src, 1)
+    p0 = Producer({"bootstrap.servers": boot})
+    for i in range(10):
+        p0.produce(src, value=b"%d" % i)
+    assert p0.flush(DEADLINE) == 0
+    meta = Consumer({"bootstrap.servers": boot, "group.id": group})
+    p = Producer({"bootstrap.servers": boot, "transactional.id": f"unstable-{unique}"})
+    p.init_transactions(DEADLINE)
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition(src, 0, 5)], meta.consumer_group_metadata(),
+                                  DEADLINE)
+    c = Consumer({"bootstrap.servers": boot, "group.id": group, "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c.assign([TopicPartition(src, 0)])
+    assert drain_confluent(c, 1, timeout=2.0) == []
+    p.commit_transaction(DEADLINE)
+    got = drain_confluent(c, 1)
+    c.close()
+    meta.close()
+    assert [m.offset() for m in got] == [5]
