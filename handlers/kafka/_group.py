@@ -447,13 +447,20 @@ class GroupCoordinator:
         return await self.store_offsets(b.group_id, b.topics, error)
 
     def _check_commit(self, group_id: str, generation: int, member_id: str,
-                      instance: str | None) -> int:
+                      instance: str | None, *, transactional: bool = False) -> int:
+        """OffsetCommit's checks; with ``transactional``, TxnOffsetCommit v3+'s (KIP-447:
+        the consumer's group metadata fences a zombie), which check the member id only
+        when given and the generation only when not negative."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
         g = self.group(group_id)
         assert g is not None
         if g.fenced(member_id, instance):
             return ErrorCode.FENCED_INSTANCE_ID
+        if transactional:
+            if member_id and member_id not in g.members:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            return ErrorCode.ILLEGAL_GENERATION if 0 <= generation != g.generation else 0
         if generation < 0 and not g.members:
             return 0  # a group that only stores offsets (or an admin client's commit)
         m = g.members.get(member_id)
@@ -465,6 +472,10 @@ class GroupCoordinator:
             return ErrorCode.REBALANCE_IN_PROGRESS
         m.deadline = trio.current_time() + m.session_timeout
         return 0
+
+    def check_txn_commit(self, group_id: str, generation: int, member_id: str,
+                         instance: str | None) -> int:
+        return self._check_commit(group_id, generation, member_id, instance, transactional=True)
 
     async def store_offsets(self, group_id: str, topics: list[Any], error: int) -> Data:
         """Record one OffsetCommit (or a committed transaction's offsets) all or nothing:

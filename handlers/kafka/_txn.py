@@ -220,6 +220,9 @@ class TxnCoordinator:
         error, txn = self._check(b.transactional_id, b.producer_id, b.producer_epoch)
         if txn is not None and b.group_id not in txn.groups:
             error = ErrorCode.INVALID_TXN_STATE
+        if not error and req.api_version >= 3:
+            error = self.h.groups.check_txn_commit(b.group_id, b.generation_id, b.member_id,
+                                                   b.group_instance_id)
         if not error and txn is not None:
             txn.offsets.append((b.group_id, list(b.topics)))
         return Data(throttle_time_ms=0, topics=[
