@@ -197,6 +197,7 @@ async def handle_delete_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
             if partitioned:
                 h.broker.metadata.delete(_partitioned_path(name))
             h.broker.policies.delete_topic_policies(name)
+            h.groups.forget_topic(kname)
         except Exception as exc:
             res.error_code = topic_error(exc)
             res.error_message = str(exc)

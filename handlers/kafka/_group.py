@@ -545,6 +545,23 @@ class GroupCoordinator:
             if g is not None and (topic, partition) in g.offsets:
                 await self._move_cursor(group_id, topic, partition, log_start)
 
+    def forget_topic(self, topic: str) -> None:
+        """The topic was deleted: every group's offsets for it go, as Kafka removes the
+        offsets of deleted partitions, so that a topic created again under the name is
+        read from where ``auto.offset.reset`` says, not from the old topic's offsets."""
+        for group_id in sorted(set(self.groups) | set(self.stored_group_ids())):
+            g = self.group(group_id, create=False)
+            if g is None or not any(t == topic for t, _ in g.offsets):
+                continue
+            kept = {k: v for k, v in g.offsets.items() if k[0] != topic}
+            try:
+                self._persist(g, kept)
+            except Exception as exc:
+                log.warning("kafka group %s: offsets of deleted topic %s not removed: %r",
+                            group_id, topic, exc)
+                continue
+            g.offsets = kept
+
     def fetch_offsets(self, req: RequestReceived) -> Data:
         b = req.body
         g = self.group(b.group_id, create=False)

@@ -338,6 +338,30 @@ def test_kafka_python_admin_and_groups(boot: str, unique: str) -> None:
     admin.close()
 
 
+def test_deleting_a_topic_deletes_the_groups_offsets_for_it(boot: str, unique: str) -> None:
+    """As Kafka removes the offsets of deleted partitions: a topic created again under the
+    same name is read from where ``auto.offset.reset`` says, not from the old offsets."""
+    topic, group = f"recreated-{unique}", f"recreated-g-{unique}"
+    admin = AdminClient({"bootstrap.servers": boot})
+    create_topic(boot, topic, 1)
+    c = Consumer({"bootstrap.servers": boot, "group.id": group})
+    c.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+    for f in admin.delete_topics([topic]).values():
+        f.result(DEADLINE)
+    create_topic(boot, topic, 1)
+    assert c.committed([TopicPartition(topic, 0)], DEADLINE)[0].offset < 0
+    c.close()
+    p = Producer({"bootstrap.servers": boot})
+    for i in range(5):
+        p.produce(topic, value=b"%d" % i)
+    assert p.flush(DEADLINE) == 0
+    c = Consumer({"bootstrap.servers": boot, "group.id": group, "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got = drain_confluent(c, 5)
+    c.close()
+    assert [m.offset() for m in got] == [0, 1, 2, 3, 4]
+
+
 def test_kafka_python_delete_group_offsets(boot: str, unique: str) -> None:
     """OffsetDelete (KIP-496): an active consumer group keeps the offsets of the topics it
     subscribes to (GROUP_SUBSCRIBED_TO_TOPIC) and loses those of other topics; an empty
