@@ -177,6 +177,8 @@ class GroupCoordinator:
             doc = json.loads(got[0])
             for topic, partition, offset, meta in doc.get("offsets", []):
                 g.offsets[(topic, int(partition))] = (int(offset), meta)
+            # Documents written before the protocol type was kept were consumer groups'.
+            g.protocol_type = doc.get("protocol_type", "consumer")
             g.cursors_pending = bool(g.offsets)
         self.groups[group_id] = g
         return g
@@ -184,7 +186,8 @@ class GroupCoordinator:
     def _persist(self, g: Group, offsets: dict[tuple[str, int], tuple[int, str | None]]) -> None:
         """Write the group's document with ``offsets``: one metadata-store write, so a
         crash leaves either the old document or the new one, never a part of a commit."""
-        doc = {"offsets": [[t, p, o, m] for (t, p), (o, m) in sorted(offsets.items())]}
+        doc = {"offsets": [[t, p, o, m] for (t, p), (o, m) in sorted(offsets.items())],
+               "protocol_type": g.protocol_type}
         self.h.broker.metadata.put(self._path(g.group_id), json.dumps(doc).encode())
 
     def stored_group_ids(self) -> list[str]:
@@ -622,7 +625,7 @@ class GroupCoordinator:
             state = g.state if g is not None else EMPTY
             if states and state not in states:
                 continue
-            out.append(Data(group_id=group_id, protocol_type=(g.protocol_type if g else None) or "consumer",
+            out.append(Data(group_id=group_id, protocol_type=(g.protocol_type if g else None) or "",
                             group_state=state))
         return Data(throttle_time_ms=0, error_code=0, groups=out)
 

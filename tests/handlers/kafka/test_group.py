@@ -175,6 +175,25 @@ async def test_a_commit_without_generation_to_a_group_with_members_is_unknown_me
     assert idle.topics[0].partitions[0].error_code == 0
 
 
+async def test_list_groups_shows_an_offsets_only_group_without_protocol_type() -> None:
+    """A group that only stores offsets has no protocol type (a "simple" group to admin
+    clients), one whose members joined has theirs, also after a restart."""
+    gc, topics = _committing_coordinator("")
+
+    def commit(group_id: str, member_id: str = "", generation: int = -1) -> RequestReceived:
+        return request(8, 8, group_id=group_id, generation_id_or_member_epoch=generation,
+                       member_id=member_id, group_instance_id=None, topics=topics)
+
+    await gc.commit(commit("simple"))
+    joined = await gc.join(_join())
+    await gc.sync(_sync(joined.member_id, joined.generation_id, []))
+    await gc.commit(commit("g", joined.member_id, joined.generation_id))
+    for coordinator in (gc, GroupCoordinator(gc.h)):
+        listed = coordinator.list_groups(request(16, 4, states_filter=[]))
+        assert {x.group_id: x.protocol_type for x in listed.groups} == {
+            "simple": "", "g": "consumer"}
+
+
 # -- static membership (KIP-345) ---------------------------------------------------------------
 
 
