@@ -1232,6 +1232,8 @@ class RequestReceived:
     client_id: str | None
     body: Data
     size: int
+    client_host: str = ""
+    """The client's address as Kafka names it (``/127.0.0.1``); empty when unknown."""
 
     @property
     def api_name(self) -> str:
@@ -1260,8 +1262,9 @@ class KafkaConnection:
     request is decoded from a view of the bytes as they arrived: a produce request's records
     are copied once, out of the frame, and nothing else of it is."""
 
-    def __init__(self, max_request_size: int = DEFAULT_MAX_REQUEST_SIZE):
+    def __init__(self, max_request_size: int = DEFAULT_MAX_REQUEST_SIZE, client_host: str = ""):
         self.max_request_size = max_request_size
+        self.client_host = client_host
         self._buf = bytearray()
         # The large frame under way: its first ``_filled`` bytes arrived, the rest of the
         # buffer is room for the next read; ``_size`` is what its prefix announced.
@@ -1308,7 +1311,7 @@ class KafkaConnection:
             if self._filled < self._size:
                 return NEED_DATA
             self._frame, self._size, self._filled = None, 0, 0
-            return _parse_view(frame, 0, len(frame))
+            return _parse_view(frame, 0, len(frame), self.client_host)
         buf = self._buf
         if len(buf) < 4:
             return NEED_DATA
@@ -1324,7 +1327,7 @@ class KafkaConnection:
                 buf.clear()
             return NEED_DATA
         try:
-            event = _parse_view(buf, 4, 4 + size)
+            event = _parse_view(buf, 4, 4 + size, self.client_host)
         except RemoteProtocolError:
             # The connection ends. The error's traceback may still hold views of the
             # buffer, which therefore cannot shrink: let it go instead.
@@ -1388,14 +1391,16 @@ def _pieces(parts: list[bytes]) -> list[bytes]:
     return out
 
 
-def _parse_view(buf: bytearray, start: int, end: int) -> RequestReceived | UnsupportedRequest:
+def _parse_view(buf: bytearray, start: int, end: int,
+                client_host: str) -> RequestReceived | UnsupportedRequest:
     """Decode the frame at ``buf[start:end]`` through a view, released before the caller
     may resize ``buf`` (fields that keep bytes copy them out)."""
     with memoryview(buf) as whole, whole[start:end] as view:
-        return parse_request(view)
+        return parse_request(view, client_host)
 
 
-def parse_request(frame: bytes | memoryview) -> RequestReceived | UnsupportedRequest:
+def parse_request(frame: bytes | memoryview,
+                  client_host: str = "") -> RequestReceived | UnsupportedRequest:
     """Decode one request frame (without its size prefix)."""
     r = _Reader(frame)
     api_key = r.unpack(_I16)
@@ -1413,7 +1418,7 @@ def parse_request(frame: bytes | memoryview) -> RequestReceived | UnsupportedReq
     body = decode_body(spec, api_version, frame, offset=r.pos, strict=False)
     return RequestReceived(api_key=api_key, api_version=api_version,
                            correlation_id=correlation_id, client_id=client_id, body=body,
-                           size=len(frame))
+                           size=len(frame), client_host=client_host)
 
 
 # --------------------------------------------------------------------------- client side

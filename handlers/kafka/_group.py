@@ -317,7 +317,7 @@ class GroupCoordinator:
         else:
             m = Member(member_id=f"{instance or req.client_id or 'member'}-{uuid.uuid4()}",
                        group_instance_id=instance, client_id=req.client_id or "",
-                       client_host="/127.0.0.1", session_timeout=0, rebalance_timeout=0,
+                       client_host=req.client_host, session_timeout=0, rebalance_timeout=0,
                        protocol_type=b.protocol_type, protocols=[])
             old = g.static_member(instance)
             if old is not None:

@@ -79,7 +79,8 @@ class KafkaSession:
     def __init__(self, handler: KafkaProtocolHandler, stream: trio.abc.Stream):
         self.handler = handler
         self.stream = stream
-        self.codec = KafkaConnection(max_request_size=handler.max_request_size)
+        self.codec = KafkaConnection(max_request_size=handler.max_request_size,
+                                     client_host=_client_host(stream))
         self._read = Reader(stream)
         self._slots: deque[_Slot] = deque()
         self.outbox = Outbox(stream)
@@ -202,3 +203,11 @@ class KafkaSession:
         while slots and slots[0].data is not None:
             self.outbox.put_all(slots.popleft().data)  # type: ignore[arg-type]
             self._room.release()
+
+
+def _client_host(stream: trio.abc.Stream) -> str:
+    """The peer's address as Kafka's DescribeGroups shows a member's host: ``/1.2.3.4``."""
+    try:
+        return "/" + str(stream.socket.getpeername()[0])  # type: ignore[attr-defined]
+    except (AttributeError, OSError, IndexError):
+        return ""

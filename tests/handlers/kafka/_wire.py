@@ -23,9 +23,10 @@ def bootstrap(addresses: dict[str, list[str]]) -> str:
 
 
 class Wire:
-    def __init__(self, address: str):
+    def __init__(self, address: str, *, source_host: str | None = None):
         host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+        self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT,
+                                             source_address=(source_host, 0) if source_host else None)
         self._ids = itertools.count(1)
 
     def close(self) -> None:

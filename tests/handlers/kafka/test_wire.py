@@ -17,6 +17,7 @@ from tests.handlers.kafka._wire import Wire, free_port
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS, INIT_PID = 0, 1, 2, 3, 18, 22
 ADD_PARTITIONS_TO_TXN, END_TXN = 24, 26
+JOIN_GROUP, DESCRIBE_GROUPS = 11, 15
 
 
 def produce_body(topic: str, records: bytes, *, partition: int = 0, acks: int = -1) -> Data:
@@ -171,6 +172,19 @@ def test_transactional_producer_retry_is_not_staged_twice(boot: str, unique: str
         values = [r.value for b in decode_batches(resp.responses[0].partitions[0].records)
                   for r in b.records]
         assert values == [b"first", b"a", b"b", b"c"]
+
+
+def test_describe_groups_shows_the_address_a_member_connected_from(boot: str, unique: str) -> None:
+    group = f"host-{unique}"
+    with Wire(boot, source_host="127.0.0.2") as w:
+        joined = w.call(JOIN_GROUP, 5, Data(
+            group_id=group, session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
+            group_instance_id=None, protocol_type="consumer",
+            protocols=[Data(name="range", metadata=b"")]))
+        assert joined.error_code == 0
+        described = w.call(DESCRIBE_GROUPS, 5, Data(groups=[group],
+                                                     include_authorized_operations=False))
+        assert [m.client_host for m in described.groups[0].members] == ["/127.0.0.2"]
 
 
 def test_long_poll_fetch_is_woken_by_new_data(boot: str, unique: str) -> None:
