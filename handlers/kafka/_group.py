@@ -480,6 +480,21 @@ class GroupCoordinator:
                          instance: str | None) -> int:
         return self._check_commit(group_id, generation, member_id, instance, transactional=True)
 
+    def partition_errors(self, topics: list[Any]) -> dict[tuple[str, int], int]:
+        """The error of each partition of an offset commit's ``topics`` that cannot have an
+        offset: an invalid topic name, or (as Kafka answers) UNKNOWN_TOPIC_OR_PARTITION for
+        a partition that does not exist."""
+        out: dict[tuple[str, int], int] = {}
+        for t in topics:
+            try:
+                count, error = self.h.topics.partition_count(self.h.topics.topic_name(t.name)), 0
+            except Exception as exc:
+                count, error = 0, topic_error(exc)
+            for p in t.partitions:
+                if error or not 0 <= p.partition_index < count:
+                    out[(t.name, p.partition_index)] = error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return out
+
     async def store_offsets(self, group_id: str, topics: list[Any], error: int) -> Data:
         """Record one OffsetCommit (or a committed transaction's offsets) all or nothing:
         the group's new offsets go to the store in one write of its document, and only
@@ -489,18 +504,13 @@ class GroupCoordinator:
         g = self.group(group_id) if not error else None
         codes: dict[tuple[str, int], int] = {}
         staged: dict[tuple[str, int], tuple[int, str | None]] = {}
+        unknown = self.partition_errors(topics) if not error else {}
         for t in topics:
             for p in t.partitions:
                 key = (t.name, p.partition_index)
-                codes[key] = error
-                if error:
-                    continue
-                try:
-                    self.h.topics.topic_name(t.name)
-                except Exception as exc:
-                    codes[key] = topic_error(exc)
-                    continue
-                staged[key] = (p.committed_offset, p.committed_metadata)
+                codes[key] = error or unknown.get(key, 0)
+                if not codes[key]:
+                    staged[key] = (p.committed_offset, p.committed_metadata)
         if staged and g is not None:
             try:
                 self._persist(g, {**g.offsets, **staged})

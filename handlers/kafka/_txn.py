@@ -223,11 +223,17 @@ class TxnCoordinator:
         if not error and req.api_version >= 3:
             error = self.h.groups.check_txn_commit(b.group_id, b.generation_id, b.member_id,
                                                    b.group_instance_id)
+        unknown = self.h.groups.partition_errors(b.topics) if not error else {}
         if not error and txn is not None:
-            txn.offsets.append((b.group_id, list(b.topics)))
+            txn.offsets.append((b.group_id, [
+                Data(name=t.name, partitions=[p for p in t.partitions
+                                              if (t.name, p.partition_index) not in unknown])
+                for t in b.topics]))
         return Data(throttle_time_ms=0, topics=[
-            Data(name=t.name, partitions=[Data(partition_index=p.partition_index, error_code=error)
-                                          for p in t.partitions]) for t in b.topics])
+            Data(name=t.name, partitions=[Data(
+                partition_index=p.partition_index,
+                error_code=error or unknown.get((t.name, p.partition_index), 0))
+                for p in t.partitions]) for t in b.topics])
 
     def pending_offsets(self, group_id: str) -> set[tuple[str, int]]:
         """The partitions of ``group_id`` with an offset in a transaction still open."""

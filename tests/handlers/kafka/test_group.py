@@ -129,7 +129,8 @@ def _committing_coordinator(metadata: str) -> tuple[GroupCoordinator, list[Data]
     """A coordinator that stores commits (no subscriptions to move), and the topics of a
     commit of offset 5 on t-0."""
     gc = _coordinator()
-    gc.h.topics = SimpleNamespace(topic_name=lambda name: name)
+    gc.h.topics = SimpleNamespace(topic_name=lambda name: name,
+                                  partition_count=lambda name: 1 if name == "t" else 0)
 
     async def no_cursor(*args: Any) -> None:
         return None
@@ -154,6 +155,19 @@ async def test_commit_checks_generation_and_member() -> None:
     fetched = again.fetch_offsets(request(9, 7, group_id="g", topics=[
         Data(name="t", partition_indexes=[0, 1])], require_stable=False))
     assert [p.committed_offset for p in fetched.topics[0].partitions] == [5, -1]
+
+
+async def test_offsets_of_partitions_that_do_not_exist_are_not_committed() -> None:
+    gc, _ = _committing_coordinator("")
+    resp = await gc.commit(request(8, 8, group_id="g", generation_id_or_member_epoch=-1,
+                                   member_id="", group_instance_id=None, topics=[
+                                       Data(name=name, partitions=[Data(
+                                           partition_index=i, committed_offset=5,
+                                           committed_metadata="") for i in (0, 1)])
+                                       for name in ("t", "missing")]))
+    assert [[p.error_code for p in t.partitions] for t in resp.topics] == [
+        [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION], [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION] * 2]
+    assert set(gc.groups["g"].offsets) == {("t", 0)}
 
 
 async def test_a_commit_without_generation_to_a_group_with_members_is_unknown_member() -> None:
@@ -267,7 +281,8 @@ async def test_static_member_rejoins_without_a_rebalance_and_fences_its_old_id(
                            assignments=[])
         assert (await gc.sync(old_sync)).error_code == ErrorCode.FENCED_INSTANCE_ID
         assert (await gc.join(_static_join("ib", b))).error_code == ErrorCode.FENCED_INSTANCE_ID
-        gc.h.topics = SimpleNamespace(topic_name=lambda name: name)
+        gc.h.topics = SimpleNamespace(topic_name=lambda name: name,
+                                  partition_count=lambda name: 1 if name == "t" else 0)
         commit = await gc.commit(request(8, 8, group_id="g", generation_id_or_member_epoch=generation,
                                          member_id=b, group_instance_id="ib", topics=[Data(
                                              name="t", partitions=[Data(partition_index=0, committed_offset=1,
@@ -340,7 +355,8 @@ def _committed(gc: GroupCoordinator) -> list[int]:
 
 async def test_a_multi_partition_commit_is_all_or_nothing() -> None:
     store = _FailingStore()
-    h = fake_handler(store, topics=SimpleNamespace(topic_name=lambda name: name))
+    h = fake_handler(store, topics=SimpleNamespace(topic_name=lambda name: name,
+                                                   partition_count=lambda name: 4))
     moved: list[tuple[str, int, int]] = []
 
     async def crash_after_first_cursor(group_id: str, topic: str, partition: int, offset: int) -> None:

@@ -1,8 +1,11 @@
 """TxnOffsetCommit v3 carries the consumer's group metadata (KIP-447): the transaction
 coordinator checks it as Kafka's group coordinator does, so a zombie whose consumer left
-the group, or a producer with an older generation, cannot commit the group's offsets."""
+the group, or a producer with an older generation, cannot commit the group's offsets; nor
+can anyone commit an offset for a partition that does not exist."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 from handlers.kafka._codec import Data
 from handlers.kafka._errors import ErrorCode
@@ -12,7 +15,8 @@ from tests.handlers.kafka._coordinators import fake_handler, request
 
 
 async def test_txn_offset_commit_checks_member_and_generation() -> None:
-    h = fake_handler()
+    h = fake_handler(topics=SimpleNamespace(topic_name=lambda name: name,
+                                            partition_count=lambda name: 1 if name == "t" else 0))
     h.groups = GroupCoordinator(h)
     h.txns = tc = TxnCoordinator(h)
     joined = await h.groups.join(request(
@@ -26,10 +30,10 @@ async def test_txn_offset_commit_checks_member_and_generation() -> None:
            "producer_epoch": pid.producer_epoch}
     assert tc.add_offsets(request(25, 3, group_id="g", **ids)).error_code == 0
 
-    def commit(member_id: str, generation_id: int) -> int:
+    def commit(member_id: str, generation_id: int, topic: str = "t") -> int:
         resp = tc.txn_offset_commit(request(
             28, 3, group_id="g", generation_id=generation_id, member_id=member_id,
-            group_instance_id=None, topics=[Data(name="t", partitions=[Data(
+            group_instance_id=None, topics=[Data(name=topic, partitions=[Data(
                 partition_index=0, committed_offset=5, committed_leader_epoch=-1,
                 committed_metadata="")])], **ids))
         return int(resp.topics[0].partitions[0].error_code)
@@ -38,3 +42,6 @@ async def test_txn_offset_commit_checks_member_and_generation() -> None:
     assert commit("", -1) == 0  # no group metadata: nothing to check
     assert commit(member, generation - 1) == ErrorCode.ILLEGAL_GENERATION
     assert commit("zombie", generation) == ErrorCode.UNKNOWN_MEMBER_ID
+    # As Kafka: a partition that does not exist gets no offset.
+    assert commit(member, generation, "missing") == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert {t.name for _, topics in tc.txns["tx"].offsets for t in topics if t.partitions} == {"t"}
