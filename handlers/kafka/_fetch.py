@@ -19,20 +19,21 @@ an out-of-range offset).
 
 ListOffsets: -2 is the log start, -1 the high watermark, -3 (KIP-734, v7+) the record with
 the largest timestamp, the earliest of those sharing it, found by reading the partition's
-entries from the log start; any other value the first record whose timestamp is at or
-after it, found by publish time through the native time index and then by record time
-among the entries from there. On a topic with ``message.timestamp.type=LogAppendTime`` a
-record's time is its entry's publish time, as fetched.
+entries from the log start; any other value the first record from the log start on whose
+timestamp is at or after it, found by publish time through the native time index and then
+by record time among the entries from there. On a topic with
+``message.timestamp.type=LogAppendTime`` a record's time is its entry's publish time, as
+fetched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 import trio
 
-from core.storage import Entry, Position
+from core.storage import Entry
 from handlers.kafka import _mapping
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode
@@ -168,7 +169,7 @@ async def _list_one(h: KafkaProtocolHandler, topic: str, partition: int, ts: int
             if found is not None:
                 res.offset, res.timestamp = found
         elif ts >= 0:
-            found = await _first_at_or_after(plog, ts)
+            found = await _first_at_or_after(plog, ts, plog.log_start_offset(fresh=True), hw)
             if found is not None:
                 res.offset, res.timestamp = found
         else:
@@ -187,15 +188,33 @@ def _records_of(plog: PartitionLog, e: Entry) -> Iterator[tuple[int, int]]:
         yield base + rec.offset_delta, e.publish_time if append_time else rec.timestamp
 
 
-async def _first_at_or_after(plog: PartitionLog, ts: int) -> tuple[int, int] | None:
-    """(offset, timestamp) of the first record with timestamp >= ts."""
+async def _entries_from(plog: PartitionLog, start: int, hw: int) -> AsyncIterator[Entry]:
+    """The stored entries holding offsets ``start`` up to ``hw``, read
+    :data:`TIMESTAMP_SCAN_ENTRIES` at a time, from one ledger into the next."""
     ml = plog.topic.ml
-    pos = await ml.find_by_publish_time(ts)
-    if pos is None:
+    while start < hw:
+        pos = await ml.find_by_index(start)
+        entries = await ml.read_entries(pos, TIMESTAMP_SCAN_ENTRIES) if pos is not None else []
+        if not entries:
+            return
+        for e in entries:
+            yield e
+        start = entries[-1].index + 1
+
+
+async def _first_at_or_after(plog: PartitionLog, ts: int, start: int,
+                             hw: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record in [start, hw) with timestamp >= ts: from
+    the first entry published at or after ts (a record is not stored before it is made)
+    on. Records below the log start (deleted by DeleteRecords) are not candidates."""
+    pos = await plog.topic.ml.find_by_publish_time(ts)
+    first = await plog.topic.ml.read_entries(pos, 1) if pos is not None else []
+    if not first:
         return None
-    for e in await ml.read_entries(pos, TIMESTAMP_SCAN_ENTRIES):
+    begin = max(start, first[0].index - first[0].num_messages + 1)
+    async for e in _entries_from(plog, begin, hw):
         for offset, rec_ts in _records_of(plog, e):
-            if rec_ts >= ts:
+            if begin <= offset < hw and rec_ts >= ts:
                 return offset, rec_ts
     return None
 
@@ -203,20 +222,10 @@ async def _first_at_or_after(plog: PartitionLog, ts: int) -> tuple[int, int] | N
 async def _max_timestamp(plog: PartitionLog, start: int, hw: int) -> tuple[int, int] | None:
     """(offset, timestamp) of the record in [start, hw) with the largest timestamp, the
     earliest if several share it (KIP-734). Record times are not indexed, so this reads
-    every entry, :data:`TIMESTAMP_SCAN_ENTRIES` at a time."""
-    if start >= hw:
-        return None
-    ml = plog.topic.ml
-    pos = await ml.find_by_index(start)
+    every entry."""
     best: tuple[int, int] | None = None
-    while pos is not None:
-        entries = await ml.read_entries(pos, TIMESTAMP_SCAN_ENTRIES)
-        for e in entries:
-            for offset, rec_ts in _records_of(plog, e):
-                if start <= offset < hw and (best is None or rec_ts > best[1]):
-                    best = offset, rec_ts
-        if not entries or entries[-1].index >= hw - 1:
-            break
-        last = entries[-1].position
-        pos = Position(last.ledger_id, last.entry_id + 1)
+    async for e in _entries_from(plog, start, hw):
+        for offset, rec_ts in _records_of(plog, e):
+            if start <= offset < hw and (best is None or rec_ts > best[1]):
+                best = offset, rec_ts
     return best

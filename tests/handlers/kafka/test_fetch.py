@@ -99,3 +99,29 @@ def test_list_offsets_max_timestamp_is_the_record_with_the_largest_timestamp(
     [fut] = admin.delete_records([TopicPartition(topic, 0, 2)]).values()
     fut.result(DEADLINE)
     assert max_timestamp() == (3, 9_000_000)
+
+
+def test_offsets_for_times_does_not_answer_a_deleted_record(boot: str, unique: str) -> None:
+    """The first record at or after a time is looked for from the log start: a record
+    deleted by DeleteRecords is not an answer (a consumer seeking there would be out of
+    range), as in Kafka, whose deleted records are gone from its time index."""
+    topic = f"tsdel-{unique}"
+    create_topic(boot, topic, 1)
+    p = Producer({"bootstrap.servers": boot, "linger.ms": 0})
+    for i in range(6):
+        p.produce(topic, value=b"%d" % i, timestamp=1_000_000 + 1000 * i)
+        assert p.flush(DEADLINE) == 0
+    admin = AdminClient({"bootstrap.servers": boot})
+    tp = TopicPartition(topic, 0)
+
+    def at(ts: int) -> tuple[int, int]:
+        [fut] = admin.list_offsets({tp: OffsetSpec.for_timestamp(ts)}).values()
+        r = fut.result(DEADLINE)
+        return r.offset, r.timestamp
+
+    assert at(1_001_000) == (1, 1_001_000)
+    [fut] = admin.delete_records([TopicPartition(topic, 0, 3)]).values()
+    fut.result(DEADLINE)
+    assert at(0) == (3, 1_003_000)
+    assert at(1_001_000) == (3, 1_003_000)
+    assert at(1_004_500) == (5, 1_005_000)
