@@ -74,6 +74,7 @@ class Txn:
     offsets: list[tuple[str, list[Any]]] = field(default_factory=list)
     staged_bytes: int = 0
     deadline: float = 0.0
+    last_epoch: int = -1  # the epoch a producer's own bump (KIP-360) came from, else -1
 
     def reset(self) -> None:
         self.state = EMPTY
@@ -155,13 +156,27 @@ class TxnCoordinator:
                         producer_id=-1, producer_epoch=-1)
         timeout = b.transaction_timeout_ms / 1000.0
         txn = self._load(tid, timeout)
+        expected = b.producer_id >= 0 if req.api_version >= 3 else False
         if txn is None:
             txn = self.txns[tid] = Txn(tid, self.next_producer_id(), 0, timeout)
+        elif expected and b.producer_id == txn.producer_id and b.producer_epoch == txn.last_epoch \
+                and txn.state == EMPTY:
+            # A retry of a bump whose answer was lost: the same epoch again.
+            return Data(throttle_time_ms=0, error_code=0, producer_id=txn.producer_id,
+                        producer_epoch=txn.epoch)
+        elif expected and (b.producer_id, b.producer_epoch) != (txn.producer_id, txn.epoch):
+            # KIP-360: a producer recovering with an older producer id or epoch is a zombie;
+            # it must not fence the current one.
+            code = ErrorCode.PRODUCER_FENCED if req.api_version >= 4 else ErrorCode.INVALID_PRODUCER_EPOCH
+            return Data(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)
         else:
             if txn.state == ONGOING:
                 log.info("kafka: transaction %s aborted by a new producer epoch", tid)
             txn.reset()
             txn.timeout = timeout
+            # Kept for a retry of a producer's own bump only; a new instance (no epoch
+            # given) fences every earlier one.
+            txn.last_epoch = txn.epoch if expected else -1
             txn.epoch += 1
             if txn.epoch >= 0x7FFF:
                 txn.producer_id = self.next_producer_id()
