@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one sub-parser per registered command."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="One broker for Pulsar, Kafka, AMQP 0-9-1 and MQTT clients.",
+        description="One broker for Pulsar and Kafka clients.",
     )
     parser.add_argument("--version", action="version", version=version_string())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")

@@ -1,4 +1,4 @@
-"""Protocol plugins: the built-in four and a user's own.
+"""Protocol plugins: the built-in two (Pulsar, Kafka) and a user's own.
 
 A protocol handler is a class constructed as ``Handler(config, broker)`` with an
 ``async def serve(self, task_status)`` that opens its listeners, calls
