@@ -39,7 +39,7 @@ from handlers.kafka._topics import PartitionLog, ProducerState
 if TYPE_CHECKING:
     from handlers.kafka._handler import KafkaProtocolHandler
 
-__all__ = ["handle_produce", "topic_error", "Pending"]
+__all__ = ["handle_produce", "topic_error", "Pending", "check_sequence", "note_sequence", "SEQUENCE_MOD"]
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class ProduceReply(Later):
                     throttle_time_ms=0)
 
 
-def _check_sequence(plog: PartitionLog, batch: RecordBatch) -> tuple[int, Pending | None]:
+def check_sequence(plog: PartitionLog, batch: RecordBatch) -> tuple[int, Pending | None]:
     """(error, original) for an idempotent batch: original is set for a retried batch."""
     pid, epoch = batch.producer_id, batch.producer_epoch
     first, last = batch.base_sequence, batch.last_sequence
@@ -167,7 +167,7 @@ def _check_sequence(plog: PartitionLog, batch: RecordBatch) -> tuple[int, Pendin
     return 0, None
 
 
-def _note_sequence(plog: PartitionLog, batch: RecordBatch, pending: Pending) -> None:
+def note_sequence(plog: PartitionLog, batch: RecordBatch, pending: Pending) -> None:
     st = plog.producers[batch.producer_id]
     st.last_sequence = batch.last_sequence
     st.recent[(batch.base_sequence, batch.last_sequence)] = pending
@@ -357,7 +357,7 @@ def _publish_all(h: KafkaProtocolHandler, plog: PartitionLog,
             continue
         original = None
         if batch.producer_id >= 0:
-            error, original = _check_sequence(plog, batch)
+            error, original = check_sequence(plog, batch)
             if error:
                 return error, pendings
         if original is not None:
@@ -365,7 +365,7 @@ def _publish_all(h: KafkaProtocolHandler, plog: PartitionLog,
             continue
         pending = Pending()
         if batch.producer_id >= 0:
-            _note_sequence(plog, batch, pending)
+            note_sequence(plog, batch, pending)
         publish_batch(plog, batch, pending, native, hold=True)
         pendings.append(pending)
     return 0, pendings

@@ -36,8 +36,8 @@ from handlers.kafka._errors import ErrorCode
 from handlers.kafka._produce import (
     SEQUENCE_MOD,
     Pending,
-    _check_sequence,
-    _note_sequence,
+    check_sequence,
+    note_sequence,
     publish_batch,
 )
 from handlers.kafka._records import RecordBatch
@@ -275,7 +275,7 @@ class TxnCoordinator:
                 and (batch.base_sequence, batch.last_sequence) not in st.recent \
                 and 0 < (batch.base_sequence - st.last_sequence) % SEQUENCE_MOD < SEQUENCE_MOD // 2:
             st.last_sequence = (batch.base_sequence - 1) % SEQUENCE_MOD
-        error, original = _check_sequence(plog, batch)
+        error, original = check_sequence(plog, batch)
         if error:
             return error, pending
         if st is not None:
@@ -285,7 +285,7 @@ class TxnCoordinator:
         txn.staged.append((plog, batch))
         txn.staged_bytes += batch.size
         pending.done(-1)
-        _note_sequence(plog, batch, pending)
+        note_sequence(plog, batch, pending)
         return 0, pending
 
     async def end_txn(self, req: RequestReceived) -> Data:

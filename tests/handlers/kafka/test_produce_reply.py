@@ -15,8 +15,8 @@ from handlers.kafka._errors import ErrorCode
 from handlers.kafka._produce import (
     Pending,
     ProduceReply,
-    _check_sequence,
-    _note_sequence,
+    check_sequence,
+    note_sequence,
     publish_batch,
 )
 
@@ -86,14 +86,14 @@ def test_failed_batches_of_an_idempotent_producer_take_its_sequence_back_to_the_
 
     first, second = batch(0, 4), batch(5, 9)
     for b in (first, second):
-        assert _check_sequence(plog, b) == (0, None)  # type: ignore[arg-type]
+        assert check_sequence(plog, b) == (0, None)  # type: ignore[arg-type]
         pending = Pending()
-        _note_sequence(plog, b, pending)  # type: ignore[arg-type]
+        note_sequence(plog, b, pending)  # type: ignore[arg-type]
         publish_batch(plog, b, pending, (b"entry", 5, True))  # type: ignore[arg-type]
     for done in stored:  # failures are answered in order
         done(PublishResult(None, error=OSError("bookie gone")))
-    assert _check_sequence(plog, first) == (0, None)  # type: ignore[arg-type]
-    assert _check_sequence(plog, second)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # type: ignore[arg-type]
+    assert check_sequence(plog, first) == (0, None)  # type: ignore[arg-type]
+    assert check_sequence(plog, second)[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # type: ignore[arg-type]
 
 
 def test_a_batch_too_large_for_a_bookie_frame_is_message_too_large() -> None:
