@@ -75,6 +75,7 @@ class Txn:
     staged_bytes: int = 0
     deadline: float = 0.0
     last_epoch: int = -1  # the epoch a producer's own bump (KIP-360) came from, else -1
+    ended: str = ""  # how the last transaction of this epoch ended: "commit", "abort", or none
 
     def reset(self) -> None:
         self.state = EMPTY
@@ -105,6 +106,7 @@ class TxnCoordinator:
                     log.info("kafka: transaction %s timed out: aborted", txn.transactional_id)
                     txn.epoch += 1
                     txn.reset()
+                    txn.ended = "abort"
                     self._save(txn)
 
     # -- producer ids ----------------------------------------------------------------------------
@@ -126,7 +128,7 @@ class TxnCoordinator:
     def _save(self, txn: Txn) -> None:
         self.h.broker.metadata.put(self._path(txn.transactional_id), json.dumps(
             {"producer_id": txn.producer_id, "epoch": txn.epoch,
-             "ongoing": txn.state == ONGOING}).encode())
+             "ongoing": txn.state == ONGOING, "ended": txn.ended}).encode())
 
     def _load(self, tid: str, timeout: float) -> Txn | None:
         txn = self.txns.get(tid)
@@ -136,12 +138,14 @@ class TxnCoordinator:
         if got is None:
             return None
         doc = json.loads(got[0])
-        txn = self.txns[tid] = Txn(tid, int(doc["producer_id"]), int(doc["epoch"]), timeout)
+        txn = self.txns[tid] = Txn(tid, int(doc["producer_id"]), int(doc["epoch"]), timeout,
+                                   ended=str(doc.get("ended", "")))
         if doc.get("ongoing"):
             # Open when this broker stopped: what it staged is gone, so it is aborted as a
             # timed-out one is, fencing its producer rather than letting it commit a part.
             log.info("kafka: transaction %s was open at the last shutdown: aborted", tid)
             txn.epoch += 1
+            txn.ended = "abort"
             self._save(txn)
         return txn
 
@@ -173,6 +177,7 @@ class TxnCoordinator:
             if txn.state == ONGOING:
                 log.info("kafka: transaction %s aborted by a new producer epoch", tid)
             txn.reset()
+            txn.ended = ""
             txn.timeout = timeout
             # Kept for a retry of a producer's own bump only; a new instance (no epoch
             # given) fences every earlier one.
@@ -293,16 +298,19 @@ class TxnCoordinator:
         error, txn = self._check(b.transactional_id, b.producer_id, b.producer_epoch)
         if txn is None:
             return Data(throttle_time_ms=0, error_code=error)
+        ending = "commit" if b.committed else "abort"
         if txn.state != ONGOING:
-            # Ending an empty transaction is allowed; ending twice answers as Kafka does.
-            return Data(throttle_time_ms=0, error_code=0)
-        if not b.committed:
-            txn.reset()
-            self._save(txn)
-            return Data(throttle_time_ms=0, error_code=0)
+            # As Kafka: a retry of the EndTxn that ended the last transaction succeeds again;
+            # ending a transaction that never began (nothing added since InitProducerId), or
+            # ending the last one the other way, is INVALID_TXN_STATE.
+            return Data(throttle_time_ms=0,
+                        error_code=0 if txn.ended == ending else ErrorCode.INVALID_TXN_STATE)
         staged, offsets = list(txn.staged), list(txn.offsets)
         txn.reset()
+        txn.ended = ending
         self._save(txn)
+        if not b.committed:
+            return Data(throttle_time_ms=0, error_code=0)
         pendings = []
         for plog, batch in staged:
             p = Pending()
