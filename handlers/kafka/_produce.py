@@ -101,21 +101,25 @@ class Pending:
             await event.wait()
 
 
+Slot = tuple[str, int, int, list[Pending], PartitionLog | None]
+"""A partition of a produce request: topic, partition, error, its batches, and its log."""
+
+
 class ProduceReply(Later):
     """A produce response, complete when every batch of the request is stored: it is
     built in the callback of the last one to finish."""
 
     __slots__ = ("_slots", "_waiting", "_reply")
 
-    def __init__(self, slots: list[tuple[str, int, int, list[Pending]]]):
+    def __init__(self, slots: list[Slot]):
         self._slots = slots
         self._waiting = 0
         self._reply: Callable[[Data], None] | None = None
 
     def then(self, reply: Callable[[Data], None]) -> None:
         self._reply = reply
-        self._waiting = 1 + sum(len(pendings) for _, _, _, pendings in self._slots)
-        for _, _, _, pendings in self._slots:
+        self._waiting = 1 + sum(len(pendings) for _, _, _, pendings, _ in self._slots)
+        for _, _, _, pendings, _ in self._slots:
             for p in pendings:
                 p.add_callback(self._one_done)
         self._one_done()
@@ -128,15 +132,17 @@ class ProduceReply(Later):
 
     def body(self) -> Data:
         by_topic: dict[str, list[Data]] = {}
-        for name, index, error, pendings in self._slots:
+        for name, index, error, pendings, plog in self._slots:
             # The partition's error, else the first of its batches'; its base offset and
-            # log append time are its first batch's.
+            # log append time are its first batch's, and its log start offset (v5+) the
+            # partition's once they are stored, as Kafka's (-1 with an error).
             error = error or next((p.error for p in pendings if p.error), 0)
             first = pendings[0] if pendings and not error else None
             by_topic.setdefault(name, []).append(Data(
                 index=index, error_code=error, base_offset=first.base_offset if first else -1,
                 log_append_time_ms=first.log_append_time if first else -1,
-                log_start_offset=-1, record_errors=[],
+                log_start_offset=plog.log_start_offset() if first and plog else -1,
+                record_errors=[],
                 error_message=None))
         return Data(responses=[Data(name=n, partition_responses=ps) for n, ps in by_topic.items()],
                     throttle_time_ms=0)
@@ -295,31 +301,32 @@ async def handle_produce(h: KafkaProtocolHandler, req: RequestReceived) -> Produ
     acks = body.acks
     txn_id = body.transactional_id
     max_size = h.max_message_size
-    # (topic, partition, error, [pendings])
-    slots: list[tuple[str, int, int, list[Pending]]] = []
+    slots: list[Slot] = []
     for td in body.topic_data:
         for pd in td.partition_data:
-            error, pendings = await _produce_partition(h, td.name, pd, acks, txn_id, max_size)
-            slots.append((td.name, pd.index, error, pendings))
+            error, pendings, plog = await _produce_partition(h, td.name, pd, acks, txn_id,
+                                                             max_size)
+            slots.append((td.name, pd.index, error, pendings, plog))
     if acks == 0:
         return None
     return ProduceReply(slots)
 
 
 async def _produce_partition(h: KafkaProtocolHandler, topic: str, pd: Any, acks: int,
-                             txn_id: str | None, max_size: int) -> tuple[int, list[Pending]]:
+                             txn_id: str | None, max_size: int
+                             ) -> tuple[int, list[Pending], PartitionLog | None]:
     if acks not in (0, 1, -1):
-        return ErrorCode.INVALID_REQUIRED_ACKS, []
+        return ErrorCode.INVALID_REQUIRED_ACKS, [], None
     records = pd.records
     if records is None:
-        return ErrorCode.CORRUPT_MESSAGE, []
+        return ErrorCode.CORRUPT_MESSAGE, [], None
     if len(records) > max_size:
-        return ErrorCode.MESSAGE_TOO_LARGE, []
+        return ErrorCode.MESSAGE_TOO_LARGE, [], None
     try:
         plog = await h.topics.log(topic, pd.index, create=h.auto_create_on_produce)
         limit = plog.topic.policies.get("max_message_size")
         if limit is not None and len(records) > limit:
-            return ErrorCode.MESSAGE_TOO_LARGE, []
+            return ErrorCode.MESSAGE_TOO_LARGE, [], None
         batches = _prepare(decode_batches(records, max_uncompressed_size=h.max_uncompressed_size,
                                           records=False), h.max_uncompressed_size)
         if plog.recovery is None:
@@ -331,9 +338,9 @@ async def _produce_partition(h: KafkaProtocolHandler, topic: str, pd: Any, acks:
         elif not plog.recovery.is_set():
             await plog.recovery.wait()
     except Exception as exc:
-        return topic_error(exc), []
+        return topic_error(exc), [], None
     try:
-        return _publish_all(h, plog, batches, txn_id)
+        return (*_publish_all(h, plog, batches, txn_id), plog)
     finally:
         plog.topic.flush()
 

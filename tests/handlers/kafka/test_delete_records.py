@@ -126,3 +126,18 @@ def test_delete_records_beyond_the_high_watermark_is_out_of_range(boot: str, uni
         resp = w.call(21, 2, Data(topics=[Data(name=topic, partitions=[
             Data(partition_index=0, offset=offset)])], timeout_ms=1000))
         assert resp.topics[0].partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_produce_answers_the_log_start_offset(boot: str, unique: str) -> None:
+    """A produce response (v5+) gives the partition's log start offset, as Kafka's does."""
+    topic = f"trim-produced-{unique}"
+    with Wire(boot) as w:
+        first = w.call(PRODUCE, 9, produce_body(topic, batch([b"a", b"b", b"c"])))
+        part = first.responses[0].partition_responses[0]
+        assert (part.error_code, part.log_start_offset) == (0, 0)
+        cut = w.call(21, 2, Data(topics=[Data(name=topic, partitions=[
+            Data(partition_index=0, offset=2)])], timeout_ms=1000))
+        assert cut.topics[0].partitions[0].error_code == 0
+        later = w.call(PRODUCE, 9, produce_body(topic, batch([b"d"])))
+        part = later.responses[0].partition_responses[0]
+        assert (part.error_code, part.base_offset, part.log_start_offset) == (0, 3, 2)

@@ -29,7 +29,7 @@ def _partitions(body: Data) -> dict[tuple[str, int], tuple[int, int]]:
 def test_the_reply_comes_when_the_last_batch_is_stored() -> None:
     a1, a2, b1 = Pending(), Pending(), Pending()
     replies: list[Data] = []
-    ProduceReply([("a", 0, 0, [a1, a2]), ("b", 3, 0, [b1])]).then(replies.append)
+    ProduceReply([("a", 0, 0, [a1, a2], None), ("b", 3, 0, [b1], None)]).then(replies.append)
     a2.done(110)
     b1.done(7)
     assert replies == []  # a1, the first batch of partition a-0, is not stored yet
@@ -43,7 +43,7 @@ def test_the_reply_comes_when_the_last_batch_is_stored() -> None:
 def test_a_failed_batch_fails_its_partition_only() -> None:
     ok, failed = Pending(), Pending()
     replies: list[Data] = []
-    ProduceReply([("t", 0, 0, [ok]), ("t", 1, 0, [failed])]).then(replies.append)
+    ProduceReply([("t", 0, 0, [ok], None), ("t", 1, 0, [failed], None)]).then(replies.append)
     failed.done(-1, ErrorCode.NOT_ENOUGH_REPLICAS)
     ok.done(40)
     assert _partitions(replies[0]) == {("t", 0): (0, 40),
@@ -55,8 +55,8 @@ def test_a_reply_with_nothing_to_wait_for_is_answered_at_once() -> None:
     stored.done(5)
     replies: list[Data] = []
     # A partition refused up front (no batches) and one whose batch is already stored.
-    ProduceReply([("t", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []),
-                  ("t", 1, 0, [stored])]).then(replies.append)
+    ProduceReply([("t", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [], None),
+                  ("t", 1, 0, [stored], None)]).then(replies.append)
     assert _partitions(replies[0]) == {("t", 0): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1),
                                        ("t", 1): (0, 5)}
 
