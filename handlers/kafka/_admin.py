@@ -41,6 +41,26 @@ __all__ = [
     "handle_describe_cluster",
 ]
 
+# Kafka's ACL operation codes (AclOperation), and the operations each resource type has.
+# With no authorizer, as here, Kafka answers a request for a resource's authorized
+# operations with all of its type's operations, as a bit field of their codes.
+READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 3, 4, 5, 6, 7, 8
+CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
+
+
+def _bits(*ops: int) -> int:
+    return sum(1 << op for op in ops)
+
+
+TOPIC_OPERATIONS = _bits(READ, WRITE, CREATE, DESCRIBE, DELETE, ALTER, DESCRIBE_CONFIGS,
+                         ALTER_CONFIGS)
+GROUP_OPERATIONS = _bits(READ, DESCRIBE, DELETE)
+CLUSTER_OPERATIONS = _bits(CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS,
+                           IDEMPOTENT_WRITE, ALTER, DESCRIBE)
+NOT_ASKED = -2147483648
+"""The authorized operations of a resource whose client did not ask for them."""
+
+
 def handle_api_versions(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
     return Data(error_code=0, api_keys=api_versions_table(), throttle_time_ms=0)
 
@@ -81,8 +101,15 @@ async def handle_metadata(h: KafkaProtocolHandler, req: RequestReceived) -> Data
                 continue
             topics.append(Data(error_code=0, name=kname, topic_id=topic_uuid(str(name)),
                                is_internal=False, partitions=_partitions(h, n)))
+    if req.api_version >= 8 and b.include_topic_authorized_operations:
+        for t in topics:
+            if t.name is not None:
+                t.topic_authorized_operations = TOPIC_OPERATIONS
+    cluster_ops = NOT_ASKED
+    if 8 <= req.api_version <= 10 and b.include_cluster_authorized_operations:
+        cluster_ops = CLUSTER_OPERATIONS
     return Data(throttle_time_ms=0, brokers=[h.broker_entry()], cluster_id=h.cluster_id,
-                controller_id=h.node_id, topics=topics)
+                controller_id=h.node_id, topics=topics, cluster_authorized_operations=cluster_ops)
 
 
 def handle_find_coordinator(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
@@ -259,6 +286,7 @@ async def handle_delete_records(h: KafkaProtocolHandler, req: RequestReceived) -
 
 def handle_describe_cluster(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
     e = h.broker_entry()
+    ops = CLUSTER_OPERATIONS if req.body.include_cluster_authorized_operations else NOT_ASKED
     return Data(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
-                cluster_id=h.cluster_id, controller_id=h.node_id,
+                cluster_id=h.cluster_id, controller_id=h.node_id, cluster_authorized_operations=ops,
                 brokers=[Data(broker_id=e.node_id, host=e.host, port=e.port, rack=None)])

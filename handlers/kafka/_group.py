@@ -44,6 +44,7 @@ import trio
 
 from core.storage import Position
 from handlers._ticker import Ticker
+from handlers.kafka._admin import GROUP_OPERATIONS, NOT_ASKED
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, LocalProtocolError
 from handlers.kafka._produce import topic_error
@@ -608,12 +609,16 @@ class GroupCoordinator:
     # -- admin -----------------------------------------------------------------------------------
 
     def describe(self, req: RequestReceived) -> Data:
+        # With no authorizer Kafka gives a group's every operation when asked (v3+).
+        ops = GROUP_OPERATIONS if req.api_version >= 3 and req.body.include_authorized_operations \
+            else NOT_ASKED
         out = []
         for group_id in req.body.groups:
             g = self.group(group_id, create=False)
             if g is None:
                 out.append(Data(error_code=0, group_id=group_id, group_state=DEAD,
-                                protocol_type="", protocol_data="", members=[]))
+                                protocol_type="", protocol_data="", members=[],
+                                authorized_operations=ops))
                 continue
             members = [Data(member_id=m.member_id, group_instance_id=m.group_instance_id,
                             client_id=m.client_id, client_host=m.client_host,
@@ -623,7 +628,7 @@ class GroupCoordinator:
             out.append(Data(error_code=0, group_id=group_id, group_state=g.state,
                             protocol_type=g.protocol_type or "",
                             protocol_data=(g.protocol_name or "") if g.state == STABLE else "",
-                            members=members))
+                            members=members, authorized_operations=ops))
         return Data(throttle_time_ms=0, groups=out)
 
     def list_groups(self, req: RequestReceived) -> Data:

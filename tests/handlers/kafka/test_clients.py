@@ -9,8 +9,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
+from confluent_kafka.admin import AclOperation, AdminClient, ConfigResource, NewPartitions, NewTopic
 
 with warnings.catch_warnings():
     # kafka-python 3.0 reads its schemas with a deprecated importlib.resources call.
@@ -301,6 +308,33 @@ def test_confluent_admin(boot: str, unique: str) -> None:
     for f in admin.delete_topics([t2]).values():
         f.result(10)
     assert t2 not in admin.list_topics(timeout=10).topics
+
+
+def test_authorized_operations_are_every_operation_without_an_authorizer(
+        boot: str, unique: str) -> None:
+    """Asked for (KIP-430), a resource's authorized operations are, as from a Kafka broker
+    with no authorizer, all the operations of its resource type."""
+    admin = AdminClient({"bootstrap.servers": boot})
+    topic, group = f"authops-{unique}", f"authops-g-{unique}"
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(10)
+    op = AclOperation
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(10)
+    assert set(cluster.authorized_operations) == {
+        op.CREATE, op.CLUSTER_ACTION, op.DESCRIBE_CONFIGS, op.ALTER_CONFIGS, op.IDEMPOTENT_WRITE,
+        op.ALTER, op.DESCRIBE}
+    assert admin.describe_cluster().result(10).authorized_operations is None
+    described = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)
+    assert set(described[topic].result(10).authorized_operations) == {
+        op.READ, op.WRITE, op.CREATE, op.DESCRIBE, op.DELETE, op.ALTER, op.DESCRIBE_CONFIGS,
+        op.ALTER_CONFIGS}
+    c = Consumer({"bootstrap.servers": boot, "group.id": group, "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([topic])
+        wait_for(lambda: c.poll(0.5) is None and bool(c.assignment()))
+        g = admin.describe_consumer_groups([group], include_authorized_operations=True)[group]
+        assert set(g.result(10).authorized_operations) == {op.READ, op.DESCRIBE, op.DELETE}
+    finally:
+        c.close()
 
 
 def test_kafka_python_admin_and_groups(boot: str, unique: str) -> None:
