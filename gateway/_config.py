@@ -498,6 +498,12 @@ _KEY_LIST: tuple[Key, ...] = (
          "Kafka incremental fetch sessions (KIP-227) kept at once; 0 disables them.", 0),
     _int("min.incremental.fetch.session.eviction.ms", 120000,
          "Idle time after which a Kafka fetch session may be evicted for a new one.", 0),
+    _int("group.min.session.timeout.ms", 6000,
+         "Shortest session timeout a Kafka consumer group member may ask for; a JoinGroup "
+         "asking less is INVALID_SESSION_TIMEOUT.", 0),
+    _int("group.max.session.timeout.ms", 1800000,
+         "Longest session timeout a Kafka consumer group member may ask for; a JoinGroup "
+         "asking more is INVALID_SESSION_TIMEOUT.", 0),
     _int("log.retention.hours", 168,
          "Retention, in hours, that a topic a Kafka client creates (CreateTopics without "
          "retention.ms, or auto-creation) gets as its own retention.ms, as Kafka gives "

@@ -70,8 +70,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     DEAD: frozenset(),
 }
 
-MIN_SESSION_TIMEOUT_MS = 1_000
-MAX_SESSION_TIMEOUT_MS = 1_800_000
+DEFAULT_MIN_SESSION_TIMEOUT_MS = 6_000
+"""Kafka's ``group.min.session.timeout.ms`` default."""
+DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
+"""Kafka's ``group.max.session.timeout.ms`` default."""
 TICK_S = 0.1
 GROUPS_PATH = "/kafka/groups"
 
@@ -135,8 +137,14 @@ class Group:
 
 
 class GroupCoordinator:
-    def __init__(self, handler: KafkaProtocolHandler):
+    def __init__(self, handler: KafkaProtocolHandler, *,
+                 min_session_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS,
+                 max_session_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS):
         self.h = handler
+        # A member's session timeout must be within these (Kafka's group.min/max.session.
+        # timeout.ms), else its JoinGroup is INVALID_SESSION_TIMEOUT.
+        self.min_session_ms = min_session_ms
+        self.max_session_ms = max_session_ms
         self.groups: dict[str, Group] = {}
         self._ticker = Ticker(TICK_S)
 
@@ -299,7 +307,7 @@ class GroupCoordinator:
         g = self.group(b.group_id)
         assert g is not None
         await self._recover_cursors(g)
-        if not MIN_SESSION_TIMEOUT_MS <= b.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
+        if not self.min_session_ms <= b.session_timeout_ms <= self.max_session_ms:
             return _join_error(ErrorCode.INVALID_SESSION_TIMEOUT, b.member_id)
         protocols = [(p.name, p.metadata) for p in b.protocols]
         if not protocols or (g.members and (

@@ -20,7 +20,11 @@ from handlers.kafka._fetch_session import (
     DEFAULT_EVICTION_MS,
     FetchSessionCache,
 )
-from handlers.kafka._group import GroupCoordinator
+from handlers.kafka._group import (
+    DEFAULT_MAX_SESSION_TIMEOUT_MS,
+    DEFAULT_MIN_SESSION_TIMEOUT_MS,
+    GroupCoordinator,
+)
 from handlers.kafka._session import DEFAULT_CONNECTIONS_MAX_IDLE_MS, KafkaSession, Later
 from handlers.kafka._topics import DEFAULT_RETENTION_HOURS, KafkaTopics
 from handlers.kafka._txn import TxnCoordinator
@@ -54,7 +58,11 @@ class KafkaProtocolHandler:
         self.topics = KafkaTopics(broker, str(config.get("kafkaTenant") or "public"),
                                   str(config.get("kafkaNamespace") or "default"),
                                   retention_ms=retention_hours * 3_600_000 if retention_hours >= 0 else None)
-        self.groups = GroupCoordinator(self)
+        self.groups = GroupCoordinator(
+            self, min_session_ms=int(config.get("group.min.session.timeout.ms",
+                                                DEFAULT_MIN_SESSION_TIMEOUT_MS)),
+            max_session_ms=int(config.get("group.max.session.timeout.ms",
+                                          DEFAULT_MAX_SESSION_TIMEOUT_MS)))
         self.configs = _configs.TopicConfigs(self)
         self.txns = TxnCoordinator(self)
         # Kafka's own broker keys for the fetch session cache (KIP-227).

@@ -16,6 +16,7 @@ from core.metadata._memory import MemoryMetadataStore
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, LocalProtocolError
 from handlers.kafka._group import COMPLETING, EMPTY, PREPARING, STABLE, Group, GroupCoordinator
+from handlers.kafka._handler import KafkaProtocolHandler
 from tests.handlers.kafka._coordinators import fake_handler, request
 
 
@@ -206,6 +207,19 @@ async def test_list_groups_shows_an_offsets_only_group_without_protocol_type() -
         listed = coordinator.list_groups(request(16, 4, states_filter=[]))
         assert {x.group_id: x.protocol_type for x in listed.groups} == {
             "simple": "", "g": "consumer"}
+
+
+async def test_session_timeout_must_be_within_the_group_bounds() -> None:
+    """As Kafka's group.min/max.session.timeout.ms (6 s and 30 min by default): a member
+    asking for a session timeout outside them is INVALID_SESSION_TIMEOUT."""
+    gc = _coordinator()
+    for ms in (1_000, 5_999, 1_800_001):
+        assert (await gc.join(_join(session_ms=ms))).error_code == ErrorCode.INVALID_SESSION_TIMEOUT
+    assert (await gc.join(_join(session_ms=6_000))).error_code == 0
+    # The bounds are the broker's keys of the same names.
+    h = KafkaProtocolHandler({"group.min.session.timeout.ms": 1_000,
+                              "group.max.session.timeout.ms": 2_000}, SimpleNamespace(cluster="c"))
+    assert (h.groups.min_session_ms, h.groups.max_session_ms) == (1_000, 2_000)
 
 
 # -- static membership (KIP-345) ---------------------------------------------------------------
