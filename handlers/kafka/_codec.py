@@ -727,6 +727,30 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
           F("rack", "string", nullable="0+")),
         F("cluster_authorized_operations", "int32", default=-2147483648),
     ]),
+    # Served only to refuse it: see handlers.kafka._group.refuse_consumer_protocol.
+    _api(68, "ConsumerGroupHeartbeat", "0-1", 0, [
+        F("group_id", "string"),
+        F("member_id", "string"),
+        F("member_epoch", "int32"),
+        F("instance_id", "string", nullable="0+"),
+        F("rack_id", "string", nullable="0+"),
+        F("rebalance_timeout_ms", "int32", default=-1),
+        F("subscribed_topic_names", "[]string", nullable="0+"),
+        F("subscribed_topic_regex", "string", "1+", nullable="1+"),
+        F("server_assignor", "string", nullable="0+"),
+        F("topic_partitions", "[]", "0+",
+          F("topic_id", "uuid"),
+          F("partitions", "[]int32"), nullable="0+"),
+    ], [
+        _THROTTLE,
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+"),
+        F("member_id", "string", nullable="0+"),
+        F("member_epoch", "int32"),
+        F("heartbeat_interval_ms", "int32"),
+        # The nullable Assignment struct, always null here: its int8 marker, -1.
+        F("assignment", "int8", default=-1),
+    ]),
 ]}
 
 API_VERSIONS = 18

@@ -75,6 +75,9 @@ DEFAULT_MIN_SESSION_TIMEOUT_MS = 6_000
 DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
 """Kafka's ``group.max.session.timeout.ms`` default."""
 TICK_S = 0.1
+CONSUMER_PROTOCOL_UNSUPPORTED = (
+    "The broker does not support the new consumer group protocol (KIP-848): set "
+    "group.protocol=classic on the consumer.")
 GROUPS_PATH = "/kafka/groups"
 
 
@@ -613,6 +616,16 @@ class GroupCoordinator:
                                error_code=0))
             out.append(Data(name=name, partitions=ps))
         return Data(throttle_time_ms=0, topics=out, error_code=0)
+
+    def refuse_consumer_protocol(self, req: RequestReceived) -> Data:
+        """ConsumerGroupHeartbeat (KIP-848's consumer group protocol) is not served: every
+        one is answered UNSUPPORTED_VERSION, as a Kafka broker whose
+        group.coordinator.rebalance.protocols leaves out ``consumer`` answers it, so that a
+        consumer with group.protocol=consumer fails at once rather than, with the API
+        missing from ApiVersions, retrying unheard."""
+        return Data(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION,
+                    error_message=CONSUMER_PROTOCOL_UNSUPPORTED, member_id=None,
+                    member_epoch=-1, heartbeat_interval_ms=0)
 
     # -- admin -----------------------------------------------------------------------------------
 

@@ -113,6 +113,7 @@ class KafkaProtocolHandler:
             44: _configs.handle_incremental_alter_configs,
             47: lambda h, r: partial(h.groups.delete_offsets, r),
             60: _admin.handle_describe_cluster,
+            68: lambda h, r: h.groups.refuse_consumer_protocol(r),
         }
 
     def broker_entry(self) -> Data:

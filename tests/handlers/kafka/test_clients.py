@@ -260,6 +260,24 @@ def test_group_of_two_splits_and_rebalances(boot: str, unique: str, strategy: st
     _group_run(boot, topic, f"group-{strategy}-{unique}", strategy)
 
 
+def test_consumer_group_protocol_fails_at_once(boot: str, unique: str) -> None:
+    """A consumer with group.protocol=consumer (KIP-848, not served) gets a fatal error
+    from its first ConsumerGroupHeartbeat, not a silent wait for a coordinator."""
+    c = Consumer({"bootstrap.servers": boot, "group.id": f"kip848-{unique}",
+                  "group.protocol": "consumer"})
+    try:
+        c.subscribe([f"kip848-{unique}"])
+        end = time.monotonic() + 10
+        error = None
+        while error is None and time.monotonic() < end:
+            m = c.poll(0.5)
+            error = m.error() if m is not None else None
+        assert error is not None, "no error within 10 s"
+        assert error.code() == KafkaError._FATAL and "API version not supported" in error.str()
+    finally:
+        c.close()
+
+
 def test_kafka_python_group_and_commit(boot: str, unique: str) -> None:
     topic = f"kpg-{unique}"
     create_topic(boot, topic, 2)
