@@ -39,6 +39,7 @@ __all__ = [
     "handle_create_partitions",
     "handle_delete_records",
     "handle_describe_cluster",
+    "handle_list_partition_reassignments",
 ]
 
 # Kafka's ACL operation codes (AclOperation), and the operations each resource type has.
@@ -290,3 +291,11 @@ def handle_describe_cluster(h: KafkaProtocolHandler, req: RequestReceived) -> Da
     return Data(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
                 cluster_id=h.cluster_id, controller_id=h.node_id, cluster_authorized_operations=ops,
                 brokers=[Data(broker_id=e.node_id, host=e.host, port=e.port, rack=None)])
+
+
+def handle_list_partition_reassignments(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    """No reassignment is ever under way: a partition's one replica is its topic's, placed
+    by Pulsar's bundles, and AlterPartitionReassignments is not served. Kafka answers such
+    a cluster, for every topic or the ones named (those that do not exist left out), with
+    no topics."""
+    return Data(throttle_time_ms=0, error_code=0, error_message=None, topics=[])

@@ -727,6 +727,23 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
           F("rack", "string", nullable="0+")),
         F("cluster_authorized_operations", "int32", default=-2147483648),
     ]),
+    _api(46, "ListPartitionReassignments", "0", 0, [
+        F("timeout_ms", "int32", default=60000),
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partition_indexes", "[]int32"), nullable="0+"),
+    ], [
+        _THROTTLE,
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+"),
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"),
+            F("replicas", "[]int32"),
+            F("adding_replicas", "[]int32"),
+            F("removing_replicas", "[]int32"))),
+    ]),
     # Served only to refuse it: see handlers.kafka._group.refuse_consumer_protocol.
     _api(68, "ConsumerGroupHeartbeat", "0-1", 0, [
         F("group_id", "string"),

@@ -111,6 +111,7 @@ class KafkaProtocolHandler:
             37: _admin.handle_create_partitions,
             42: lambda h, r: partial(h.groups.delete, r),
             44: _configs.handle_incremental_alter_configs,
+            46: _admin.handle_list_partition_reassignments,
             47: lambda h, r: partial(h.groups.delete_offsets, r),
             60: _admin.handle_describe_cluster,
             68: lambda h, r: h.groups.refuse_consumer_protocol(r),

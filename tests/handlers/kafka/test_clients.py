@@ -390,6 +390,20 @@ def test_kafka_python_admin_and_groups(boot: str, unique: str) -> None:
     admin.close()
 
 
+def test_kafka_python_list_partition_reassignments(boot: str, unique: str) -> None:
+    """No reassignment is under way, as Kafka answers a cluster with none: for every
+    topic, and for partitions named, existing or not."""
+    admin = KafkaAdminClient(bootstrap_servers=boot)
+    try:
+        topic = f"reassign-{unique}"
+        admin.create_topics({topic: {"num_partitions": 2}})
+        assert admin.list_partition_reassignments() == {}
+        named = [KTopicPartition(topic, 0), KTopicPartition(f"none-{unique}", 0)]
+        assert admin.list_partition_reassignments(named) == {}
+    finally:
+        admin.close()
+
+
 def test_deleting_a_topic_deletes_the_groups_offsets_for_it(boot: str, unique: str) -> None:
     """As Kafka removes the offsets of deleted partitions: a topic created again under the
     same name is read from where ``auto.offset.reset`` says, not from the old offsets."""
