@@ -11,6 +11,7 @@ a requested one is accepted as long as it is -1 or positive.
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING
 
 from core.autorecovery import bookies
@@ -40,6 +41,7 @@ __all__ = [
     "handle_delete_records",
     "handle_describe_cluster",
     "handle_list_partition_reassignments",
+    "handle_describe_log_dirs",
 ]
 
 # Kafka's ACL operation codes (AclOperation), and the operations each resource type has.
@@ -299,3 +301,36 @@ def handle_list_partition_reassignments(h: KafkaProtocolHandler, req: RequestRec
     a cluster, for every topic or the ones named (those that do not exist left out), with
     no topics."""
     return Data(throttle_time_ms=0, error_code=0, error_message=None, topics=[])
+
+
+async def handle_describe_log_dirs(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    """One log directory, the broker's data directory, holding every partition: a
+    partition's size is the bytes of its ledgers, its offset lag 0 (it is the only
+    replica). As Kafka's, the partitions asked about (all when topics is null) that do
+    not exist are left out; the directory's total and usable bytes are unknown (-1), its
+    ledgers being on the bookies."""
+    wanted: list[tuple[str, list[int]]] = []
+    if req.body.topics is None:
+        for name in h.topics.all_topics():
+            wanted.append((h.topics.kafka_name(name), list(range(h.topics.partition_count(name)))))
+    else:
+        wanted = [(t.topic, list(t.partitions)) for t in req.body.topics]
+    topics = []
+    for kname, indexes in wanted:
+        parts = []
+        for index in indexes:
+            try:
+                plog = await h.topics.log(kname, index, create=False)
+            except Exception:
+                continue
+            size = sum(int(info.get("size", 0)) for info in plog.topic.ml.ledgers())
+            parts.append(Data(partition_index=index, partition_size=size, offset_lag=0,
+                              is_future_key=False))
+        if parts:
+            topics.append(Data(name=kname, partitions=parts))
+    return Data(throttle_time_ms=0, error_code=0, results=[Data(
+        error_code=0, log_dir=_log_dir(h), topics=topics, total_bytes=-1, usable_bytes=-1)])
+
+
+def _log_dir(h: KafkaProtocolHandler) -> str:
+    return os.path.abspath(str(h.config.get("dataDirectory") or "data"))

@@ -108,6 +108,7 @@ class KafkaProtocolHandler:
             28: lambda h, r: h.txns.txn_offset_commit(r),
             32: _configs.handle_describe_configs,
             33: _configs.handle_alter_configs,
+            35: _admin.handle_describe_log_dirs,
             37: _admin.handle_create_partitions,
             42: lambda h, r: partial(h.groups.delete, r),
             44: _configs.handle_incremental_alter_configs,

@@ -404,6 +404,33 @@ def test_kafka_python_list_partition_reassignments(boot: str, unique: str) -> No
         admin.close()
 
 
+def test_kafka_python_describe_log_dirs(boot: str, unique: str) -> None:
+    """One log directory holds every partition, each with the bytes it stores; partitions
+    asked about that do not exist are left out, as Kafka does."""
+    admin = KafkaAdminClient(bootstrap_servers=boot)
+    try:
+        topic = f"logdirs-{unique}"
+        admin.create_topics({topic: {"num_partitions": 2}})
+        p = KafkaProducer(bootstrap_servers=boot)
+        for _ in range(10):
+            p.send(topic, value=b"x" * 100, partition=0)
+        p.flush(DEADLINE)
+        p.close()
+
+        def sizes(asked: Any) -> dict[int, int]:
+            [broker] = admin.describe_log_dirs(asked)
+            [log_dir] = broker["log_dirs"]
+            assert log_dir["error_code"] == 0 and log_dir["log_dir"]
+            return {part["partition_index"]: part["partition_size"]
+                    for t in log_dir["topics"] if t["name"] == topic for part in t["partitions"]}
+
+        everything = sizes(None)
+        assert set(everything) == {0, 1} and everything[0] >= 1000 and everything[1] == 0
+        assert sizes({topic: [1], f"none-{unique}": [0]}) == {1: 0}
+    finally:
+        admin.close()
+
+
 def test_deleting_a_topic_deletes_the_groups_offsets_for_it(boot: str, unique: str) -> None:
     """As Kafka removes the offsets of deleted partitions: a topic created again under the
     same name is read from where ``auto.offset.reset`` says, not from the old offsets."""
