@@ -42,6 +42,7 @@ __all__ = [
     "handle_describe_cluster",
     "handle_list_partition_reassignments",
     "handle_describe_log_dirs",
+    "handle_acls",
 ]
 
 # Kafka's ACL operation codes (AclOperation), and the operations each resource type has.
@@ -334,3 +335,19 @@ async def handle_describe_log_dirs(h: KafkaProtocolHandler, req: RequestReceived
 
 def _log_dir(h: KafkaProtocolHandler) -> str:
     return os.path.abspath(str(h.config.get("dataDirectory") or "data"))
+
+
+def handle_acls(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    """DescribeAcls, CreateAcls and DeleteAcls as a Kafka broker with no authorizer
+    answers them: SECURITY_DISABLED, for the request (describe) or each creation or
+    filter, with Kafka's messages."""
+    if req.api_key == 29:
+        return Data(throttle_time_ms=0, error_code=ErrorCode.SECURITY_DISABLED,
+                    error_message="No Authorizer is configured on the broker", resources=[])
+    refused = Data(error_code=ErrorCode.SECURITY_DISABLED,
+                   error_message="No Authorizer is configured.")
+    if req.api_key == 30:
+        return Data(throttle_time_ms=0, results=[refused for _ in req.body.creations])
+    return Data(throttle_time_ms=0, filter_results=[
+        Data(error_code=refused.error_code, error_message=refused.error_message,
+             matching_acls=[]) for _ in req.body.filters])

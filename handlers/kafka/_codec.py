@@ -231,6 +231,21 @@ _ALTER_CONFIGS_RESPONSE = [
       F("resource_name", "string")),
 ]
 
+def _acl(*, filter_: bool) -> list[Field]:
+    """An ACL binding's fields (CreateAcls' creations, DeleteAcls' matches), or a filter
+    of them (DescribeAcls, DeleteAcls), whose names and principal and host may be null."""
+    suffix, nullable = ("_filter", "0+") if filter_ else ("", "none")
+    return [
+        F("resource_type" + suffix, "int8"),
+        F("resource_name" + suffix, "string", nullable=nullable),
+        F("pattern_type" + suffix, "int8", "1+", default=3),
+        F("principal" + suffix, "string", nullable=nullable),
+        F("host" + suffix, "string", nullable=nullable),
+        F("operation", "int8"),
+        F("permission_type", "int8"),
+    ]
+
+
 # Protocol guide, "The Messages": one entry per API key, fields in wire order.
 APIS: dict[int, ApiSpec] = {a.key: a for a in [
     _api(0, "Produce", "3-9", 9, [
@@ -726,6 +741,41 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
           F("port", "int32"),
           F("rack", "string", nullable="0+")),
         F("cluster_authorized_operations", "int32", default=-2147483648),
+    ]),
+    # With no authorizer every one is refused: see handlers.kafka._admin.handle_acls.
+    _api(29, "DescribeAcls", "1-3", 2, _acl(filter_=True), [
+        _THROTTLE,
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+"),
+        F("resources", "[]", "0+",
+          F("resource_type", "int8"),
+          F("resource_name", "string"),
+          F("pattern_type", "int8", "1+", default=3),
+          F("acls", "[]", "0+",
+            F("principal", "string"),
+            F("host", "string"),
+            F("operation", "int8"),
+            F("permission_type", "int8"))),
+    ]),
+    _api(30, "CreateAcls", "1-3", 2, [
+        F("creations", "[]", "0+", *_acl(filter_=False)),
+    ], [
+        _THROTTLE,
+        F("results", "[]", "0+",
+          F("error_code", "int16"),
+          F("error_message", "string", nullable="0+")),
+    ]),
+    _api(31, "DeleteAcls", "1-3", 2, [
+        F("filters", "[]", "0+", *_acl(filter_=True)),
+    ], [
+        _THROTTLE,
+        F("filter_results", "[]", "0+",
+          F("error_code", "int16"),
+          F("error_message", "string", nullable="0+"),
+          F("matching_acls", "[]", "0+",
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+"),
+            *_acl(filter_=False))),
     ]),
     _api(35, "DescribeLogDirs", "1-4", 2, [
         F("topics", "[]", "0+",

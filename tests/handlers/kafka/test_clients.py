@@ -17,7 +17,18 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AclOperation, AdminClient, ConfigResource, NewPartitions, NewTopic
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 
 with warnings.catch_warnings():
     # kafka-python 3.0 reads its schemas with a deprecated importlib.resources call.
@@ -25,6 +36,14 @@ with warnings.catch_warnings():
     import kafka.errors as kerr
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTopicPartition
+    from kafka.admin import (
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePatternFilter,
+    )
+    from kafka.admin import ResourceType as KResourceType
     from kafka.structs import OffsetAndMetadata
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:kafka")
@@ -353,6 +372,31 @@ def test_authorized_operations_are_every_operation_without_an_authorizer(
         assert set(g.result(10).authorized_operations) == {op.READ, op.DESCRIBE, op.DELETE}
     finally:
         c.close()
+
+
+def test_acls_are_refused_as_security_disabled(boot: str) -> None:
+    """ACL requests get Kafka's answers for a broker with no authorizer: SECURITY_DISABLED
+    (librdkafka drops DescribeAcls' error code, so it lists nothing)."""
+    admin = AdminClient({"bootstrap.servers": boot})
+    every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                             AclOperation.ANY, AclPermissionType.ANY)
+    binding = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:u", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    for future in (*admin.create_acls([binding]).values(), *admin.delete_acls([every]).values()):
+        with pytest.raises(KafkaException) as raised:
+            future.result(10)
+        assert raised.value.args[0].code() == KafkaError.SECURITY_DISABLED
+    assert admin.describe_acls(every).result(10) == []
+    kadmin = KafkaAdminClient(bootstrap_servers=boot)
+    try:
+        with pytest.raises(kerr.SecurityDisabledError, match="No Authorizer"):
+            kadmin.describe_acls(ACLFilter(
+                principal=None, host="*", operation=ACLOperation.ANY,
+                permission_type=ACLPermissionType.ANY,
+                resource_pattern=ResourcePatternFilter(KResourceType.TOPIC, None,
+                                                       ACLResourcePatternType.ANY)))
+    finally:
+        kadmin.close()
 
 
 def test_kafka_python_admin_and_groups(boot: str, unique: str) -> None:
