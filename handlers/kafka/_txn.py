@@ -190,13 +190,24 @@ class TxnCoordinator:
         return Data(throttle_time_ms=0, error_code=0, producer_id=txn.producer_id,
                     producer_epoch=txn.epoch)
 
-    def _check(self, tid: str, producer_id: int, epoch: int) -> tuple[int, Txn | None]:
+    def _check(self, tid: str, producer_id: int, epoch: int,
+               fenced: int = ErrorCode.INVALID_PRODUCER_EPOCH) -> tuple[int, Txn | None]:
+        """The transaction of ``tid`` if the producer id and epoch are its own; else the
+        error, ``fenced`` for another epoch."""
         txn = self._load(tid, 60.0)
         if txn is None or txn.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING, None
         if epoch != txn.epoch:
-            return ErrorCode.INVALID_PRODUCER_EPOCH, None
+            return fenced, None
         return 0, txn
+
+    def _check_request(self, req: RequestReceived) -> tuple[int, Txn | None]:
+        """:meth:`_check` for AddPartitionsToTxn, AddOffsetsToTxn and EndTxn: from v2 on
+        (KIP-588) another epoch is PRODUCER_FENCED, as Kafka answers; before, the
+        INVALID_PRODUCER_EPOCH older clients know."""
+        b = req.body
+        fenced = ErrorCode.PRODUCER_FENCED if req.api_version >= 2 else ErrorCode.INVALID_PRODUCER_EPOCH
+        return self._check(b.transactional_id, b.producer_id, b.producer_epoch, fenced)
 
     def _begin(self, txn: Txn) -> None:
         if txn.state == EMPTY:
@@ -209,7 +220,7 @@ class TxnCoordinator:
 
     async def add_partitions(self, req: RequestReceived) -> Data:
         b = req.body
-        error, txn = self._check(b.transactional_id, b.producer_id, b.producer_epoch)
+        error, txn = self._check_request(req)
         results = []
         for t in b.topics:
             parts = []
@@ -229,7 +240,7 @@ class TxnCoordinator:
 
     def add_offsets(self, req: RequestReceived) -> Data:
         b = req.body
-        error, txn = self._check(b.transactional_id, b.producer_id, b.producer_epoch)
+        error, txn = self._check_request(req)
         if txn is not None:
             self._begin(txn)
             txn.groups.add(b.group_id)
@@ -295,7 +306,7 @@ class TxnCoordinator:
 
     async def end_txn(self, req: RequestReceived) -> Data:
         b = req.body
-        error, txn = self._check(b.transactional_id, b.producer_id, b.producer_epoch)
+        error, txn = self._check_request(req)
         if txn is None:
             return Data(throttle_time_ms=0, error_code=error)
         ending = "commit" if b.committed else "abort"

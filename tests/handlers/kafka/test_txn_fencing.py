@@ -31,3 +31,20 @@ def test_a_zombie_recovering_its_producer_id_is_fenced() -> None:
     assert (bumped.error_code, bumped.producer_epoch) == (0, current.producer_epoch + 1)
     retried = _init(tc, current.producer_id, current.producer_epoch)
     assert (retried.error_code, retried.producer_epoch) == (0, bumped.producer_epoch)
+
+
+async def test_requests_of_a_fenced_epoch_are_producer_fenced_from_v2() -> None:
+    """AddPartitionsToTxn, AddOffsetsToTxn and EndTxn from an older epoch: PRODUCER_FENCED
+    from v2 on (KIP-588), INVALID_PRODUCER_EPOCH before, as Kafka answers."""
+    tc = TxnCoordinator(fake_handler())
+    zombie = _init(tc)
+    _init(tc)  # a new instance fences the zombie's epoch
+    ids = {"transactional_id": "tx", "producer_id": zombie.producer_id,
+           "producer_epoch": zombie.producer_epoch}
+    for version, code in ((2, ErrorCode.PRODUCER_FENCED), (1, ErrorCode.INVALID_PRODUCER_EPOCH)):
+        added = await tc.add_partitions(request(24, version, topics=[Data(name="t", partitions=[0])],
+                                                **ids))
+        assert added.results[0].results[0].error_code == code
+        assert tc.add_offsets(request(25, version, group_id="g", **ids)).error_code == code
+        ended = await tc.end_txn(request(26, version, committed=True, **ids))
+        assert ended.error_code == code

@@ -30,5 +30,5 @@ async def test_an_open_transaction_is_aborted_at_its_timeout_after_an_idle_spell
         assert tc.txns["tx"].state == EMPTY and tc.txns["tx"].epoch == pid.producer_epoch + 1
         fenced = tc.add_offsets(request(25, 3, transactional_id="tx", producer_id=pid.producer_id,
                                        producer_epoch=pid.producer_epoch, group_id="g"))
-        assert fenced.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert fenced.error_code == ErrorCode.PRODUCER_FENCED  # v3: KIP-588
         nursery.cancel_scope.cancel()
