@@ -504,6 +504,11 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("group.max.session.timeout.ms", 1800000,
          "Longest session timeout a Kafka consumer group member may ask for; a JoinGroup "
          "asking more is INVALID_SESSION_TIMEOUT.", 0),
+    _int("offsets.retention.minutes", 10080,
+         "Minutes a Kafka group's committed offsets are kept: from when it became empty "
+         "(a consumer group), or from each commit (a group that only stores offsets).", 1),
+    _int("offsets.retention.check.interval.ms", 600000,
+         "How often Kafka groups' committed offsets are checked for expiry.", 1),
     _int("log.retention.hours", 168,
          "Retention, in hours, that a topic a Kafka client creates (CreateTopics without "
          "retention.ms, or auto-creation) gets as its own retention.ms, as Kafka gives "

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,10 @@ DEFAULT_MIN_SESSION_TIMEOUT_MS = 6_000
 """Kafka's ``group.min.session.timeout.ms`` default."""
 DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
 """Kafka's ``group.max.session.timeout.ms`` default."""
+DEFAULT_OFFSETS_RETENTION_MINUTES = 10_080
+"""Kafka's ``offsets.retention.minutes`` default (7 days)."""
+DEFAULT_OFFSETS_RETENTION_CHECK_MS = 600_000
+"""Kafka's ``offsets.retention.check.interval.ms`` default."""
 TICK_S = 0.1
 CONSUMER_PROTOCOL_UNSUPPORTED = (
     "The broker does not support the new consumer group protocol (KIP-848): set "
@@ -117,6 +122,10 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     rebalance_deadline: float = 0.0
     offsets: dict[tuple[str, int], tuple[int, str | None]] = field(default_factory=dict)
+    # When each offset was last committed (wall clock, seconds), and since when the group
+    # is empty (None: not seen becoming so since it was loaded), for offset expiry.
+    committed_at: dict[tuple[str, int], float] = field(default_factory=dict)
+    empty_since: float | None = None
     # Read back from the store: the subscriptions may lag the offsets (a crash after the
     # document was written), so they are moved up when the group is next used.
     cursors_pending: bool = False
@@ -136,18 +145,25 @@ class Group:
     def transition(self, to: str) -> None:
         if to != self.state and to not in TRANSITIONS[self.state]:
             raise LocalProtocolError(f"group {self.group_id}: {self.state} -> {to} is not allowed")
+        if to == EMPTY and self.state != EMPTY:
+            self.empty_since = time.time()
         self.state = to
 
 
 class GroupCoordinator:
     def __init__(self, handler: KafkaProtocolHandler, *,
                  min_session_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS,
-                 max_session_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS):
+                 max_session_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS,
+                 offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MINUTES * 60_000,
+                 retention_check_ms: int = DEFAULT_OFFSETS_RETENTION_CHECK_MS):
         self.h = handler
         # A member's session timeout must be within these (Kafka's group.min/max.session.
         # timeout.ms), else its JoinGroup is INVALID_SESSION_TIMEOUT.
         self.min_session_ms = min_session_ms
         self.max_session_ms = max_session_ms
+        # Kafka's offsets.retention.minutes and offsets.retention.check.interval.ms.
+        self.offsets_retention = offsets_retention_ms / 1000.0
+        self.retention_check = retention_check_ms / 1000.0
         self.groups: dict[str, Group] = {}
         self._ticker = Ticker(TICK_S)
 
@@ -172,6 +188,63 @@ class GroupCoordinator:
                 log.info("kafka group %s: member %s session expired", g.group_id, m.member_id)
                 self._remove(g, m)
 
+    # -- expiry of offsets ----------------------------------------------------------------------
+
+    async def expire_offsets_forever(self) -> None:
+        """Expire committed offsets every offsets.retention.check.interval.ms, until
+        cancelled."""
+        while True:
+            await trio.sleep(self.retention_check)
+            try:
+                await self.expire_offsets(time.time())
+            except Exception as exc:
+                log.warning("kafka: offset expiry failed: %r", exc)
+
+    async def expire_offsets(self, now: float) -> None:
+        """Remove the offsets older than offsets.retention.minutes, as Kafka (KIP-211): an
+        empty group's all once it has been empty that long (counted from its last commit
+        of each when it has not been seen becoming empty), a group that only stores
+        offsets each one that long after it was committed, and a consumer group with
+        members those of topics none of them subscribes to. Offsets of a transaction still
+        open stay. A group left empty with no offsets is deleted, as Kafka's goes Dead."""
+        for group_id in sorted(set(self.stored_group_ids()) | set(self.groups)):
+            g = self.group(group_id, create=False)
+            if g is None or not g.offsets:
+                continue
+            expired = self._expired(g, now) - self.h.txns.pending_offsets(group_id)
+            if not expired:
+                continue
+            kept = {k: v for k, v in g.offsets.items() if k not in expired}
+            log.info("kafka group %s: %d committed offsets expired", group_id, len(expired))
+            if not kept and g.state == EMPTY:
+                try:
+                    self.h.broker.metadata.delete(self._path(group_id))
+                except Exception:
+                    pass
+                self.groups.pop(group_id, None)
+            else:
+                self._persist(g, kept)
+                g.offsets = kept
+                for key in expired:
+                    g.committed_at.pop(key, None)
+            for topic, partition in sorted(expired):
+                await self._unsubscribe(group_id, topic, partition)
+
+    def _expired(self, g: Group, now: float) -> set[tuple[str, int]]:
+        def old(key: tuple[str, int], since: float | None = None) -> bool:
+            base = since if since is not None else g.committed_at.get(key, now)
+            return now - base >= self.offsets_retention
+
+        if g.protocol_type and g.state == EMPTY:
+            return {k for k in g.offsets if old(k, g.empty_since)}
+        if not g.protocol_type:
+            return {k for k in g.offsets if old(k)}
+        if g.protocol_type == "consumer" and g.state == STABLE:
+            subscribed = _subscribed_topics(g)
+            if subscribed is not None:
+                return {k for k in g.offsets if k[0] not in subscribed and old(k)}
+        return set()
+
     # -- storage of offsets -------------------------------------------------------------------
 
     def _path(self, group_id: str) -> str:
@@ -187,8 +260,13 @@ class GroupCoordinator:
         g = Group(group_id)
         if got is not None:
             doc = json.loads(got[0])
+            loaded = time.time()
             for topic, partition, offset, meta in doc.get("offsets", []):
                 g.offsets[(topic, int(partition))] = (int(offset), meta)
+                g.committed_at[(topic, int(partition))] = loaded
+            # Documents written before commit times were kept count from their loading.
+            for topic, partition, ms in doc.get("committed_ms", []):
+                g.committed_at[(topic, int(partition))] = ms / 1000.0
             # Documents written before the protocol type was kept were consumer groups'.
             g.protocol_type = doc.get("protocol_type", "consumer")
             g.cursors_pending = bool(g.offsets)
@@ -198,7 +276,10 @@ class GroupCoordinator:
     def _persist(self, g: Group, offsets: dict[tuple[str, int], tuple[int, str | None]]) -> None:
         """Write the group's document with ``offsets``: one metadata-store write, so a
         crash leaves either the old document or the new one, never a part of a commit."""
+        now = time.time()
         doc = {"offsets": [[t, p, o, m] for (t, p), (o, m) in sorted(offsets.items())],
+               "committed_ms": [[t, p, int(g.committed_at.get((t, p), now) * 1000)]
+                                for t, p in sorted(offsets)],
                "protocol_type": g.protocol_type}
         self.h.broker.metadata.put(self._path(g.group_id), json.dumps(doc).encode())
 
@@ -524,12 +605,15 @@ class GroupCoordinator:
                 if not codes[key]:
                     staged[key] = (p.committed_offset, p.committed_metadata)
         if staged and g is not None:
+            before = dict(g.committed_at)
+            g.committed_at.update(dict.fromkeys(staged, time.time()))
             try:
                 self._persist(g, {**g.offsets, **staged})
             except Exception as exc:
                 log.warning("kafka group %s: offset commit not stored: %r", group_id, exc)
                 codes = dict.fromkeys(codes, ErrorCode.COORDINATOR_NOT_AVAILABLE)
                 staged = {}
+                g.committed_at = before
             g.offsets.update(staged)
             for (topic, partition), (offset, _) in staged.items():
                 await self._move_cursor(group_id, topic, partition, offset)

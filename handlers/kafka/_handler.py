@@ -23,6 +23,8 @@ from handlers.kafka._fetch_session import (
 from handlers.kafka._group import (
     DEFAULT_MAX_SESSION_TIMEOUT_MS,
     DEFAULT_MIN_SESSION_TIMEOUT_MS,
+    DEFAULT_OFFSETS_RETENTION_CHECK_MS,
+    DEFAULT_OFFSETS_RETENTION_MINUTES,
     GroupCoordinator,
 )
 from handlers.kafka._session import DEFAULT_CONNECTIONS_MAX_IDLE_MS, KafkaSession, Later
@@ -62,7 +64,11 @@ class KafkaProtocolHandler:
             self, min_session_ms=int(config.get("group.min.session.timeout.ms",
                                                 DEFAULT_MIN_SESSION_TIMEOUT_MS)),
             max_session_ms=int(config.get("group.max.session.timeout.ms",
-                                          DEFAULT_MAX_SESSION_TIMEOUT_MS)))
+                                          DEFAULT_MAX_SESSION_TIMEOUT_MS)),
+            offsets_retention_ms=60_000 * int(config.get("offsets.retention.minutes",
+                                                         DEFAULT_OFFSETS_RETENTION_MINUTES)),
+            retention_check_ms=int(config.get("offsets.retention.check.interval.ms",
+                                              DEFAULT_OFFSETS_RETENTION_CHECK_MS)))
         self.configs = _configs.TopicConfigs(self)
         self.txns = TxnCoordinator(self)
         # Kafka's own broker keys for the fetch session cache (KIP-227).
@@ -164,6 +170,7 @@ class KafkaProtocolHandler:
                  self.advertised_host, self.advertised_port)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.groups.run)
+            nursery.start_soon(self.groups.expire_offsets_forever)
             nursery.start_soon(self.txns.run)
             await nursery.start(partial(trio.serve_listeners, self._connection, listeners))
             task_status.started(list(self.addresses))

@@ -3,6 +3,7 @@ session expiry and rebalance timeouts, without a broker."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
@@ -139,6 +140,55 @@ def _committing_coordinator(metadata: str) -> tuple[GroupCoordinator, list[Data]
     gc._move_cursor = no_cursor  # type: ignore[method-assign]
     return gc, [Data(name="t", partitions=[Data(partition_index=0, committed_offset=5,
                                                 committed_metadata=metadata)])]
+
+
+RETENTION_S = 7 * 24 * 3600.0
+
+
+def _commit(group_id: str, topics: list[Data], member_id: str = "",
+            generation: int = -1) -> RequestReceived:
+    return request(8, 8, group_id=group_id, generation_id_or_member_epoch=generation,
+                   member_id=member_id, group_instance_id=None, topics=topics)
+
+
+async def test_offsets_expire_after_the_retention() -> None:
+    """offsets.retention.minutes (KIP-211): a group that only stores offsets loses each one
+    that long after its commit, an empty consumer group all of them that long after it
+    became empty, and a group left with none is gone; a group with members keeps those
+    of topics it subscribes to."""
+    gc, topics = _committing_coordinator("")
+    gc.h.txns = SimpleNamespace(pending_offsets=lambda group_id: set())
+    unsubscribed: list[tuple[str, str, int]] = []
+
+    async def unsubscribe(group_id: str, topic: str, partition: int) -> None:
+        unsubscribed.append((group_id, topic, partition))
+
+    gc._unsubscribe = unsubscribe  # type: ignore[method-assign]
+    await gc.commit(_commit("simple", topics))
+    committed = time.time()
+    joined = await gc.join(_join())
+    await gc.sync(_sync(joined.member_id, joined.generation_id, []))
+    await gc.commit(_commit("g", topics, joined.member_id, joined.generation_id))
+
+    await gc.expire_offsets(committed + RETENTION_S - 60)
+    assert set(gc.groups) == {"simple", "g"} and not unsubscribed
+    await gc.expire_offsets(committed + RETENTION_S + 60)
+    # "simple" is gone, store and all; "g", with a member subscribing to every topic
+    # (its metadata does not read as a subscription), keeps its offset.
+    assert "simple" not in gc.groups and "simple" not in gc.stored_group_ids()
+    assert unsubscribed == [("simple", "t", 0)]
+    assert gc.groups["g"].offsets
+
+    gc.leave(request(13, 5, group_id="g", members=[
+        Data(member_id=joined.member_id, group_instance_id=None, reason=None)]))
+    emptied = gc.groups["g"].empty_since
+    assert gc.groups["g"].state == EMPTY and emptied is not None
+    await gc.expire_offsets(emptied + RETENTION_S - 60)
+    assert gc.groups["g"].offsets, "kept until the group has been empty for the retention"
+    await gc.expire_offsets(emptied + RETENTION_S + 60)
+    assert "g" not in gc.groups and "g" not in gc.stored_group_ids()
+    fetched = gc.fetch_offsets(request(9, 7, group_id="g", topics=None, require_stable=False))
+    assert fetched.topics == []
 
 
 async def test_commit_checks_generation_and_member() -> None:
