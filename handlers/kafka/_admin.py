@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import TYPE_CHECKING
 
 from core.autorecovery import bookies
@@ -65,7 +66,16 @@ NOT_ASKED = -2147483648
 """The authorized operations of a resource whose client did not ask for them."""
 
 
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+"""What a client software name or version (ApiVersions v3+, KIP-511) must match."""
+
+
 def handle_api_versions(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    if req.api_version >= 3 and not all(
+            _SOFTWARE.fullmatch(v or "") for v in (req.body.client_software_name,
+                                                   req.body.client_software_version)):
+        # As Kafka: INVALID_REQUEST, with no API listed.
+        return Data(error_code=ErrorCode.INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
     return Data(error_code=0, api_keys=api_versions_table(), throttle_time_ms=0)
 
 

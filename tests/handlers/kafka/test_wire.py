@@ -50,6 +50,19 @@ def test_api_versions_advertises_exactly_what_is_served(boot: str) -> None:
         (a.key, a.min_version, a.max_version) for a in APIS.values()}
 
 
+def test_api_versions_refuses_an_invalid_client_software_name(boot: str) -> None:
+    """KIP-511: a client software name or version that is not alphanumerics with inner
+    '-' and '.' is INVALID_REQUEST, as Kafka answers, with no API listed."""
+    with Wire(boot) as w:
+        for name, version in (("bad name", "1.0"), ("ok", "1.0-"), ("", "1")):
+            resp = w.call(API_VERSIONS, 3, Data(client_software_name=name,
+                                                client_software_version=version))
+            assert (resp.error_code, resp.api_keys) == (ErrorCode.INVALID_REQUEST, [])
+        good = w.call(API_VERSIONS, 3, Data(client_software_name="confluent-kafka-python",
+                                            client_software_version="2.16.1-rdkafka-2.16.0"))
+        assert good.error_code == 0 and good.api_keys
+
+
 def test_metadata_advertises_the_bound_port(boot: str, unique: str) -> None:
     with Wire(boot) as w:
         resp = w.call(METADATA, 12, Data(topics=[Data(name=f"md-{unique}")],
