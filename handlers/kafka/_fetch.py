@@ -130,11 +130,13 @@ async def _fetch_once(wanted: list[tuple[str, int, int, int]],
                 part.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 errors = True
                 continue
+        # KIP-74: the limits are soft only for the first batch of the first partition with
+        # any; after it, a batch that does not fit the rest of either is not returned.
         budget = min(partition_max_bytes, max_bytes - total)
         if budget <= 0 and total > 0:
             continue
         try:
-            data = await plog.read(offset, max(budget, 1), hw)
+            data = await plog.read(offset, max(budget, 1), hw, min_one=total == 0)
         except Exception as exc:
             part.error_code = topic_error(exc)
             errors = True

@@ -162,10 +162,12 @@ class PartitionLog:
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def read(self, offset: int, max_bytes: int, high_watermark: int) -> list[bytes]:
-        """Record batches from the one holding ``offset`` on, about ``max_bytes`` of them
-        (at least one batch when any is there), as a list to be written out back to back.
-        Batches still cached are served from the cache, without reading storage."""
+    async def read(self, offset: int, max_bytes: int, high_watermark: int, *,
+                   min_one: bool = True) -> list[bytes]:
+        """Record batches from the one holding ``offset`` on, at most ``max_bytes`` of
+        them but, with ``min_one``, at least one batch when any is there, as a list to be
+        written out back to back. Batches still cached are served from the cache, without
+        reading storage."""
         if offset >= high_watermark:
             return []
         pos = await self.position_of(offset)
@@ -177,9 +179,10 @@ class PartitionLog:
         cache = self.owner.cache
 
         def take(batch: bytes) -> bool:
-            """Add ``batch`` if the byte budget has room for it (the first always fits)."""
+            """Add ``batch`` if the byte budget has room for it (with ``min_one``, the
+            first always fits)."""
             nonlocal size
-            if out and size + len(batch) > max_bytes:
+            if (out or not min_one) and size + len(batch) > max_bytes:
                 return False
             out.append(batch)
             size += len(batch)

@@ -16,7 +16,10 @@ from handlers.kafka._codec import APIS, decode_body, encode_body
 from handlers.kafka._errors import ErrorCode
 from handlers.kafka._fetch import _fetch_once, _response
 from handlers.kafka._topics import PartitionLog
+from tests.handlers.kafka._wire import Wire
 from tests.handlers.kafka.test_clients import DEADLINE, create_topic, drain_confluent
+from tests.handlers.kafka.test_wire import FETCH as FETCH_KEY
+from tests.handlers.kafka.test_wire import PRODUCE, batch, fetch_body, produce_body
 
 FETCH = APIS[1]
 
@@ -125,3 +128,32 @@ def test_offsets_for_times_does_not_answer_a_deleted_record(boot: str, unique: s
     assert at(0) == (3, 1_003_000)
     assert at(1_001_000) == (3, 1_003_000)
     assert at(1_004_500) == (5, 1_005_000)
+
+
+def test_fetch_limits_are_soft_for_the_first_batch_only(boot: str, unique: str) -> None:
+    """KIP-74: the first batch of the first partition with any is returned whatever the
+    limits; after it, a batch that does not fit the rest of max_bytes, or a later
+    partition's max bytes, is left for a later fetch."""
+    topic = f"soft-{unique}"
+    create_topic(boot, topic, 2)
+    with Wire(boot) as w:
+        for partition in (0, 1):
+            for _ in range(2):
+                w.call(PRODUCE, 9, produce_body(topic, batch([b"z" * 2000]), partition=partition))
+
+        def sizes(max_bytes: int, partition_max: int) -> list[int]:
+            body = fetch_body(topic, 0)
+            body.max_bytes = max_bytes
+            body.topics[0].partitions = [
+                SimpleNamespace(partition=p, fetch_offset=0, partition_max_bytes=partition_max)
+                for p in (0, 1)]
+            resp = w.call(FETCH_KEY, 12, body)
+            return [len(p.records or b"") for p in resp.responses[0].partitions]
+
+        one = sizes(1 << 20, 1 << 20)[0] // 2  # the size of one batch
+        assert sizes(1 << 20, 1 << 20) == [2 * one, 2 * one]
+        assert sizes(one + 100, 1 << 20) == [one, 0], "max_bytes: no second batch anywhere"
+        assert sizes(2 * one + 100, 1 << 20) == [2 * one, 0]
+        assert sizes(10, 1 << 20) == [one, 0], "the first batch comes whatever max_bytes"
+        assert sizes(1 << 20, 10) == [one, 0], "the first, whatever max.partition.fetch.bytes"
+        assert sizes(1 << 20, one + 100) == [one, one]
