@@ -814,6 +814,34 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
             F("adding_replicas", "[]int32"),
             F("removing_replicas", "[]int32"))),
     ]),
+    _api(65, "DescribeTransactions", "0", 0, [
+        F("transactional_ids", "[]string"),
+    ], [
+        _THROTTLE,
+        F("transaction_states", "[]", "0+",
+          F("error_code", "int16"),
+          F("transactional_id", "string"),
+          F("transaction_state", "string"),
+          F("transaction_timeout_ms", "int32"),
+          F("transaction_start_time_ms", "int64"),
+          F("producer_id", "int64"),
+          F("producer_epoch", "int16"),
+          F("topics", "[]", "0+",
+            F("topic", "string"),
+            F("partitions", "[]int32"))),
+    ]),
+    _api(66, "ListTransactions", "0", 0, [
+        F("state_filters", "[]string"),
+        F("producer_id_filters", "[]int64"),
+    ], [
+        _THROTTLE,
+        F("error_code", "int16"),
+        F("unknown_state_filters", "[]string"),
+        F("transaction_states", "[]", "0+",
+          F("transactional_id", "string"),
+          F("producer_id", "int64"),
+          F("transaction_state", "string")),
+    ]),
     # Served only to refuse it: see handlers.kafka._group.refuse_consumer_protocol.
     _api(68, "ConsumerGroupHeartbeat", "0-1", 0, [
         F("group_id", "string"),

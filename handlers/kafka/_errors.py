@@ -66,6 +66,7 @@ class ErrorCode(enum.IntEnum):
     UNSTABLE_OFFSET_COMMIT = 88
     PRODUCER_FENCED = 90
     INVALID_UPDATE_VERSION = 95
+    TRANSACTIONAL_ID_NOT_FOUND = 105
 
 
 class ProtocolError(Exception):

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import trio
 
@@ -76,6 +77,7 @@ class Txn:
     deadline: float = 0.0
     last_epoch: int = -1  # the epoch a producer's own bump (KIP-360) came from, else -1
     ended: str = ""  # how the last transaction of this epoch ended: "commit", "abort", or none
+    started_ms: int = -1  # when the last transaction of this epoch began (wall clock), or -1
 
     def reset(self) -> None:
         self.state = EMPTY
@@ -178,6 +180,7 @@ class TxnCoordinator:
                 log.info("kafka: transaction %s aborted by a new producer epoch", tid)
             txn.reset()
             txn.ended = ""
+            txn.started_ms = -1
             txn.timeout = timeout
             # Kept for a retry of a producer's own bump only; a new instance (no epoch
             # given) fences every earlier one.
@@ -212,6 +215,7 @@ class TxnCoordinator:
     def _begin(self, txn: Txn) -> None:
         if txn.state == EMPTY:
             txn.state = ONGOING
+            txn.started_ms = int(time.time() * 1000)
             txn.deadline = trio.current_time() + txn.timeout
             self._save(txn)
             self._ticker.arm()
@@ -265,6 +269,51 @@ class TxnCoordinator:
                 partition_index=p.partition_index,
                 error_code=error or unknown.get((t.name, p.partition_index), 0))
                 for p in t.partitions]) for t in b.topics])
+
+    # -- admin ------------------------------------------------------------------------------------
+
+    def _all(self) -> list[Txn]:
+        """Every transactional id's state, those stored but not yet used loaded."""
+        ids = {unquote(n) for n in self.h.broker.metadata.children(TXN_PATH)} | set(self.txns)
+        return [txn for tid in sorted(ids) if (txn := self._load(tid, 60.0)) is not None]
+
+    def list_transactions(self, req: RequestReceived) -> Data:
+        """ListTransactions (KIP-664): the transactional ids in the states and with the
+        producer ids asked for (all when none); state names Kafka does not have are
+        answered back as unknown."""
+        states = set(req.body.state_filters or [])
+        pids = set(req.body.producer_id_filters or [])
+        return Data(throttle_time_ms=0, error_code=0,
+                    unknown_state_filters=sorted(states - KAFKA_TXN_STATES),
+                    transaction_states=[
+                        Data(transactional_id=txn.transactional_id, producer_id=txn.producer_id,
+                             transaction_state=_state(txn))
+                        for txn in self._all()
+                        if (not states or _state(txn) in states)
+                        and (not pids or txn.producer_id in pids)])
+
+    def describe_transactions(self, req: RequestReceived) -> Data:
+        """DescribeTransactions (KIP-664): each transactional id's state, producer id and
+        epoch, timeout, and the partitions of its open transaction;
+        TRANSACTIONAL_ID_NOT_FOUND for one never used."""
+        out = []
+        for tid in req.body.transactional_ids:
+            txn = self._load(tid, 60.0)
+            if txn is None:
+                out.append(Data(error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                                transactional_id=tid, transaction_state="",
+                                transaction_timeout_ms=0, transaction_start_time_ms=-1,
+                                producer_id=-1, producer_epoch=-1, topics=[]))
+                continue
+            topics: dict[str, list[int]] = {}
+            for topic, partition in sorted(txn.partitions):
+                topics.setdefault(topic, []).append(partition)
+            out.append(Data(error_code=0, transactional_id=tid, transaction_state=_state(txn),
+                            transaction_timeout_ms=int(txn.timeout * 1000),
+                            transaction_start_time_ms=txn.started_ms,
+                            producer_id=txn.producer_id, producer_epoch=txn.epoch,
+                            topics=[Data(topic=t, partitions=ps) for t, ps in topics.items()]))
+        return Data(throttle_time_ms=0, transaction_states=out)
 
     def pending_offsets(self, group_id: str) -> set[tuple[str, int]]:
         """The partitions of ``group_id`` with an offset in a transaction still open."""
@@ -343,3 +392,16 @@ class TxnCoordinator:
             if any(p.error_code for t in stored.topics for p in t.partitions):
                 failed = ErrorCode.UNKNOWN_SERVER_ERROR
         return Data(throttle_time_ms=0, error_code=failed)
+
+
+KAFKA_TXN_STATES = frozenset({"Empty", "Ongoing", "PrepareCommit", "PrepareAbort",
+                              "CompleteCommit", "CompleteAbort", "Dead", "PrepareEpochFence"})
+"""Kafka's transaction state names."""
+
+
+def _state(txn: Txn) -> str:
+    """A transaction's state by Kafka's name: an ended one is complete, as Kafka's is once
+    its markers are written (which here is before EndTxn is answered)."""
+    if txn.state == ONGOING:
+        return "Ongoing"
+    return {"commit": "CompleteCommit", "abort": "CompleteAbort"}.get(txn.ended, "Empty")

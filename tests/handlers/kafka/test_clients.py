@@ -575,6 +575,42 @@ def test_transactional_offset_commit(boot: str, unique: str) -> None:
     c.close()
 
 
+def test_kafka_python_lists_and_describes_transactions(boot: str, unique: str) -> None:
+    """ListTransactions and DescribeTransactions (KIP-664): each transactional id's state
+    by Kafka's name, with its producer id, epoch and the partitions of an open transaction."""
+    topic, open_id, done_id = f"txadm-{unique}", f"txadm-open-{unique}", f"txadm-done-{unique}"
+    create_topic(boot, topic, 1)
+    ongoing = Producer({"bootstrap.servers": boot, "transactional.id": open_id})
+    ongoing.init_transactions(DEADLINE)
+    ongoing.begin_transaction()
+    ongoing.produce(topic, b"open")
+    ongoing.flush(DEADLINE)
+    done = Producer({"bootstrap.servers": boot, "transactional.id": done_id})
+    done.init_transactions(DEADLINE)
+    done.begin_transaction()
+    done.produce(topic, b"done")
+    done.commit_transaction(DEADLINE)
+    admin = KafkaAdminClient(bootstrap_servers=boot)
+    try:
+        listed = {t.transactional_id: t.state.value
+                  for ts in admin.list_transactions().values() for t in ts}
+        assert listed[open_id] == "Ongoing" and listed[done_id] == "CompleteCommit"
+        only = [t.transactional_id for ts in admin.list_transactions(
+            state_filters=["CompleteCommit"]).values() for t in ts]
+        assert done_id in only and open_id not in only
+        described = admin.describe_transactions([open_id, done_id])
+        assert described[open_id].state.value == "Ongoing"
+        assert described[open_id].topic_partitions == {KTopicPartition(topic, 0)}
+        assert described[open_id].transaction_start_time_ms > 0
+        assert (described[done_id].state.value, described[done_id].topic_partitions) == (
+            "CompleteCommit", set())
+        with pytest.raises(kerr.TransactionalIdNotFoundError):
+            admin.describe_transactions([f"never-{unique}"])
+    finally:
+        admin.close()
+        ongoing.abort_transaction(DEADLINE)
+
+
 def test_read_committed_consumer_waits_for_offsets_of_an_open_transaction(
         boot: str, unique: str) -> None:
     """KIP-447: while a transaction holds an offset for a partition, a read_committed
