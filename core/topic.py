@@ -907,9 +907,25 @@ class PersistentTopic:
 
         horizon = self.ml.last_confirmed()
         pos = self.ml.first_position()
-        # key -> (entry, index in its batch, messages in that batch, null value)
-        latest: dict[str, tuple[Position, int, int, bool]] = {}
-        total = 0
+        # key -> (entry, index in its batch, messages in that batch)
+        latest: dict[str, tuple[Position, int, int]] = {}
+        # entries kept whole because the broker cannot open them (encrypted batches)
+        opaque: set[Position] = set()
+        # counted as Pulsar's compactor counts removed events: a message replacing its
+        # key's, a tombstone (a null or empty value deletes its key), a message without key
+        removed = 0
+
+        def note(key: str | None, size: int, null: bool, where: tuple[Position, int, int]) -> None:
+            nonlocal removed
+            if key is None:
+                removed += 1
+            elif null or size <= 0:
+                latest.pop(key, None)
+                removed += 1
+            elif latest.setdefault(key, where) is not where:
+                latest[key] = where
+                removed += 1
+
         while pos is not None and horizon is not None and pos <= horizon:
             entries = await self.ml.read_entries(pos, 200)
             if not entries:
@@ -918,26 +934,39 @@ class PersistentTopic:
                 if e.position > horizon:
                     break
                 try:
-                    singles = iter_batch(*decode_entry(e.data))
+                    metadata, payload = decode_entry(e.data)
+                except EntryFormatError:
+                    continue
+                if len(metadata.encryption_keys):
+                    # The key is in the clear: a single message is compacted by it (its size
+                    # the one before compression and encryption, when the producer gave it);
+                    # a batch cannot be split and is kept whole.
+                    if metadata.HasField("num_messages_in_batch"):
+                        opaque.add(e.position)
+                    else:
+                        size = metadata.uncompressed_size if metadata.HasField("uncompressed_size") \
+                            else len(payload)
+                        note(metadata.partition_key if metadata.HasField("partition_key") else None,
+                             size, metadata.null_value, (e.position, 0, 1))
+                    continue
+                try:
+                    singles = iter_batch(metadata, payload)
                 except EntryFormatError:
                     continue
                 for index, single in enumerate(singles):
                     meta = single.metadata
                     if meta.compacted_out:
                         continue
-                    total += 1
-                    if meta.HasField("partition_key"):
-                        latest[meta.partition_key] = (e.position, index, len(singles), meta.null_value)
+                    note(meta.partition_key if meta.HasField("partition_key") else None,
+                         meta.payload_size, meta.null_value, (e.position, index, len(singles)))
             last = entries[-1].position
             pos = Position(last.ledger_id, last.entry_id + 1)
-        kept: dict[Position, tuple[set[int], int]] = {}
-        for p, index, size, null in latest.values():
-            if not null:
-                kept.setdefault(p, (set(), size))[0].add(index)
+        kept: dict[Position, tuple[set[int], int]] = {p: ({0}, 1) for p in opaque}
+        for p, index, size in latest.values():
+            kept.setdefault(p, (set(), size))[0].add(index)
         masks = {p: _ack_set(indexes, size) for p, (indexes, size) in kept.items()
                  if len(indexes) < size}
-        kept_messages = sum(len(indexes) for indexes, _ in kept.values())
-        return sorted(kept), masks, total - kept_messages, horizon
+        return sorted(kept), masks, removed, horizon
 
     def compacted_view(self) -> tuple[list[Position], Position, dict[Position, list[int]]] | None:
         """The last compaction's kept entries (in order), its horizon (the last entry it

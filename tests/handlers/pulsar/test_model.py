@@ -792,6 +792,43 @@ def test_a_compacted_read_skips_the_older_messages_of_a_batch(client, admin, uni
     assert not reader.has_message_available()
 
 
+def _read_until_idle(reader, idle_ms: int = 2000) -> list:
+    got = []
+    while True:
+        try:
+            got.append(reader.read_next(idle_ms))
+        except pulsar.Timeout:
+            return got
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_a_key_whose_latest_message_is_empty_leaves_the_compacted_view(client, admin, unique,
+                                                                      batching):
+    # Pulsar's compactor takes an empty payload for a tombstone, as it does a null value.
+    topic = f"compacted-empty-{unique}"
+    producer = client.create_producer(topic, batching_enabled=batching, batching_max_messages=5,
+                                      batching_max_publish_delay_ms=60_000)
+    for key, value in [("a", "a1"), ("b", "b1"), ("a", ""), ("c", "c1"), ("b", "b2")]:
+        producer.send_async(value.encode(), None, partition_key=key)
+    producer.flush()
+    _compact(admin, topic)
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    got = [(m.partition_key(), m.data()) for m in _read_until_idle(reader)]
+    assert got == [("c", b"c1"), ("b", b"b2")]
+
+
+def test_an_encrypted_message_stays_in_the_compacted_view_by_its_key(client, admin, unique):
+    topic = f"compacted-encrypted-{unique}"
+    producer = client.create_producer(topic, batching_enabled=False, encryption_key="app-key",
+                                      crypto_key_reader=key_reader())
+    for key, value in [("a", "a1"), ("b", "b1"), ("a", "a2")]:
+        producer.send(value.encode(), partition_key=key)
+    _compact(admin, topic)
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True,
+                                  crypto_key_reader=key_reader())
+    assert [m.data() for m in _read_until_idle(reader)] == [b"b1", b"a2"]
+
+
 def test_stats_show_what_clients_say_of_themselves(client, admin, unique):
     topic = f"who-{unique}"
     client.subscribe(topic, "s", properties={"app": "billing"})
