@@ -83,6 +83,15 @@ def _can_read(reader: bytes, writer: bytes) -> bool:
     return True
 
 
+def _protobuf_root(definition: bytes) -> str | None:
+    """The root message's full name of a ProtobufNative schema (None if unreadable)."""
+    try:
+        root = json.loads(definition).get("rootMessageTypeName")
+    except (ValueError, AttributeError):
+        return None
+    return root if isinstance(root, str) else None
+
+
 def is_compatible(strategy: str, new: tuple[int, bytes], old: list[tuple[int, bytes]]) -> bool:
     """Whether schema `new` (type, definition) may follow the versions `old` (oldest first)."""
     if strategy in ("ALWAYS_COMPATIBLE", "NONE") or not old:
@@ -94,6 +103,12 @@ def is_compatible(strategy: str, new: tuple[int, bytes], old: list[tuple[int, by
     for otype, odef in against:
         if otype != new[0]:
             return False
+        if new[0] == pb.Schema.ProtobufNative:
+            # Pulsar checks only that the root message stays the same, whatever the strategy
+            root = _protobuf_root(odef)
+            if (root is None or root != _protobuf_root(new[1])) and odef != new[1]:
+                return False
+            continue
         if new[0] not in (pb.Schema.Avro, pb.Schema.Json):
             if odef != new[1]:
                 return False

@@ -352,6 +352,40 @@ def test_a_consumers_schema_becomes_the_schema_of_an_idle_topic_only(client, adm
         client.subscribe(busy, "s", schema=JsonSchema(Event))
 
 
+def _protobuf_order(fields: list[str]):
+    """A protobuf message class ``shop.Order`` with string fields ``fields``, in a pool of
+    its own (so two versions of the same message can live side by side)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    proto = descriptor_pb2.FileDescriptorProto(name="order.proto", package="shop", syntax="proto3")
+    message = proto.message_type.add(name="Order")
+    for number, name in enumerate(fields, 1):
+        message.field.add(name=name, number=number,
+                          type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                          label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+
+
+def test_a_protobuf_native_schema_may_evolve_but_keeps_its_root_message(client, admin, unique):
+    from google.protobuf import timestamp_pb2
+    from pulsar.schema import ProtobufNativeSchema
+
+    v1, v2 = _protobuf_order(["id"]), _protobuf_order(["id", "note"])
+    topic = f"schema-protobuf-{unique}"
+    consumer = client.subscribe(topic, "s", schema=ProtobufNativeSchema(v1))
+    client.create_producer(topic, schema=ProtobufNativeSchema(v1)).send(v1(id="1"))
+    # a new version of the same root message is registered (Pulsar's check under FULL)
+    client.create_producer(topic, schema=ProtobufNativeSchema(v2)).send(v2(id="2", note="n"))
+    assert [consumer.receive(RECEIVE_MS).value().id for _ in range(2)] == ["1", "2"]
+    client.subscribe(topic, "v2", schema=ProtobufNativeSchema(v2)).close()
+    versions = admin.get(f"/admin/v2/schemas/public/default/{topic}/schemas")["getSchemaResponses"]
+    assert [v["type"] for v in versions] == ["PROTOBUF_NATIVE", "PROTOBUF_NATIVE"]
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=ProtobufNativeSchema(timestamp_pb2.Timestamp))
+
+
 def test_invalid_topic_name_is_refused(client):
     with pytest.raises(pulsar.InvalidTopicName):
         client.create_producer("persistent://public/default/")
