@@ -265,8 +265,12 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
 
     @endpoint
     async def compact(request: Request) -> Any:
-        topic = await load_topic(broker, topic_of(request))
-        if not topic.start_compaction():
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        # a partitioned topic's base name compacts every partition, as in Pulsar
+        topics = [await load_topic(broker, t) for t in partition_targets(broker, name)]
+        started = [topic.start_compaction() for topic in topics]
+        if not all(started):
             raise RestError(409, "Compaction already in progress")
         return None
 

@@ -225,6 +225,26 @@ def test_compaction_keeps_latest_per_key(admin: AdminClient, ns: str, client: pu
     assert stats["compaction"]["lastCompactionSucceedTimestamp"] > 0
 
 
+def test_compacting_a_partitioned_topic_compacts_each_partition(admin: AdminClient, ns: str,
+                                                               client: pulsar.Client) -> None:
+    full, path = _topic(ns)
+    admin.put(f"{path}/partitions", 2)
+    producer = client.create_producer(full, batching_enabled=False)
+    for key, value in [("a", b"1"), ("b", b"1"), ("a", b"2"), ("b", b"2"), ("c", b"1")]:
+        producer.send(value, partition_key=key)
+    producer.close()
+    admin.put(f"{path}/compaction")
+    for i in range(2):
+        wait_for(lambda i=i: admin.get(f"{path}-partition-{i}/compaction")["status"] == "SUCCESS")
+    consumer = client.subscribe(full, "compacted", is_read_compacted=True,
+                                initial_position=pulsar.InitialPosition.Earliest)
+    got = []
+    with pytest.raises(pulsar.Timeout):
+        while True:
+            got.append(consumer.receive(2000).partition_key())
+    assert sorted(got) == ["a", "b", "c"]
+
+
 @pytest.mark.parametrize("scope", ["namespace", "topic"])
 def test_a_compaction_threshold_compacts_without_a_request(admin: AdminClient, ns: str,
                                                            client: pulsar.Client, scope: str) -> None:
