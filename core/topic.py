@@ -34,7 +34,14 @@ from core._throttle import RateWindow, rate_limits, window_allowance
 from core.format import EntryFormatError
 from core.naming import TopicName
 from core.policies import ConflictError, PreconditionError
-from core.storage import Entry, ManagedLedger, Position, entry_metadata, last_confirmed_entry
+from core.storage import (
+    Cursor,
+    Entry,
+    ManagedLedger,
+    Position,
+    entry_metadata,
+    last_confirmed_entry,
+)
 from core.subscription import Consumer, ConsumerBusyError, Subscription, SubType
 
 if TYPE_CHECKING:
@@ -59,6 +66,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEDUP_SNAPSHOT_INTERVAL = 1000
+#: The cursor compaction keeps on a topic (the name of Pulsar's compaction subscription).
+COMPACTION_CURSOR = "__compaction"
 MAX_PUBLISH_BATCH = 1000
 MAX_PUBLISH_BATCHES_IN_FLIGHT = 4
 """Batches of publishes one topic has handed to its managed ledger and not yet seen stored.
@@ -218,6 +227,9 @@ class PersistentTopic:
         # after a (re)load
         self._compacted: tuple[list[Position], Position, dict[Position, list[int]]] | None = None
         self._compacted_loaded = False
+        # holds back retention from what the compacted view points into, and from the
+        # messages after its horizon (Pulsar's __compaction subscription)
+        self._compaction_cursor: Cursor | None = None
         self._publish_window = RateWindow()
         self._publish_resume_at = 0.0
         self._dispatch_window = RateWindow()
@@ -253,6 +265,9 @@ class PersistentTopic:
             self.terminated_at = Position(*json.loads(got[0]))
         await self._recover_dedup()
         for name in self.ml.cursor_names():
+            if name == COMPACTION_CURSOR:
+                self._compaction_cursor = await self.ml.open_cursor(name, True)
+                continue
             await self._attach_subscription(name, SubType.Exclusive, earliest=True)
         nursery.start_soon(self._flusher)
 
@@ -899,6 +914,20 @@ class PersistentTopic:
         # the view just stored is the one reads use from now on
         self._compacted = (positions, horizon, masks) if horizon is not None else None
         self._compacted_loaded = True
+        if horizon is not None:
+            await self._hold_compacted(positions[0] if positions else None, horizon)
+
+    async def _hold_compacted(self, first_kept: Position | None, horizon: Position) -> None:
+        """Keep retention from trimming the entries the compacted view reads and those
+        after its horizon: Pulsar copies the view into a ledger of its own and its
+        compaction cursor holds the rest; here the view points into the topic's ledgers,
+        so the compaction cursor stays just before the first entry the view keeps."""
+        if self._compaction_cursor is None:
+            self._compaction_cursor = await self.ml.open_cursor(COMPACTION_CURSOR, True)
+        hold = horizon if first_kept is None or first_kept > horizon \
+            else self.previous_position(first_kept)
+        if hold is not None:
+            self._compaction_cursor.mark_delete(hold)
 
     async def compact(self) -> tuple[list[Position], dict[Position, list[int]], int, Position | None]:
         """The compacted view up to the last entry now: (kept positions in order, the ack

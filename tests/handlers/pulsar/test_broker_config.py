@@ -564,3 +564,46 @@ def test_batch_index_acks_hold_across_a_restart(tmp_path):
             assert [m.data().decode() for m in rest] == [f"m{i}" for i in range(1, 10, 2)]
         finally:
             client.close()
+
+
+def _read_until_idle(reader) -> list[bytes]:
+    got = []
+    while True:
+        try:
+            got.append(reader.read_next(2000).data())
+        except pulsar.Timeout:
+            return got
+
+
+def test_retention_keeps_what_a_compacted_read_needs(tmp_path):
+    # Small ledgers, trimmed every second, no subscription and no retention: only the
+    # compaction holds the topic's data, as Pulsar's compacted ledger and its
+    # __compaction subscription do (the view up to the horizon, and what came after).
+    conf = {"managedLedgerMaxEntriesPerLedger": 3, "managedLedgerMinLedgerRolloverTimeMinutes": 0,
+            "retentionCheckIntervalInSeconds": 1}
+    topic = "persistent://public/default/compacted-retained"
+    path = "/admin/v2/persistent/public/default/compacted-retained"
+    expected = [b"b1", b"c1", b"a2", b"d1", b"n0", b"n1", b"n2", b"n3", b"n4", b"n5"]
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        admin = AdminClient(s.addresses["web"][0], timeout=30)
+        client = pulsar.Client(s.pulsar_url)
+        producer = client.create_producer(topic, batching_enabled=False)
+        for key, value in [("a", "a1"), ("b", "b1"), ("c", "c1"), ("a", "a2"), ("d", "d1")]:
+            producer.send(value.encode(), partition_key=key)
+        admin.put(f"{path}/compaction")
+        deadline = time.monotonic() + 20
+        while admin.get(f"{path}/compaction")["status"] != "SUCCESS":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for i in range(6):
+            producer.send(f"n{i}".encode(), partition_key=f"n{i}")
+        time.sleep(3)  # several retention checks, past the ledgers' rollovers
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        assert _read_until_idle(reader) == expected
+        client.close()
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url)
+        time.sleep(3)
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        assert _read_until_idle(reader) == expected
+        client.close()
