@@ -185,6 +185,15 @@ def _largest_batch_index(entry: Entry) -> int:
     return md.num_messages_in_batch - 1 if md.HasField("num_messages_in_batch") else -1
 
 
+def _last_set_bit(words: list[int]) -> int:
+    """The highest index set in an ack set (64-bit words, lowest first); -1 if none is."""
+    for i in range(len(words) - 1, -1, -1):
+        word = words[i] & 0xFFFF_FFFF_FFFF_FFFF
+        if word:
+            return i * 64 + word.bit_length() - 1
+    return -1
+
+
 def _entry_of(mid: Any) -> Position | None:
     """The entry an acknowledged or redelivered message id names; None when an id is
     past the signed range, where no entry is (negative in Pulsar's longs)."""
@@ -866,7 +875,24 @@ class PulsarSession:
             return
         partition = topic.name.partition_index
         last = topic.ml.last_confirmed()
-        if last is None:
+        view = topic.compacted_view() if consumer.read_compacted else None
+        if view is not None and last is not None and view[1] >= last:
+            # As Pulsar answers a compacted read once compaction covers the whole topic: the
+            # last message the compacted view keeps (its tombstoned tail is never read)
+            kept, _, masks = view
+            if not kept:
+                mid = pb.MessageIdData(ledgerId=_EARLIEST_LEDGER, entryId=_EARLIEST_LEDGER,
+                                       partition=partition)
+            else:
+                pos = kept[-1]
+                if pos in masks:
+                    batch_index = _last_set_bit(masks[pos])
+                else:
+                    entries = await topic.ml.read_entries(pos, 1)
+                    batch_index = _largest_batch_index(entries[0]) if entries else -1
+                mid = pb.MessageIdData(ledgerId=pos.ledger_id, entryId=pos.entry_id,
+                                       partition=partition, batch_index=batch_index)
+        elif last is None:
             mid = pb.MessageIdData(ledgerId=_EARLIEST_LEDGER, entryId=_EARLIEST_LEDGER,
                                    partition=partition)
         else:

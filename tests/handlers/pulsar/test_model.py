@@ -712,6 +712,18 @@ def _publish_keyed(client, topic: str, pairs: list[tuple[str, str]]) -> None:
     producer.close()
 
 
+def _publish_keyed_batches(client, topic: str, batches: list[list[tuple[str, str]]], *,
+                           batching: bool = True) -> None:
+    """Publish each list of (key, value) as one batch (one entry each without batching)."""
+    producer = client.create_producer(topic, batching_enabled=batching, batching_max_messages=1000,
+                                      batching_max_publish_delay_ms=60_000)
+    for pairs in batches:
+        for key, value in pairs:
+            producer.send_async(value.encode(), None, partition_key=key)
+        producer.flush()
+    producer.close()
+
+
 def test_a_compacted_read_sees_each_keys_latest_then_what_came_after(client, admin, unique):
     topic = f"compacted-{unique}"
     _publish_keyed(client, topic, [("a", "a1"), ("b", "b1"), ("a", "a2"), ("c", "c1"), ("b", "b2")])
@@ -776,15 +788,8 @@ def test_every_subscription_of_a_topic_gets_every_message(client, unique):
 
 def test_a_compacted_read_skips_the_older_messages_of_a_batch(client, admin, unique):
     topic = f"compacted-batch-{unique}"
-    # two batches: (a1, b1, a2) and (c1, b2)
-    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=3,
-                                      batching_max_publish_delay_ms=60_000)
-    for key, value in [("a", "a1"), ("b", "b1"), ("a", "a2")]:
-        producer.send_async(value.encode(), None, partition_key=key)
-    producer.flush()
-    for key, value in [("c", "c1"), ("b", "b2")]:
-        producer.send_async(value.encode(), None, partition_key=key)
-    producer.flush()
+    _publish_keyed_batches(client, topic, [[("a", "a1"), ("b", "b1"), ("a", "a2")],
+                                           [("c", "c1"), ("b", "b2")]])
     _compact(admin, topic)
     reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
     got = [reader.read_next(RECEIVE_MS).data() for _ in range(3)]
@@ -806,15 +811,29 @@ def test_a_key_whose_latest_message_is_empty_leaves_the_compacted_view(client, a
                                                                       batching):
     # Pulsar's compactor takes an empty payload for a tombstone, as it does a null value.
     topic = f"compacted-empty-{unique}"
-    producer = client.create_producer(topic, batching_enabled=batching, batching_max_messages=5,
-                                      batching_max_publish_delay_ms=60_000)
-    for key, value in [("a", "a1"), ("b", "b1"), ("a", ""), ("c", "c1"), ("b", "b2")]:
-        producer.send_async(value.encode(), None, partition_key=key)
-    producer.flush()
+    _publish_keyed_batches(client, topic, [[("a", "a1"), ("b", "b1"), ("a", ""), ("c", "c1"),
+                                            ("b", "b2")]], batching=batching)
     _compact(admin, topic)
     reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
     got = [(m.partition_key(), m.data()) for m in _read_until_idle(reader)]
     assert got == [("c", b"c1"), ("b", b"b2")]
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_a_compacted_read_ends_before_a_tombstoned_tail(client, admin, unique, batching):
+    # Compaction covers the whole topic and its last messages are tombstones: the last
+    # message id a compacted reader is told is the last one it can read (Pulsar #13533,
+    # #18877), else has_message_available stays true with nothing to read.
+    topic = f"compacted-tail-{unique}"
+    _publish_keyed_batches(client, topic, [[("a", "a1"), ("b", "b1"), ("b", "")]], batching=batching)
+    _compact(admin, topic)
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+    assert reader.has_message_available()
+    assert reader.read_next(RECEIVE_MS).data() == b"a1"
+    assert not reader.has_message_available()
+    table = client.create_table_view(topic)  # reads until has_message_available is false
+    assert table.get("a") == b"a1" and table.get("b") is None
+    table.close()
 
 
 def test_an_encrypted_message_stays_in_the_compacted_view_by_its_key(client, admin, unique):
