@@ -59,6 +59,8 @@ TOPIC_POLICY_KEYS = (
     "autoSubscriptionCreationOverride",
     "ledger_rollover",
     "message_timestamp_type",
+    "schema_validation_enforced",
+    "schema_compatibility_strategy",
 )
 
 

@@ -160,15 +160,19 @@ class SchemaRegistry:
         return self.to_pb(rec), _version_bytes(i)
 
     def strategy(self, topic_name: TopicName) -> str:
-        pol = self.broker.policies.get_namespace(topic_name.namespace_name) or {}
-        s = str(pol.get("schema_compatibility_strategy") or "UNDEFINED")
-        if s != "UNDEFINED":
-            return s
+        """The topic's own ``schemaCompatibilityStrategy`` policy, else its namespace's,
+        else the broker's (UNDEFINED at a level passes to the next, as in Pulsar)."""
+        store = self.broker.policies
+        for pol in (store.topic_policies(topic_name), store.get_namespace(topic_name.namespace_name) or {}):
+            s = str(pol.get("schema_compatibility_strategy") or "UNDEFINED")
+            if s != "UNDEFINED":
+                return s
         return str(self.broker.config.get("schemaCompatibilityStrategy", DEFAULT_STRATEGY))
 
     def validation_enforced(self, policies: dict[str, Any]) -> bool:
         """Whether producers without a schema are refused on topics that have one: the
-        broker's ``schemaValidationEnforced`` or the namespace's policy (in `policies`)."""
+        broker's ``schemaValidationEnforced`` or the topic's or namespace's policy (in
+        `policies`)."""
         return bool(self.broker.config.get("schemaValidationEnforced")
                     or policies.get("schema_validation_enforced"))
 

@@ -132,3 +132,27 @@ def test_without_auto_update_a_producer_needs_a_registered_schema(
         assert admin.get(policy) is None
     finally:
         client.close()
+
+
+def test_topic_level_schema_policies_override_the_namespaces(
+        admin: AdminClient, ns: str, server: Standalone) -> None:
+    topic_path = f"/admin/v2/persistent/{ns}/own"
+    base = f"/admin/v2/schemas/{ns}/own/schema"
+    admin.post(base, _avro([{"name": "id", "type": "int"}]))
+    breaking = _avro([{"name": "other", "type": "string"}])
+    # the namespace says FULL; the topic's own ALWAYS_COMPATIBLE wins
+    admin.put(f"{topic_path}/schemaCompatibilityStrategy", "ALWAYS_COMPATIBLE")
+    check = admin.post(f"/admin/v2/schemas/{ns}/own/compatibility", breaking)
+    assert check == {"compatibility": True, "schemaCompatibilityStrategy": "ALWAYS_COMPATIBLE"}
+    admin.delete(f"{topic_path}/schemaCompatibilityStrategy")
+    assert status_of(admin.post, base, breaking)[0] == 409
+    client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=5)
+    try:
+        client.create_producer(f"persistent://{ns}/own").close()  # not enforced anywhere yet
+        admin.post(f"{topic_path}/schemaValidationEnforced", True)
+        with pytest.raises(pulsar.IncompatibleSchema):
+            client.create_producer(f"persistent://{ns}/own")
+        admin.delete(f"{topic_path}/schemaValidationEnforced")
+        client.create_producer(f"persistent://{ns}/own").close()
+    finally:
+        client.close()
