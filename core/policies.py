@@ -61,6 +61,7 @@ TOPIC_POLICY_KEYS = (
     "message_timestamp_type",
     "schema_validation_enforced",
     "schema_compatibility_strategy",
+    "delayed_delivery_policies",
 )
 
 

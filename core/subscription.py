@@ -1016,9 +1016,11 @@ class Subscription(Activity):
         ready: set[Consumer] = set(receivers) if per_type_counts else set()
         per_consumer = self._unacked_limits()[0] if per_type_counts else 0
         # entries after the replays may be due later (a replayed one was due already):
-        # any, once the topic had a delayed message, else those stored before it opened
+        # any, once the topic had a delayed message, else those stored before it opened;
+        # none when the delayedDelivery policy (or delayedDeliveryEnabled) turns delays off
         topic = self.topic
-        delayed_until = _unchecked_until(topic, topic.has_delayed_messages)
+        delayed_until = _unchecked_until(topic, topic.has_delayed_messages) \
+            if topic.delayed_delivery_enabled else _BEFORE_FIRST
         chunks_until = _unchecked_until(topic, topic.has_chunked_messages) if shared else _BEFORE_FIRST
         for i, entry in enumerate(entries):
             pos = entry.position

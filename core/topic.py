@@ -690,6 +690,16 @@ class PersistentTopic:
     def note_dispatched(self, messages: int, size: int) -> None:
         self._dispatch_window.add(messages, size)
 
+    @property
+    def delayed_delivery_enabled(self) -> bool:
+        """Whether subscriptions hold messages back until their delivery time: the topic's
+        or namespace's ``delayedDelivery`` policy, else the broker's
+        ``delayedDeliveryEnabled`` (when off, they are delivered at once)."""
+        pol = self.policies.get("delayed_delivery_policies")
+        if isinstance(pol, dict) and "active" in pol:
+            return bool(pol["active"])
+        return str(self.broker.config.get("delayedDeliveryEnabled", True)).lower() != "false"
+
     def note_delayed(self) -> None:
         self.has_delayed_messages = True
 

@@ -608,6 +608,10 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("maxUnackedMessagesPerSubscription", 200000,
          "Unacknowledged messages a Shared or Key_Shared subscription may hold before it "
          "delivers no more (until it is down to half); 0 for no limit.", 0),
+    _bool("delayedDeliveryEnabled", True,
+          "Hold messages with a delivery time back until then, on every subscription type "
+          "(namespaces and topics that set no delayedDelivery policy); when false, they "
+          "are delivered at once."),
     _bool("schemaValidationEnforced", False,
           "Refuse producers without a schema on topics that have one (in every namespace)."),
     _bool("isAllowAutoUpdateSchemaEnabled", True,
@@ -753,6 +757,8 @@ _NOT_APPLICABLE = {
     "batchingMaxPublishDelayMicros": "a producer setting: set it in the client "
                                      "(batching_max_publish_delay_ms)",
     "maxBatchSize": "a producer setting: set it in the client (batching_max_messages)",
+    "delayedDeliveryTickTimeMillis": "the granularity of Pulsar's delayed-delivery tracker; "
+                                     "Magnetar keeps each delivery time exactly",
 }
 
 

@@ -90,6 +90,27 @@ def _auto_subscription(body: Any, request: Request) -> Any:
     return {"allowAutoSubscriptionCreation": allow}
 
 
+def _delayed_delivery(body: Any, request: Request) -> Any:
+    data = body_object(body, "DelayedDeliveryPolicies")
+    active = data.get("active")
+    if not isinstance(active, bool):
+        raise RestError(400, "active must be true or false")
+    out: dict[str, Any] = {"active": active}
+    for key, default in (("tickTime", 1000), ("maxDeliveryDelayInMillis", 0)):
+        value = body_int(data.get(key, default), key)
+        if value < 0:
+            raise RestError(412, f"{key} must be 0 or more")
+        out[key] = value
+    return out
+
+
+def _default_delayed_delivery(config: Any) -> dict[str, Any]:
+    # tickTime is Pulsar's delay tracker's granularity; delays here are kept exactly (a
+    # timer heap), so the policy stores and shows it, and Pulsar's default stands in for it
+    return {"active": bool(config.get("delayedDeliveryEnabled")), "tickTime": 1000,
+            "maxDeliveryDelayInMillis": 0}
+
+
 SUBSCRIPTION_TYPES = tuple(t.name for t in SubType)
 
 
@@ -253,6 +274,8 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
                default=_config("brokerDeduplicationEnabled")),
     PolicySpec("schemaCompatibilityStrategy", "schema_compatibility_strategy", _strategy,
                ("PUT", "POST"), unset="UNDEFINED"),
+    PolicySpec("delayedDelivery", "delayed_delivery_policies", _delayed_delivery,
+               default=_default_delayed_delivery),
     PolicySpec("schemaValidationEnforced", "schema_validation_enforced", _bool, unset=False),
     PolicySpec("encryptionRequired", "encryption_required", _bool, unset=False),
     PolicySpec("isAllowAutoUpdateSchema", "is_allow_auto_update_schema", _bool),

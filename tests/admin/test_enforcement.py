@@ -304,3 +304,33 @@ def test_dispatch_rate_throttles_consumers(admin: AdminClient, ns: str, client: 
     assert time.monotonic() - started >= 1.8
     consumer.close()
 
+
+
+def test_delayed_delivery_policy_turns_delays_off_and_on(admin: AdminClient, ns: str,
+                                                         client: pulsar.Client) -> None:
+    from datetime import timedelta
+
+    policy = f"/admin/v2/namespaces/{ns}/delayedDelivery"
+    assert admin.get(policy) is None
+    admin.post(policy, {"active": False, "tickTime": 1000})
+    assert admin.get(policy) == {"active": False, "tickTime": 1000, "maxDeliveryDelayInMillis": 0}
+
+    def first_two(topic: str) -> list[bytes]:
+        consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"later", deliver_after=timedelta(minutes=5))
+        producer.send(b"now")
+        got = [consumer.receive(5000).data()]
+        try:
+            got.append(consumer.receive(1000).data())
+        except pulsar.Timeout:
+            pass
+        return got
+
+    # off in the namespace: a delayed message comes at once, in order
+    assert first_two(f"persistent://{ns}/off") == [b"later", b"now"]
+    # the topic's own policy wins over the namespace's
+    admin.post(f"/admin/v2/persistent/{ns}/on/delayedDelivery", {"active": True})
+    assert first_two(f"persistent://{ns}/on") == [b"now"]
+    admin.delete(policy)
+    assert admin.get(f"/admin/v2/persistent/{ns}/other/delayedDelivery", applied="true")["active"] is True
