@@ -700,6 +700,15 @@ class PersistentTopic:
             return bool(pol["active"])
         return str(self.broker.config.get("delayedDeliveryEnabled", True)).lower() != "false"
 
+    @property
+    def max_delivery_delay_ms(self) -> int:
+        """The delayedDelivery policy's ``maxDeliveryDelayInMillis`` while delays are on: a
+        message asking for a longer delay is refused (0: no limit)."""
+        pol = self.policies.get("delayed_delivery_policies")
+        if not self.delayed_delivery_enabled or not isinstance(pol, dict):
+            return 0
+        return int(pol.get("maxDeliveryDelayInMillis") or 0)
+
     def note_delayed(self) -> None:
         self.has_delayed_messages = True
 

@@ -185,6 +185,15 @@ def _largest_batch_index(entry: Entry) -> int:
     return md.num_messages_in_batch - 1 if md.HasField("num_messages_in_batch") else -1
 
 
+def _delivery_delay(entry: bytes) -> int:
+    """How long after its publish time an entry asks to be delivered (0: not delayed)."""
+    try:
+        md = entry_metadata(entry)
+    except EntryFormatError:
+        return 0
+    return md.deliver_at_time - md.publish_time if md.HasField("deliver_at_time") else 0
+
+
 def _last_set_bit(words: list[int]) -> int:
     """The highest index set in an ack set (64-bit words, lowest first); -1 if none is."""
     for i in range(len(words) - 1, -1, -1):
@@ -604,6 +613,11 @@ class PulsarSession:
             self._send_error(pid, seq, E.MetadataError, "Messages must be encrypted")
             return
         if delayed:
+            limit = topic.max_delivery_delay_ms
+            if limit > 0 and _delivery_delay(entry) > limit:
+                self._send_error(pid, seq, E.NotAllowedError,
+                                 f"Exceeds max allowed delivery delay of {limit} milliseconds")
+                return
             topic.note_delayed()
         if chunked:
             topic.note_chunked()

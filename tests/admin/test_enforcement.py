@@ -334,3 +334,23 @@ def test_delayed_delivery_policy_turns_delays_off_and_on(admin: AdminClient, ns:
     assert first_two(f"persistent://{ns}/on") == [b"now"]
     admin.delete(policy)
     assert admin.get(f"/admin/v2/persistent/{ns}/other/delayedDelivery", applied="true")["active"] is True
+
+
+def test_a_delay_past_the_policys_maximum_is_refused(admin: AdminClient, ns: str,
+                                                     server: Standalone) -> None:
+    admin.post(f"/admin/v2/namespaces/{ns}/delayedDelivery",
+               {"active": True, "tickTime": 1000, "maxDeliveryDelayInMillis": 60_000})
+    now = int(time.time() * 1000)
+
+    def send(seq: int, delay: int) -> ev.CommandSend:
+        md = MessageMetadata(producer_name="raw", sequence_id=seq, publish_time=now, deliver_at_time=now + delay)
+        return ev.CommandSend(command=pb.CommandSend(producer_id=1, sequence_id=seq, num_messages=1),
+                              entry=encode_entry(md, b"x"))
+
+    _, soon, too_late = _answers(server, [
+        ev.CommandProducer.build(topic=f"persistent://{ns}/capped", producer_id=1, request_id=1),
+        send(0, 30_000), send(1, 300_000)])
+    assert isinstance(soon, ev.CommandSendReceipt)
+    assert isinstance(too_late, ev.CommandSendError)
+    assert (too_late.command.error, too_late.command.message) == (
+        pb.NotAllowedError, "Exceeds max allowed delivery delay of 60000 milliseconds")
