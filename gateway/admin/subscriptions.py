@@ -85,6 +85,14 @@ def routes(broker: Any) -> list[Route]:
             found.append(sub)
         return found
 
+    def refuse_partitioned(request: Request, reason: str) -> None:
+        """405 on a partitioned topic's base name, as Pulsar answers peek and examine there:
+        only its partitions hold messages."""
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        if name.partition_index < 0 and broker.policies.partitions(name):
+            raise RestError(405, reason)
+
     def end_of(topic: Any) -> Position:
         last = topic.ml.last_confirmed()
         return Position(last.ledger_id, last.entry_id + 1) if last else Position(0, 0)
@@ -193,11 +201,10 @@ def routes(broker: Any) -> list[Route]:
     @endpoint
     async def peek(request: Request) -> Any:
         n = path_int(request, "position")
+        refuse_partitioned(request, "Peek messages on a partitioned topic is not allowed")
         if n < 1:
             raise RestError(412, "Message position must be >= 1")
         subs = await subs_of(request)
-        if len(subs) != 1:
-            raise RestError(412, "Peek messages on a partitioned topic: name a partition")
         got = await subs[0].unacked_entries(n)
         if len(got) < n:
             raise RestError(404, f"No message found at position {n}")
@@ -214,6 +221,8 @@ def routes(broker: Any) -> list[Route]:
 
     @endpoint
     async def examine(request: Request) -> Any:
+        refuse_partitioned(request, "Examine messages on a partitioned topic is not allowed, "
+                                    "please try examine message on specific topic partition")
         topic = await load_topic(broker, topic_of(request))
         initial = request.query_params.get("initialPosition", "latest").lower()
         if initial not in ("earliest", "latest"):

@@ -184,3 +184,16 @@ def test_subscription_properties_from_subscribe_admin_and_stats(admin: AdminClie
     assert status_of(admin.put, f"{path}/subscription/s/properties", {"a": 1})[0] == 400
     admin.put(f"{path}/subscription/s2", {"ledgerId": -1, "entryId": -1, "properties": {"x": "y"}})
     assert admin.get(f"{path}/stats")["subscriptions"]["s2"]["subscriptionProperties"] == {"x": "y"}
+
+
+def test_peek_and_examine_refuse_a_partitioned_topic(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    # Pulsar answers 405 on the base name (only partitions hold messages) and serves each partition.
+    topic, path = f"persistent://{ns}/p", f"/admin/v2/persistent/{ns}/p"
+    admin.put(f"{path}/partitions", 2)
+    admin.put(f"{path}/subscription/s")
+    _fill(client, f"{topic}-partition-0", 1)
+    assert status_of(admin.request, "GET", f"{path}/subscription/s/position/1") == \
+        (405, "Peek messages on a partitioned topic is not allowed")
+    assert status_of(admin.request, "GET", f"{path}/examinemessage")[0] == 405
+    assert admin.request("GET", f"{path}-partition-0/subscription/s/position/1").body == b"m0"
+    assert admin.request("GET", f"{path}-partition-0/examinemessage").body == b"m0"
