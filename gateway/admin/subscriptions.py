@@ -1,7 +1,9 @@
 """A topic's subscriptions: list, create, delete, reset-cursor (by time or message id),
 skip, skip-all (clear backlog), expire (one or all subscriptions), peek, and reading a
 message by id or by position (examine-message). On a partitioned topic each operation
-applies to every partition, as Pulsar does."""
+applies to every partition, as Pulsar does, except those Pulsar refuses there with 405
+(reset-cursor to a message id, peek, examine): a message id or position names one
+partition's ledger."""
 
 from __future__ import annotations
 
@@ -86,8 +88,8 @@ def routes(broker: Any) -> list[Route]:
         return found
 
     def refuse_partitioned(request: Request, reason: str) -> None:
-        """405 on a partitioned topic's base name, as Pulsar answers peek and examine there:
-        only its partitions hold messages."""
+        """405 on a partitioned topic's base name, as Pulsar answers there: only its
+        partitions hold messages."""
         name = topic_of(request)
         existing_namespace(broker, name.namespace_name)
         if name.partition_index < 0 and broker.policies.partitions(name):
@@ -154,6 +156,7 @@ def routes(broker: Any) -> list[Route]:
     @endpoint
     async def reset_by_id(request: Request) -> Any:
         kind, pos = _message_id(await json_body(request))
+        refuse_partitioned(request, "Reset-cursor at position is not allowed for partitioned-topic")
         excluded = query_bool(request, "isExcluded")
         for sub in await subs_of(request):
             topic = sub.topic

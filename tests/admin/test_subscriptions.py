@@ -197,3 +197,19 @@ def test_peek_and_examine_refuse_a_partitioned_topic(admin: AdminClient, ns: str
     assert status_of(admin.request, "GET", f"{path}/examinemessage")[0] == 405
     assert admin.request("GET", f"{path}-partition-0/subscription/s/position/1").body == b"m0"
     assert admin.request("GET", f"{path}-partition-0/examinemessage").body == b"m0"
+
+
+def test_reset_cursor_by_id_refuses_a_partitioned_topic(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    # Pulsar: 405 on the base name (a message id is one partition's); by time and per partition work.
+    topic, path = f"persistent://{ns}/p", f"/admin/v2/persistent/{ns}/p"
+    admin.put(f"{path}/partitions", 2)
+    admin.put(f"{path}/subscription/s")
+    ids = _fill(client, f"{topic}-partition-1", 3)
+    assert status_of(admin.post, f"{path}/subscription/s/resetcursor", {"ledgerId": -1, "entryId": -1}) == \
+        (405, "Reset-cursor at position is not allowed for partitioned-topic")
+    assert _backlog(admin, f"{path}-partition-1", "s") == 3
+    admin.post(f"{path}-partition-1/subscription/s/resetcursor",
+               {"ledgerId": ids[1].ledger_id(), "entryId": ids[1].entry_id()})
+    assert _backlog(admin, f"{path}-partition-1", "s") == 2
+    admin.post(f"{path}/subscription/s/resetcursor/0")
+    assert _backlog(admin, f"{path}-partition-1", "s") == 3
