@@ -112,7 +112,11 @@ def routes(broker: Any) -> list[Route]:
         kind, pos = _message_id(body)
         properties = _properties((body or {}).get("properties") if isinstance(body, dict) else None)
         sub_name = str(request.path_params["subscription"])
-        topics = await topics_of(request)
+        # Pulsar creates a missing topic here when auto-creation allows it, as a subscribe does
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        await broker.partitioned_metadata(name)
+        topics = [await broker.get_topic(t) for t in partition_targets(broker, name)]
         if any(sub_name in t.subscriptions for t in topics):
             raise RestError(409, "Subscription already exists for topic")
         for topic in topics:

@@ -213,3 +213,16 @@ def test_reset_cursor_by_id_refuses_a_partitioned_topic(admin: AdminClient, ns: 
     assert _backlog(admin, f"{path}-partition-1", "s") == 2
     admin.post(f"{path}/subscription/s/resetcursor/0")
     assert _backlog(admin, f"{path}-partition-1", "s") == 3
+
+
+def test_create_subscription_creates_a_missing_topic(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    # Pulsar loads the topic with auto-creation (allowed by default), so the subscription
+    # exists before any producer; with auto-creation off the topic stays missing: 404.
+    topic, path = f"persistent://{ns}/new", f"/admin/v2/persistent/{ns}/new"
+    admin.put(f"{path}/subscription/s")
+    assert admin.get(f"{path}/subscriptions") == ["s"]
+    _fill(client, topic, 2)
+    assert _backlog(admin, path, "s") == 2
+    admin.post(f"/admin/v2/namespaces/{ns}/autoTopicCreation",
+               {"allowAutoTopicCreation": False, "topicType": "non-partitioned"})
+    assert status_of(admin.put, f"/admin/v2/persistent/{ns}/other/subscription/s")[0] == 404
