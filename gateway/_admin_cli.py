@@ -858,7 +858,8 @@ def _topics_expire_all(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.post(_topic_path(a.topic) + f"/all_subscription/expireMessages/{parse_relative_time(a.expire_time)}")
 
 
-def _format_message(reply: Reply) -> str:
+def _format_message(reply: Reply, limit: int | None = None) -> str:
+    """The message(s) of an entry, as pulsar-admin shows them: at most `limit` of a batch."""
     h = {k.lower(): v for k, v in reply.headers.items()}
     lines = [f"Message ID: {h.get('x-pulsar-message-id', '')}"]
     props = {k[len("x-pulsar-property-"):]: v for k, v in h.items() if k.startswith("x-pulsar-property-")}
@@ -870,7 +871,7 @@ def _format_message(reply: Reply) -> str:
     if "x-pulsar-num-batch-message" not in h:
         lines.append(_hexdump(reply.body))
         return "\n".join(lines)
-    singles = _batch_messages(reply.body, int(h["x-pulsar-num-batch-message"]))
+    singles = _batch_messages(reply.body, int(h["x-pulsar-num-batch-message"]))[:limit]
     lines.append(f"Batch messages: {len(singles)}")
     for i, (payload, key, props) in enumerate(singles):
         lines.append(f"Batch index: {i}")
@@ -917,9 +918,21 @@ def _hexdump(data: bytes) -> str:
 @verb("topics", "peek-messages", "show messages of a subscription without consuming them", TOPIC, SUB,
       A("-n", "--count", type=int, default=1), aliases=(("subscriptions", "peek"),))
 def _topics_peek(c: AdminClient, a: argparse.Namespace) -> Any:
-    out = []
-    for i in range(1, a.count + 1):
-        out.append(_format_message(c.request("GET", _sub_path(a) + f"/position/{i}")))
+    # As pulsar-admin: -n counts messages, not entries (a batch's messages each count), and
+    # the listing ends at the end of the backlog rather than failing there.
+    out: list[str] = []
+    left, position = a.count, 1
+    while left > 0:
+        try:
+            reply = c.request("GET", _sub_path(a) + f"/position/{position}")
+        except AdminError as exc:
+            if exc.status == 404 and (out or exc.reason.startswith("No message found")):
+                break
+            raise
+        out.append(_format_message(reply, left))
+        h = {k.lower(): v for k, v in reply.headers.items()}
+        left -= int(h.get("x-pulsar-num-batch-message", 1))
+        position += 1
     return "\n".join(out)
 
 

@@ -298,3 +298,28 @@ def test_subscription_types_enabled_by_namespace_and_topic(cli, unique: str) -> 
     assert cli("topics", "set-subscription-types-enabled", topic, "-t", "Sometimes", check=False).returncode != 0
     cli("namespaces", "remove-subscription-types-enabled", ns)
     assert cli("namespaces", "get-subscription-types-enabled", ns).stdout.split() == []
+
+
+def test_peek_messages_counts_messages_of_a_batch(cli, server: Standalone, unique: str) -> None:  # type: ignore[no-untyped-def]
+    """pulsar-admin's -n counts a batch's messages one by one, and a count past the backlog
+    lists what there is instead of failing."""
+    import pulsar
+
+    topic = f"persistent://public/default/peek-batch-{unique}"
+    cli("topics", "create-subscription", topic, "-s", "s")
+    client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=3,
+                                          batching_max_publish_delay_ms=1000)
+        for i in range(3):
+            producer.send_async(f"b{i}".encode(), None)
+        producer.flush()
+        producer.send(b"single")
+    finally:
+        client.close()
+    two = cli("topics", "peek-messages", topic, "-s", "s", "-n", "2").stdout
+    assert "|b0" in two and "|b1" in two and "|b2" not in two and "|single" not in two
+    everything = cli("topics", "peek-messages", topic, "-s", "s", "-n", "10").stdout
+    assert all(f"|{m}" in everything for m in ("b0", "b1", "b2", "single"))
+    missing = cli("topics", "peek-messages", topic, "-s", "nope", "-n", "1", check=False)
+    assert missing.returncode == 1 and "Subscription not found" in missing.stderr
