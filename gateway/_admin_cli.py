@@ -947,8 +947,9 @@ def _topics_message_by_id(c: AdminClient, a: argparse.Namespace) -> Any:
       A("-i", "--initialPosition", dest="initial", default="latest", choices=["earliest", "latest"]),
       A("-m", "--messagePosition", dest="position", type=int, default=1))
 def _topics_examine(c: AdminClient, a: argparse.Namespace) -> Any:
+    # pulsar-admin's examineMessage keeps the first message of a batched entry
     return _format_message(c.request("GET", _topic_path(a.topic) + "/examinemessage",
-                                     query={"initialPosition": a.initial, "messagePosition": a.position}))
+                                     query={"initialPosition": a.initial, "messagePosition": a.position}), 1)
 
 
 @verb("topics", "set-replication-clusters", "set the topic's replication clusters", TOPIC,

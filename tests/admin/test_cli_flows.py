@@ -323,3 +323,6 @@ def test_peek_messages_counts_messages_of_a_batch(cli, server: Standalone, uniqu
     assert all(f"|{m}" in everything for m in ("b0", "b1", "b2", "single"))
     missing = cli("topics", "peek-messages", topic, "-s", "nope", "-n", "1", check=False)
     assert missing.returncode == 1 and "Subscription not found" in missing.stderr
+    # examine-message shows one message: the first of a batched entry, as pulsar-admin does
+    examined = cli("topics", "examine-message", topic, "-i", "earliest", "-m", "1").stdout
+    assert "|b0" in examined and "|b1" not in examined
