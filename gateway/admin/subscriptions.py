@@ -2,8 +2,8 @@
 skip, skip-all (clear backlog), expire (one or all subscriptions), peek, and reading a
 message by id or by position (examine-message). On a partitioned topic each operation
 applies to every partition, as Pulsar does, except those Pulsar refuses there with 405
-(reset-cursor to a message id, peek, examine): a message id or position names one
-partition's ledger."""
+(reset-cursor to a message id, skip, peek, examine): a message id or position names one
+partition's ledger, and a count of messages no one partition's."""
 
 from __future__ import annotations
 
@@ -178,6 +178,7 @@ def routes(broker: Any) -> list[Route]:
     @endpoint
     async def skip(request: Request) -> Any:
         n = path_int(request, "count")
+        refuse_partitioned(request, "Skip messages on a partitioned topic is not allowed")
         if n < 0:
             raise RestError(412, "Number of messages to skip must be >= 0")
         for sub in await subs_of(request):

@@ -226,3 +226,18 @@ def test_create_subscription_creates_a_missing_topic(admin: AdminClient, ns: str
     admin.post(f"/admin/v2/namespaces/{ns}/autoTopicCreation",
                {"allowAutoTopicCreation": False, "topicType": "non-partitioned"})
     assert status_of(admin.put, f"/admin/v2/persistent/{ns}/other/subscription/s")[0] == 404
+
+
+def test_skip_refuses_a_partitioned_topic(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    # Pulsar: skip N is 405 on the base name, served per partition; skip-all serves every partition.
+    topic, path = f"persistent://{ns}/p", f"/admin/v2/persistent/{ns}/p"
+    admin.put(f"{path}/partitions", 2)
+    admin.put(f"{path}/subscription/s")
+    _fill(client, f"{topic}-partition-0", 3)
+    assert status_of(admin.post, f"{path}/subscription/s/skip/1") == \
+        (405, "Skip messages on a partitioned topic is not allowed")
+    assert _backlog(admin, f"{path}-partition-0", "s") == 3
+    admin.post(f"{path}-partition-0/subscription/s/skip/1")
+    assert _backlog(admin, f"{path}-partition-0", "s") == 2
+    admin.post(f"{path}/subscription/s/skip_all")
+    assert _backlog(admin, f"{path}-partition-0", "s") == 0
