@@ -308,6 +308,17 @@ RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
+CONFIG_TYPES = {
+    "cleanup.policy": TYPE_LIST, "compression.type": TYPE_STRING,
+    "max.message.bytes": TYPE_INT, "message.timestamp.type": TYPE_STRING,
+    "min.insync.replicas": TYPE_INT, "retention.bytes": TYPE_LONG, "retention.ms": TYPE_LONG,
+    "segment.bytes": TYPE_INT, "segment.ms": TYPE_LONG,
+    "auto.create.topics.enable": TYPE_BOOLEAN, "broker.id": TYPE_INT,
+    "default.replication.factor": TYPE_INT, "max.incremental.fetch.session.cache.slots": TYPE_INT,
+    "message.max.bytes": TYPE_INT, "num.partitions": TYPE_INT,
+}
+"""Each config's type as Kafka's ConfigDef declares it (DescribeConfigs v3+ ``config_type``)."""
 STORAGE_POLICIES = (RETENTION, PERSISTENCE, LEDGER_ROLLOVER)
 """The policies the storage reads when a topic opens: a change reopens its partitions."""
 
@@ -524,14 +535,19 @@ async def handle_describe_configs(h: KafkaProtocolHandler, req: RequestReceived)
                 continue
             items = h.configs.values(name)
         keys = set(r.configuration_keys) if r.configuration_keys is not None else None
-        res.configs = [config_entry(k, v, s) for k, v, s in items if keys is None or k in keys]
+        synonyms = bool(req.api_version >= 1 and req.body.include_synonyms)
+        res.configs = [config_entry(k, v, s, synonyms=synonyms)
+                       for k, v, s in items if keys is None or k in keys]
     return Data(throttle_time_ms=0, results=out)
 
 
-def config_entry(name: str, value: str, source: int) -> Data:
+def config_entry(name: str, value: str, source: int, *, synonyms: bool = False) -> Data:
     """One config of a DescribeConfigs (or CreateTopics v5+) response; the topic configs
-    that AlterConfigs can change are the ones not read-only."""
+    that AlterConfigs can change are the ones not read-only. Asked for synonyms, a config
+    set on the topic or the broker lists itself with that source, as Kafka's lists the
+    sources a value comes from, highest first (a default has none)."""
+    own = [Data(name=name, value=value, source=source)] if synonyms and source != SOURCE_DEFAULT else []
     return Data(name=name, value=value,
                 read_only=source == SOURCE_STATIC_BROKER or name not in TOPIC_CONFIGS,
                 is_default=source == SOURCE_DEFAULT, config_source=source, is_sensitive=False,
-                synonyms=[], config_type=0, documentation=None)
+                synonyms=own, config_type=CONFIG_TYPES.get(name, 0), documentation=None)

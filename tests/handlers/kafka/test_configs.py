@@ -254,6 +254,33 @@ def test_describe_configs_of_an_unknown_topic(boot: str, unique: str) -> None:
         assert resp.results[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def test_describe_configs_gives_types_and_synonyms(boot: str, unique: str) -> None:
+    """DescribeConfigs v3+ gives each config its ConfigDef type, and, asked for synonyms, a
+    config set on the topic or the broker lists itself with its source (a default none)."""
+    topic = f"cfg-types-{unique}"
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, 1, config={"retention.ms": "60000"})])[topic].result(DEADLINE)
+    with Wire(boot) as w:
+        def describe(resource_type: int, name: str, synonyms: bool) -> dict[str, Data]:
+            resp = w.call(32, 4, Data(resources=[Data(resource_type=resource_type, resource_name=name,
+                                                      configuration_keys=None)],
+                                      include_synonyms=synonyms, include_documentation=False))
+            return {c.name: c for c in resp.results[0].configs}
+
+        configs = describe(2, topic, True)
+        types = {k: c.config_type for k, c in configs.items()}
+        assert types["retention.ms"] == 5 and types["max.message.bytes"] == 3
+        assert types["cleanup.policy"] == 7 and types["message.timestamp.type"] == 2
+        assert [(s.name, s.value, s.source) for s in configs["retention.ms"].synonyms] == [
+            ("retention.ms", "60000", 1)]
+        assert configs["cleanup.policy"].synonyms == []
+        assert describe(2, topic, False)["retention.ms"].synonyms == []
+        broker = describe(4, "0", True)
+        assert broker["message.max.bytes"].config_type == 3
+        assert broker["auto.create.topics.enable"].config_type == 1
+        assert [s.source for s in broker["message.max.bytes"].synonyms] == [4]
+
+
 def test_alter_configs_replaces_the_topics_configs(kafka_broker: Standalone, boot: str,
                                                     unique: str) -> None:
     topic = f"cfg-replace-{unique}"
