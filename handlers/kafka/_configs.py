@@ -528,7 +528,9 @@ async def handle_describe_configs(h: KafkaProtocolHandler, req: RequestReceived)
             if r.resource_name not in ("", str(h.node_id)):
                 _resource_error(res, ErrorCode.INVALID_REQUEST, f"Unknown broker {r.resource_name}")
                 continue
-            items = _broker_configs(h)
+            # An empty name asks for the cluster-wide dynamic defaults, as on Kafka: Magnetar's
+            # broker configs are all static, so there are none.
+            items = _broker_configs(h) if r.resource_name else []
         else:
             name = _topic_of(h, r, res)
             if name is None:

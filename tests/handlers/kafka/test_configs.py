@@ -281,6 +281,22 @@ def test_describe_configs_gives_types_and_synonyms(boot: str, unique: str) -> No
         assert [s.source for s in broker["message.max.bytes"].synonyms] == [4]
 
 
+def test_describe_configs_of_the_broker_default_resource_is_empty(boot: str) -> None:
+    """A BROKER resource with an empty name is the cluster-wide dynamic broker defaults
+    (Kafka's ConfigHelper); Magnetar's broker configs are static, so it has none, while the
+    broker's own id gives its configs."""
+    with Wire(boot) as w:
+        def describe(name: str) -> Data:
+            return w.call(32, 4, Data(resources=[Data(resource_type=4, resource_name=name,
+                                                      configuration_keys=None)],
+                                      include_synonyms=False, include_documentation=False)).results[0]
+
+        default = describe("")
+        assert default.error_code == 0 and default.configs == []
+        assert "message.max.bytes" in {c.name for c in describe("0").configs}
+        assert describe("7").error_code == ErrorCode.INVALID_REQUEST
+
+
 def test_alter_configs_replaces_the_topics_configs(kafka_broker: Standalone, boot: str,
                                                     unique: str) -> None:
     topic = f"cfg-replace-{unique}"
