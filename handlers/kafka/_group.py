@@ -738,12 +738,13 @@ class GroupCoordinator:
 
     def list_groups(self, req: RequestReceived) -> Data:
         ids = set(self.groups) | set(self.stored_group_ids())
-        states = set(req.body.states_filter or [])
+        # Kafka compares the states filter case-insensitively, each one trimmed.
+        states = {s.strip().lower() for s in req.body.states_filter or []}
         out = []
         for group_id in sorted(ids):
             g = self.group(group_id, create=False)
             state = g.state if g is not None else EMPTY
-            if states and state not in states:
+            if states and state.lower() not in states:
                 continue
             out.append(Data(group_id=group_id, protocol_type=(g.protocol_type if g else None) or "",
                             group_state=state))

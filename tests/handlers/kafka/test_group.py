@@ -259,6 +259,18 @@ async def test_list_groups_shows_an_offsets_only_group_without_protocol_type() -
             "simple": "", "g": "consumer"}
 
 
+async def test_list_groups_states_filter_ignores_case() -> None:
+    """As Kafka's group coordinator, ListGroups v4+ matches its states filter
+    case-insensitively, each state trimmed."""
+    gc = _coordinator()
+    joined = await gc.join(_join())
+    await gc.sync(_sync(joined.member_id, joined.generation_id, []))
+    for states in (["Stable"], ["stable"], [" STABLE "], ["Empty", "stable"]):
+        listed = gc.list_groups(request(16, 4, states_filter=states))
+        assert [x.group_state for x in listed.groups] == ["Stable"], states
+    assert gc.list_groups(request(16, 4, states_filter=["empty"])).groups == []
+
+
 async def test_session_timeout_must_be_within_the_group_bounds() -> None:
     """As Kafka's group.min/max.session.timeout.ms (6 s and 30 min by default): a member
     asking for a session timeout outside them is INVALID_SESSION_TIMEOUT."""
