@@ -511,15 +511,17 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
             F("member_assignment", "bytes")),
           F("authorized_operations", "int32", "3+", default=-2147483648)),
     ]),
-    _api(16, "ListGroups", "0-4", 3, [
+    _api(16, "ListGroups", "0-5", 3, [
         F("states_filter", "[]string", "4+"),
+        F("types_filter", "[]string", "5+"),
     ], [
         F("throttle_time_ms", "int32", "1+"),
         F("error_code", "int16"),
         F("groups", "[]", "0+",
           F("group_id", "string"),
           F("protocol_type", "string"),
-          F("group_state", "string", "4+")),
+          F("group_state", "string", "4+"),
+          F("group_type", "string", "5+")),
     ]),
     _api(18, "ApiVersions", "0-3", 3, [
         F("client_software_name", "string", "3+"),

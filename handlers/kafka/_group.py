@@ -62,6 +62,8 @@ PREPARING = "PreparingRebalance"
 COMPLETING = "CompletingRebalance"
 STABLE = "Stable"
 DEAD = "Dead"
+CLASSIC_TYPE = "classic"
+"""The type ListGroups v5 gives a group of the JoinGroup/SyncGroup protocol."""
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     EMPTY: frozenset({PREPARING, DEAD}),
@@ -740,6 +742,10 @@ class GroupCoordinator:
         ids = set(self.groups) | set(self.stored_group_ids())
         # Kafka compares the states filter case-insensitively, each one trimmed.
         states = {s.strip().lower() for s in req.body.states_filter or []}
+        # v5 (KIP-848) types, matched case-insensitively: every group here is a classic one.
+        types = {t.lower() for t in req.body.types_filter or []} if req.api_version >= 5 else set()
+        if types and CLASSIC_TYPE not in types:
+            return Data(throttle_time_ms=0, error_code=0, groups=[])
         out = []
         for group_id in sorted(ids):
             g = self.group(group_id, create=False)
@@ -747,7 +753,7 @@ class GroupCoordinator:
             if states and state.lower() not in states:
                 continue
             out.append(Data(group_id=group_id, protocol_type=(g.protocol_type if g else None) or "",
-                            group_state=state))
+                            group_state=state, group_type=CLASSIC_TYPE))
         return Data(throttle_time_ms=0, error_code=0, groups=out)
 
     async def delete(self, req: RequestReceived) -> Data:

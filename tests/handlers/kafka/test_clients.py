@@ -420,6 +420,11 @@ def test_kafka_python_admin_and_groups(boot: str, unique: str) -> None:
     assert described["members"][0]["member_assignment"]["assigned_partitions"][0]["partitions"] == [0, 1]
     c.close()
     assert [g["group_state"] for g in admin.list_groups() if g["group_id"] == group] == ["Empty"]
+    # ListGroups v5 (KIP-848): every group is a classic one, its types filter case-insensitive.
+    assert group in [g["group_id"] for g in admin.list_groups(types_filter=["Classic"])]
+    assert [g["group_type"] for g in admin.list_groups(types_filter=["classic"])
+            if g["group_id"] == group] == ["classic"]
+    assert admin.list_groups(types_filter=["consumer"]) == []
     offsets = admin.list_group_offsets({group: None})[group]
     assert offsets[KTopicPartition(topic, 0)].offset == 10
     deleted = admin.delete_records({KTopicPartition(topic, 0): 4})

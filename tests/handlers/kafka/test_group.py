@@ -271,6 +271,20 @@ async def test_list_groups_states_filter_ignores_case() -> None:
     assert gc.list_groups(request(16, 4, states_filter=["empty"])).groups == []
 
 
+async def test_list_groups_v5_gives_and_filters_the_group_type() -> None:
+    """ListGroups v5 (KIP-848) gives each group its type, "classic" for a group of the
+    JoinGroup protocol, and filters by type case-insensitively (an unknown type matches
+    no group), as Kafka's Group.GroupType.parse."""
+    gc = _coordinator()
+    joined = await gc.join(_join())
+    await gc.sync(_sync(joined.member_id, joined.generation_id, []))
+    for types in ([], ["classic"], ["CLASSIC", "consumer"]):
+        listed = gc.list_groups(request(16, 5, states_filter=[], types_filter=types))
+        assert [x.group_type for x in listed.groups] == ["classic"], types
+    for types in (["consumer"], ["share"], ["nonsense"]):
+        assert gc.list_groups(request(16, 5, states_filter=[], types_filter=types)).groups == []
+
+
 async def test_session_timeout_must_be_within_the_group_bounds() -> None:
     """As Kafka's group.min/max.session.timeout.ms (6 s and 30 min by default): a member
     asking for a session timeout outside them is INVALID_SESSION_TIMEOUT."""
