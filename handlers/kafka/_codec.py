@@ -312,7 +312,7 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
             F("preferred_read_replica", "int32", "11+", default=-1),
             F("records", "records", nullable="0+"))),
     ]),
-    _api(2, "ListOffsets", "1-7", 6, [
+    _api(2, "ListOffsets", "1-9", 6, [
         F("replica_id", "int32", default=-1),
         F("isolation_level", "int8", "2+"),
         F("topics", "[]", "0+",

@@ -21,9 +21,11 @@ ListOffsets: -2 is the log start, -1 the high watermark, -3 (KIP-734, v7+) the r
 the largest timestamp, the earliest of those sharing it, found by reading the partition's
 entries from the log start; any other value the first record from the log start on whose
 timestamp is at or after it, found by publish time through the native time index and then
-by record time among the entries from there. On a topic with
-``message.timestamp.type=LogAppendTime`` a record's time is its entry's publish time, as
-fetched.
+by record time among the entries from there. -4 (KIP-405, v8+) is the local log start,
+which without tiered storage is the log start, and -5 (KIP-1005, v9+) the last tiered
+offset, -1 when nothing is tiered, as a Kafka broker without remote storage answers. On a
+topic with ``message.timestamp.type=LogAppendTime`` a record's time is its entry's publish
+time, as fetched.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ __all__ = ["handle_fetch", "handle_list_offsets"]
 EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
 TIMESTAMP_SCAN_ENTRIES = 256
 MAX_WAIT_MS = 30_000
 
@@ -151,19 +155,22 @@ async def handle_list_offsets(h: KafkaProtocolHandler, req: RequestReceived) -> 
     for t in req.body.topics:
         parts = []
         for p in t.partitions:
-            parts.append(await _list_one(h, t.name, p.partition_index, p.timestamp))
+            parts.append(await _list_one(h, t.name, p.partition_index, p.timestamp, req.api_version))
         out.append(Data(name=t.name, partitions=parts))
     return Data(throttle_time_ms=0, topics=out)
 
 
-async def _list_one(h: KafkaProtocolHandler, topic: str, partition: int, ts: int) -> Data:
+async def _list_one(h: KafkaProtocolHandler, topic: str, partition: int, ts: int,
+                    version: int) -> Data:
     res = Data(partition_index=partition, error_code=0, old_style_offsets=[], timestamp=-1,
                offset=-1, leader_epoch=0)
     try:
         plog = await h.topics.log(topic, partition, create=False)
         hw = plog.high_watermark()
-        if ts == EARLIEST:
+        if ts == EARLIEST or (ts == EARLIEST_LOCAL and version >= 8):
             res.offset = plog.log_start_offset(fresh=True)
+        elif ts == LATEST_TIERED and version >= 9:
+            res.leader_epoch = -1
         elif ts == LATEST:
             res.offset = hw
         elif ts == MAX_TIMESTAMP:

@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from core.broker import TopicNotFoundError
 from core.storage import Position
-from handlers.kafka._codec import APIS, decode_body, encode_body
+from handlers.kafka._codec import APIS, Data, decode_body, encode_body
 from handlers.kafka._errors import ErrorCode
 from handlers.kafka._fetch import _fetch_once, _response
 from handlers.kafka._topics import PartitionLog
@@ -157,3 +157,29 @@ def test_fetch_limits_are_soft_for_the_first_batch_only(boot: str, unique: str) 
         assert sizes(10, 1 << 20) == [one, 0], "the first batch comes whatever max_bytes"
         assert sizes(1 << 20, 10) == [one, 0], "the first, whatever max.partition.fetch.bytes"
         assert sizes(1 << 20, one + 100) == [one, one]
+
+
+def test_list_offsets_earliest_local_and_latest_tiered(boot: str, unique: str) -> None:
+    """ListOffsets v8's -4 (KIP-405) is the local log start, which without tiered storage
+    is the log start, and v9's -5 (KIP-1005) the last tiered offset: -1 (leader epoch -1)
+    when nothing is tiered, as a Kafka broker without remote storage answers."""
+    topic = f"tiered-{unique}"
+    create_topic(boot, topic, 1)
+    p = Producer({"bootstrap.servers": boot, "linger.ms": 0})
+    for i in range(4):
+        p.produce(topic, value=b"%d" % i)
+    assert p.flush(DEADLINE) == 0
+    admin = AdminClient({"bootstrap.servers": boot})
+    [fut] = admin.delete_records([TopicPartition(topic, 0, 2)]).values()
+    fut.result(DEADLINE)
+    with Wire(boot) as w:
+        def list_offsets(version: int, ts: int) -> Any:
+            body = Data(replica_id=-1, isolation_level=0, topics=[Data(name=topic, partitions=[
+                Data(partition_index=0, current_leader_epoch=-1, timestamp=ts)])])
+            return w.call(2, version, body).topics[0].partitions[0]
+
+        local = list_offsets(8, -4)
+        assert (local.error_code, local.offset, local.timestamp) == (0, 2, -1)
+        tiered = list_offsets(9, -5)
+        assert (tiered.error_code, tiered.offset, tiered.timestamp, tiered.leader_epoch) == (0, -1, -1, -1)
+        assert list_offsets(7, -4).error_code == ErrorCode.INVALID_REQUEST
