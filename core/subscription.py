@@ -394,9 +394,6 @@ class Subscription(Activity):
         # Until entries were seen, as large as a read may be: the first reads one.
         self._avg_entry_bytes = float(self._max_read_bytes)
         self._closed = False
-        # counts cursor resets (seek, reset-cursor): a dispatch whose reads a reset
-        # overtook drops what it read (it is from before the new position)
-        self._resets = 0
         self.msg_out = 0
         self.redelivered = 0
         self.bytes_out = 0
@@ -618,9 +615,7 @@ class Subscription(Activity):
 
     async def reset_to(self, pos: Position) -> None:
         """Move the cursor so that `pos` is the next entry delivered; drop in-flight state."""
-        self._resets += 1
         await self.cursor.reset(pos)
-        self._resets += 1
         self._clear_in_flight()
 
     def _clear_in_flight(self) -> None:
@@ -859,17 +854,14 @@ class Subscription(Activity):
         budget = self._dispatch_budget()
         if not budget:
             return False
-        resets = self._resets
         entries: list[Entry] = []
         if self.replay:
             entries = await self._read_replay(budget)
         from_replay = len(entries)
         if len(entries) < budget and self._reads_compacted:
             entries.extend(await self._read_compacted(budget - len(entries)))
-        if len(entries) < budget and self.cursor.has_more() and resets == self._resets:
+        if len(entries) < budget and self.cursor.has_more():
             entries.extend(await self.cursor.read_entries(budget - len(entries)))
-        if resets != self._resets:
-            return False  # read from before a seek: the reset woke the loop to read anew
         sent = self._dispatch(entries, from_replay)
         if (not sent and from_replay == budget and self.sub_type == SubType.Key_Shared
                 and self.cursor.has_more() and self._may_look_ahead()):
@@ -954,12 +946,9 @@ class Subscription(Activity):
         i = bisect.bisect_left(kept, start)
         picked = kept[i:i + n]
         out: list[Entry] = []
-        resets = self._resets
         for run in _consecutive_runs(picked):  # one read per run of adjacent kept entries
             got = await self.topic.ml.read_entries(run[0], len(run))
             out.extend(e for e in got if e.position <= run[-1])
-        if resets != self._resets:
-            return []  # a seek moved the cursor meanwhile: leave it where the seek put it
         for pos in picked:
             mask = masks.get(pos)
             if mask is not None:

@@ -836,20 +836,6 @@ def test_a_compacted_read_ends_before_a_tombstoned_tail(client, admin, unique, b
     table.close()
 
 
-def test_a_compacted_consumer_seeking_back_reads_the_view_again(client, admin, unique):
-    topic = f"compacted-seek-{unique}"
-    _publish_keyed(client, topic, [("a", "a1"), ("b", "b1"), ("a", "a2")])
-    _compact(admin, topic)
-    consumer = client.subscribe(topic, "s", is_read_compacted=True,
-                                initial_position=pulsar.InitialPosition.Earliest)
-    # a seek racing the dispatcher's read of the view must not be undone by that read
-    for _ in range(15):
-        consumer.acknowledge(consumer.receive(RECEIVE_MS))
-        consumer.seek(pulsar.MessageId.earliest)
-        assert [consumer.receive(RECEIVE_MS).data() for _ in range(2)] == [b"b1", b"a2"]
-        consumer.seek(pulsar.MessageId.earliest)
-
-
 def test_an_encrypted_message_stays_in_the_compacted_view_by_its_key(client, admin, unique):
     topic = f"compacted-encrypted-{unique}"
     producer = client.create_producer(topic, batching_enabled=False, encryption_key="app-key",
