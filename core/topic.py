@@ -698,7 +698,7 @@ class PersistentTopic:
         pol = self.policies.get("delayed_delivery_policies")
         if isinstance(pol, dict) and "active" in pol:
             return bool(pol["active"])
-        return str(self.broker.config.get("delayedDeliveryEnabled", True)).lower() != "false"
+        return bool(self.broker.config.get("delayedDeliveryEnabled"))
 
     @property
     def max_delivery_delay_ms(self) -> int:

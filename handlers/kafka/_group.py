@@ -216,19 +216,15 @@ class GroupCoordinator:
             expired = self._expired(g, now) - self.h.txns.pending_offsets(group_id)
             if not expired:
                 continue
-            kept = {k: v for k, v in g.offsets.items() if k not in expired}
             log.info("kafka group %s: %d committed offsets expired", group_id, len(expired))
-            if not kept and g.state == EMPTY:
+            if expired >= g.offsets.keys() and g.state == EMPTY:
                 try:
                     self.h.broker.metadata.delete(self._path(group_id))
                 except Exception:
                     pass
                 self.groups.pop(group_id, None)
             else:
-                self._persist(g, kept)
-                g.offsets = kept
-                for key in expired:
-                    g.committed_at.pop(key, None)
+                self._drop_offsets(g, expired)
             for topic, partition in sorted(expired):
                 await self._unsubscribe(group_id, topic, partition)
 
@@ -284,6 +280,16 @@ class GroupCoordinator:
                                 for t, p in sorted(offsets)],
                "protocol_type": g.protocol_type}
         self.h.broker.metadata.put(self._path(g.group_id), json.dumps(doc).encode())
+
+    def _drop_offsets(self, g: Group, gone: set[tuple[str, int]]) -> None:
+        """Remove the committed offsets ``gone`` from the group: its document is written
+        without them first (a failure raises and leaves the group as it was), then they
+        are forgotten with their commit times."""
+        kept = {k: v for k, v in g.offsets.items() if k not in gone}
+        self._persist(g, kept)
+        g.offsets = kept
+        for key in gone:
+            g.committed_at.pop(key, None)
 
     def stored_group_ids(self) -> list[str]:
         return [unquote(n) for n in self.h.broker.metadata.children(GROUPS_PATH)]
@@ -664,14 +670,11 @@ class GroupCoordinator:
             g = self.group(group_id, create=False)
             if g is None or not any(t == topic for t, _ in g.offsets):
                 continue
-            kept = {k: v for k, v in g.offsets.items() if k[0] != topic}
             try:
-                self._persist(g, kept)
+                self._drop_offsets(g, {k for k in g.offsets if k[0] == topic})
             except Exception as exc:
                 log.warning("kafka group %s: offsets of deleted topic %s not removed: %r",
                             group_id, topic, exc)
-                continue
-            g.offsets = kept
 
     def fetch_offsets(self, req: RequestReceived) -> Data:
         b = req.body
@@ -821,12 +824,11 @@ class GroupCoordinator:
         gone = [key for key, code in codes.items() if not code and key in g.offsets]
         if gone:
             try:
-                self._persist(g, {k: v for k, v in g.offsets.items() if k not in gone})
+                self._drop_offsets(g, set(gone))
             except Exception as exc:
                 log.warning("kafka group %s: offsets not deleted: %r", g.group_id, exc)
                 return reply(ErrorCode.COORDINATOR_NOT_AVAILABLE, [])
             for topic, partition in gone:
-                del g.offsets[(topic, partition)]
                 await self._unsubscribe(g.group_id, topic, partition)
         return reply(0, [Data(name=t.name, partitions=[
             Data(partition_index=p.partition_index, error_code=codes[(t.name, p.partition_index)])
