@@ -203,6 +203,12 @@ def _api(key: int, name: str, versions: str, flexible: int,
     return ApiSpec(key, name, lo, hi, flexible, tuple(request), tuple(response))
 
 
+def _topic_partitions(*fields: Field) -> Field:
+    """``topics``: each a ``name`` and its ``partitions``, each with ``fields``: the shape
+    most per-partition requests and responses share."""
+    return F("topics", "[]", "0+", F("name", "string"), F("partitions", "[]", "0+", *fields))
+
+
 _THROTTLE = F("throttle_time_ms", "int32", "0+")
 
 
@@ -315,24 +321,20 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
     _api(2, "ListOffsets", "1-9", 6, [
         F("replica_id", "int32", default=-1),
         F("isolation_level", "int8", "2+"),
-        F("topics", "[]", "0+",
-          F("name", "string"),
-          F("partitions", "[]", "0+",
-            F("partition_index", "int32"),
-            F("current_leader_epoch", "int32", "4+", default=-1),
-            F("timestamp", "int64"),
-            F("max_num_offsets", "int32", "0", default=1))),
+        _topic_partitions(
+          F("partition_index", "int32"),
+          F("current_leader_epoch", "int32", "4+", default=-1),
+          F("timestamp", "int64"),
+          F("max_num_offsets", "int32", "0", default=1)),
     ], [
         F("throttle_time_ms", "int32", "2+"),
-        F("topics", "[]", "0+",
-          F("name", "string"),
-          F("partitions", "[]", "0+",
-            F("partition_index", "int32"),
-            F("error_code", "int16"),
-            F("old_style_offsets", "[]int64", "0"),
-            F("timestamp", "int64", "1+", default=-1),
-            F("offset", "int64", "1+", default=-1),
-            F("leader_epoch", "int32", "4+", default=-1))),
+        _topic_partitions(
+          F("partition_index", "int32"),
+          F("error_code", "int16"),
+          F("old_style_offsets", "[]int64", "0"),
+          F("timestamp", "int64", "1+", default=-1),
+          F("offset", "int64", "1+", default=-1),
+          F("leader_epoch", "int32", "4+", default=-1)),
     ]),
     _api(3, "Metadata", "1-12", 9, [
         F("topics", "[]", "0+",
@@ -372,21 +374,17 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
         F("member_id", "string", "1+"),
         F("group_instance_id", "string", "7+", nullable="7+"),
         F("retention_time_ms", "int64", "2-4", default=-1),
-        F("topics", "[]", "0+",
-          F("name", "string"),
-          F("partitions", "[]", "0+",
-            F("partition_index", "int32"),
-            F("committed_offset", "int64"),
-            F("committed_leader_epoch", "int32", "6+", default=-1),
-            F("commit_timestamp", "int64", "1", default=-1),
-            F("committed_metadata", "string", nullable="0+"))),
+        _topic_partitions(
+          F("partition_index", "int32"),
+          F("committed_offset", "int64"),
+          F("committed_leader_epoch", "int32", "6+", default=-1),
+          F("commit_timestamp", "int64", "1", default=-1),
+          F("committed_metadata", "string", nullable="0+")),
     ], [
         F("throttle_time_ms", "int32", "3+"),
-        F("topics", "[]", "0+",
-          F("name", "string"),
-          F("partitions", "[]", "0+",
-            F("partition_index", "int32"),
-            F("error_code", "int16"))),
+        _topic_partitions(
+          F("partition_index", "int32"),
+          F("error_code", "int16")),
     ]),
     _api(9, "OffsetFetch", "0-7", 6, [
         F("group_id", "string"),
@@ -396,14 +394,12 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
         F("require_stable", "bool", "7+"),
     ], [
         F("throttle_time_ms", "int32", "3+"),
-        F("topics", "[]", "0+",
-          F("name", "string"),
-          F("partitions", "[]", "0+",
-            F("partition_index", "int32"),
-            F("committed_offset", "int64"),
-            F("committed_leader_epoch", "int32", "5+", default=-1),
-            F("metadata", "string", nullable="0+"),
-            F("error_code", "int16"))),
+        _topic_partitions(
+          F("partition_index", "int32"),
+          F("committed_offset", "int64"),
+          F("committed_leader_epoch", "int32", "5+", default=-1),
+          F("metadata", "string", nullable="0+"),
+          F("error_code", "int16")),
         F("error_code", "int16", "2+"),
     ]),
     _api(10, "FindCoordinator", "0-4", 3, [
@@ -575,20 +571,16 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
           F("error_message", "string", "5+", nullable="5+")),
     ]),
     _api(21, "DeleteRecords", "0-2", 2, [
-        F("topics", "[]", "0+",
-          F("name", "string"),
-          F("partitions", "[]", "0+",
-            F("partition_index", "int32"),
-            F("offset", "int64"))),
+        _topic_partitions(
+          F("partition_index", "int32"),
+          F("offset", "int64")),
         F("timeout_ms", "int32"),
     ], [
         _THROTTLE,
-        F("topics", "[]", "0+",
-          F("name", "string"),
-          F("partitions", "[]", "0+",
-            F("partition_index", "int32"),
-            F("low_watermark", "int64"),
-            F("error_code", "int16"))),
+        _topic_partitions(
+          F("partition_index", "int32"),
+          F("low_watermark", "int64"),
+          F("error_code", "int16")),
     ]),
     _api(22, "InitProducerId", "0-4", 2, [
         F("transactional_id", "string", nullable="0+"),
@@ -642,20 +634,16 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
         F("generation_id", "int32", "3+", default=-1),
         F("member_id", "string", "3+"),
         F("group_instance_id", "string", "3+", nullable="3+"),
-        F("topics", "[]", "0+",
-          F("name", "string"),
-          F("partitions", "[]", "0+",
-            F("partition_index", "int32"),
-            F("committed_offset", "int64"),
-            F("committed_leader_epoch", "int32", "2+", default=-1),
-            F("committed_metadata", "string", nullable="0+"))),
+        _topic_partitions(
+          F("partition_index", "int32"),
+          F("committed_offset", "int64"),
+          F("committed_leader_epoch", "int32", "2+", default=-1),
+          F("committed_metadata", "string", nullable="0+")),
     ], [
         _THROTTLE,
-        F("topics", "[]", "0+",
-          F("name", "string"),
-          F("partitions", "[]", "0+",
-            F("partition_index", "int32"),
-            F("error_code", "int16"))),
+        _topic_partitions(
+          F("partition_index", "int32"),
+          F("error_code", "int16")),
     ]),
     _api(32, "DescribeConfigs", "0-4", 4, [
         F("resources", "[]", "0+",
@@ -714,18 +702,14 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
          _ALTER_CONFIGS_RESPONSE),
     _api(47, "OffsetDelete", "0-0", 1, [
         F("group_id", "string"),
-        F("topics", "[]", "0+",
-          F("name", "string"),
-          F("partitions", "[]", "0+",
-            F("partition_index", "int32"))),
+        _topic_partitions(
+          F("partition_index", "int32")),
     ], [
         F("error_code", "int16"),
         _THROTTLE,
-        F("topics", "[]", "0+",
-          F("name", "string"),
-          F("partitions", "[]", "0+",
-            F("partition_index", "int32"),
-            F("error_code", "int16"))),
+        _topic_partitions(
+          F("partition_index", "int32"),
+          F("error_code", "int16")),
     ]),
     _api(60, "DescribeCluster", "0-1", 0, [
         F("include_cluster_authorized_operations", "bool"),
@@ -789,13 +773,11 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
         F("results", "[]", "0+",
           F("error_code", "int16"),
           F("log_dir", "string"),
-          F("topics", "[]", "0+",
-            F("name", "string"),
-            F("partitions", "[]", "0+",
-              F("partition_index", "int32"),
-              F("partition_size", "int64"),
-              F("offset_lag", "int64"),
-              F("is_future_key", "bool"))),
+          _topic_partitions(
+            F("partition_index", "int32"),
+            F("partition_size", "int64"),
+            F("offset_lag", "int64"),
+            F("is_future_key", "bool")),
           F("total_bytes", "int64", "4+", default=-1),
           F("usable_bytes", "int64", "4+", default=-1)),
     ]),
@@ -808,13 +790,11 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
         _THROTTLE,
         F("error_code", "int16"),
         F("error_message", "string", nullable="0+"),
-        F("topics", "[]", "0+",
-          F("name", "string"),
-          F("partitions", "[]", "0+",
-            F("partition_index", "int32"),
-            F("replicas", "[]int32"),
-            F("adding_replicas", "[]int32"),
-            F("removing_replicas", "[]int32"))),
+        _topic_partitions(
+          F("partition_index", "int32"),
+          F("replicas", "[]int32"),
+          F("adding_replicas", "[]int32"),
+          F("removing_replicas", "[]int32")),
     ]),
     _api(65, "DescribeTransactions", "0", 0, [
         F("transactional_ids", "[]string"),
