@@ -25,11 +25,14 @@ default.
 
 :class:`KafkaConnection` is the server side of one connection: ``receive_data(bytes)``
 buffers, ``next_event()`` returns a :class:`RequestReceived`, an
-:class:`UnsupportedRequest` (an unknown API key or version: answer it with
+:class:`UnsupportedRequest` (ApiVersions at a version not served: answer it with
 :meth:`KafkaConnection.unsupported_response`) or :data:`NEED_DATA`, and
 ``send_response(request, body)`` returns the framed bytes. A size prefix that is negative
 or above ``max_request_size`` raises :class:`RemoteProtocolError` before anything is
-allocated for it; the session then closes the connection. Any other prefix is taken as
+allocated for it; the session then closes the connection. So does any other API key or
+version not served: a Kafka broker cannot parse such a request, and closes the connection
+rather than answer it (only ApiVersions is answered at any version, in its v0 layout, so
+that a client learns what to speak). Any other prefix is taken as
 a claim, not a promise: what is held for a frame grows with its bytes as they arrive
 (at most twice them plus :data:`LARGE_FRAME`), never with the size announced. Malformed
 bodies raise :class:`RemoteProtocolError` (``INVALID_REQUEST``) and nothing else (bytes
@@ -1363,7 +1366,8 @@ class RequestReceived:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UnsupportedRequest:
-    """A request whose API key or version is not served; answer UNSUPPORTED_VERSION."""
+    """An ApiVersions request at a version not served; answer UNSUPPORTED_VERSION (see
+    :meth:`KafkaConnection.unsupported_response`)."""
 
     api_key: int
     api_version: int
@@ -1467,15 +1471,13 @@ class KafkaConnection:
         return _pieces(_response(request, body))
 
     def unsupported_response(self, request: UnsupportedRequest) -> bytes:
-        """UNSUPPORTED_VERSION: ApiVersions answers in its v0 layout with the served table
-        (so the client can pick a version); any other API gets the error code alone."""
+        """UNSUPPORTED_VERSION in ApiVersions' v0 layout, with the served table (so the
+        client can pick a version), as Kafka answers (``RequestContext``: an unsupported
+        ApiVersions request is answered as v0)."""
         parts = [_I32.pack(request.correlation_id)]
-        if request.api_key == API_VERSIONS:
-            _write_struct(parts, Data(error_code=ErrorCode.UNSUPPORTED_VERSION,
-                                      api_keys=api_versions_table()),
-                          APIS[API_VERSIONS].response, 0, False)
-        else:
-            parts.append(_I16.pack(ErrorCode.UNSUPPORTED_VERSION))
+        _write_struct(parts, Data(error_code=ErrorCode.UNSUPPORTED_VERSION,
+                                  api_keys=api_versions_table()),
+                      APIS[API_VERSIONS].response, 0, False)
         return _size_prefixed(parts)
 
 
@@ -1522,15 +1524,20 @@ def _parse_view(buf: bytearray, start: int, end: int,
 
 def parse_request(frame: bytes | memoryview,
                   client_host: str = "") -> RequestReceived | UnsupportedRequest:
-    """Decode one request frame (without its size prefix)."""
+    """Decode one request frame (without its size prefix). An API key or version not
+    served raises :class:`RemoteProtocolError` (``UNSUPPORTED_VERSION``), but for
+    ApiVersions (see the module docs)."""
     r = _Reader(frame)
     api_key = r.unpack(_I16)
     api_version = r.unpack(_I16)
     correlation_id = r.unpack(_I32)
     spec = APIS.get(api_key)
     if spec is None or not spec.min_version <= api_version <= spec.max_version:
-        return UnsupportedRequest(api_key=api_key, api_version=api_version,
-                                  correlation_id=correlation_id)
+        if api_key == API_VERSIONS:
+            return UnsupportedRequest(api_key=api_key, api_version=api_version,
+                                      correlation_id=correlation_id)
+        raise RemoteProtocolError(f"API key {api_key} version {api_version} is not served",
+                                  ErrorCode.UNSUPPORTED_VERSION)
     client_id = _read_string(r, False, True)
     if spec.is_flexible(api_version):
         _read_tagged(r, {}, {}, api_version)

@@ -13,8 +13,9 @@ slots at its head go to the connection's :class:`~handlers._serve.Outbox` as the
 reading, which is the back-pressure a client sees.
 
 A frame whose size prefix is negative or too large, or whose body does not decode, ends
-the connection (after nothing is allocated for it); an unknown API key or version is
-answered UNSUPPORTED_VERSION.
+the connection (after nothing is allocated for it), and so does an API key or version not
+served, as Kafka closes it; only ApiVersions at a version not served is answered,
+UNSUPPORTED_VERSION.
 
 A connection idle for ``connections.max.idle.ms`` (Kafka's broker key, default 10 minutes;
 -1 never) is closed, as Kafka closes it: idle meaning that nothing arrived from the client
@@ -151,7 +152,7 @@ class KafkaSession:
                 except trio.WouldBlock:
                     await self._room.acquire()
                 if isinstance(event, UnsupportedRequest):
-                    log.debug("kafka: unsupported api %d v%d", event.api_key, event.api_version)
+                    log.debug("kafka: unsupported ApiVersions v%d", event.api_version)
                     self._push(_Slot([self.codec.unsupported_response(event)]))
                     continue
                 await self._handle(event)

@@ -58,7 +58,7 @@ def test_golden_frame_decodes(path: Path) -> None:
     event = _one(frame)
     spec = APIS.get(key)
     if spec is None or not spec.min_version <= version <= spec.max_version:
-        assert isinstance(event, UnsupportedRequest)
+        assert key == 18 and isinstance(event, UnsupportedRequest)
         assert (event.api_key, event.api_version) == (key, version)
         return
     assert isinstance(event, RequestReceived)
@@ -211,7 +211,7 @@ def test_api_versions_response_header_is_v0_even_when_flexible() -> None:
     assert {k.api_key for k in body.api_keys} == set(APIS)
 
 
-def test_unknown_key_and_version_get_unsupported_version() -> None:
+def test_api_versions_at_an_unsupported_version_gets_the_v0_table() -> None:
     frame = struct.pack(">ihhi", 8, 18, 99, 5)
     ev = _one(frame)
     assert isinstance(ev, UnsupportedRequest)
@@ -219,10 +219,16 @@ def test_unknown_key_and_version_get_unsupported_version() -> None:
     _, body = decode_response(18, 0, out[4:])
     assert body.error_code == ErrorCode.UNSUPPORTED_VERSION
     assert [k.api_key for k in body.api_keys] == sorted(APIS)
-    ev = _one(struct.pack(">ihhi", 8, 777, 0, 6))
-    assert isinstance(ev, UnsupportedRequest)
-    out = KafkaConnection().unsupported_response(ev)
-    assert out == struct.pack(">iih", 6, 6, ErrorCode.UNSUPPORTED_VERSION)
+
+
+@pytest.mark.parametrize(("key", "version"), [(3, 99), (3, 0), (777, 0), (-1, 0)])
+def test_other_unknown_keys_and_versions_are_not_parsed(key: int, version: int) -> None:
+    """Kafka cannot parse such a request and closes the connection: an error, not an event."""
+    conn = KafkaConnection()
+    conn.receive_data(struct.pack(">ihhi", 8, key, version, 6))
+    with pytest.raises(RemoteProtocolError) as err:
+        conn.next_event()
+    assert err.value.code == ErrorCode.UNSUPPORTED_VERSION
 
 
 def _produce_frame(correlation_id: int, records: bytes) -> bytes:
