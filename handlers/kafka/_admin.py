@@ -1,6 +1,6 @@
-"""Cluster and topic administration: ApiVersions, Metadata, FindCoordinator,
-CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeCluster (the
-configs APIs are in :mod:`handlers.kafka._configs`).
+"""Cluster and topic administration: ApiVersions, Metadata, DescribeTopicPartitions,
+FindCoordinator, CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
+DescribeCluster (the configs APIs are in :mod:`handlers.kafka._configs`).
 
 This broker is the only node Kafka clients see (node id ``kafkaNodeId``, 0): it leads
 every partition and coordinates every group and transaction. Replication is the ledger's
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "handle_api_versions",
     "handle_metadata",
+    "handle_describe_topic_partitions",
     "handle_find_coordinator",
     "handle_create_topics",
     "handle_delete_topics",
@@ -79,10 +80,13 @@ def handle_api_versions(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
     return Data(error_code=0, api_keys=api_versions_table(), throttle_time_ms=0)
 
 
-def _partitions(h: KafkaProtocolHandler, n: int) -> list[Data]:
+def _partitions(h: KafkaProtocolHandler, indexes: range) -> list[Data]:
+    """The partitions of a topic this node leads alone: led here, one replica, in sync
+    (no eligible leader replicas, KIP-966, beyond it)."""
     node = h.node_id
     return [Data(error_code=0, partition_index=i, leader_id=node, leader_epoch=0,
-                 replica_nodes=[node], isr_nodes=[node], offline_replicas=[]) for i in range(n)]
+                 replica_nodes=[node], isr_nodes=[node], eligible_leader_replicas=[],
+                 last_known_elr=[], offline_replicas=[]) for i in indexes]
 
 
 async def handle_metadata(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
@@ -95,7 +99,7 @@ async def handle_metadata(h: KafkaProtocolHandler, req: RequestReceived) -> Data
             if n:
                 kname = h.topics.kafka_name(name)
                 topics.append(Data(error_code=0, name=kname, topic_id=topic_uuid(str(name)),
-                                   is_internal=False, partitions=_partitions(h, n)))
+                                   is_internal=False, partitions=_partitions(h, range(n))))
     else:
         for t in b.topics:
             kname = t.name
@@ -114,7 +118,7 @@ async def handle_metadata(h: KafkaProtocolHandler, req: RequestReceived) -> Data
                                    is_internal=False, partitions=[]))
                 continue
             topics.append(Data(error_code=0, name=kname, topic_id=topic_uuid(str(name)),
-                               is_internal=False, partitions=_partitions(h, n)))
+                               is_internal=False, partitions=_partitions(h, range(n))))
     if req.api_version >= 8 and b.include_topic_authorized_operations:
         for t in topics:
             if t.name is not None:
@@ -124,6 +128,60 @@ async def handle_metadata(h: KafkaProtocolHandler, req: RequestReceived) -> Data
         cluster_ops = CLUSTER_OPERATIONS
     return Data(throttle_time_ms=0, brokers=[h.broker_entry()], cluster_id=h.cluster_id,
                 controller_id=h.node_id, topics=topics, cluster_authorized_operations=cluster_ops)
+
+
+def handle_describe_topic_partitions(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    """DescribeTopicPartitions (KIP-966), as a Kafka broker answers it: the topics named,
+    or every topic when none is, in name order from the cursor's topic on (starting at the
+    cursor's partition), with at most ``response_partition_limit`` partitions (and no more
+    than ``max.request.partition.size.limit``) in all. Where the limit cuts a topic short,
+    or falls at the end of one with more topics to come, ``next_cursor`` says where to go
+    on. A topic named that does not exist is listed with its error; when every topic is
+    asked for, only existing ones are. Named topics must include the cursor's, else the
+    request is INVALID_REQUEST. Topics are never created here."""
+    b = req.body
+    cursor = b.cursor
+    first = cursor.topic_name if cursor is not None else ""
+    everything = not b.topics
+    if everything:
+        asked = {h.topics.kafka_name(name) for name in h.topics.all_topics()}
+    else:
+        asked = {t.name for t in b.topics}
+    names = sorted(n for n in asked if n >= first)
+    if not everything and cursor is not None and cursor.topic_name not in names:
+        return Data(throttle_time_ms=0, next_cursor=None, topics=[
+            Data(error_code=ErrorCode.INVALID_REQUEST, name=t.name, is_internal=False,
+                 partitions=[]) for t in b.topics])
+    remaining = min(h.max_request_partitions, b.response_partition_limit)
+    topics: list[Data] = []
+    next_cursor = None
+    for kname in names:
+        if remaining <= 0:
+            if remaining == 0:
+                next_cursor = Data(topic_name=kname, partition_index=0)
+            break
+        try:
+            name = h.topics.topic_name(kname)
+            n = h.topics.partition_count(name)
+            error = 0 if n else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        except Exception as exc:
+            error = topic_error(exc)
+        if error:
+            if not everything:
+                topics.append(Data(error_code=error, name=kname, is_internal=False, partitions=[],
+                                   topic_authorized_operations=TOPIC_OPERATIONS))
+            continue
+        start = cursor.partition_index if cursor is not None and kname == cursor.topic_name else 0
+        upper = min(n, start + remaining)
+        partitions = _partitions(h, range(max(start, 0), upper))
+        topics.append(Data(error_code=0, name=kname, topic_id=topic_uuid(str(name)),
+                           is_internal=False, partitions=partitions,
+                           topic_authorized_operations=TOPIC_OPERATIONS))
+        if upper < n:
+            next_cursor = Data(topic_name=kname, partition_index=upper)
+            break
+        remaining -= len(partitions)
+    return Data(throttle_time_ms=0, topics=topics, next_cursor=next_cursor)
 
 
 def handle_find_coordinator(h: KafkaProtocolHandler, req: RequestReceived) -> Data:

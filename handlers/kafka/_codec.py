@@ -152,9 +152,11 @@ class Field:
     """One field of a message definition.
 
     ``type`` is a primitive name (``int8 int16 int32 int64 uint16 float64 bool string
-    bytes records uuid``), ``[]name`` for an array of primitives, or ``[]`` with ``fields``
-    for an array of structs. ``nullable`` gives the versions in which the field may be
-    null; ``tag`` makes it a tagged field (flexible versions only). A ``records`` value to
+    bytes records uuid``), ``[]name`` for an array of primitives, ``[]`` with ``fields``
+    for an array of structs, or ``{}`` with ``fields`` for one struct (a nullable one is
+    preceded on the wire by an ``int8``: -1 for null, 1 for present). ``nullable`` gives
+    the versions in which the field may be null; ``tag`` makes it a tagged field
+    (flexible versions only). A ``records`` value to
     be encoded may also be a list of record batches, written back to back.
     """
 
@@ -180,7 +182,7 @@ _DEFAULTS = {"int8": 0, "int16": 0, "int32": 0, "int64": 0, "uint16": 0, "float6
 
 def F(name: str, type_: str, versions: str = "0+", *fields: Field, nullable: str = "none",
       tag: int | None = None, default: Any = None) -> Field:
-    if default is None and not type_.startswith("[]") and nullable == "none":
+    if default is None and type_ in _DEFAULTS and nullable == "none":
         default = _DEFAULTS[type_]
     return Field(name, type_, _versions(versions), _versions(nullable), tag, default,
                  tuple(fields) if fields else None)
@@ -851,6 +853,36 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
         # The nullable Assignment struct, always null here: its int8 marker, -1.
         F("assignment", "int8", default=-1),
     ]),
+    # KIP-966: Metadata's topic part, paged by a cursor (kafka-topics.sh --describe, 3.8+).
+    _api(75, "DescribeTopicPartitions", "0", 0, [
+        F("topics", "[]", "0+",
+          F("name", "string")),
+        F("response_partition_limit", "int32", default=2000),
+        F("cursor", "{}", "0+",
+          F("topic_name", "string"),
+          F("partition_index", "int32"), nullable="0+"),
+    ], [
+        _THROTTLE,
+        F("topics", "[]", "0+",
+          F("error_code", "int16"),
+          F("name", "string", nullable="0+"),
+          F("topic_id", "uuid"),
+          F("is_internal", "bool"),
+          F("partitions", "[]", "0+",
+            F("error_code", "int16"),
+            F("partition_index", "int32"),
+            F("leader_id", "int32"),
+            F("leader_epoch", "int32", default=-1),
+            F("replica_nodes", "[]int32"),
+            F("isr_nodes", "[]int32"),
+            F("eligible_leader_replicas", "[]int32", nullable="0+"),
+            F("last_known_elr", "[]int32", nullable="0+"),
+            F("offline_replicas", "[]int32")),
+          F("topic_authorized_operations", "int32", default=-2147483648)),
+        F("next_cursor", "{}", "0+",
+          F("topic_name", "string"),
+          F("partition_index", "int32"), nullable="0+"),
+    ]),
 ]}
 
 API_VERSIONS = 18
@@ -984,6 +1016,11 @@ def _read_value(r: _Reader, type_: str, compact: bool, nullable: bool,
         return r.unpack(_I8) != 0
     if type_ == "uuid":
         return bytes(r.take(16))
+    if type_ == "{}":
+        assert fields is not None
+        if nullable and r.unpack(_I8) < 0:
+            return None
+        return _read_struct(r, fields, version, compact)
     if type_.startswith("[]"):
         elem = type_[2:]
         if elem:
@@ -1072,6 +1109,14 @@ def _write_value(out: list[bytes], value: Any, type_: str, compact: bool, nullab
         return
     if type_ == "bool":
         out.append(b"\x01" if value else b"\x00")
+        return
+    if type_ == "{}":
+        assert fields is not None
+        if nullable:
+            out.append(b"\xff" if value is None else b"\x01")
+            if value is None:
+                return
+        _write_struct(out, Data() if value is None else value, fields, version, compact)
         return
     if value is None:
         if not nullable:

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 _LISTENER = re.compile(r"^(?P<scheme>[A-Za-z0-9_]+)://(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:]*)):(?P<port>\d+)$")
 
+DEFAULT_MAX_REQUEST_PARTITIONS = 2000
+"""Kafka's default ``max.request.partition.size.limit``."""
+
 Result = Data | Later | Callable[[], Awaitable[Data | None]] | None
 
 
@@ -85,6 +88,9 @@ class KafkaProtocolHandler:
         self.max_message_size = int(config.get("maxMessageSize") or 5 * 1024 * 1024)
         self.max_request_size = max(DEFAULT_MAX_REQUEST_SIZE, self.max_message_size + 1024 * 1024)
         self.max_uncompressed_size = max(64 * 1024 * 1024, 4 * self.max_message_size)
+        # Kafka's broker key: the most partitions one DescribeTopicPartitions answers with.
+        self.max_request_partitions = int(config.get("max.request.partition.size.limit",
+                                                     DEFAULT_MAX_REQUEST_PARTITIONS))
         self.auto_create_on_produce = True
         self.auto_create_on_metadata = True
         self.sessions: set[KafkaSession] = set()
@@ -127,6 +133,7 @@ class KafkaProtocolHandler:
             65: lambda h, r: h.txns.describe_transactions(r),
             66: lambda h, r: h.txns.list_transactions(r),
             68: lambda h, r: h.groups.refuse_consumer_protocol(r),
+            75: _admin.handle_describe_topic_partitions,
         }
 
     def broker_entry(self) -> Data:

@@ -46,6 +46,8 @@ with warnings.catch_warnings():
     from kafka.admin import ResourceType as KResourceType
     from kafka.structs import OffsetAndMetadata
 
+from handlers.kafka._errors import ErrorCode
+
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:kafka")
 
 DEADLINE = 30.0
@@ -449,6 +451,48 @@ def test_kafka_python_list_partition_reassignments(boot: str, unique: str) -> No
         assert admin.list_partition_reassignments() == {}
         named = [KTopicPartition(topic, 0), KTopicPartition(f"none-{unique}", 0)]
         assert admin.list_partition_reassignments(named) == {}
+    finally:
+        admin.close()
+
+
+def test_kafka_python_describe_topic_partitions_pages_with_a_cursor(boot: str, unique: str) -> None:
+    """DescribeTopicPartitions (KIP-966, kafka-topics.sh --describe in Kafka 3.8+): topics
+    in name order, at most the partition limit per answer, the cursor saying where the
+    next answer starts; a topic that does not exist is listed with its error."""
+    admin = KafkaAdminClient(bootstrap_servers=boot)
+    try:
+        a, b, missing = f"dtp-{unique}-a", f"dtp-{unique}-b", f"dtp-{unique}-missing"
+        admin.create_topics({a: {"num_partitions": 3}, b: {"num_partitions": 2}})
+
+        def page(cursor: dict[str, Any] | None, limit: int = 2,
+                 topics: tuple[str, ...] = (missing, b, a)) -> tuple[list[Any], Any]:
+            got = admin.describe_topic_partitions(list(topics), response_partition_limit=limit,
+                                                  cursor=cursor)
+            return ([(t["name"], t["error_code"], [p["partition_index"] for p in t["partitions"]])
+                     for t in got["topics"]], got["next_cursor"])
+
+        assert page(None) == ([(a, 0, [0, 1])], {"topic_name": a, "partition_index": 2})
+        assert page({"topic_name": a, "partition_index": 2}) == (
+            [(a, 0, [2]), (b, 0, [0])], {"topic_name": b, "partition_index": 1})
+        assert page({"topic_name": b, "partition_index": 1}) == (
+            [(b, 0, [1]), (missing, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])], None)
+        # A limit reached at the end of a topic: the next one starts the next answer.
+        assert page(None, 3, (a, b)) == ([(a, 0, [0, 1, 2])], {"topic_name": b, "partition_index": 0})
+        # The cursor's topic must be among those named.
+        assert page({"topic_name": b, "partition_index": 0}, topics=(a,)) == (
+            [(a, ErrorCode.INVALID_REQUEST, [])], None)
+
+        [desc] = admin.describe_topic_partitions([a])["topics"]
+        [meta] = admin.describe_topics([a])
+        assert str(desc["topic_id"]) == meta["topic_id"] and not desc["is_internal"]
+        node = meta["partitions"][0]["leader_id"]
+        assert desc["partitions"][0] | {"partition_index": 0} == {
+            "error_code": 0, "partition_index": 0, "leader_id": node, "leader_epoch": 0,
+            "replica_nodes": [node], "isr_nodes": [node], "eligible_leader_replicas": None,
+            "last_known_elr": None, "offline_replicas": []}
+        # No topic named: every topic (that exists), in name order.
+        listed = [t["name"] for t in admin.describe_topic_partitions([])["topics"]]
+        assert listed == sorted(listed) and {a, b} <= set(listed) and missing not in listed
     finally:
         admin.close()
 

@@ -127,6 +127,9 @@ def _value(rng: random.Random, f: Field, version: int) -> Any:
         return rng.randbytes(rng.randint(0, 40))
     if t == "uuid":
         return rng.randbytes(16)
+    if t == "{}":
+        assert f.fields is not None
+        return _struct(rng, f.fields, version)
     if t.startswith("[]"):
         elem = t[2:]
         n = rng.randint(0, 3)
@@ -157,6 +160,9 @@ def _same(fields: tuple[Field, ...], version: int, sent: Data, got: Data) -> Non
             assert len(want) == len(have)
             for a, b in zip(want, have, strict=True):
                 _same(f.fields, version, a, b)
+        elif f.type == "{}" and (want is not None or not f.is_nullable(version)):
+            assert f.fields is not None
+            _same(f.fields, version, want or Data(), have)
         elif f.type == "uuid" and want is None:
             assert have == b"\x00" * 16
         else:
