@@ -801,6 +801,26 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
           F("adding_replicas", "[]int32"),
           F("removing_replicas", "[]int32")),
     ]),
+    _api(61, "DescribeProducers", "0", 0, [
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partition_indexes", "[]int32")),
+    ], [
+        _THROTTLE,
+        F("topics", "[]", "0+",
+          F("name", "string"),
+          F("partitions", "[]", "0+",
+            F("partition_index", "int32"),
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+"),
+            F("active_producers", "[]", "0+",
+              F("producer_id", "int64"),
+              F("producer_epoch", "int32"),
+              F("last_sequence", "int32", default=-1),
+              F("last_timestamp", "int64", default=-1),
+              F("coordinator_epoch", "int32"),
+              F("current_txn_start_offset", "int64", default=-1)))),
+    ]),
     _api(65, "DescribeTransactions", "0", 0, [
         F("transactional_ids", "[]string"),
     ], [

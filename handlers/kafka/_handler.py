@@ -130,6 +130,7 @@ class KafkaProtocolHandler:
             46: _admin.handle_list_partition_reassignments,
             47: lambda h, r: partial(h.groups.delete_offsets, r),
             60: _admin.handle_describe_cluster,
+            61: _produce.handle_describe_producers,
             65: lambda h, r: h.txns.describe_transactions(r),
             66: lambda h, r: h.txns.list_transactions(r),
             68: lambda h, r: h.groups.refuse_consumer_protocol(r),

@@ -12,6 +12,13 @@ answered with the offset the original got, without storing it again; anything el
 OUT_OF_ORDER_SEQUENCE_NUMBER, and an older epoch INVALID_PRODUCER_EPOCH. Transactional
 batches are sequenced the same way; they are staged by the transaction coordinator and
 written when the transaction commits.
+
+DescribeProducers (API key 61, KIP-664) reports that state per partition: each producer
+id's epoch, last sequence, the largest timestamp of its last batch and the coordinator
+epoch of the last transaction marker Kafka would have written there. A transaction's
+batches are not in the log until it commits, so no open transaction holds back the
+partition's last stable offset and none has a start offset in the log: the current
+transaction start offset is always -1.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import trio
 from core.broker import NamespaceNotFoundError, TopicNotFoundError
 from core.format import EntryFormatError
 from core.naming import InvalidNameError
-from core.storage import Position, entry_metadata
+from core.storage import Entry, Position, entry_metadata
 from core.topic import MessageTooLargeError, PublishResult
 from handlers.kafka import _mapping
 from handlers.kafka._codec import Data, RequestReceived
@@ -39,7 +46,8 @@ from handlers.kafka._topics import PartitionLog, ProducerState
 if TYPE_CHECKING:
     from handlers.kafka._handler import KafkaProtocolHandler
 
-__all__ = ["handle_produce", "topic_error", "Pending", "check_sequence", "note_sequence", "SEQUENCE_MOD"]
+__all__ = ["handle_produce", "handle_describe_producers", "topic_error", "Pending",
+           "check_sequence", "note_sequence", "SEQUENCE_MOD"]
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +184,8 @@ def check_sequence(plog: PartitionLog, batch: RecordBatch) -> tuple[int, Pending
 def note_sequence(plog: PartitionLog, batch: RecordBatch, pending: Pending) -> None:
     st = plog.producers[batch.producer_id]
     st.last_sequence = batch.last_sequence
+    # The batch's largest timestamp as stored: on a LogAppendTime topic, the append time.
+    st.last_timestamp = int(time.time() * 1000) if plog.log_append_time else batch.max_timestamp
     st.recent[(batch.base_sequence, batch.last_sequence)] = pending
     while len(st.recent) > RECENT_BATCHES:
         st.recent.popitem(last=False)
@@ -253,6 +263,7 @@ async def recover_producers(plog: PartitionLog) -> None:
         return
     pos = await ml.find_by_index(start)
     seen: dict[int, ProducerState] = {}
+    newest: dict[int, Entry] = {}
     reads = 0
     while pos is not None and reads < RECOVER_ENTRIES // 64 + 1:
         entries = await ml.read_entries(pos, 64)
@@ -283,6 +294,7 @@ async def recover_producers(plog: PartitionLog) -> None:
             if st is None or epoch > st.epoch:
                 st = seen[pid] = ProducerState(epoch, last, from_log=True)
             st.last_sequence = last
+            newest[pid] = e
             done = Pending()
             done.done(e.index - e.num_messages + 1,
                       log_append_time=e.publish_time if plog.log_append_time else -1)
@@ -293,7 +305,58 @@ async def recover_producers(plog: PartitionLog) -> None:
         pos = Position(last_pos.ledger_id, last_pos.entry_id + 1)
         start = entries[-1].index + 1
     for pid, st in seen.items():
+        e = newest[pid]
+        if plog.log_append_time:
+            st.last_timestamp = e.publish_time
+        else:
+            try:
+                st.last_timestamp = max(r.timestamp for r in
+                                        _mapping.records_from_entry(e.data, e.publish_time))
+            except (EntryFormatError, ValueError):
+                st.last_timestamp = e.publish_time
         plog.producers.setdefault(pid, st)
+
+
+async def recovered(plog: PartitionLog) -> None:
+    """Return once the partition's producer state has been read back from its log
+    (:func:`recover_producers`, run by the first caller)."""
+    if plog.recovery is None:
+        plog.recovery = trio.Event()
+        try:
+            await recover_producers(plog)
+        finally:
+            plog.recovery.set()
+    elif not plog.recovery.is_set():
+        await plog.recovery.wait()
+
+
+async def handle_describe_producers(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    """DescribeProducers: the producers with state on each partition asked about (see the
+    module docs); a topic or partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION,
+    as Kafka answers it."""
+    topics = []
+    for t in req.body.topics:
+        partitions = []
+        for index in t.partition_indexes:
+            res = Data(partition_index=index, error_code=0, error_message=None,
+                       active_producers=[])
+            partitions.append(res)
+            try:
+                plog = await h.topics.log(t.name, index, create=False)
+                await recovered(plog)
+            except (InvalidNameError, TopicNotFoundError, NamespaceNotFoundError):
+                res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            except Exception as exc:
+                res.error_code = topic_error(exc)
+                continue
+            res.active_producers = [
+                Data(producer_id=pid, producer_epoch=st.epoch, last_sequence=st.last_sequence,
+                     last_timestamp=st.last_timestamp, coordinator_epoch=st.coordinator_epoch,
+                     current_txn_start_offset=-1)
+                for pid, st in sorted(plog.producers.items())]
+        topics.append(Data(name=t.name, partitions=partitions))
+    return Data(throttle_time_ms=0, topics=topics)
 
 
 async def handle_produce(h: KafkaProtocolHandler, req: RequestReceived) -> ProduceReply | None:
@@ -329,14 +392,7 @@ async def _produce_partition(h: KafkaProtocolHandler, topic: str, pd: Any, acks:
             return ErrorCode.MESSAGE_TOO_LARGE, [], None
         batches = _prepare(decode_batches(records, max_uncompressed_size=h.max_uncompressed_size,
                                           records=False), h.max_uncompressed_size)
-        if plog.recovery is None:
-            plog.recovery = trio.Event()
-            try:
-                await recover_producers(plog)
-            finally:
-                plog.recovery.set()
-        elif not plog.recovery.is_set():
-            await plog.recovery.wait()
+        await recovered(plog)
     except Exception as exc:
         return topic_error(exc), [], None
     try:

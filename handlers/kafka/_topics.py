@@ -88,7 +88,9 @@ class BatchCache:
 @dataclass
 class ProducerState:
     """Idempotent-producer state of one producer id on one partition: its epoch, the
-    last sequence accepted and the last few batches (for answering retries)."""
+    last sequence accepted and the last few batches (for answering retries); and, as
+    DescribeProducers reports them, the largest timestamp of its last batch and the
+    transaction coordinator's epoch when a transaction of it last ended here (-1: none)."""
 
     epoch: int
     last_sequence: int
@@ -97,6 +99,8 @@ class ProducerState:
     # Read back from the log, which holds committed transactions only: a transactional
     # producer's aborted batches are missing from it, so its sequence may jump ahead.
     from_log: bool = False
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
 
 
 class PartitionLog:

@@ -58,6 +58,11 @@ TXN_PATH = "/kafka/transactions"
 MAX_TXN_TIMEOUT_MS = 900_000
 TICK_S = 0.5
 
+COORDINATOR_EPOCH = 0
+"""The epoch of this node's transaction coordinator, which never moves: a Kafka
+coordinator's is its transaction log partition's leader epoch, 0 until leadership
+changes."""
+
 EMPTY = "Empty"
 ONGOING = "Ongoing"
 
@@ -369,6 +374,12 @@ class TxnCoordinator:
         txn.reset()
         txn.ended = ending
         self._save(txn)
+        # Where Kafka would write the transaction's end marker, the producer's state
+        # takes the coordinator's epoch.
+        for plog, _ in staged:
+            st = plog.producers.get(txn.producer_id)
+            if st is not None:
+                st.coordinator_epoch = COORDINATOR_EPOCH
         if not b.committed:
             return Data(throttle_time_ms=0, error_code=0)
         pendings = []

@@ -660,6 +660,48 @@ def test_kafka_python_lists_and_describes_transactions(boot: str, unique: str) -
         ongoing.abort_transaction(DEADLINE)
 
 
+def test_kafka_python_describes_producers(boot: str, unique: str) -> None:
+    """DescribeProducers (KIP-664): each producer with state on a partition, with its
+    epoch, last sequence and the largest timestamp of its last batch; a transactional
+    one's coordinator epoch once a transaction of it ended there. A partition that does
+    not exist is UNKNOWN_TOPIC_OR_PARTITION."""
+    topic, tid = f"dprod-{unique}", f"dprod-tx-{unique}"
+    create_topic(boot, topic, 2)
+    idem = Producer({"bootstrap.servers": boot, "enable.idempotence": True, "linger.ms": 0})
+    base = int(time.time() * 1000) - 60_000
+    for i in range(3):
+        idem.produce(topic, b"v%d" % i, partition=0, timestamp=base + 10 * i)
+        assert idem.flush(DEADLINE) == 0
+    tx = Producer({"bootstrap.servers": boot, "transactional.id": tid})
+    tx.init_transactions(DEADLINE)
+    tx.begin_transaction()
+    tx.produce(topic, b"t0", partition=0, timestamp=base + 100)
+    tx.produce(topic, b"t1", partition=0, timestamp=base + 200)
+    tx.commit_transaction(DEADLINE)
+    admin = KafkaAdminClient(bootstrap_servers=boot)
+    try:
+        tx_pid = admin.describe_transactions([tid])[tid].producer_id
+        leader = admin.describe_topics([topic])[0]["partitions"][0]["leader_id"]
+        states = admin.describe_producers([KTopicPartition(topic, 0), KTopicPartition(topic, 1)])
+        assert states[KTopicPartition(topic, 1)].active_producers == []
+        by_pid = {p.producer_id: p for p in states[KTopicPartition(topic, 0)].active_producers}
+        assert set(by_pid) >= {tx_pid} and len(by_pid) == 2
+        [idem_pid] = set(by_pid) - {tx_pid}
+        got = by_pid[idem_pid]
+        assert (got.producer_epoch, got.last_sequence, got.last_timestamp,
+                got.coordinator_epoch, got.current_transaction_start_offset) == (
+            0, 2, base + 20, -1, -1)
+        got = by_pid[tx_pid]
+        assert (got.last_sequence, got.last_timestamp, got.coordinator_epoch,
+                got.current_transaction_start_offset) == (1, base + 200, 0, -1)
+        with pytest.raises(kerr.UnknownTopicOrPartitionError):
+            admin.describe_producers([KTopicPartition(topic, 5)], broker_id=leader)
+        with pytest.raises(kerr.UnknownTopicOrPartitionError):
+            admin.describe_producers([KTopicPartition(f"none-{unique}", 0)], broker_id=leader)
+    finally:
+        admin.close()
+
+
 def test_read_committed_consumer_waits_for_offsets_of_an_open_transaction(
         boot: str, unique: str) -> None:
     """KIP-447: while a transaction holds an offset for a partition, a read_committed

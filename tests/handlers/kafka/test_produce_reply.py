@@ -78,11 +78,13 @@ def test_failed_batches_of_an_idempotent_producer_take_its_sequence_back_to_the_
     first): the producer resends from the first one's sequence, which must be accepted."""
     stored: list[Callable[[PublishResult], None]] = []
     topic = SimpleNamespace(publish=lambda entry, n, name, seq, done, hold=False: stored.append(done))
-    plog = SimpleNamespace(producers={}, topic=topic, key=("t", 0), owner=None)
+    plog = SimpleNamespace(producers={}, topic=topic, key=("t", 0), owner=None,
+                           log_append_time=False)
 
     def batch(first: int, last: int) -> SimpleNamespace:
         return SimpleNamespace(producer_id=7, producer_epoch=0, base_sequence=first,
-                               last_sequence=last, raw=b"", is_transactional=False)
+                               last_sequence=last, max_timestamp=1000 + last, raw=b"",
+                               is_transactional=False)
 
     first, second = batch(0, 4), batch(5, 9)
     for b in (first, second):

@@ -1,7 +1,8 @@
 """A transaction open when the broker restarts: what it staged before the restart is gone,
 so its producer must not be told it committed. It is fenced, as when a transaction times
 out; a producer between transactions at the restart carries on, also after an aborted
-transaction."""
+transaction. An idempotent producer's state, as DescribeProducers reports it, is read back
+from the log after a restart."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from handlers.kafka._codec import Data
 from tests._standalone import Standalone
-from tests.handlers.kafka._wire import free_port
+from tests.handlers.kafka._wire import Wire, free_port
 from tests.handlers.kafka.conftest import KAFKA_CONF
 from tests.handlers.kafka.test_clients import DEADLINE
 
@@ -81,5 +83,38 @@ def test_a_transaction_open_across_a_restart_is_fenced_not_committed(
         again.produce(topic, value=b"again")
         again.commit_transaction(DEADLINE)
         assert _committed_values(boot, topic) == [b"before", b"after", b"again"]
+    finally:
+        server.kill()
+
+
+def test_an_idempotent_producers_state_is_read_back_after_a_restart(
+        tmp_path: Path, unique: str) -> None:
+    boot = f"127.0.0.1:{free_port()}"
+    conf = dict(KAFKA_CONF, kafkaListeners=f"PLAINTEXT://{boot}")
+    topic = f"producers-restart-{unique}"
+    server = Standalone(tmp_path, conf=conf).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": boot})
+        admin.create_topics([NewTopic(topic, 1)])[topic].result(DEADLINE)
+        p = Producer({"bootstrap.servers": boot, "enable.idempotence": True})
+        stamp = int(time.time() * 1000) - 3_600_000
+        for i in range(4):
+            p.produce(topic, value=b"%d" % i, timestamp=stamp + i)
+        assert p.flush(DEADLINE) == 0
+        ask = Data(topics=[Data(name=topic, partition_indexes=[0])])
+
+        def active() -> list[tuple[int, int, int, int, int]]:
+            with Wire(boot) as w:
+                [t] = w.call(61, 0, ask).topics
+            [part] = t.partitions
+            assert part.error_code == 0
+            return [(st.producer_epoch, st.last_sequence, st.last_timestamp, st.coordinator_epoch,
+                     st.current_txn_start_offset) for st in part.active_producers]
+
+        before = active()
+        assert before == [(0, 3, stamp + 3, -1, -1)]
+        server.stop()
+        server = Standalone(tmp_path, conf=conf).start()
+        assert active() == before
     finally:
         server.kill()
