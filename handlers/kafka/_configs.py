@@ -56,6 +56,16 @@ Batch"); the Produce response's ``log_append_time_ms`` is that time, and ListOff
 time searches by it. The producer's own times stay stored, so Pulsar consumers and a later
 change back to ``CreateTime`` see them. A transactional batch is stored only when its
 transaction commits, so its Produce response has no append time yet (-1).
+
+A topic config the topic does not set takes its value from the broker, and DescribeConfigs
+says where from as Kafka does (``ConfigHelper``): its source is that of its broker-level
+synonym (:data:`BROKER_SYNONYMS`), which, asked for synonyms, it lists by Kafka's name
+(``message.max.bytes`` for ``max.message.bytes``), first as STATIC_BROKER_CONFIG with the
+broker's value when the Magnetar key behind it is in the broker's configuration, then as
+DEFAULT_CONFIG with the default; a config set on the topic lists itself first, as
+DYNAMIC_TOPIC_CONFIG. ``retention.ms`` and ``segment.ms`` list no broker synonym: Kafka lists
+``log.retention.ms`` and ``log.roll.ms`` only when they are set, and drops the
+``log.retention.hours`` and ``log.roll.hours`` that follow them; Magnetar takes neither key.
 """
 
 from __future__ import annotations
@@ -86,6 +96,7 @@ __all__ = [
     "validate_all",
     "check_insync",
     "config_entry",
+    "BROKER_SYNONYMS",
     "handle_alter_configs",
     "handle_incremental_alter_configs",
     "handle_describe_configs",
@@ -319,6 +330,38 @@ CONFIG_TYPES = {
     "message.max.bytes": TYPE_INT, "num.partitions": TYPE_INT,
 }
 """Each config's type as Kafka's ConfigDef declares it (DescribeConfigs v3+ ``config_type``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _BrokerSynonym:
+    """The broker config a topic config falls back to: Kafka's name for it, the Magnetar
+    key (if any) that gives its value (times ``scale``, at most the largest INT when
+    scaled), and its default: that key's, else Kafka's (which Magnetar applies)."""
+
+    name: str
+    key: str | None
+    default: int | str
+    scale: int = 1
+
+    def value(self, raw: Any) -> str:
+        if self.scale == 1:
+            return str(raw)
+        return str(min(int(raw) * self.scale, INT32_MAX))
+
+
+BROKER_SYNONYMS: dict[str, _BrokerSynonym] = {
+    "cleanup.policy": _BrokerSynonym("log.cleanup.policy", None, "delete"),
+    "compression.type": _BrokerSynonym("compression.type", None, "producer"),
+    "max.message.bytes": _BrokerSynonym("message.max.bytes", "maxMessageSize", 5242880),
+    "message.timestamp.type": _BrokerSynonym("log.message.timestamp.type", None, CREATE_TIME),
+    "min.insync.replicas": _BrokerSynonym("min.insync.replicas", "managedLedgerDefaultAckQuorum", 1),
+    "retention.bytes": _BrokerSynonym("log.retention.bytes", None, -1),
+    "segment.bytes": _BrokerSynonym("log.segment.bytes", "managedLedgerMaxSizePerLedgerMbytes",
+                                    2048, MIB),
+}
+"""Each topic config's broker-level synonym (Kafka's ``ServerTopicConfigSynonyms``), where
+Kafka lists one (see the module docs)."""
+
 STORAGE_POLICIES = (RETENTION, PERSISTENCE, LEDGER_ROLLOVER)
 """The policies the storage reads when a topic opens: a change reopens its partitions."""
 
@@ -357,8 +400,29 @@ class TopicConfigs:
         out += segment_values(settings, own.get(LEDGER_ROLLOVER) or {})
         out.append(("min.insync.replicas", str(settings["ack_quorum"]),
                     SOURCE_DYNAMIC_TOPIC if ACK_QUORUM in (own.get(PERSISTENCE) or {})
-                    else SOURCE_STATIC_BROKER))
-        return sorted(out)
+                    else SOURCE_DEFAULT))
+        # What the topic does not set itself comes from its broker-level synonym.
+        return sorted((k, v, s if s == SOURCE_DYNAMIC_TOPIC else self.inherited_source(k))
+                      for k, v, s in out)
+
+    def broker_synonyms(self, name: str) -> list[tuple[str, str, int]]:
+        """(name, value, source) of the broker configs the topic config ``name`` falls
+        back to, highest first, as DescribeConfigs lists its synonyms."""
+        synonym = BROKER_SYNONYMS.get(name)
+        if synonym is None:
+            return []
+        out = []
+        cfg = self.h.config
+        if synonym.key is not None and cfg.is_set(synonym.key):
+            out.append((synonym.name, synonym.value(cfg.get(synonym.key)), SOURCE_STATIC_BROKER))
+        out.append((synonym.name, synonym.value(synonym.default), SOURCE_DEFAULT))
+        return out
+
+    def inherited_source(self, name: str) -> int:
+        """The source of the topic config ``name`` when the topic does not set it: its
+        broker synonym's (Kafka's ``createTopicConfigEntry``)."""
+        synonyms = self.broker_synonyms(name)
+        return synonyms[0][2] if synonyms else SOURCE_DEFAULT
 
     def storage_settings(self, name: TopicName, own: dict[str, Any] | None = None) -> dict[str, Any]:
         """The storage settings (quorums among them) the topic's policies give it: those
@@ -538,18 +602,28 @@ async def handle_describe_configs(h: KafkaProtocolHandler, req: RequestReceived)
             items = h.configs.values(name)
         keys = set(r.configuration_keys) if r.configuration_keys is not None else None
         synonyms = bool(req.api_version >= 1 and req.body.include_synonyms)
-        res.configs = [config_entry(k, v, s, synonyms=synonyms)
-                       for k, v, s in items if keys is None or k in keys]
+        topic = r.resource_type == RESOURCE_TOPIC
+        res.configs = []
+        for k, v, s in items:
+            if keys is not None and k not in keys:
+                continue
+            # Asked for synonyms, Kafka lists the sources a value comes from, highest
+            # first: the config itself where set (on the topic or the broker), then, for
+            # a topic's, its broker synonyms.
+            listed = [(k, v, s)] if synonyms and s != SOURCE_DEFAULT and \
+                (s == SOURCE_DYNAMIC_TOPIC or not topic) else []
+            if synonyms and topic:
+                listed += h.configs.broker_synonyms(k)
+            res.configs.append(config_entry(k, v, s, synonyms=listed))
     return Data(throttle_time_ms=0, results=out)
 
 
-def config_entry(name: str, value: str, source: int, *, synonyms: bool = False) -> Data:
-    """One config of a DescribeConfigs (or CreateTopics v5+) response; the topic configs
-    that AlterConfigs can change are the ones not read-only. Asked for synonyms, a config
-    set on the topic or the broker lists itself with that source, as Kafka's lists the
-    sources a value comes from, highest first (a default has none)."""
-    own = [Data(name=name, value=value, source=source)] if synonyms and source != SOURCE_DEFAULT else []
-    return Data(name=name, value=value,
-                read_only=source == SOURCE_STATIC_BROKER or name not in TOPIC_CONFIGS,
+def config_entry(name: str, value: str, source: int, *,
+                 synonyms: Sequence[tuple[str, str, int]] = ()) -> Data:
+    """One config of a DescribeConfigs (or CreateTopics v5+) response, with ``synonyms``
+    (name, value, source) as given; the topic configs that AlterConfigs can change are the
+    ones not read-only."""
+    return Data(name=name, value=value, read_only=name not in TOPIC_CONFIGS,
                 is_default=source == SOURCE_DEFAULT, config_source=source, is_sensitive=False,
-                synonyms=own, config_type=CONFIG_TYPES.get(name, 0), documentation=None)
+                synonyms=[Data(name=n, value=v, source=s) for n, v, s in synonyms],
+                config_type=CONFIG_TYPES.get(name, 0), documentation=None)

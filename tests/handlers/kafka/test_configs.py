@@ -214,7 +214,8 @@ def test_incremental_alter_configs(kafka_broker: Standalone, boot: str, unique: 
     admin.incremental_alter_configs([res])[res].result(DEADLINE)
     described = _describe(admin, topic)
     assert described["retention.ms"].value == "600000"
-    assert described["max.message.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+    # back to the broker's message.max.bytes (its maxMessageSize, in its configuration)
+    assert described["max.message.bytes"].source == ConfigSource.STATIC_BROKER_CONFIG.value
     base = f"/admin/v2/persistent/public/default/{topic}"
     assert _rest(kafka_broker, base + "/retention")["retentionTimeInMinutes"] == 10
     assert _rest(kafka_broker, base + "/maxMessageSize") is None
@@ -256,7 +257,8 @@ def test_describe_configs_of_an_unknown_topic(boot: str, unique: str) -> None:
 
 def test_describe_configs_gives_types_and_synonyms(boot: str, unique: str) -> None:
     """DescribeConfigs v3+ gives each config its ConfigDef type, and, asked for synonyms, a
-    config set on the topic or the broker lists itself with its source (a default none)."""
+    config set on the topic or the broker lists itself with its source, then a topic
+    config its broker-level synonyms."""
     topic = f"cfg-types-{unique}"
     admin = AdminClient({"bootstrap.servers": boot})
     admin.create_topics([NewTopic(topic, 1, config={"retention.ms": "60000"})])[topic].result(DEADLINE)
@@ -273,12 +275,72 @@ def test_describe_configs_gives_types_and_synonyms(boot: str, unique: str) -> No
         assert types["cleanup.policy"] == 7 and types["message.timestamp.type"] == 2
         assert [(s.name, s.value, s.source) for s in configs["retention.ms"].synonyms] == [
             ("retention.ms", "60000", 1)]
-        assert configs["cleanup.policy"].synonyms == []
+        assert [(s.name, s.value, s.source) for s in configs["cleanup.policy"].synonyms] == [
+            ("log.cleanup.policy", "delete", 5)]
         assert describe(2, topic, False)["retention.ms"].synonyms == []
         broker = describe(4, "0", True)
         assert broker["message.max.bytes"].config_type == 3
         assert broker["auto.create.topics.enable"].config_type == 1
         assert [s.source for s in broker["message.max.bytes"].synonyms] == [4]
+
+
+def test_a_topic_config_lists_its_broker_synonyms(boot: str, unique: str) -> None:
+    """As Kafka's: a topic config the topic does not set comes from its broker-level
+    synonym, named as Kafka names it, from the broker's configuration (STATIC_BROKER_CONFIG)
+    where the key behind it is set there, then its default (DEFAULT_CONFIG); the source of
+    the topic config is the first of them. One set on the topic lists itself first.
+    retention.ms lists none: Kafka lists log.retention.ms only when it is set."""
+    topic = f"cfg-syn-{unique}"
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, 1, config={"max.message.bytes": "4096"})])[topic].result(DEADLINE)
+    static, default, topic_own = (ConfigSource.STATIC_BROKER_CONFIG.value,
+                                  ConfigSource.DEFAULT_CONFIG.value,
+                                  ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    described = admin.describe_configs([res])[res].result(DEADLINE)
+    assert set(described["max.message.bytes"].synonyms) == {"max.message.bytes",
+                                                            "message.max.bytes"}
+    assert (described["min.insync.replicas"].source,
+            set(described["min.insync.replicas"].synonyms)) == (static, {"min.insync.replicas"})
+    # A topic config is never read-only, wherever its value comes from (as in Kafka).
+    assert not described["min.insync.replicas"].is_read_only
+    assert described["cleanup.policy"].synonyms["log.cleanup.policy"].source == default
+
+    with Wire(boot) as w:
+        resp = w.call(32, 4, Data(resources=[Data(resource_type=2, resource_name=topic,
+                                                  configuration_keys=None)],
+                                  include_synonyms=True, include_documentation=False))
+    configs = {c.name: c for c in resp.results[0].configs}
+
+    def synonyms(name: str) -> list[tuple[str, str | None, int]]:
+        return [(s.name, s.value, s.source) for s in configs[name].synonyms]
+
+    size = str(5 * 1024 * 1024)  # maxMessageSize, in the broker's configuration and its default
+    assert synonyms("max.message.bytes") == [("max.message.bytes", "4096", topic_own),
+                                             ("message.max.bytes", size, static),
+                                             ("message.max.bytes", size, default)]
+    assert configs["max.message.bytes"].config_source == topic_own
+    assert synonyms("min.insync.replicas") == [("min.insync.replicas", "1", static),
+                                               ("min.insync.replicas", "1", default)]
+    assert synonyms("retention.bytes") == [("log.retention.bytes", "-1", default)]
+    assert synonyms("message.timestamp.type") == [("log.message.timestamp.type", "CreateTime",
+                                                   default)]
+    assert synonyms("compression.type") == [("compression.type", "producer", default)]
+    assert [(n, s) for n, _, s in synonyms("segment.bytes")] == [("log.segment.bytes", static),
+                                                                ("log.segment.bytes", default)]
+    assert synonyms("retention.ms") == []
+    assert configs["retention.ms"].config_source == default
+
+
+def test_broker_synonym_defaults_are_the_brokers() -> None:
+    """The default each broker synonym falls back to is the broker key's own default."""
+    from gateway._config import load_config
+    from handlers.kafka._configs import BROKER_SYNONYMS
+
+    defaults = load_config(None, {}, environ={})
+    for synonym in BROKER_SYNONYMS.values():
+        if synonym.key is not None:
+            assert defaults.get(synonym.key) == synonym.default, synonym
 
 
 def test_describe_configs_of_the_broker_default_resource_is_empty(boot: str) -> None:
@@ -502,9 +564,11 @@ def test_segment_bytes_rolls_ledgers_over_by_size(kafka_broker: Standalone, tmp_
                                                        ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
         assert _rest(server, f"/admin/v2/persistent/public/default/{sized}/ledgerRollover") \
             == {"rolloverSizeInMB": 1}
-        # the broker's 2048 MiB is past Kafka's INT: it shows as the largest INT
+        # the broker's 2048 MiB (managedLedgerMaxSizePerLedgerMbytes, in its configuration)
+        # is past Kafka's INT: it shows as the largest INT
         default = _describe(admin, plain)["segment.bytes"]
-        assert (default.value, default.source) == ("2147483647", ConfigSource.DEFAULT_CONFIG.value)
+        assert (default.value, default.source) == ("2147483647",
+                                                   ConfigSource.STATIC_BROKER_CONFIG.value)
     finally:
         server.kill()
 
