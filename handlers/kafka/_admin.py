@@ -71,13 +71,35 @@ _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 """What a client software name or version (ApiVersions v3+, KIP-511) must match."""
 
 
+METADATA_VERSION = "metadata.version"
+METADATA_VERSION_LEVEL = 21
+"""The ``metadata.version`` (KIP-778) reported finalized: 3.9-IV0, Kafka 3.9's, the last
+3.x release."""
+METADATA_VERSION_MIN = 1
+"""The lowest ``metadata.version`` a Kafka 3.x broker supports: 3.0-IV1, KRaft's first."""
+FEATURES_EPOCH = 0
+"""The epoch of the finalized features, which never change here."""
+
+
 def handle_api_versions(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    """ApiVersions: the served table, and from v3 the features (KIP-584) as a Kafka 3.9
+    broker in KRaft mode reports them: ``metadata.version`` supported and finalized, at
+    3.9-IV0. No other feature is reported, at any level: ``transaction.version`` and
+    ``group.version`` 1 or more would tell clients that the protocols of KIP-890 part 2
+    and KIP-848, which Magnetar does not serve, are on."""
     if req.api_version >= 3 and not all(
             _SOFTWARE.fullmatch(v or "") for v in (req.body.client_software_name,
                                                    req.body.client_software_version)):
         # As Kafka: INVALID_REQUEST, with no API listed.
         return Data(error_code=ErrorCode.INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
-    return Data(error_code=0, api_keys=api_versions_table(), throttle_time_ms=0)
+    return Data(error_code=0, api_keys=api_versions_table(), throttle_time_ms=0,
+                supported_features=[Data(name=METADATA_VERSION, min_version=METADATA_VERSION_MIN,
+                                         max_version=METADATA_VERSION_LEVEL)],
+                finalized_features_epoch=FEATURES_EPOCH,
+                finalized_features=[Data(name=METADATA_VERSION,
+                                         max_version_level=METADATA_VERSION_LEVEL,
+                                         min_version_level=METADATA_VERSION_LEVEL)],
+                zk_migration_ready=False)
 
 
 def _partitions(h: KafkaProtocolHandler, indexes: range) -> list[Data]:

@@ -524,7 +524,8 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
           F("group_state", "string", "4+"),
           F("group_type", "string", "5+")),
     ]),
-    _api(18, "ApiVersions", "0-3", 3, [
+    # v4 (KAFKA-17011) lists supported features whose min version is 0, which v3 leaves out.
+    _api(18, "ApiVersions", "0-4", 3, [
         F("client_software_name", "string", "3+"),
         F("client_software_version", "string", "3+"),
     ], [
@@ -534,6 +535,16 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
           F("min_version", "int16"),
           F("max_version", "int16")),
         F("throttle_time_ms", "int32", "1+"),
+        F("supported_features", "[]", "3+",
+          F("name", "string"),
+          F("min_version", "int16"),
+          F("max_version", "int16"), tag=0),
+        F("finalized_features_epoch", "int64", "3+", tag=1, default=-1),
+        F("finalized_features", "[]", "3+",
+          F("name", "string"),
+          F("max_version_level", "int16"),
+          F("min_version_level", "int16"), tag=2),
+        F("zk_migration_ready", "bool", "3+", tag=3),
     ]),
     _api(19, "CreateTopics", "0-7", 5, [
         F("topics", "[]", "0+",

@@ -455,6 +455,18 @@ def test_kafka_python_list_partition_reassignments(boot: str, unique: str) -> No
         admin.close()
 
 
+def test_kafka_python_describe_features(boot: str) -> None:
+    """ApiVersions v3+ carries the features (KIP-584) as a Kafka 3.9 broker in KRaft mode
+    reports them: metadata.version supported from 3.0-IV1 (1) to 3.9-IV0 (21), and
+    finalized at 3.9-IV0; nothing else, so no client turns on a protocol not served."""
+    admin = KafkaAdminClient(bootstrap_servers=boot)
+    try:
+        assert admin.describe_features() == {"metadata.version": {
+            "supported": (1, 21), "finalized": (21, 21), "finalized_epoch": 0}}
+    finally:
+        admin.close()
+
+
 def test_kafka_python_describe_topic_partitions_pages_with_a_cursor(boot: str, unique: str) -> None:
     """DescribeTopicPartitions (KIP-966, kafka-topics.sh --describe in Kafka 3.8+): topics
     in name order, at most the partition limit per answer, the cursor saying where the
