@@ -212,6 +212,7 @@ class Outbox:
         self._writing = False
         self.unsent = 0
         self._unwritable = False
+        self._drained: trio.Event | None = None
         self.on_writable: Callable[[], None] | None = None
 
     def put(self, frame: bytes) -> None:
@@ -231,8 +232,19 @@ class Outbox:
         self._unwritable = True
         return False
 
+    async def drained(self) -> None:
+        """Return once every frame queued so far has left (through the writer task, which
+        must be running, or at the end of a write batch)."""
+        while self.unsent > 0:
+            self._drained = trio.Event()
+            if self.frames and not self._writing:
+                self._ready.set()
+            await self._drained.wait()
+
     def _sent(self, n: int) -> None:
         self.unsent -= n
+        if self.unsent <= 0 and self._drained is not None:
+            self._drained.set()
         if self._unwritable and self.unsent <= WRITABLE_LOW:
             self._unwritable = False
             if self.on_writable is not None:

@@ -15,7 +15,9 @@ reading, which is the back-pressure a client sees.
 A frame whose size prefix is negative or too large, or whose body does not decode, ends
 the connection (after nothing is allocated for it), and so does an API key or version not
 served, as Kafka closes it; only ApiVersions at a version not served is answered,
-UNSUPPORTED_VERSION.
+UNSUPPORTED_VERSION. The requests read before the one that ends the connection are
+answered first, as Kafka answers them: it reads a connection's next request only once the
+last one is answered.
 
 A connection idle for ``connections.max.idle.ms`` (Kafka's broker key, default 10 minutes;
 -1 never) is closed, as Kafka closes it: idle meaning that nothing arrived from the client
@@ -144,6 +146,7 @@ class KafkaSession:
                     event = self.codec.next_event()
                 except RemoteProtocolError as exc:
                     log.info("kafka: closing connection: %s", exc)
+                    await self._answer_open_requests()
                     return
                 if event is NEED_DATA:
                     break
@@ -156,6 +159,15 @@ class KafkaSession:
                     self._push(_Slot([self.codec.unsupported_response(event)]))
                     continue
                 await self._handle(event)
+
+    async def _answer_open_requests(self) -> None:
+        """Wait until every request read so far is answered and its response sent (a peer
+        that does not read them is closed once idle, as any other)."""
+        for _ in range(MAX_IN_FLIGHT):
+            await self._room.acquire()
+        for _ in range(MAX_IN_FLIGHT):
+            self._room.release()
+        await self.outbox.drained()
 
     async def _handle(self, req: RequestReceived) -> None:
         self.handler.broker.stats.record_request("kafka")

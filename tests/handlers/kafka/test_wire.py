@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from handlers.kafka._codec import APIS, Data
+from handlers.kafka._codec import APIS, Data, decode_response, encode_request
 from handlers.kafka._errors import ErrorCode
 from handlers.kafka._records import Record, decode_batches, encode_batch
 from tests._standalone import Standalone
@@ -118,6 +118,22 @@ def test_an_unsupported_version_closes_the_connection_but_for_api_versions(boot:
                 bad.send_raw(struct.pack(">ihhi", 8, key, version, 77))
                 with pytest.raises(ConnectionError):
                     bad.read_frame()
+
+
+def test_requests_before_one_that_ends_the_connection_are_answered(boot: str) -> None:
+    """Kafka reads a connection's next request only once the last one is answered: those
+    pipelined before a request it cannot parse get their responses, then it closes."""
+    with Wire(boot) as w:
+        w.send_raw(encode_request(API_VERSIONS, 3, 1, "t", Data(client_software_name="t",
+                                                                 client_software_version="1"))
+                   + encode_request(METADATA, 12, 2, "t", Data(topics=[],
+                                                               allow_auto_topic_creation=False))
+                   + struct.pack(">ihhi", 8, METADATA, 99, 3))
+        assert decode_response(API_VERSIONS, 3, w.read_frame())[0] == 1
+        cid, body = decode_response(METADATA, 12, w.read_frame())
+        assert cid == 2 and body.brokers
+        with pytest.raises(ConnectionError):
+            w.read_frame()
 
 
 def test_unsupported_version_and_absurd_length_leave_others_served(boot: str) -> None:
