@@ -20,6 +20,21 @@ from tests.handlers.kafka.conftest import KAFKA_CONF
 from tests.handlers.kafka.test_clients import DEADLINE
 
 
+def _broker_with_topic(tmp_path: Path, topic: str) -> tuple[str, dict[str, object], Standalone]:
+    """A standalone on a Kafka listener of its own with ``topic`` (one partition) created:
+    its bootstrap address, its conf (to start it again on the same data) and itself."""
+    boot = f"127.0.0.1:{free_port()}"
+    conf = dict(KAFKA_CONF, kafkaListeners=f"PLAINTEXT://{boot}")
+    server = Standalone(tmp_path, conf=conf).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": boot})
+        admin.create_topics([NewTopic(topic, 1)])[topic].result(DEADLINE)
+    except BaseException:
+        server.kill()
+        raise
+    return boot, conf, server
+
+
 def _committed_values(boot: str, topic: str) -> list[bytes]:
     c = Consumer({"bootstrap.servers": boot, "group.id": f"read-{topic}",
                   "isolation.level": "read_committed", "enable.partition.eof": True})
@@ -43,13 +58,9 @@ def _committed_values(boot: str, topic: str) -> list[bytes]:
 
 def test_a_transaction_open_across_a_restart_is_fenced_not_committed(
         tmp_path: Path, unique: str) -> None:
-    boot = f"127.0.0.1:{free_port()}"
-    conf = dict(KAFKA_CONF, kafkaListeners=f"PLAINTEXT://{boot}")
     topic = f"txn-restart-{unique}"
-    server = Standalone(tmp_path, conf=conf).start()
+    boot, conf, server = _broker_with_topic(tmp_path, topic)
     try:
-        admin = AdminClient({"bootstrap.servers": boot})
-        admin.create_topics([NewTopic(topic, 1)])[topic].result(DEADLINE)
         idle = Producer({"bootstrap.servers": boot, "transactional.id": f"idle-{unique}"})
         idle.init_transactions(DEADLINE)
         idle.begin_transaction()
@@ -89,13 +100,9 @@ def test_a_transaction_open_across_a_restart_is_fenced_not_committed(
 
 def test_an_idempotent_producers_state_is_read_back_after_a_restart(
         tmp_path: Path, unique: str) -> None:
-    boot = f"127.0.0.1:{free_port()}"
-    conf = dict(KAFKA_CONF, kafkaListeners=f"PLAINTEXT://{boot}")
     topic = f"producers-restart-{unique}"
-    server = Standalone(tmp_path, conf=conf).start()
+    boot, conf, server = _broker_with_topic(tmp_path, topic)
     try:
-        admin = AdminClient({"bootstrap.servers": boot})
-        admin.create_topics([NewTopic(topic, 1)])[topic].result(DEADLINE)
         p = Producer({"bootstrap.servers": boot, "enable.idempotence": True})
         stamp = int(time.time() * 1000) - 3_600_000
         for i in range(4):
