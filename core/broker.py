@@ -20,7 +20,7 @@ from core._bridge import NativeBridge
 from core.autorecovery import Auditor
 from core.naming import PARTITION_SUFFIX, NamespaceName, TopicName
 from core.nonpersistent import NonPersistentTopic
-from core.policies import PolicyStore, PreconditionError
+from core.policies import PolicyStore, PreconditionError, exact_retention, size_retention_floor
 from core.schema import SchemaRegistry
 from core.stats import BrokerStats
 from core.storage import Storage
@@ -242,6 +242,7 @@ class BrokerService:
         retention = pol.get("retention_policies") or {}
         rt = retention.get("retentionTimeInMinutes", c.get("defaultRetentionTimeInMinutes"))
         rs = retention.get("retentionSizeInMB", c.get("defaultRetentionSizeInMB"))
+        exact_ms, exact_bytes = exact_retention(pol)
         # A namespace's or topic's persistence policy replaces the broker's defaults, and a
         # topic's ledger rollover policy (Kafka's segment.ms and segment.bytes) its rollover.
         persistence = pol.get("persistence") or {}
@@ -258,8 +259,11 @@ class BrokerService:
             "max_rollover_time_ms": int(rollover.get(
                 "rolloverTimeInMillis", float(c.get("managedLedgerMaxLedgerRolloverTimeMinutes")) * 60_000)),
             "max_ledger_size_mb": int(rollover.get("rolloverSizeInMB", c.get("managedLedgerMaxSizePerLedgerMbytes"))),
-            "retention_time_ms": -1 if int(rt) < 0 else int(rt) * 60_000,
-            "retention_size_mb": int(rs),
+            # A retention finer than minutes (Kafka's retention.ms) is the storage's own
+            # resolution; one finer than MB (retention.bytes) the retention check applies
+            # (``_housekeeping``), so the storage has no size limit of its own then.
+            "retention_time_ms": exact_ms if exact_ms is not None else -1 if int(rt) < 0 else int(rt) * 60_000,
+            "retention_size_mb": -1 if exact_bytes is not None else int(rs),
             "mark_delete_rate_per_sec": float(persistence.get(
                 "managedLedgerMaxMarkDeleteRate", c.get("managedLedgerDefaultMarkDeleteRateLimit"))),
             "cache_eviction_time_ms": int(c.get("managedLedgerCacheEvictionTimeThresholdMillis")),
@@ -506,6 +510,13 @@ class BrokerService:
             # Seal idle ledgers past their rollover age, then drop what every cursor has
             # passed and retention no longer needs.
             await topic.ml.check_rollover()
+            _, exact_bytes = exact_retention(topic.policies)
+            if exact_bytes is not None:
+                # a size in bytes, not whole MB: the ledgers past it go as ones below a
+                # trim floor, once every durable cursor has passed them
+                floor = size_retention_floor(topic.ml.ledgers(), exact_bytes)
+                if floor > 0:
+                    topic.ml.raise_trim_floor(floor)
             await topic.ml.trim()
 
         async def compaction_check(topic: PersistentTopic) -> None:

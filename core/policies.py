@@ -19,6 +19,9 @@ __all__ = [
     "PreconditionError",
     "default_policies",
     "TOPIC_POLICY_KEYS",
+    "RETENTION_EXACT",
+    "exact_retention",
+    "size_retention_floor",
 ]
 
 
@@ -62,7 +65,46 @@ TOPIC_POLICY_KEYS = (
     "schema_validation_enforced",
     "schema_compatibility_strategy",
     "delayed_delivery_policies",
+    "retention_exact",
 )
+
+RETENTION_EXACT = "retention_exact"
+"""A topic's retention finer than whole minutes and MB (Kafka's ``retention.ms`` and
+``retention.bytes`` as set): ``retentionTimeInMillis`` and ``retentionSizeInBytes``, kept
+beside the ``retention_policies`` they round up to, which the admin API shows."""
+
+
+def exact_retention(policies: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The retention time (ms) and size (bytes) that ``policies`` (a topic's effective
+    ones) set finer than their retention policy. Each counts only while the retention
+    policy still holds the whole minutes (MB) it rounds up to, so a retention set later
+    through the admin API, in minutes and MB, takes over from it."""
+    exact = policies.get(RETENTION_EXACT) or {}
+    retention = policies.get("retention_policies") or {}
+
+    def agreed(field: str, coarse: str, unit: int) -> int | None:
+        value = exact.get(field)
+        if value is None or int(value) < 0 or retention.get(coarse) != -(-int(value) // unit):
+            return None
+        return int(value)
+
+    return (agreed("retentionTimeInMillis", "retentionTimeInMinutes", 60_000),
+            agreed("retentionSizeInBytes", "retentionSizeInMB", 1024 * 1024))
+
+
+def size_retention_floor(ledgers: list[dict[str, Any]], limit: int) -> int:
+    """The first message index a size retention of ``limit`` bytes keeps, given a managed
+    ledger's ``ledgers()`` (oldest first): as Kafka's ``retention.bytes`` deletes log
+    segments, the oldest ledger goes while the ones after it still hold ``limit`` bytes; the
+    last (current) one always stays. 0 when nothing goes."""
+    total = sum(int(info["size"]) for info in ledgers)
+    floor = 0
+    for info, after in zip(ledgers, ledgers[1:], strict=False):
+        if total - int(info["size"]) < limit:
+            break
+        total -= int(info["size"])
+        floor = int(after["firstIndex"])
+    return floor
 
 
 def default_policies(clusters: list[str]) -> dict[str, Any]:

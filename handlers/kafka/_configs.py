@@ -9,11 +9,11 @@ and the storage applies them, and DescribeConfigs reports them back:
 Kafka config           Magnetar topic policy                        note
 ====================== ============================================ =======================
 retention.ms           retention_policies.retentionTimeInMinutes    whole minutes (rounded
-                                                                    up); -1 (or unset) no
-                                                                    time limit
-retention.bytes        retention_policies.retentionSizeInMB         whole MiB (rounded up);
-                                                                    -1 (or unset) no size
-                                                                    limit
+                       and retention_exact.retentionTimeInMillis    up) and as given; -1
+                                                                    (or unset) no time limit
+retention.bytes        retention_policies.retentionSizeInMB         whole MiB (rounded up)
+                       and retention_exact.retentionSizeInBytes     and as given; -1 (or
+                                                                    unset) no size limit
 max.message.bytes      max_message_size (``maxMessageSize``)        largest record batch
 min.insync.replicas    persistence.bookkeeperAckQuorum              bookies an entry is on
                                                                     before it is
@@ -36,7 +36,19 @@ a Kafka client creates gets Kafka's default as its own ``retention.ms``
 (``log.retention.hours``, a week), and a config reset or deleted goes back to that, not to
 the namespace's retention. DescribeConfigs shows a retention equal to that default (and an
 unlimited ``retention.bytes``) as the default, as Kafka shows a topic created without
-retention configs. ``cleanup.policy=compact`` is refused, since Magnetar
+retention configs.
+
+The admin API's retention policy (``pulsar-admin topics get-retention``) has whole minutes
+and MB, so a ``retention.ms`` or ``retention.bytes`` is stored twice: rounded up there, and
+as given in the topic's ``retention_exact`` policy, which DescribeConfigs reports and the
+storage enforces - the time at the storage's own resolution (milliseconds, from when a
+ledger was sealed), the size by the broker's retention check
+(``retentionCheckIntervalInSeconds``, Kafka's ``log.retention.check.interval.ms``), which
+drops the oldest ledgers while the rest still hold ``retention.bytes``, as Kafka drops
+segments. The exact value holds only while the retention policy still says what it
+rounds up to: a retention set later through the admin API replaces it. The ledger being
+written is not deleted by retention until it is sealed, which ``segment.ms`` bounds (Kafka
+rolls an active segment past retention to delete it). ``cleanup.policy=compact`` is refused, since Magnetar
 does not compact topics by itself. Any other name, and a value that is not valid for its
 key, is INVALID_CONFIG with a message naming it, as Kafka answers.
 
@@ -75,6 +87,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from core.naming import TopicName
+from core.policies import RETENTION_EXACT, exact_retention
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, ProtocolError
 from handlers.kafka._produce import topic_error
@@ -262,17 +275,19 @@ def _apply_retention(policies: dict[str, Any], name: str, value: str | None) -> 
     """Kafka limits retention by time and by size, each unlimited unless set; a Magnetar
     retention policy always has both halves. So the half a Kafka client has not set is
     unlimited (-1), and the one it set decides. Removing a half makes it unlimited again;
-    when both are, the topic goes back to its namespace's retention."""
-    key = "retentionTimeInMinutes" if name == "retention.ms" else "retentionSizeInMB"
+    when both are, the topic goes back to its namespace's retention. The value as given
+    is kept beside it (:data:`RETENTION_EXACT`), which the retention policy shows rounded
+    up to whole minutes and MB."""
+    key, exact_key, unit = (("retentionTimeInMinutes", "retentionTimeInMillis", MINUTE_MS)
+                            if name == "retention.ms" else
+                            ("retentionSizeInMB", "retentionSizeInBytes", MIB))
+    n = -1 if value is None else int(value)
+    _set_field(policies, RETENTION_EXACT, exact_key, n if n >= 0 else None)
     current = dict(policies.get(RETENTION) or {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
-    if value is None:
-        current[key] = -1
-        if all(v == -1 for v in current.values()):
-            policies.pop(RETENTION, None)
-            return
-    else:
-        n = int(value)
-        current[key] = -1 if n < 0 else _ceil_div(n, MINUTE_MS if name == "retention.ms" else MIB)
+    current[key] = -1 if n < 0 else _ceil_div(n, unit)
+    if value is None and all(v == -1 for v in current.values()):
+        policies.pop(RETENTION, None)
+        return
     policies[RETENTION] = current
 
 
@@ -284,14 +299,17 @@ def topic_values(topic_policies: dict[str, Any], effective: dict[str, Any],
     own_retention = topic_policies.get(RETENTION) or {}
     minutes = int(retention.get("retentionTimeInMinutes", default_minutes))
     size_mb = int(retention.get("retentionSizeInMB", default_mb))
+    exact_ms, exact_bytes = exact_retention(effective)
     max_message = topic_policies.get(MAX_MESSAGE_SIZE)
     return [
         ("cleanup.policy", "delete", False),
         ("max.message.bytes", str(max_message if max_message is not None else default_max_message),
          max_message is not None),
-        ("retention.ms", str(-1 if minutes < 0 else minutes * MINUTE_MS),
+        ("retention.ms", str(exact_ms if exact_ms is not None else
+                             -1 if minutes < 0 else minutes * MINUTE_MS),
          "retentionTimeInMinutes" in own_retention),
-        ("retention.bytes", str(-1 if size_mb < 0 else size_mb * MIB),
+        ("retention.bytes", str(exact_bytes if exact_bytes is not None else
+                                -1 if size_mb < 0 else size_mb * MIB),
          "retentionSizeInMB" in own_retention),
     ]
 
@@ -362,7 +380,7 @@ BROKER_SYNONYMS: dict[str, _BrokerSynonym] = {
 """Each topic config's broker-level synonym (Kafka's ``ServerTopicConfigSynonyms``), where
 Kafka lists one (see the module docs)."""
 
-STORAGE_POLICIES = (RETENTION, PERSISTENCE, LEDGER_ROLLOVER)
+STORAGE_POLICIES = (RETENTION, RETENTION_EXACT, PERSISTENCE, LEDGER_ROLLOVER)
 """The policies the storage reads when a topic opens: a change reopens its partitions."""
 
 

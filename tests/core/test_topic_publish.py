@@ -325,6 +325,7 @@ class _CheckedTopic:
         self.ran: dict[str, list[float]] = {"ttl": [], "quota": [], "retention": [], "expiry": [],
                                             "compaction": []}
         self.ml = SimpleNamespace(check_rollover=self._note("retention"), trim=self._async_none)
+        self.policies: dict[str, object] = {}
 
     def _note(self, what: str) -> Callable[[], object]:
         async def run() -> None:

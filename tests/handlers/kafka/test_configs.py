@@ -29,6 +29,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
+from core.policies import exact_retention, size_retention_floor
 from handlers.kafka._codec import Data
 from handlers.kafka._configs import ConfigError, apply, validate
 from handlers.kafka._errors import ErrorCode
@@ -36,7 +37,7 @@ from tests._standalone import Standalone
 from tests.handlers.kafka._wire import Wire, bootstrap
 from tests.handlers.kafka.conftest import KAFKA_CONF
 from tests.handlers.kafka.test_clients import DEADLINE, drain_confluent, wait_for
-from tests.handlers.kafka.test_delete_records import _ledgers
+from tests.handlers.kafka.test_delete_records import _ledgers, _watermarks
 from tests.handlers.kafka.test_wire import PRODUCE, batch, produce_body
 
 with warnings.catch_warnings():
@@ -103,17 +104,38 @@ def test_retention_maps_onto_the_retention_policy() -> None:
     pol: dict[str, Any] = {}
     # The half a Kafka client leaves unset is unlimited, as in Kafka.
     apply(pol, [("retention.ms", "90001"), ("max.message.bytes", "1000")])
+    # rounded up to whole minutes for the retention policy, and kept as given beside it
     assert pol == {"retention_policies": {"retentionTimeInMinutes": 2, "retentionSizeInMB": -1},
+                   "retention_exact": {"retentionTimeInMillis": 90001},
                    "max_message_size": 1000}
+    assert exact_retention(pol) == (90001, None)
     apply(pol, [("retention.bytes", str(5 * 1024 * 1024 + 1))])
     assert pol["retention_policies"] == {"retentionTimeInMinutes": 2, "retentionSizeInMB": 6}
+    assert exact_retention(pol) == (90001, 5 * 1024 * 1024 + 1)
     apply(pol, [("retention.ms", None)])
     assert pol["retention_policies"] == {"retentionTimeInMinutes": -1, "retentionSizeInMB": 6}
+    assert pol["retention_exact"] == {"retentionSizeInBytes": 5 * 1024 * 1024 + 1}
+    # a retention set later in whole minutes and MB (the admin API) takes over
+    assert exact_retention({**pol, "retention_policies": {"retentionTimeInMinutes": 5,
+                                                          "retentionSizeInMB": 7}}) == (None, None)
     # Both halves removed: back to the namespace's retention.
     apply(pol, [("retention.bytes", None), ("max.message.bytes", None)])
     assert pol == {}
     apply(pol, [("retention.ms", "-1"), ("retention.bytes", "-1")])
     assert pol == {"retention_policies": {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}}
+
+
+def test_size_retention_keeps_the_newest_ledgers_holding_retention_bytes() -> None:
+    """As Kafka deletes segments for retention.bytes: the oldest goes while what follows it
+    still holds the limit; the ledger being written always stays."""
+    ledgers = [{"size": 100, "firstIndex": 0}, {"size": 100, "firstIndex": 10},
+               {"size": 100, "firstIndex": 20}, {"size": 50, "firstIndex": 30}]
+    assert size_retention_floor(ledgers, 350) == 0
+    assert size_retention_floor(ledgers, 250) == 10
+    assert size_retention_floor(ledgers, 249) == 10
+    assert size_retention_floor(ledgers, 150) == 20
+    assert size_retention_floor(ledgers, 0) == 30
+    assert size_retention_floor(ledgers[:1], 0) == 0
 
 
 def test_segment_configs_map_onto_the_ledger_rollover_policy() -> None:
@@ -408,6 +430,52 @@ def test_retention_configs_are_applied_by_the_storage(tmp_path: Path, unique: st
         assert len(_ledgers(server, kept)) >= 4
     finally:
         server.kill()
+
+
+def test_retention_finer_than_minutes_and_mib_is_kept_shown_and_enforced(
+        tmp_path: Path, unique: str) -> None:
+    """retention.ms=1000 and retention.bytes=1 are kept as set (the admin API shows them
+    rounded up to whole minutes and MB), described back exactly, after a restart too, and
+    enforced at that resolution: records a second past their sealed ledger go at the next
+    retention check, and only the newest ledger holding a byte stays for retention.bytes,
+    while a topic with a whole minute of retention keeps its records."""
+    conf = {**KAFKA_CONF, "managedLedgerMaxEntriesPerLedger": 5,
+            "managedLedgerMinLedgerRolloverTimeMinutes": 0,
+            "defaultRetentionTimeInMinutes": -1, "defaultRetentionSizeInMB": -1,
+            "retentionCheckIntervalInSeconds": 1}
+    second, byte, minute = f"ret-ms-{unique}", f"ret-bytes-{unique}", f"ret-min-{unique}"
+    configs = {second: {"retention.ms": "1000"}, byte: {"retention.bytes": "1"},
+               minute: {"retention.ms": "60000"}}
+    server = Standalone(tmp_path, conf=conf).start()
+    try:
+        boot = bootstrap(server.addresses)
+        admin = AdminClient({"bootstrap.servers": boot})
+        for topic, config in configs.items():
+            admin.create_topics([NewTopic(topic, 1, config=config)])[topic].result(DEADLINE)
+        assert _describe(admin, second)["retention.ms"].value == "1000"
+        assert _describe(admin, byte)["retention.bytes"].value == "1"
+        base = "/admin/v2/persistent/public/default/"
+        assert _rest(server, base + second + "/retention") == {"retentionTimeInMinutes": 1,
+                                                               "retentionSizeInMB": -1}
+        with Wire(boot) as w:
+            for topic in configs:
+                for i in range(20):
+                    w.call(PRODUCE, 9, produce_body(topic, batch([b"r%d" % i])))
+        # 20 records, 5 to a ledger: the four full ledgers are sealed
+        wait_for(lambda: _watermarks(boot, second)[0] >= 15)
+        wait_for(lambda: _watermarks(boot, byte)[0] >= 15)
+        assert _watermarks(boot, minute) == (0, 20)
+        assert len(_ledgers(server, minute)) >= 4
+    finally:
+        server.kill()
+    again = Standalone(tmp_path, conf=conf).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap(again.addresses)})
+        assert _describe(admin, second)["retention.ms"].value == "1000"
+        assert _describe(admin, byte)["retention.bytes"].value == "1"
+        assert _describe(admin, minute)["retention.ms"].value == "60000"
+    finally:
+        again.kill()
 
 
 def test_a_topic_a_kafka_client_creates_keeps_a_week_of_records(tmp_path: Path, unique: str) -> None:
