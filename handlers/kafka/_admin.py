@@ -242,6 +242,10 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
         if n == -1:
             n = h.topics.default_partitions(name)
         if t.assignments:
+            refused = _manual_assignment_error(h, t)
+            if refused is not None:
+                res.error_code, res.error_message = refused
+                continue
             n = len(t.assignments)
         if n < 1:
             res.error_code = ErrorCode.INVALID_PARTITIONS
@@ -297,6 +301,56 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
     return Data(throttle_time_ms=0, topics=out)
 
 
+def _replicas_error(h: KafkaProtocolHandler, replicas: list[int], factor: int | None) -> str | None:
+    """Why one partition's manual replica list is refused (Kafka's
+    ``ReplicationControlManager.validateManualPartitionAssignment``), or None: it names
+    each broker once, every one of them registered (this node is the only one), and has
+    ``factor`` replicas when given."""
+    if not replicas:
+        return "The manual partition assignment includes an empty replica list."
+    previous = None
+    for broker in sorted(replicas):
+        if broker != h.node_id:
+            return (f"The manual partition assignment includes broker {broker}, but no such "
+                    "broker is registered.")
+        if broker == previous:
+            return f"The manual partition assignment includes the broker {broker} more than once."
+        previous = broker
+    if factor is not None and len(replicas) != factor:
+        return (f"The manual partition assignment includes a partition with {len(replicas)} "
+                "replica(s), but this is not consistent with previous partitions, which have "
+                f"{factor} replica(s).")
+    return None
+
+
+def _manual_assignment_error(h: KafkaProtocolHandler, t: Data) -> tuple[int, str] | None:
+    """The error of a CreateTopics topic whose partitions are assigned by hand, as Kafka's
+    controller (``ReplicationControlManager.createTopic``) answers it, or None: partition
+    count and replication factor must then be -1, each partition assigned once, to
+    registered brokers, all with as many replicas, numbered from 0 without a gap."""
+    if t.replication_factor != -1:
+        return ErrorCode.INVALID_REQUEST, ("A manual partition assignment was specified, but "
+                                           "replication factor was not set to -1.")
+    if t.num_partitions != -1:
+        return ErrorCode.INVALID_REQUEST, ("A manual partition assignment was specified, but "
+                                           "numPartitions was not set to -1.")
+    seen: set[int] = set()
+    factor: int | None = None
+    for a in t.assignments:
+        if a.partition_index in seen:
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, (
+                f"Found multiple manual partition assignments for partition {a.partition_index}")
+        refused = _replicas_error(h, list(a.broker_ids), factor)
+        if refused is not None:
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, refused
+        factor = len(a.broker_ids)
+        seen.add(a.partition_index)
+    if seen != set(range(len(seen))):
+        return ErrorCode.INVALID_REPLICA_ASSIGNMENT, ("partitions should be a consecutive "
+                                                      "0-based integer sequence")
+    return None
+
+
 async def handle_delete_topics(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
     out = []
     for kname in req.body.topic_names:
@@ -342,10 +396,29 @@ async def handle_create_partitions(h: KafkaProtocolHandler, req: RequestReceived
             res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             res.error_message = f"Topic '{t.name}' does not exist (or is not partitioned)."
             continue
-        if t.count <= current:
+        # Kafka's controller (ReplicationControlManager.createPartitions): the count must
+        # grow, by as many partitions as assignments are given, each of one replica (the
+        # replication factor the topic's partitions report) on a registered broker.
+        if t.count == current:
             res.error_code = ErrorCode.INVALID_PARTITIONS
-            res.error_message = f"Topic currently has {current} partitions, {t.count} is not an increase."
+            res.error_message = f"Topic already has {current} partition(s)."
             continue
+        if t.count < current:
+            res.error_code = ErrorCode.INVALID_PARTITIONS
+            res.error_message = (f"The topic {t.name} currently has {current} partition(s); "
+                                 f"{t.count} would not be an increase.")
+            continue
+        if t.assignments is not None:
+            added = t.count - current
+            refused = (f"Attempted to add {added} additional partition(s), but only "
+                       f"{len(t.assignments)} assignment(s) were specified."
+                       if len(t.assignments) != added else None)
+            for a in t.assignments:
+                refused = refused or _replicas_error(h, list(a.broker_ids), 1)
+            if refused is not None:
+                res.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+                res.error_message = refused
+                continue
         if not b.validate_only:
             h.broker.metadata.put(_partitioned_path(name), json.dumps({"partitions": t.count}).encode())
     return Data(throttle_time_ms=0, results=out)

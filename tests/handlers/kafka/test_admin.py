@@ -1,0 +1,70 @@
+"""Cluster and topic administration through confluent-kafka's AdminClient, answered as
+Apache Kafka's controller answers it: the errors, their codes and their messages."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from tests.handlers.kafka.test_clients import DEADLINE
+
+
+def _refusal(future: object) -> tuple[int, str]:
+    with pytest.raises(KafkaException) as err:
+        future.result(DEADLINE)  # type: ignore[attr-defined]
+    error = err.value.args[0]
+    return error.code(), error.str()
+
+
+def _partitions(admin: AdminClient, topic: str) -> int:
+    return len(admin.list_topics(topic, timeout=DEADLINE).topics[topic].partitions)
+
+
+def test_create_topics_checks_a_manual_replica_assignment(boot: str, unique: str) -> None:
+    """Replicas on brokers that do not exist, a broker named twice, or partitions with
+    different replica counts are INVALID_REPLICA_ASSIGNMENT, and nothing is created; an
+    assignment to this broker creates one partition per entry."""
+    admin = AdminClient({"bootstrap.servers": boot})
+    unknown, twice, uneven, good = (f"{k}-{unique}" for k in ("unknown", "twice", "uneven", "good"))
+    cases = {
+        unknown: ([[7]], "The manual partition assignment includes broker 7, but no such broker "
+                         "is registered."),
+        twice: ([[0, 0]], "The manual partition assignment includes the broker 0 more than once."),
+        uneven: ([[0], [0, 7]], "The manual partition assignment includes broker 7, but no such "
+                                "broker is registered."),
+    }
+    futures = admin.create_topics([NewTopic(t, len(a), replica_assignment=a) for t, (a, _) in cases.items()])
+    for topic, (_, message) in cases.items():
+        assert _refusal(futures[topic]) == (KafkaError.INVALID_REPLICA_ASSIGNMENT, message)
+    assert not set(cases) & set(admin.list_topics(timeout=DEADLINE).topics)
+
+    admin.create_topics([NewTopic(good, 2, replica_assignment=[[0], [0]])])[good].result(DEADLINE)
+    assert _partitions(admin, good) == 2
+
+
+def test_create_partitions_refusals_are_kafkas(boot: str, unique: str) -> None:
+    """No increase is INVALID_PARTITIONS with the controller's messages; assignments that do
+    not match the partitions added, or name an unknown broker or one broker twice,
+    INVALID_REPLICA_ASSIGNMENT. None of them adds a partition, nor does validate_only."""
+    admin = AdminClient({"bootstrap.servers": boot})
+    topic = f"grow-{unique}"
+    admin.create_topics([NewTopic(topic, 3)])[topic].result(DEADLINE)
+
+    def refused(count: int, assignment: list[list[int]] | None = None) -> tuple[int, str]:
+        grow = NewPartitions(topic, count) if assignment is None else NewPartitions(topic, count, assignment)
+        return _refusal(admin.create_partitions([grow])[topic])
+
+    assert refused(2) == (KafkaError.INVALID_PARTITIONS,
+                          f"The topic {topic} currently has 3 partition(s); 2 would not be an increase.")
+    assert refused(3) == (KafkaError.INVALID_PARTITIONS, "Topic already has 3 partition(s).")
+    assert refused(5, [[0]]) == (KafkaError.INVALID_REPLICA_ASSIGNMENT, "Attempted to add 2 "
+                                 "additional partition(s), but only 1 assignment(s) were specified.")
+    assert refused(4, [[9]]) == (KafkaError.INVALID_REPLICA_ASSIGNMENT, "The manual partition "
+                                 "assignment includes broker 9, but no such broker is registered.")
+    assert refused(4, [[0, 0]]) == (KafkaError.INVALID_REPLICA_ASSIGNMENT, "The manual partition "
+                                    "assignment includes the broker 0 more than once.")
+    admin.create_partitions([NewPartitions(topic, 6)], validate_only=True)[topic].result(DEADLINE)
+    assert _partitions(admin, topic) == 3
+    admin.create_partitions([NewPartitions(topic, 5, [[0], [0]])])[topic].result(DEADLINE)
+    assert _partitions(admin, topic) == 5
