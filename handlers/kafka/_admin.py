@@ -1,6 +1,6 @@
 """Cluster and topic administration: ApiVersions, Metadata, DescribeTopicPartitions,
 FindCoordinator, CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
-DescribeCluster (the configs APIs are in :mod:`handlers.kafka._configs`).
+DescribeCluster, ElectLeaders (the configs APIs are in :mod:`handlers.kafka._configs`).
 
 This broker is the only node Kafka clients see (node id ``kafkaNodeId``, 0): it leads
 every partition and coordinates every group and transaction. Replication is the ledger's
@@ -42,6 +42,7 @@ __all__ = [
     "handle_create_partitions",
     "handle_delete_records",
     "handle_describe_cluster",
+    "handle_elect_leaders",
     "handle_list_partition_reassignments",
     "handle_describe_log_dirs",
     "handle_acls",
@@ -457,6 +458,44 @@ def handle_describe_cluster(h: KafkaProtocolHandler, req: RequestReceived) -> Da
     return Data(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
                 cluster_id=h.cluster_id, controller_id=h.node_id, cluster_authorized_operations=ops,
                 brokers=[Data(broker_id=e.node_id, host=e.host, port=e.port, rack=None)])
+
+
+ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1
+
+
+def handle_elect_leaders(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    """ElectLeaders (KIP-460) as Kafka's controller answers it
+    (``ReplicationControlManager.electLeaders``): a partition's one replica, this node, is
+    its preferred leader and leads it, so no election is needed (ELECTION_NOT_NEEDED) for
+    either type; a topic or partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION.
+    Asked for every partition (null), Kafka lists each topic but leaves out the
+    partitions needing no election, so here every topic has none; an unknown election type
+    is INVALID_REQUEST for the whole request."""
+    b = req.body
+    if b.election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
+        return Data(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
+                    replica_election_results=[])
+    if b.topic_partitions is None:
+        return Data(throttle_time_ms=0, error_code=0, replica_election_results=[
+            Data(topic=h.topics.kafka_name(name), partition_result=[])
+            for name in h.topics.all_topics()])
+    out = []
+    for t in b.topic_partitions:
+        try:
+            count = h.topics.partition_count(h.topics.topic_name(t.topic))
+        except Exception:
+            count = 0
+        results = []
+        for p in t.partition_id:
+            if not count:
+                code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {t.topic}"
+            elif not 0 <= p < count:
+                code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {t.topic}-{p}"
+            else:
+                code, message = ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."
+            results.append(Data(partition_id=p, error_code=code, error_message=message))
+        out.append(Data(topic=t.topic, partition_result=results))
+    return Data(throttle_time_ms=0, error_code=0, replica_election_results=out)
 
 
 def handle_list_partition_reassignments(h: KafkaProtocolHandler, req: RequestReceived) -> Data:

@@ -779,6 +779,23 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
             F("error_message", "string", nullable="0+"),
             *_acl(filter_=False))),
     ]),
+    # KIP-460: every partition has one replica, led here; see handlers.kafka._admin.
+    _api(43, "ElectLeaders", "0-2", 2, [
+        F("election_type", "int8", "1+"),
+        F("topic_partitions", "[]", "0+",
+          F("topic", "string"),
+          F("partition_id", "[]int32"), nullable="0+"),
+        F("timeout_ms", "int32", default=60000),
+    ], [
+        _THROTTLE,
+        F("error_code", "int16", "1+"),
+        F("replica_election_results", "[]", "0+",
+          F("topic", "string"),
+          F("partition_result", "[]", "0+",
+            F("partition_id", "int32"),
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+"))),
+    ]),
     _api(35, "DescribeLogDirs", "1-4", 2, [
         F("topics", "[]", "0+",
           F("topic", "string"),

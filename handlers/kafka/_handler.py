@@ -126,6 +126,7 @@ class KafkaProtocolHandler:
             35: _admin.handle_describe_log_dirs,
             37: _admin.handle_create_partitions,
             42: lambda h, r: partial(h.groups.delete, r),
+            43: _admin.handle_elect_leaders,
             44: _configs.handle_incremental_alter_configs,
             46: _admin.handle_list_partition_reassignments,
             47: lambda h, r: partial(h.groups.delete_offsets, r),

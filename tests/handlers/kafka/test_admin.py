@@ -4,9 +4,12 @@ Apache Kafka's controller answers it: the errors, their codes and their messages
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from handlers.kafka._codec import Data
+from handlers.kafka._errors import ErrorCode
+from tests.handlers.kafka._wire import Wire
 from tests.handlers.kafka.test_clients import DEADLINE
 
 
@@ -68,3 +71,28 @@ def test_create_partitions_refusals_are_kafkas(boot: str, unique: str) -> None:
     assert _partitions(admin, topic) == 3
     admin.create_partitions([NewPartitions(topic, 5, [[0], [0]])])[topic].result(DEADLINE)
     assert _partitions(admin, topic) == 5
+
+
+def test_elect_leaders_finds_no_election_needed(boot: str, unique: str) -> None:
+    """Every partition's one replica leads it, so neither election type is needed
+    (ELECTION_NOT_NEEDED per partition, as Kafka answers a partition led by its preferred
+    replica); an unknown partition is UNKNOWN_TOPIC_OR_PARTITION; asked for all
+    partitions, no partition needs one."""
+    admin = AdminClient({"bootstrap.servers": boot})
+    topic = f"elect-{unique}"
+    admin.create_topics([NewTopic(topic, 2)])[topic].result(DEADLINE)
+    for election in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+        results = admin.elect_leaders(election, [TopicPartition(topic, 0), TopicPartition(topic, 1),
+                                                 TopicPartition(topic, 5)]).result(DEADLINE)
+        codes = {tp.partition: error.code() for tp, error in results.items()}
+        assert codes == {0: KafkaError.ELECTION_NOT_NEEDED, 1: KafkaError.ELECTION_NOT_NEEDED,
+                         5: KafkaError.UNKNOWN_TOPIC_OR_PART}
+    assert admin.elect_leaders(ElectionType.PREFERRED, None).result(DEADLINE) == {}
+
+
+def test_an_unknown_election_type_is_an_invalid_request(boot: str) -> None:
+    """What a client library does not send: an unknown election type is INVALID_REQUEST
+    for the whole request."""
+    with Wire(boot) as w:
+        elect = w.call(43, 2, Data(election_type=2, topic_partitions=[], timeout_ms=1000))
+    assert (elect.error_code, elect.replica_election_results) == (ErrorCode.INVALID_REQUEST, [])
