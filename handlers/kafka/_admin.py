@@ -1,6 +1,7 @@
 """Cluster and topic administration: ApiVersions, Metadata, DescribeTopicPartitions,
 FindCoordinator, CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
-DescribeCluster, ElectLeaders (the configs APIs are in :mod:`handlers.kafka._configs`).
+DescribeCluster, ElectLeaders, DescribeUserScramCredentials (the configs APIs are in
+:mod:`handlers.kafka._configs`).
 
 This broker is the only node Kafka clients see (node id ``kafkaNodeId``, 0): it leads
 every partition and coordinates every group and transaction. Replication is the ledger's
@@ -43,6 +44,7 @@ __all__ = [
     "handle_delete_records",
     "handle_describe_cluster",
     "handle_elect_leaders",
+    "handle_describe_user_scram_credentials",
     "handle_list_partition_reassignments",
     "handle_describe_log_dirs",
     "handle_acls",
@@ -496,6 +498,24 @@ def handle_elect_leaders(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
             results.append(Data(partition_id=p, error_code=code, error_message=message))
         out.append(Data(topic=t.topic, partition_result=results))
     return Data(throttle_time_ms=0, error_code=0, replica_election_results=out)
+
+
+def handle_describe_user_scram_credentials(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
+    """DescribeUserScramCredentials (KIP-554) as a Kafka broker with no SCRAM credentials
+    answers it (``ScramImage.describe``): all users (null or none named) is no result; a
+    user named is RESOURCE_NOT_FOUND, one named twice DUPLICATE_RESOURCE. Magnetar's Kafka listener does not authenticate with SASL, so no user has
+    a credential; AlterUserScramCredentials is not served."""
+    named: dict[str, bool] = {}
+    for u in req.body.users or []:
+        named[u.name] = u.name in named
+    results = [
+        Data(user=user, error_code=ErrorCode.DUPLICATE_RESOURCE, credential_infos=[],
+             error_message=f"Cannot describe SCRAM credentials for the same user twice in a "
+                           f"single request: {user}") if twice else
+        Data(user=user, error_code=ErrorCode.RESOURCE_NOT_FOUND, credential_infos=[],
+             error_message=f"Attempt to describe a user credential that does not exist: {user}")
+        for user, twice in named.items()]
+    return Data(throttle_time_ms=0, error_code=0, error_message=None, results=results)
 
 
 def handle_list_partition_reassignments(h: KafkaProtocolHandler, req: RequestReceived) -> Data:

@@ -796,6 +796,22 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
             F("error_code", "int16"),
             F("error_message", "string", nullable="0+"))),
     ]),
+    # KIP-554's read half: no listener here authenticates with SASL, so no user has one.
+    _api(50, "DescribeUserScramCredentials", "0", 0, [
+        F("users", "[]", "0+",
+          F("name", "string"), nullable="0+"),
+    ], [
+        _THROTTLE,
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+"),
+        F("results", "[]", "0+",
+          F("user", "string"),
+          F("error_code", "int16"),
+          F("error_message", "string", nullable="0+"),
+          F("credential_infos", "[]", "0+",
+            F("mechanism", "int8"),
+            F("iterations", "int32"))),
+    ]),
     _api(35, "DescribeLogDirs", "1-4", 2, [
         F("topics", "[]", "0+",
           F("topic", "string"),

@@ -130,6 +130,7 @@ class KafkaProtocolHandler:
             44: _configs.handle_incremental_alter_configs,
             46: _admin.handle_list_partition_reassignments,
             47: lambda h, r: partial(h.groups.delete_offsets, r),
+            50: _admin.handle_describe_user_scram_credentials,
             60: _admin.handle_describe_cluster,
             61: _produce.handle_describe_producers,
             65: lambda h, r: h.txns.describe_transactions(r),
