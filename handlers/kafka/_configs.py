@@ -576,8 +576,9 @@ def _incremental(name: str, op: int, value: str | None) -> str | None:
     if op not in (OP_APPEND, OP_SUBTRACT):
         raise ConfigError(f"Unknown config operation {op} for {name}")
     if kind is not None:
-        raise ConfigError(f"Config value append/subtract is not allowed for config {name} "
-                          "(not a list)")
+        # Kafka's controller (ConfigurationControlManager.incrementalAlterConfigResource)
+        raise ConfigError(f"Can't {'APPEND' if op == OP_APPEND else 'SUBTRACT'} to key {name} "
+                          "because its type is not LIST.")
     items = {x.strip() for x in (value or "").split(",") if x.strip()}
     if op == OP_SUBTRACT:
         if "delete" in items:

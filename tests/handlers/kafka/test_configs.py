@@ -242,11 +242,14 @@ def test_incremental_alter_configs(kafka_broker: Standalone, boot: str, unique: 
     assert _rest(kafka_broker, base + "/retention")["retentionTimeInMinutes"] == 10
     assert _rest(kafka_broker, base + "/maxMessageSize") is None
 
-    bad = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
-        ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.APPEND)])
-    with pytest.raises(KafkaException) as err:
-        admin.incremental_alter_configs([bad])[bad].result(DEADLINE)
-    assert err.value.args[0].code() == KafkaError.INVALID_CONFIG
+    # APPEND and SUBTRACT apply to list configs only: INVALID_CONFIG, in Kafka's words
+    for op, word in ((AlterConfigOpType.APPEND, "APPEND"), (AlterConfigOpType.SUBTRACT, "SUBTRACT")):
+        bad = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry("retention.ms", "1", incremental_operation=op)])
+        with pytest.raises(KafkaException) as err:
+            admin.incremental_alter_configs([bad])[bad].result(DEADLINE)
+        assert (err.value.args[0].code(), err.value.args[0].str()) == (
+            KafkaError.INVALID_CONFIG, f"Can't {word} to key retention.ms because its type is not LIST.")
 
 
 def test_kafka_python_create_with_configs_and_alter(kafka_broker: Standalone, boot: str,
