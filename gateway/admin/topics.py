@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from core.broker import PartitionCountError
 from core.naming import NamespaceName, TopicName
+from core.policies import RETENTION_EXACT
 
 from ._common import (
     RestError,
@@ -303,7 +304,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
                     broker.config, applied(name, "backlog_quota_map").get("destination_storage"), value):
                 raise RestError(412, "Retention Quota must exceed configured backlog quota for topic. "
                                      "Please increase retention quota and retry")
-            policies.update_topic_policies(name, lambda p: p.__setitem__(spec.key, value))
+            store_policy(name, spec.key, lambda p: p.__setitem__(spec.key, value))
             await changed(name, spec)
             return None
 
@@ -311,13 +312,25 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         async def delete(request: Request) -> Any:
             name = topic_of(request)
             existing_namespace(broker, name.namespace_name)
-            policies.update_topic_policies(name, lambda p: p.pop(spec.key, None))
+            store_policy(name, spec.key, lambda p: p.pop(spec.key, None))
             await changed(name, spec)
             return None
 
         path = f"{base}/{{topic}}/{spec.suffix}"
         return [Route(path, get, methods=["GET"]), Route(path, put, methods=list(spec.set_methods)),
                 Route(path, delete, methods=["DELETE"])]
+
+    def store_policy(name: TopicName, key: str, change: Any) -> None:
+        """Apply ``change`` to the topic's own policies. A retention set or removed here,
+        in whole minutes and MB, replaces the finer one a Kafka client may have set
+        (``retention_exact``) as well."""
+
+        def apply(p: dict[str, Any]) -> None:
+            change(p)
+            if key == "retention_policies":
+                p.pop(RETENTION_EXACT, None)
+
+        policies.update_topic_policies(name, apply)
 
     def applied(name: TopicName, key: str) -> Any:
         """A policy of the topic's own, else of its namespace (None: neither sets it)."""

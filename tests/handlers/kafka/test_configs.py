@@ -481,6 +481,23 @@ def test_retention_finer_than_minutes_and_mib_is_kept_shown_and_enforced(
         again.kill()
 
 
+def test_a_retention_set_through_the_admin_api_replaces_the_exact_one(
+        kafka_broker: Standalone, boot: str, unique: str) -> None:
+    """retention.ms=90000 shows as 2 minutes to the admin API; setting the topic's retention
+    there, even to those same 2 minutes, makes it the topic's retention, and DescribeConfigs
+    then shows 120000."""
+    topic = f"ret-admin-{unique}"
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, 1, config={"retention.ms": "90000"})])[topic].result(DEADLINE)
+    assert _describe(admin, topic)["retention.ms"].value == "90000"
+    url = f"{kafka_broker.addresses['web'][0]}/admin/v2/persistent/public/default/{topic}/retention"
+    body = json.dumps({"retentionTimeInMinutes": 2, "retentionSizeInMB": -1}).encode()
+    put = urllib.request.Request(url, data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(put, timeout=DEADLINE).close()
+    assert _describe(admin, topic)["retention.ms"].value == "120000"
+
+
 def test_a_topic_a_kafka_client_creates_keeps_a_week_of_records(tmp_path: Path, unique: str) -> None:
     """As Kafka keeps every topic's records for log.retention.hours (a week), whether or not
     anyone read them: consumer groups hold no subscription, so without a retention of its
