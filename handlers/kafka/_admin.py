@@ -250,13 +250,15 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
                 res.error_code, res.error_message = refused
                 continue
             n = len(t.assignments)
-        if n < 1:
-            res.error_code = ErrorCode.INVALID_PARTITIONS
-            res.error_message = "Number of partitions must be larger than 0."
-            continue
+        # Kafka's controller (ReplicationControlManager.createTopic) checks the replication
+        # factor first
         if t.replication_factor == 0 or t.replication_factor < -1:
             res.error_code = ErrorCode.INVALID_REPLICATION_FACTOR
-            res.error_message = "Replication factor must be larger than 0, or -1."
+            res.error_message = "Replication factor must be larger than 0, or -1 to use the default value."
+            continue
+        if n < 1:
+            res.error_code = ErrorCode.INVALID_PARTITIONS
+            res.error_message = "Number of partitions was set to an invalid non-positive value."
             continue
         # A Kafka replica is a copy of the data: here, a bookie's. More copies than
         # writable bookies cannot be kept, as Kafka refuses more than its brokers.

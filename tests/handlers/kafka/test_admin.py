@@ -116,3 +116,21 @@ def test_a_user_named_twice_is_a_duplicate_resource(boot: str) -> None:
     assert [(r.user, r.error_code, r.error_message) for r in scram.results] == [
         ("bob", ErrorCode.DUPLICATE_RESOURCE,
          "Cannot describe SCRAM credentials for the same user twice in a single request: bob")]
+
+
+def test_create_topics_refuses_a_non_positive_count_in_kafkas_words(boot: str, unique: str) -> None:
+    """What librdkafka checks before sending: a replication factor of 0 is
+    INVALID_REPLICATION_FACTOR, checked before the partition count (as Kafka's controller
+    does); a partition count of 0 is INVALID_PARTITIONS."""
+
+    def create(partitions: int, factor: int) -> tuple[int, str]:
+        topic = Data(name=f"count-{unique}", num_partitions=partitions, replication_factor=factor,
+                     assignments=[], configs=[])
+        with Wire(boot) as w:
+            res = w.call(19, 7, Data(topics=[topic], timeout_ms=1000, validate_only=False)).topics[0]
+        return res.error_code, res.error_message
+
+    assert create(0, 0) == (ErrorCode.INVALID_REPLICATION_FACTOR,
+                            "Replication factor must be larger than 0, or -1 to use the default value.")
+    assert create(0, 1) == (ErrorCode.INVALID_PARTITIONS,
+                            "Number of partitions was set to an invalid non-positive value.")
