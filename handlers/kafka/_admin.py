@@ -275,6 +275,10 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
         copies = t.replication_factor if t.replication_factor > 0 else \
             int(h.configs.storage_settings(name)["write_quorum"])
         try:
+            nulls = [c.name for c in t.configs if c.value is None]
+            if nulls:
+                # Kafka's controller names them all (ReplicationControlManager.computeConfigChanges)
+                raise ConfigError(f"Null value not supported for topic configs: {','.join(nulls)}")
             configs = validate_all(t.configs)
             insync = dict(configs).get("min.insync.replicas")
             if insync is not None:

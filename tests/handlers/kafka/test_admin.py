@@ -134,3 +134,13 @@ def test_create_topics_refuses_a_non_positive_count_in_kafkas_words(boot: str, u
                             "Replication factor must be larger than 0, or -1 to use the default value.")
     assert create(0, 1) == (ErrorCode.INVALID_PARTITIONS,
                             "Number of partitions was set to an invalid non-positive value.")
+
+
+def test_create_topics_names_every_config_without_a_value(boot: str, unique: str) -> None:
+    topic = Data(name=f"nulls-{unique}", num_partitions=1, replication_factor=-1, assignments=[],
+                 configs=[Data(name="retention.ms", value=None), Data(name="max.message.bytes", value="10"),
+                          Data(name="retention.bytes", value=None)])
+    with Wire(boot) as w:
+        res = w.call(19, 7, Data(topics=[topic], timeout_ms=1000, validate_only=False)).topics[0]
+    assert (res.error_code, res.error_message) == (
+        ErrorCode.INVALID_CONFIG, "Null value not supported for topic configs: retention.ms,retention.bytes")
