@@ -3,8 +3,17 @@ Apache Kafka's controller answers it: the errors, their codes and their messages
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from handlers.kafka._codec import Data
@@ -144,3 +153,31 @@ def test_create_topics_names_every_config_without_a_value(boot: str, unique: str
         res = w.call(19, 7, Data(topics=[topic], timeout_ms=1000, validate_only=False)).topics[0]
     assert (res.error_code, res.error_message) == (
         ErrorCode.INVALID_CONFIG, "Null value not supported for topic configs: retention.ms,retention.bytes")
+
+
+def test_group_offsets_and_deletion_while_the_group_has_members(boot: str, unique: str) -> None:
+    """As Kafka's group coordinator answers an admin client: a group with members is
+    NON_EMPTY_GROUP to delete and UNKNOWN_MEMBER_ID to alter offsets in (only members
+    commit), while its committed offsets stay listable; once it is empty, both go through."""
+    topic, group = f"grp-{unique}", f"grp-{unique}"
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(DEADLINE)
+    consumer = Consumer({"bootstrap.servers": boot, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + DEADLINE
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "no assignment"
+            consumer.poll(0.1)
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+        assert _refusal(admin.delete_consumer_groups([group])[group])[0] == KafkaError.NON_EMPTY_GROUP
+        move = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 0)])]
+        altered = admin.alter_consumer_group_offsets(move)[group].result(DEADLINE)
+        assert [tp.error.code() for tp in altered.topic_partitions] == [KafkaError.UNKNOWN_MEMBER_ID]
+        listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+        assert [(tp.partition, tp.offset) for tp in listed.result(DEADLINE).topic_partitions] == [(0, 0)]
+    finally:
+        consumer.close()
+    altered = admin.alter_consumer_group_offsets(move)[group].result(DEADLINE)
+    assert [tp.error for tp in altered.topic_partitions] == [None]
+    admin.delete_consumer_groups([group])[group].result(DEADLINE)
