@@ -394,6 +394,11 @@ class Subscription(Activity):
         # Until entries were seen, as large as a read may be: the first reads one.
         self._avg_entry_bytes = float(self._max_read_bytes)
         self._closed = False
+        # Held by a dispatch pass (its reads, the cursor moves they make, and the sending
+        # of what they read) and by a cursor reset, so that neither overtakes the other: a
+        # pass that finished after a seek would move the cursor on from where it read
+        # before it, and the seek would be lost.
+        self._moving = trio.Lock()
         self.msg_out = 0
         self.redelivered = 0
         self.bytes_out = 0
@@ -614,9 +619,11 @@ class Subscription(Activity):
     # -- seeking ------------------------------------------------------------------------------
 
     async def reset_to(self, pos: Position) -> None:
-        """Move the cursor so that `pos` is the next entry delivered; drop in-flight state."""
-        await self.cursor.reset(pos)
-        self._clear_in_flight()
+        """Move the cursor so that `pos` is the next entry delivered; drop in-flight state.
+        A dispatch pass under way finishes first; the next one reads from `pos`."""
+        async with self._moving:
+            await self.cursor.reset(pos)
+            self._clear_in_flight()
 
     def _clear_in_flight(self) -> None:
         for c in self.consumers:
@@ -768,7 +775,8 @@ class Subscription(Activity):
         task a wake-up per stored batch; otherwise, or when the entries are not cached or
         something remains to do that needs the task (replays, delayed messages, a rate
         limit's window, more than one read's worth), the task is woken."""
-        if not self._idle or self.replay or self._delayed or self._reads_compacted:
+        if (not self._idle or self.replay or self._delayed or self._reads_compacted
+                or self._moving.locked()):  # a reset under way: the task reads after it
             self.wake()
             return
         budget = self._dispatch_budget()
@@ -797,7 +805,8 @@ class Subscription(Activity):
 
     async def run(self) -> None:
         while not self._closed:
-            sent = await self._dispatch_once()
+            async with self._moving:
+                sent = await self._dispatch_once()
             if sent:
                 if self.replay or self.cursor.has_more():
                     await trio.lowlevel.checkpoint()  # more to send: others run in between

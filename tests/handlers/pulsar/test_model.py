@@ -836,6 +836,23 @@ def test_a_compacted_read_ends_before_a_tombstoned_tail(client, admin, unique, b
     table.close()
 
 
+def test_a_compacted_consumer_seeking_back_reads_the_view_again(client, admin, unique):
+    topic = f"compacted-seek-{unique}"
+    keys = [f"k{i:03}" for i in range(200)]
+    _publish_keyed(client, topic, [("x", "old"), *((k, k) for k in keys), ("x", "new")])
+    _compact(admin, topic)
+    view = [*(k.encode() for k in keys), b"new"]
+    consumer = client.subscribe(topic, "s", is_read_compacted=True,
+                                initial_position=pulsar.InitialPosition.Earliest)
+    # Each seek lands while the dispatcher is still reading the view, in several reads:
+    # the seek must win over the read it overtook, whichever of the two finishes first.
+    for _ in range(15):
+        assert consumer.receive(RECEIVE_MS).data() == view[0]
+        consumer.seek(pulsar.MessageId.earliest)
+        assert [consumer.receive(RECEIVE_MS).data() for _ in view] == view
+        consumer.seek(pulsar.MessageId.earliest)
+
+
 def test_an_encrypted_message_stays_in_the_compacted_view_by_its_key(client, admin, unique):
     topic = f"compacted-encrypted-{unique}"
     producer = client.create_producer(topic, batching_enabled=False, encryption_key="app-key",
