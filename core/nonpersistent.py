@@ -290,10 +290,10 @@ class NonPersistentTopic(PersistentTopic):
 
     async def subscribe(self, name: str, consumer: Consumer, sub_type: SubType, *,
                         earliest: bool = False, durable: bool = True,
-                        start: Position | None = None) -> Subscription:
+                        start: Position | None = None, replicated: bool = False) -> Subscription:
         """Attach `consumer`, creating the subscription if it has none yet; `earliest`,
-        `durable` and `start` mean nothing here (only what is published from now on is
-        delivered)."""
+        `durable`, `start` and `replicated` mean nothing here (only what is published from
+        now on is delivered, and nothing of it is replicated)."""
         if self._closed:
             raise TopicClosedError(f"Topic {self.name} is closing")
         self.check_subscription_type(sub_type)

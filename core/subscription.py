@@ -367,6 +367,9 @@ class Subscription(Activity):
         self.cursor = cursor
         self.sub_type = sub_type
         self.durable = durable
+        # a consumer asked for its state to be replicated to other clusters
+        # (replicate_subscription_state); kept by the topic
+        self.replicated = False
         self.consumers: list[Consumer] = []
         self.replay = ReplaySet()
         self.redelivery_counts: dict[Position, int] = {}

@@ -258,6 +258,12 @@ class PersistentTopic:
     def terminated_path(self) -> str:
         return f"/terminated/{self.name.storage_name}"
 
+    @property
+    def replicated_path(self) -> str:
+        """Where the names of the topic's replicated subscriptions are kept (Pulsar keeps
+        the mark as a property of each subscription's cursor)."""
+        return f"/replicated-subscriptions/{self.name.storage_name}"
+
     async def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
         got = self.broker.metadata.get(self.terminated_path)
@@ -269,6 +275,10 @@ class PersistentTopic:
                 self._compaction_cursor = await self.ml.open_cursor(name, True)
                 continue
             await self._attach_subscription(name, SubType.Exclusive, earliest=True)
+        got = self.broker.metadata.get(self.replicated_path)
+        for name in json.loads(got[0]) if got is not None else []:
+            if name in self.subscriptions:
+                self.subscriptions[name].replicated = True
         nursery.start_soon(self._flusher)
 
     async def _recover_dedup(self) -> None:
@@ -739,7 +749,10 @@ class PersistentTopic:
 
     async def subscribe(self, name: str, consumer: Consumer, sub_type: SubType, *,
                         earliest: bool = False, durable: bool = True,
-                        start: Position | None = None) -> Subscription:
+                        start: Position | None = None, replicated: bool = False) -> Subscription:
+        """Attach ``consumer`` to the subscription ``name``, created if missing. A consumer
+        asking for ``replicated`` marks a durable subscription replicated for good (as in
+        Pulsar, a consumer that does not ask leaves the mark as it is)."""
         if self._closed:
             raise TopicClosedError(f"Topic {self.name} is closing")
         self.check_subscription_type(sub_type)
@@ -764,7 +777,17 @@ class PersistentTopic:
                 assert self._nursery is not None
                 self._nursery.start_soon(sub.run)
         sub.add_consumer(consumer, sub_type)
+        if replicated and sub.durable and not sub.replicated:
+            sub.replicated = True
+            self._save_replicated()
         return sub
+
+    def _save_replicated(self) -> None:
+        names = sorted(n for n, s in self.subscriptions.items() if s.replicated)
+        if names:
+            self.broker.metadata.put(self.replicated_path, json.dumps(names).encode())
+        elif self.broker.metadata.exists(self.replicated_path):
+            self.broker.metadata.delete(self.replicated_path)
 
     def consumer_closed(self, consumer: Consumer, *, reset: bool = False) -> None:
         """A consumer is gone. A non-durable subscription goes with its last consumer, or,
@@ -807,6 +830,8 @@ class PersistentTopic:
             del self.subscriptions[name]
             if not sub.durable:
                 return
+            if sub.replicated:
+                self._save_replicated()
         await self.ml.delete_cursor(name)
 
     # -- administration ---------------------------------------------------------------------------------

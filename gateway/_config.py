@@ -602,6 +602,9 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("maxPublishRatePerTopicInBytes", 0,
          "Bytes per second one topic accepts, likewise; 0 for no limit.", 0),
     _bool("brokerDeduplicationEnabled", False, "Message deduplication by producer sequence id."),
+    _bool("enableReplicatedSubscriptions", True,
+          "Honour a consumer's request to replicate its subscription's state: the "
+          "subscription is marked replicated (isReplicated in its stats)."),
     _int("maxUnackedMessagesPerConsumer", 50000,
          "Unacknowledged messages a Shared or Key_Shared consumer may hold before it gets no "
          "more (until it is down to half); 0 for no limit.", 0),

@@ -91,6 +91,8 @@ def consumer_stats(topic: Any, sub: Any, c: Any, rates: Rates) -> dict[str, Any]
 
 def subscription_stats(topic: Any, sub: Any, rates: Rates) -> dict[str, Any]:
     key = (str(topic.name), sub.name)
+    # as Pulsar's isReplicated: marked by a consumer, and replicated subscriptions enabled
+    replicated = sub.replicated and bool(topic.broker.config.get("enableReplicatedSubscriptions"))
     backlog = sub.backlog()
     active = sub.active_consumer
     delayed = sub.delayed_messages
@@ -117,14 +119,14 @@ def subscription_stats(topic: Any, sub: Any, rates: Rates) -> dict[str, Any]:
         "lastMarkDeleteAdvancedTimestamp": sub.last_mark_delete_ts,
         "consumers": [consumer_stats(topic, sub, c, rates) for c in sub.consumers],
         "isDurable": sub.durable,
-        "isReplicated": False,
+        "isReplicated": replicated,
         "allowOutOfOrderDelivery": sub.allow_out_of_order,
         "consumersAfterMarkDeletePosition": {},
         "nonContiguousDeletedMessagesRanges": len(sub.cursor.individually_deleted()),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "subscriptionProperties": sub.cursor.properties(),
         "durable": sub.durable,
-        "replicated": False,
+        "replicated": replicated,
         **_drop_rate(key, sub, rates),
     }
 

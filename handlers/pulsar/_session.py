@@ -700,7 +700,8 @@ class PulsarSession:
             created = cmd.subscription not in topic.subscriptions
             sub = await topic.subscribe(cmd.subscription, consumer, sub_type,
                                         earliest=cmd.initialPosition == pb.CommandSubscribe.Earliest,
-                                        durable=durable, start=start)
+                                        durable=durable, start=start,
+                                        replicated=cmd.replicate_subscription_state)
             if created and cmd.subscription_properties:
                 # as in Pulsar, a subscription takes its properties when it is created
                 await sub.cursor.set_properties({kv.key: kv.value for kv in cmd.subscription_properties})

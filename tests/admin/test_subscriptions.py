@@ -186,6 +186,24 @@ def test_subscription_properties_from_subscribe_admin_and_stats(admin: AdminClie
     assert admin.get(f"{path}/stats")["subscriptions"]["s2"]["subscriptionProperties"] == {"x": "y"}
 
 
+def test_a_subscription_a_consumer_asks_to_replicate_is_replicated(admin: AdminClient, ns: str,
+                                                                   client: pulsar.Client) -> None:
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    client.subscribe(topic, "plain").close()
+    consumer = client.subscribe(topic, "geo", replicate_subscription_state_enabled=True)
+    subs = admin.get(f"{path}/stats")["subscriptions"]
+    assert subs["geo"]["isReplicated"] is True
+    assert subs["plain"]["isReplicated"] is False
+    consumer.close()
+    client.subscribe(topic, "plain", replicate_subscription_state_enabled=True).close()
+    admin.put(f"{path}/unload")  # the mark is kept with the subscription
+    subs = admin.get(f"{path}/stats")["subscriptions"]
+    assert subs["geo"]["isReplicated"] is True and subs["plain"]["isReplicated"] is True
+    admin.delete(f"{path}/subscription/geo")
+    client.subscribe(topic, "geo").close()
+    assert admin.get(f"{path}/stats")["subscriptions"]["geo"]["isReplicated"] is False
+
+
 def test_peek_and_examine_refuse_a_partitioned_topic(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
     # Pulsar answers 405 on the base name (only partitions hold messages) and serves each partition.
     topic, path = f"persistent://{ns}/p", f"/admin/v2/persistent/{ns}/p"
