@@ -416,7 +416,8 @@ class BrokerService:
                                          self.ml_config(self.namespace_policies(name.namespace_name)))
             await ml.delete()
         for leftover in (f"/terminated/{name.storage_name}", f"/compaction/{name.storage_name}",
-                         f"/replicated-subscriptions/{name.storage_name}"):
+                         f"/replicated-subscriptions/{name.storage_name}",
+                         f"/topic-epoch/{name.storage_name}"):
             if self.metadata.exists(leftover):
                 self.metadata.delete(leftover)
 

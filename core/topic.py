@@ -181,6 +181,8 @@ class Producer:
     metadata: dict[str, str] = field(default_factory=dict)
     address: str = ""
     client_version: str = ""
+    # the topic epoch: one the client brings back when it reconnects, then the one it holds
+    topic_epoch: int | None = None
 
 
 class PersistentTopic:
@@ -195,6 +197,9 @@ class PersistentTopic:
         self._dedup_decided_for: dict[str, Any] | None = None
         self._dedup = False
         self.producers: list[Producer] = []
+        # Raised each time an exclusive producer takes the topic (PIP-68): a producer
+        # that reconnects with an older epoch was fenced meanwhile. None until the first.
+        self.topic_epoch: int | None = None
         self.subscriptions: dict[str, Subscription] = {}
         self._pending: list[Queued] = []
         self._flush_wanted = trio.Event()
@@ -259,6 +264,10 @@ class PersistentTopic:
         return f"/terminated/{self.name.storage_name}"
 
     @property
+    def topic_epoch_path(self) -> str:
+        return f"/topic-epoch/{self.name.storage_name}"
+
+    @property
     def replicated_path(self) -> str:
         """Where the names of the topic's replicated subscriptions are kept (Pulsar keeps
         the mark as a property of each subscription's cursor)."""
@@ -269,6 +278,9 @@ class PersistentTopic:
         got = self.broker.metadata.get(self.terminated_path)
         if got is not None:
             self.terminated_at = Position(*json.loads(got[0]))
+        got = self.broker.metadata.get(self.topic_epoch_path)
+        if got is not None:
+            self.topic_epoch = int(json.loads(got[0]))
         await self._recover_dedup()
         for name in self.ml.cursor_names():
             if name == COMPACTION_CURSOR:
@@ -379,7 +391,25 @@ class PersistentTopic:
         elif mode == ProducerAccessMode.WaitForExclusive and (self.producers or self._waiting_exclusive):
             await self._wait_for_exclusive(producer, on_queued)
             return
+        if mode == ProducerAccessMode.Shared:
+            producer.topic_epoch = self.topic_epoch
+        else:
+            self._take_epoch(producer, fence=True)
         self.producers.append(producer)
+
+    def _take_epoch(self, producer: Producer, *, fence: bool) -> None:
+        """An exclusive producer takes the topic: the epoch it brings back when it
+        reconnects, else one more than the topic's, persisted. With ``fence``, one that
+        brings back an older epoch than the topic's is refused: another producer took the
+        topic since."""
+        current = -1 if self.topic_epoch is None else self.topic_epoch
+        asked = producer.topic_epoch
+        if fence and asked is not None and asked < current:
+            raise ProducerFencedError(
+                f"Topic epoch has already moved. Current epoch: {current}, Producer epoch: {asked}")
+        self.topic_epoch = producer.topic_epoch = current + 1 if asked is None else asked
+        if self.name.persistent:
+            self.broker.metadata.put(self.topic_epoch_path, json.dumps(self.topic_epoch).encode())
 
     async def _wait_for_exclusive(self, producer: Producer, on_queued: Callable[[], None] | None) -> None:
         waiting = (producer, trio.Event())
@@ -408,6 +438,7 @@ class PersistentTopic:
         """The topic has no producer: the first WaitForExclusive producer queued gets it."""
         if not self.producers and self._waiting_exclusive:
             producer, granted = self._waiting_exclusive.popleft()
+            self._take_epoch(producer, fence=False)
             self.producers.append(producer)
             granted.set()
 

@@ -198,6 +198,8 @@ def topic_stats(topic: Any, rates: Rates) -> dict[str, Any]:
         "compaction": _compaction_stats(topic.compaction_status()),
         "ownerBroker": broker_id(topic.broker),
         **_drop_rate((key,), topic, rates),
+        # only once an exclusive producer has taken the topic: Pulsar leaves nulls out
+        **({} if topic.topic_epoch is None else {"topicEpoch": topic.topic_epoch}),
     }
 
 

@@ -174,6 +174,12 @@ def _position_of(topic: PersistentTopic, mid: Any, *, inclusive: bool) -> Positi
     return Position(mid.ledgerId, mid.entryId if inclusive else mid.entryId + 1)
 
 
+def _epoch_of(producer: Producer) -> dict[str, int]:
+    """PRODUCER_SUCCESS's ``topic_epoch``: the topic's epoch once an exclusive producer has
+    taken it (the client brings it back when it reconnects)."""
+    return {} if producer.topic_epoch is None else {"topic_epoch": producer.topic_epoch}
+
+
 def _largest_batch_index(entry: Entry) -> int:
     """The index of the last message of a batch entry, -1 for an entry that is not a batch.
     As Pulsar's ``getLargestBatchIndexWhenPossible``, a batch of one is a batch (its
@@ -521,7 +527,7 @@ class PulsarSession:
             p = self.producers[cmd.producer_id]
             self._send(ev.CommandProducerSuccess.build(
                 request_id=cmd.request_id, producer_name=p.name, last_sequence_id=-1,
-                producer_ready=True))
+                producer_ready=True, **_epoch_of(p)))
             return
         try:
             name = TopicName.parse(cmd.topic)
@@ -534,7 +540,8 @@ class PulsarSession:
                 else ProducerAccessMode.Shared
             producer = Producer(topic, cmd.producer_id, pname, mode,
                                 metadata={kv.key: kv.value for kv in cmd.metadata},
-                                address=self.peer_address, client_version=self.client_version)
+                                address=self.peer_address, client_version=self.client_version,
+                                topic_epoch=cmd.topic_epoch if cmd.HasField("topic_epoch") else None)
             producer.on_fenced = lambda: self._fenced(producer)
             if topic.encryption_required and not cmd.encrypted:
                 raise EncryptionRequiredError(f"Encryption is required in {name}")
@@ -563,7 +570,7 @@ class PulsarSession:
         last = topic.dedup_persisted.get(pname, -1) if topic.dedup_enabled else -1
         self._send(ev.CommandProducerSuccess.build(
             request_id=cmd.request_id, producer_name=pname, last_sequence_id=last,
-            schema_version=schema_version, producer_ready=True))
+            schema_version=schema_version, producer_ready=True, **_epoch_of(producer)))
 
     async def _create_initial_subscription(self, topic: PersistentTopic, sub: str) -> None:
         """The subscription a producer asks to exist before it publishes (what a client's

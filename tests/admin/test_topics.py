@@ -144,6 +144,24 @@ def test_unload_and_reconnect(admin: AdminClient, ns: str, client: pulsar.Client
     assert status_of(admin.put, f"/admin/v2/persistent/{ns}/never/unload")[0] == 404
 
 
+def test_topic_epoch_counts_the_exclusive_producers(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    full, path = _topic(ns)
+    client.create_producer(full).close()
+    assert "topicEpoch" not in admin.get(f"{path}/stats")  # no exclusive producer yet
+    exclusive = pulsar.ProducerAccessMode.Exclusive
+    client.create_producer(full, access_mode=exclusive).close()
+    assert admin.get(f"{path}/stats")["topicEpoch"] == 0
+    producer = client.create_producer(full, access_mode=exclusive, batching_enabled=False)
+    assert admin.get(f"{path}/stats")["topicEpoch"] == 1
+    admin.put(f"{path}/unload")
+    producer.send(b"after")  # it reconnects with its epoch and keeps the topic
+    assert admin.get(f"{path}/stats")["topicEpoch"] == 1
+    producer.close()
+    fencing = client.create_producer(full, access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing)
+    assert admin.get(f"{path}/stats")["topicEpoch"] == 2
+    fencing.close()
+
+
 def test_topic_level_policies(admin: AdminClient, ns: str) -> None:
     _, path = _topic(ns)
     admin.put(path)
