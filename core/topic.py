@@ -235,6 +235,7 @@ class PersistentTopic:
         # holds back retention from what the compacted view points into, and from the
         # messages after its horizon (Pulsar's __compaction subscription)
         self._compaction_cursor: Cursor | None = None
+        self._compaction_sub: Subscription | None = None
         self._publish_window = RateWindow()
         self._publish_resume_at = 0.0
         self._dispatch_window = RateWindow()
@@ -1071,6 +1072,31 @@ class PersistentTopic:
         masks = {p: _ack_set(indexes, size) for p, (indexes, size) in kept.items()
                  if len(indexes) < size}
         return sorted(kept), masks, removed, horizon
+
+    @property
+    def compaction_subscription(self) -> Subscription | None:
+        """The compactor's subscription (Pulsar's ``__compaction``) once the topic was
+        compacted: its cursor, which holds what the compacted view reads. Admin lists and
+        stats show it beside the topic's subscriptions; it is not among them, so that no
+        consumer, acknowledgement, expiry or backlog eviction moves its cursor."""
+        cursor = self._compaction_cursor
+        if cursor is None:
+            return None
+        if self._compaction_sub is None or self._compaction_sub.cursor is not cursor:
+            self._compaction_sub = Subscription(self, COMPACTION_CURSOR, cursor, SubType.Exclusive)
+        return self._compaction_sub
+
+    async def delete_compaction(self) -> None:
+        """Drop the compacted view and the compactor's cursor, as deleting Pulsar's
+        ``__compaction`` subscription deletes its compacted ledger with it: compacted reads
+        read the whole topic until the next compaction, which starts afresh."""
+        if self.broker.metadata.exists(self.compaction_path):
+            self.broker.metadata.delete(self.compaction_path)
+        self._compacted, self._compacted_loaded = None, True
+        cursor, self._compaction_cursor, self._compaction_sub = self._compaction_cursor, None, None
+        if cursor is not None:
+            await self.ml.delete_cursor(COMPACTION_CURSOR)
+        self.wake_subscriptions()
 
     def compacted_view(self) -> tuple[list[Position], Position, dict[Position, list[int]]] | None:
         """The last compaction's kept entries (in order), its horizon (the last entry it

@@ -162,6 +162,9 @@ def topic_stats(topic: Any, rates: Rates) -> dict[str, Any]:
     """TopicStats of one (non-partitioned topic or partition) loaded topic."""
     key = str(topic.name)
     subs = {name: subscription_stats(topic, s, rates) for name, s in sorted(topic.subscriptions.items())}
+    compactor = topic.compaction_subscription
+    if compactor is not None:  # listed among the subscriptions, as Pulsar's is
+        subs = dict(sorted({**subs, compactor.name: subscription_stats(topic, compactor, rates)}.items()))
     msg_out = sum(s.msg_out for s in topic.subscriptions.values())
     bytes_out = sum(s.bytes_out for s in topic.subscriptions.values())
     st = topic.ml.stats()

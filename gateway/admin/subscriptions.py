@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from core.storage import Position
+from core.topic import COMPACTION_CURSOR
 
 from ._common import (
     LONG_MAX,
@@ -104,6 +105,8 @@ def routes(broker: Any) -> list[Route]:
         names: set[str] = set()
         for topic in await topics_of(request):
             names.update(topic.subscriptions)
+            if topic.compaction_subscription is not None:
+                names.add(COMPACTION_CURSOR)
         return sorted(names)
 
     @endpoint
@@ -139,6 +142,15 @@ def routes(broker: Any) -> list[Route]:
 
     @endpoint
     async def delete_subscription(request: Request) -> Any:
+        if request.path_params["subscription"] == COMPACTION_CURSOR:
+            # As Pulsar does, deleting the compactor's subscription drops the compacted
+            # view with it (compaction can run again); it has no consumers to refuse for.
+            topics = [t for t in await topics_of(request) if t.compaction_subscription is not None]
+            if not topics:
+                raise RestError(404, "Subscription not found")
+            for topic in topics:
+                await topic.delete_compaction()
+            return None
         subs = await subs_of(request)
         force = query_bool(request, "force")
         if not force and any(s.consumers for s in subs):

@@ -243,6 +243,44 @@ def test_compaction_keeps_latest_per_key(admin: AdminClient, ns: str, client: pu
     assert stats["compaction"]["lastCompactionSucceedTimestamp"] > 0
 
 
+def test_a_compacted_topic_lists_the_compaction_subscription(admin: AdminClient, ns: str,
+                                                            client: pulsar.Client) -> None:
+    full, path = _topic(ns)
+    producer = client.create_producer(full, batching_enabled=False)
+    for key, value in [("a", b"1"), ("a", b"2")]:
+        producer.send(value, partition_key=key)
+    client.subscribe(full, "s").close()
+    assert admin.get(f"{path}/subscriptions") == ["s"]
+    admin.put(f"{path}/compaction")
+    wait_for(lambda: admin.get(f"{path}/compaction")["status"] == "SUCCESS")
+    assert admin.get(f"{path}/subscriptions") == ["__compaction", "s"]
+    compactor = admin.get(f"{path}/stats")["subscriptions"]["__compaction"]
+    assert compactor["consumers"] == [] and compactor["isDurable"] is True
+
+    def compacted() -> list[bytes]:
+        reader = client.create_reader(full, pulsar.MessageId.earliest, is_read_compacted=True)
+        got = []
+        with pytest.raises(pulsar.Timeout):
+            while True:
+                got.append(reader.read_next(1000).data())
+        reader.close()
+        return got
+
+    assert compacted() == [b"2"]
+    # As in Pulsar, deleting it drops the compacted view; the next compaction makes a new one.
+    admin.delete(f"{path}/subscription/__compaction")
+    assert admin.get(f"{path}/subscriptions") == ["s"]
+    assert "__compaction" not in admin.get(f"{path}/stats")["subscriptions"]
+    assert compacted() == [b"1", b"2"]
+    assert status_of(admin.delete, f"{path}/subscription/__compaction") == (404, "Subscription not found")
+    producer.send(b"3", partition_key="a")
+    admin.put(f"{path}/compaction")
+    wait_for(lambda: "__compaction" in admin.get(f"{path}/subscriptions"))
+    wait_for(lambda: admin.get(f"{path}/compaction")["status"] == "SUCCESS")
+    assert compacted() == [b"3"]
+    producer.close()
+
+
 def test_compacting_a_partitioned_topic_compacts_each_partition(admin: AdminClient, ns: str,
                                                                client: pulsar.Client) -> None:
     full, path = _topic(ns)
