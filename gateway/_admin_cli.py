@@ -972,17 +972,34 @@ _policy_verbs("topics")
 def _schema_info(topic: str, reply: dict[str, Any]) -> dict[str, Any]:
     """A GetSchemaResponse as pulsar-admin prints the SchemaInfo it makes of it: named
     after the topic, the definition of an AVRO, JSON or PROTOBUF schema as a JSON object
-    (other types' as the string they are), properties sorted."""
+    (other types' as the string they are; a KeyValue schema's as its key's and value's
+    SchemaInfo), properties sorted."""
     from core.naming import TopicName
 
     definition: Any = reply.get("data", "")
-    if reply.get("type") in ("AVRO", "JSON", "PROTOBUF"):
+    properties = reply.get("properties") or {}
+    if reply.get("type") in ("AVRO", "JSON", "PROTOBUF", "KEY_VALUE"):
         try:
             definition = json.loads(definition)
         except ValueError:
             pass
+    if reply.get("type") == "KEY_VALUE" and isinstance(definition, dict):
+        definition = {side: _key_value_side(side, definition.get(side, ""), properties)
+                      for side in ("key", "value")}
     return {"name": TopicName.parse(topic).local_name, "schema": definition, "type": reply.get("type"),
-            "timestamp": reply.get("timestamp", 0), "properties": dict(sorted((reply.get("properties") or {}).items()))}
+            "timestamp": reply.get("timestamp", 0), "properties": dict(sorted(properties.items()))}
+
+
+def _key_value_side(side: str, definition: Any, properties: dict[str, str]) -> dict[str, Any]:
+    """The SchemaInfo of a KeyValue schema's key or value, as pulsar-admin prints it: its
+    name, type and properties are the KeyValue schema's ``<side>.schema.*`` properties."""
+    try:
+        own = json.loads(properties.get(f"{side}.schema.properties") or "{}")
+    except ValueError:
+        own = {}
+    return {"name": properties.get(f"{side}.schema.name", ""), "schema": definition,
+            "type": properties.get(f"{side}.schema.type", "BYTES"), "timestamp": 0,
+            "properties": dict(sorted(own.items())) if isinstance(own, dict) else {}}
 
 
 @verb("schemas", "get", "a topic's schema (latest, with its version, or one version's)", TOPIC,

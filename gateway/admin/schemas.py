@@ -4,6 +4,7 @@ all versions, upload, delete, and the compatibility check, with Pulsar's JSON sh
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 from starlette.requests import Request
@@ -25,14 +26,71 @@ SCHEMA_TYPES = {
     "LOCAL_DATE_TIME": 19, "PROTOBUF_NATIVE": 20,
 }
 _NAMES = {v: k for k, v in SCHEMA_TYPES.items()}
+#: The types whose schema has no definition (Pulsar's ``SchemaType.isPrimitiveType``).
+_PRIMITIVE = {"NONE", "BYTES", "STRING", "BOOLEAN", "INT8", "INT16", "INT32", "INT64", "FLOAT",
+              "DOUBLE", "DATE", "TIME", "TIMESTAMP", "INSTANT", "LOCAL_DATE", "LOCAL_TIME",
+              "LOCAL_DATE_TIME"}
+_SIDES = ("key", "value")
+
+
+def _key_value_json(data: bytes, properties: dict[str, str]) -> str | None:
+    """A KeyValue schema as GetSchemaResponse's ``data`` gives it: ``{"key": ..., "value":
+    ...}``, each side's definition as JSON ("" for a primitive type, which the
+    ``key.schema.type``/``value.schema.type`` properties name; BYTES when they do not).
+    ``data`` is the stored form: the key's definition, then the value's, each after its
+    length as a 4-byte big-endian integer. None when it is not in that form."""
+    parts: list[bytes] = []
+    at = 0
+    for _ in _SIDES:
+        if len(data) < at + 4:
+            return None
+        size = int.from_bytes(data[at:at + 4], "big", signed=True)
+        at += 4
+        if size < 0 or len(data) < at + size:
+            return None
+        parts.append(data[at:at + size])
+        at += size
+    if at != len(data):
+        return None
+    out: dict[str, Any] = {}
+    for side, part in zip(_SIDES, parts, strict=True):
+        if properties.get(f"{side}.schema.type", "BYTES") in _PRIMITIVE:
+            out[side] = ""
+            continue
+        try:
+            out[side] = json.loads(part)
+        except ValueError:
+            return None
+    return json.dumps(out, separators=(",", ":"))
+
+
+def _key_value_data(text: str) -> bytes:
+    """The stored form of a KeyValue schema uploaded as ``{"key": ..., "value": ...}`` (see
+    :func:`_key_value_json`; a side given as "" is a primitive type's, with no definition)."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or not all(side in doc for side in _SIDES):
+        raise RestError(422, 'Invalid KEY_VALUE schema definition: {"key": ..., "value": ...} expected')
+    out = b""
+    for side in _SIDES:
+        part = b"" if doc[side] == "" else json.dumps(doc[side], separators=(",", ":")).encode()
+        out += len(part).to_bytes(4, "big") + part
+    return out
 
 
 def _schema_response(version: int, rec: dict[str, Any]) -> dict[str, Any]:
+    """GetSchemaResponse: the definition as text (a KeyValue schema's as the JSON of its
+    key's and value's, as Pulsar gives it; one that is not text, base64)."""
     data = base64.b64decode(rec["data"])
-    try:
-        text = data.decode()
-    except UnicodeDecodeError:
-        text = base64.b64encode(data).decode()
+    text = _key_value_json(data, rec.get("properties", {})) \
+        if int(rec["type"]) == SCHEMA_TYPES["KEY_VALUE"] else None
+    if text is None:
+        try:
+            text = data.decode()
+        except UnicodeDecodeError:
+            text = base64.b64encode(data).decode()
     return {"version": version, "type": _NAMES.get(int(rec["type"]), str(rec["type"])),
             "timestamp": int(rec.get("timestamp", 0)), "data": text,
             "properties": dict(rec.get("properties", {}))}
@@ -50,13 +108,13 @@ def _payload(body: Any) -> pb.Schema:
     if not isinstance(props, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
         raise RestError(400, "properties must map strings to strings")
     if kind in ("AVRO", "JSON", "PROTOBUF"):
-        import json
-
         try:
             json.loads(schema)
         except ValueError:
             raise RestError(422, f"Invalid {kind} schema definition") from None
-    return pb.Schema(name="", type=pb.Schema.Type.Name(SCHEMA_TYPES[kind]), schema_data=schema.encode(),
+    # as Pulsar stores an uploaded KeyValue schema: in the form its clients register it in
+    stored = _key_value_data(schema) if kind == "KEY_VALUE" else schema.encode()
+    return pb.Schema(name="", type=pb.Schema.Type.Name(SCHEMA_TYPES[kind]), schema_data=stored,
                      properties=[pb.KeyValue(key=k, value=v) for k, v in props.items()])
 
 

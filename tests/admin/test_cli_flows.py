@@ -203,6 +203,17 @@ def test_partitioned_and_schema_verbs(cli, tmp_path, unique: str) -> None:  # ty
     assert json.loads(cli("schemas", "get", st, "--version", "0").stdout) == got["schemaInfo"]
     cli("schemas", "delete", st)
     assert cli("schemas", "get", st, check=False).returncode == 1
+    key = {"type": "record", "name": "K", "fields": [{"name": "id", "type": "int"}]}
+    schema_file.write_text(json.dumps({
+        "type": "KEY_VALUE", "schema": json.dumps({"key": key, "value": ""}),
+        "properties": {"key.schema.name": "K", "key.schema.type": "JSON", "key.schema.properties": "{}",
+                       "value.schema.name": "String", "value.schema.type": "STRING",
+                       "value.schema.properties": "{}", "kv.encoding.type": "INLINE"}}))
+    cli("schemas", "upload", st, "-f", str(schema_file))
+    # pulsar-admin prints a KeyValue schema as the SchemaInfo of its key and of its value
+    assert json.loads(cli("schemas", "get", st).stdout)["schemaInfo"]["schema"] == {
+        "key": {"name": "K", "schema": key, "type": "JSON", "timestamp": 0, "properties": {}},
+        "value": {"name": "String", "schema": "", "type": "STRING", "timestamp": 0, "properties": {}}}
 
 
 def _got(cli, noun: str, name: str, target: str) -> str:  # type: ignore[no-untyped-def]

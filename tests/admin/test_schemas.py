@@ -84,6 +84,41 @@ def test_producer_schema_visible(admin: AdminClient, ns: str, server: Standalone
         client.close()
 
 
+def test_a_key_value_schema_reads_as_its_key_and_value_definitions(admin: AdminClient, ns: str,
+                                                                   server: Standalone) -> None:
+    # The official Python client has no KeyValue schema: register one as a Java client does,
+    # the key's definition then the value's, each after its length.
+    from core.format import pulsar_api_pb2 as pb
+    from handlers.pulsar import _events as ev
+    from tests.handlers.pulsar._raw import RawClient
+
+    key = {"type": "record", "name": "K", "fields": [{"name": "id", "type": "int"}]}
+    key_bytes = json.dumps(key).encode()
+    props = {"key.schema.name": "K", "key.schema.type": "JSON", "key.schema.properties": '{"a":"b"}',
+             "value.schema.name": "String", "value.schema.type": "STRING",
+             "value.schema.properties": "{}", "kv.encoding.type": "SEPARATED"}
+    raw = RawClient(server.pulsar_url)
+    try:
+        raw.connect()
+        raw.send(ev.CommandProducer.build(
+            topic=f"persistent://{ns}/kv", producer_id=1, request_id=1,
+            schema=pb.Schema(name="kv", type=pb.Schema.KeyValue,
+                             schema_data=len(key_bytes).to_bytes(4, "big") + key_bytes + bytes(4),
+                             properties=[pb.KeyValue(key=k, value=v) for k, v in props.items()])))
+        assert isinstance(raw.next_event(), ev.CommandProducerSuccess)
+    finally:
+        raw.close()
+    got = admin.get(f"/admin/v2/schemas/{ns}/kv/schema")
+    assert got["type"] == "KEY_VALUE" and got["properties"] == props
+    assert isinstance(got["data"], str)  # GetSchemaResponse's data is text, JSON here
+    assert json.loads(got["data"]) == {"key": key, "value": ""}
+    # uploaded in that shape, it is stored as a client registers it, and reads the same
+    base = f"/admin/v2/schemas/{ns}/kv2/schema"
+    admin.post(base, {"type": "KEY_VALUE", "schema": got["data"], "properties": props})
+    assert admin.get(base)["data"] == got["data"]
+    assert status_of(admin.post, base, {"type": "KEY_VALUE", "schema": "{}"})[0] == 422
+
+
 class UserV2(Record):
     id = Integer()
     name = String()
