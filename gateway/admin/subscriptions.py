@@ -96,6 +96,14 @@ def routes(broker: Any) -> list[Route]:
         if name.partition_index < 0 and broker.policies.partitions(name):
             raise RestError(405, reason)
 
+    async def refuse_non_persistent(request: Request, reason: str) -> None:
+        """405 on a non-persistent topic that exists: it keeps no backlog to skip or expire.
+        Pulsar refuses expiry there so; its skip and skip-all fail there too, with an
+        internal error (they take the topic for a persistent one)."""
+        if not topic_of(request).persistent:
+            await topics_of(request)  # 404 first for a topic that does not exist
+            raise RestError(405, reason)
+
     def end_of(topic: Any) -> Position:
         last = topic.ml.last_confirmed()
         return Position(last.ledger_id, last.entry_id + 1) if last else Position(0, 0)
@@ -193,12 +201,14 @@ def routes(broker: Any) -> list[Route]:
         refuse_partitioned(request, "Skip messages on a partitioned topic is not allowed")
         if n < 0:
             raise RestError(412, "Number of messages to skip must be >= 0")
+        await refuse_non_persistent(request, "Skip messages on a non-persistent topic is not allowed")
         for sub in await subs_of(request):
             await sub.skip(n)
         return None
 
     @endpoint
     async def skip_all(request: Request) -> Any:
+        await refuse_non_persistent(request, "Skip all messages on a non-persistent topic is not allowed")
         for sub in await subs_of(request):
             await sub.clear_backlog()
         return None
@@ -206,6 +216,7 @@ def routes(broker: Any) -> list[Route]:
     @endpoint
     async def expire(request: Request) -> Any:
         seconds = _expiry_age(request)
+        await refuse_non_persistent(request, "Expire messages on a non-persistent topic is not allowed")
         for sub in await subs_of(request):
             await sub.expire(seconds)
         return None
@@ -213,6 +224,8 @@ def routes(broker: Any) -> list[Route]:
     @endpoint
     async def expire_all(request: Request) -> Any:
         seconds = _expiry_age(request)
+        await refuse_non_persistent(
+            request, "Expire messages for all subscriptions on a non-persistent topic is not allowed")
         for topic in await topics_of(request):
             for sub in list(topic.subscriptions.values()):
                 await sub.expire(seconds)

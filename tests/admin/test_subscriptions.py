@@ -204,6 +204,23 @@ def test_a_subscription_a_consumer_asks_to_replicate_is_replicated(admin: AdminC
     assert admin.get(f"{path}/stats")["subscriptions"]["geo"]["isReplicated"] is False
 
 
+def test_skip_and_expire_are_refused_on_a_non_persistent_topic(admin: AdminClient, ns: str,
+                                                               client: pulsar.Client) -> None:
+    topic, path = f"non-persistent://{ns}/np", f"/admin/v2/non-persistent/{ns}/np"
+    consumer = client.subscribe(topic, "s")
+    for call, reason in [
+        ("subscription/s/skip/1", "Skip messages on a non-persistent topic is not allowed"),
+        ("subscription/s/skip_all", "Skip all messages on a non-persistent topic is not allowed"),
+        ("subscription/s/expireMessages/0", "Expire messages on a non-persistent topic is not allowed"),
+        ("all_subscription/expireMessages/0",
+         "Expire messages for all subscriptions on a non-persistent topic is not allowed"),
+    ]:
+        assert status_of(admin.post, f"{path}/{call}") == (405, reason)
+    consumer.close()
+    missing = f"/admin/v2/non-persistent/{ns}/never"
+    assert status_of(admin.post, f"{missing}/subscription/s/skip_all")[0] == 404
+
+
 def test_peek_and_examine_refuse_a_partitioned_topic(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
     # Pulsar answers 405 on the base name (only partitions hold messages) and serves each partition.
     topic, path = f"persistent://{ns}/p", f"/admin/v2/persistent/{ns}/p"
