@@ -986,12 +986,15 @@ class PersistentTopic:
             "masks": [[p.ledger_id, p.entry_id, words] for p, words in masks.items()],
             "removed": removed, "timestamp": int(time.time() * 1000), "durationMs": duration,
         }).encode())
-        self._compaction = None
         # the view just stored is the one reads use from now on
         self._compacted = (positions, horizon, masks) if horizon is not None else None
         self._compacted_loaded = True
-        if horizon is not None:
-            await self._hold_compacted(positions[0] if positions else None, horizon)
+        try:
+            if horizon is not None:
+                await self._hold_compacted(positions[0] if positions else None, horizon)
+        finally:
+            # SUCCESS once the compaction cursor holds the view (and __compaction is listed)
+            self._compaction = None
 
     async def _hold_compacted(self, first_kept: Position | None, horizon: Position) -> None:
         """Keep retention from trimming the entries the compacted view reads and those
