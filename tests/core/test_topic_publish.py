@@ -285,6 +285,7 @@ class _DurableSub:
 
     def __init__(self, name: str, last_active: int, consumers: int = 0) -> None:
         self.name, self.durable, self.last_active = name, True, last_active
+        self.replicated = False
         self.consumers = [object()] * consumers
         self.closed = False
 
