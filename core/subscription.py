@@ -807,9 +807,18 @@ class Subscription(Activity):
         return self.cursor.backlog()
 
     async def run(self) -> None:
+        moving = self._moving
         while not self._closed:
-            async with self._moving:
+            try:
+                # Free unless a reset holds it: taken without the scheduler pass that
+                # ``async with`` makes even then (one per dispatch pass on the hot path).
+                moving.acquire_nowait()
+            except trio.WouldBlock:
+                await moving.acquire()
+            try:
                 sent = await self._dispatch_once()
+            finally:
+                moving.release()
             if sent:
                 if self.replay or self.cursor.has_more():
                     await trio.lowlevel.checkpoint()  # more to send: others run in between
