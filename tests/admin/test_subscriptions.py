@@ -4,6 +4,7 @@ delete, skip, skip-all, expire, reset-cursor by time and by id, peek, get by id,
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pulsar
 
@@ -202,6 +203,18 @@ def test_a_subscription_a_consumer_asks_to_replicate_is_replicated(admin: AdminC
     admin.delete(f"{path}/subscription/geo")
     client.subscribe(topic, "geo").close()
     assert admin.get(f"{path}/stats")["subscriptions"]["geo"]["isReplicated"] is False
+
+
+def test_replicated_subscriptions_turned_off_mark_nothing(tmp_path: Path) -> None:
+    with Standalone(tmp_path, conf={"enableReplicatedSubscriptions": False}) as server:
+        admin = AdminClient(server.addresses["web"][0], timeout=30)
+        client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=10)
+        try:
+            client.subscribe("geo-off", "geo", replicate_subscription_state_enabled=True)
+            stats = admin.get("/admin/v2/persistent/public/default/geo-off/stats")
+            assert stats["subscriptions"]["geo"]["isReplicated"] is False
+        finally:
+            client.close()
 
 
 def test_skip_and_expire_are_refused_on_a_non_persistent_topic(admin: AdminClient, ns: str,
