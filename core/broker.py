@@ -259,6 +259,7 @@ class BrokerService:
             "max_rollover_time_ms": int(rollover.get(
                 "rolloverTimeInMillis", float(c.get("managedLedgerMaxLedgerRolloverTimeMinutes")) * 60_000)),
             "max_ledger_size_mb": int(rollover.get("rolloverSizeInMB", c.get("managedLedgerMaxSizePerLedgerMbytes"))),
+            "inactive_rollover_time_ms": int(c.get("managedLedgerInactiveLedgerRolloverTimeSeconds")) * 1000,
             # A retention finer than minutes (Kafka's retention.ms) is the storage's own
             # resolution; one finer than MB (retention.bytes) the retention check applies
             # (``_housekeeping``), so the storage has no size limit of its own then.
@@ -509,8 +510,9 @@ class BrokerService:
             expiry = float(finer)
 
         async def retention_check(topic: PersistentTopic) -> None:
-            # Seal idle ledgers past their rollover age, then drop what every cursor has
-            # passed and retention no longer needs.
+            # Seal idle ledgers past their rollover age or without entries for the inactive
+            # rollover time, then drop what every cursor has passed and retention no longer
+            # needs.
             await topic.ml.check_rollover()
             _, exact_bytes = exact_retention(topic.policies)
             if exact_bytes is not None:

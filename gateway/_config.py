@@ -652,6 +652,9 @@ _KEY_LIST: tuple[Key, ...] = (
          "A ledger is not rolled over before it is this old.", 0),
     _int("managedLedgerMaxLedgerRolloverTimeMinutes", 240,
          "A ledger this old is rolled over (at its next write or retention check); 0 never.", 0),
+    _int("managedLedgerInactiveLedgerRolloverTimeSeconds", 0,
+         "A ledger that received no entry for this long is rolled over (at the retention "
+         "check); 0 never.", 0),
     _int("managedLedgerMaxSizePerLedgerMbytes", 2048, "Roll the ledger over at this size.", 1),
     _float("managedLedgerDefaultMarkDeleteRateLimit", 1.0,
            "Mark-delete persistence operations per second per cursor; 0 unlimited.", 0.0),

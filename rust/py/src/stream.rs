@@ -113,6 +113,9 @@ fn ml_config(d: &Bound<'_, PyDict>) -> PyResult<ManagedLedgerConfig> {
     if let Some(v) = get::<i64>(d, "max_rollover_time_ms")? {
         c.max_rollover_time = u64::try_from(v).ok().filter(|ms| *ms > 0).map(Duration::from_millis);
     }
+    if let Some(v) = get::<i64>(d, "inactive_rollover_time_ms")? {
+        c.inactive_rollover_time = u64::try_from(v).ok().filter(|ms| *ms > 0).map(Duration::from_millis);
+    }
     if let Some(v) = get::<u64>(d, "max_ledger_size_mb")? { c.max_ledger_size_mb = v; }
     if let Some(v) = get::<i64>(d, "retention_time_ms")? {
         c.retention_time = u64::try_from(v).ok().map(Duration::from_millis);

@@ -201,8 +201,10 @@ impl ManagedLedger {
     /// Seal the current ledger and start a new one if it is due: older than
     /// `max_rollover_time`, or past `min_rollover_time` and full by entries or size.
     /// Appends only check this when they come, so a broker calls it on a timer to seal
-    /// the ledgers of idle topics (which retention by time then measures). Returns whether
-    /// it rolled over. Ordered with the appends queued before it.
+    /// the ledgers of idle topics (which retention by time then measures). One rule only
+    /// this check applies: a ledger holding entries that has received none for
+    /// `inactive_rollover_time` is sealed too. Returns whether it rolled over. Ordered with
+    /// the appends queued before it.
     pub async fn check_rollover(&self) -> Result<bool> {
         let (tx, rx) = oneshot::channel();
         self.enqueue(Request::Rollover(tx))?;
@@ -248,12 +250,21 @@ impl ManagedLedger {
             let now = self.config.clock.now_ms();
             let mut st = self.state.lock();
             st.evict_cache(now, self.config.cache_eviction_time);
-            (st.current.is_none() || self.is_full(&st, now), st.assign_index)
+            (st.current.is_none() || self.is_full(&st, now) || self.is_inactive(&st, now), st.assign_index)
         };
         if due {
             self.rollover(next_index).await?;
         }
         Ok(due)
+    }
+
+    /// Whether the current ledger holds entries and has received none for
+    /// `inactive_rollover_time` (the next one is created empty, and an empty one is never
+    /// sealed for inactivity).
+    fn is_inactive(&self, st: &MlState, now: u64) -> bool {
+        let Some(t) = self.config.inactive_rollover_time else { return false };
+        let holds_entries = st.current_id().and_then(|id| st.ledgers.get(&id)).is_some_and(|i| i.entries > 0);
+        holds_entries && now.saturating_sub(st.last_add_ms) >= duration_ms(t)
     }
 
     /// Append one entry of `num_messages` messages.
@@ -640,6 +651,7 @@ impl ManagedLedger {
             done.push(AddResult { position, index: p.header.index, publish_time_ms: p.header.publish_time_ms });
         }
         st.entries_added += chunk.len() as u64;
+        st.last_add_ms = now;
         drop(st);
         if let Some(tx) = self.new_entries.lock().as_ref() {
             tx.send_modify(|v| *v += chunk.len() as u64);

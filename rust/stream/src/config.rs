@@ -65,6 +65,10 @@ pub struct ManagedLedgerConfig {
     /// `managedLedgerMaxLedgerRolloverTimeMinutes`: a non-empty ledger older than this is
     /// rolled over on the next write. `None` disables the rule.
     pub max_rollover_time: Option<Duration>,
+    /// `managedLedgerInactiveLedgerRolloverTimeSeconds`: a non-empty ledger that has
+    /// received no entry for this long is rolled over by the periodic rollover check
+    /// ([`crate::ManagedLedger::check_rollover`]). `None` disables the rule.
+    pub inactive_rollover_time: Option<Duration>,
     /// `managedLedgerMaxSizePerLedgerMbytes`: roll over once a ledger holds this much data.
     pub max_ledger_size_mb: u64,
     /// Retention time of consumed data: `None` keeps it forever, `Some(0)` not at all.
@@ -102,6 +106,7 @@ impl Default for ManagedLedgerConfig {
             max_entries_per_ledger: 50_000,
             min_rollover_time: Duration::from_secs(10 * 60),
             max_rollover_time: Some(Duration::from_secs(240 * 60)),
+            inactive_rollover_time: None,
             max_ledger_size_mb: 2048,
             retention_time: Some(Duration::ZERO),
             retention_size_mb: 0,
@@ -125,6 +130,7 @@ impl std::fmt::Debug for ManagedLedgerConfig {
             .field("max_entries_per_ledger", &self.max_entries_per_ledger)
             .field("min_rollover_time", &self.min_rollover_time)
             .field("max_rollover_time", &self.max_rollover_time)
+            .field("inactive_rollover_time", &self.inactive_rollover_time)
             .field("max_ledger_size_mb", &self.max_ledger_size_mb)
             .field("retention_time", &self.retention_time)
             .field("retention_size_mb", &self.retention_size_mb)

@@ -90,6 +90,9 @@ pub(crate) struct MlState {
     pub(crate) ledgers: BTreeMap<u64, LedgerInfo>,
     pub(crate) current: Option<Arc<dyn Ledger>>,
     pub(crate) current_created_ms: u64,
+    /// When the last entry was confirmed (0: none since open); the age of the newest entry
+    /// of the current ledger while that ledger holds any.
+    pub(crate) last_add_ms: u64,
     pub(crate) read_handles: HashMap<u64, Arc<dyn Ledger>>,
     pub(crate) last_confirmed: Option<Position>,
     /// Index the next message gets when its entry is assigned metadata.
@@ -261,6 +264,7 @@ impl ManagedLedger {
                 ledgers: record.ledgers.iter().map(|i| (i.ledger_id, *i)).collect(),
                 current: None,
                 current_created_ms: now,
+                last_add_ms: 0,
                 read_handles: HashMap::new(),
                 last_confirmed: None,
                 assign_index: record.next_index,

@@ -7,8 +7,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use magnetar_meta::{MemStore, MetadataStore};
 use magnetar_stream::{
-    CacheBudget, InitialPosition, LedgerStore, ManagedLedgerConfig, ManagedLedgerFactory, ManualClock, MemLedgerStore,
-    Position, StreamError,
+    CacheBudget, Clock, InitialPosition, LedgerStore, ManagedLedgerConfig, ManagedLedgerFactory, ManualClock,
+    MemLedgerStore, Position, StreamError,
 };
 
 struct Env {
@@ -767,6 +767,48 @@ async fn idle_ledger_is_sealed_by_check_rollover_and_then_retention_applies() {
     assert_eq!(ml.trim().await.unwrap(), vec![added[0].position.ledger_id]);
     // Appends go on in the new ledger with the next index.
     assert_eq!(ml.add_entries(payloads(3..4)).await.unwrap()[0].index, 3);
+}
+
+#[tokio::test]
+async fn ledger_without_writes_for_the_inactive_rollover_time_is_sealed() {
+    let env = Env::new();
+    let f = env.factory();
+    let cfg = ManagedLedgerConfig {
+        inactive_rollover_time: Some(Duration::from_secs(30)),
+        retention_time: None,
+        retention_size_mb: -1,
+        ..env.config(100)
+    };
+    let ml = f.open("t/inactive", cfg).await.unwrap();
+    let first = ml.add_entries(payloads(0..2)).await.unwrap()[0].position.ledger_id;
+    env.clock.advance(Duration::from_secs(20));
+    ml.add_entries(payloads(2..3)).await.unwrap();
+    env.clock.advance(Duration::from_secs(29));
+    assert!(!ml.check_rollover().await.unwrap(), "written 29 s ago: the ledger stays, whatever its age");
+    assert_eq!(ml.stats().current_ledger_id, Some(first));
+    env.clock.advance(Duration::from_secs(1));
+    assert!(ml.check_rollover().await.unwrap(), "30 s without an entry: sealed");
+    let second = ml.stats().current_ledger_id.unwrap();
+    assert_ne!(second, first);
+    let sealed = ml.ledgers_info()[0];
+    assert_eq!((sealed.ledger_id, sealed.entries), (first, 3));
+    assert_eq!(sealed.timestamp, env.clock.now_ms(), "sealed now");
+    env.clock.advance(Duration::from_secs(3600));
+    assert!(!ml.check_rollover().await.unwrap(), "an empty ledger is never rolled");
+    let next = ml.add_entries(payloads(3..4)).await.unwrap()[0];
+    assert_eq!((next.position.ledger_id, next.position.entry_id, next.index), (second, 0, 3));
+}
+
+#[tokio::test]
+async fn inactive_rollover_is_off_by_default() {
+    let env = Env::new();
+    let f = env.factory();
+    let cfg = ManagedLedgerConfig { max_rollover_time: None, retention_time: None, ..env.config(100) };
+    let ml = f.open("t/inactive-off", cfg).await.unwrap();
+    let first = ml.add_entries(payloads(0..1)).await.unwrap()[0].position.ledger_id;
+    env.clock.advance(Duration::from_secs(365 * 86_400));
+    assert!(!ml.check_rollover().await.unwrap());
+    assert_eq!(ml.stats().current_ledger_id, Some(first));
 }
 
 #[tokio::test]

@@ -149,6 +149,37 @@ def test_consumed_ledgers_are_deleted_by_the_retention_check(tmp_path):
         client.close()
 
 
+def test_a_ledger_idle_for_the_inactive_rollover_time_is_sealed(tmp_path):
+    # managedLedgerInactiveLedgerRolloverTimeSeconds: a topic that stops receiving
+    # messages has its ledger sealed by the periodic check (a subscription that acknowledged
+    # nothing keeps it from being trimmed), and the next message goes to a new ledger.
+    conf = {"retentionCheckIntervalInSeconds": 1, "managedLedgerInactiveLedgerRolloverTimeSeconds": 2}
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url)
+        client.subscribe("inactive", "s")
+        producer = client.create_producer("inactive", batching_enabled=False)
+        first = [producer.send(f"m{i}".encode()) for i in range(3)]
+        assert {m.ledger_id() for m in first} == {first[0].ledger_id()}
+        url = f"{s.addresses['web'][0]}/admin/v2/persistent/public/default/inactive/internalStats"
+
+        def stats() -> dict:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                return json.loads(resp.read())
+
+        deadline = time.monotonic() + 20
+        while len(stats()["ledgers"]) < 2:
+            assert time.monotonic() < deadline, f"idle ledger not sealed: {stats()}"
+            time.sleep(0.2)
+        sealed = stats()
+        assert [(led["ledgerId"], led["entries"]) for led in sealed["ledgers"]] == [
+            (first[0].ledger_id(), 3), (sealed["ledgers"][1]["ledgerId"], 0)]
+        assert sealed["currentLedgerEntries"] == 0
+        after = producer.send(b"m3")
+        assert after.ledger_id() == sealed["ledgers"][1]["ledgerId"] != first[0].ledger_id()
+        assert after.entry_id() == 0
+        client.close()
+
+
 def test_standalone_with_three_bookies_replicates_with_the_configured_quorums(tmp_path):
     import json
     import urllib.request
