@@ -510,9 +510,9 @@ class BrokerService:
             expiry = float(finer)
 
         async def retention_check(topic: PersistentTopic) -> None:
-            # Seal idle ledgers past their rollover age or without entries for the inactive
-            # rollover time, then drop what every cursor has passed and retention no longer
-            # needs.
+            # Seal idle ledgers past their rollover age, without entries for the inactive
+            # rollover time, or whose entries all outlived retention; then drop what every
+            # cursor has passed and retention no longer needs.
             await topic.ml.check_rollover()
             _, exact_bytes = exact_retention(topic.policies)
             if exact_bytes is not None:

@@ -201,9 +201,10 @@ impl ManagedLedger {
     /// Seal the current ledger and start a new one if it is due: older than
     /// `max_rollover_time`, or past `min_rollover_time` and full by entries or size.
     /// Appends only check this when they come, so a broker calls it on a timer to seal
-    /// the ledgers of idle topics (which retention by time then measures). One rule only
-    /// this check applies: a ledger holding entries that has received none for
-    /// `inactive_rollover_time` is sealed too. Returns whether it rolled over. Ordered with
+    /// the ledgers of idle topics (which retention by time then measures). Two rules only
+    /// this check applies, to a ledger holding entries that has received none for a while
+    /// (see `idle_seal`): `inactive_rollover_time`, and a positive retention time that
+    /// every entry of the ledger has outlived. Returns whether it rolled over. Ordered with
     /// the appends queued before it.
     pub async fn check_rollover(&self) -> Result<bool> {
         let (tx, rx) = oneshot::channel();
@@ -246,25 +247,42 @@ impl ManagedLedger {
 
     async fn rollover_if_due(&self) -> Result<bool> {
         self.check_open()?;
-        let (due, next_index) = {
+        let (due, sealed_at, next_index) = {
             let now = self.config.clock.now_ms();
             let mut st = self.state.lock();
             st.evict_cache(now, self.config.cache_eviction_time);
-            (st.current.is_none() || self.is_full(&st, now) || self.is_inactive(&st, now), st.assign_index)
+            let idle = self.idle_seal(&st, now);
+            (st.current.is_none() || self.is_full(&st, now) || idle.is_some(), idle, st.assign_index)
         };
         if due {
-            self.rollover(next_index).await?;
+            self.rollover_sealed_at(next_index, sealed_at).await?;
         }
         Ok(due)
     }
 
-    /// Whether the current ledger holds entries and has received none for
-    /// `inactive_rollover_time` (the next one is created empty, and an empty one is never
-    /// sealed for inactivity).
-    fn is_inactive(&self, st: &MlState, now: u64) -> bool {
-        let Some(t) = self.config.inactive_rollover_time else { return false };
-        let holds_entries = st.current_id().and_then(|id| st.ledgers.get(&id)).is_some_and(|i| i.entries > 0);
-        holds_entries && now.saturating_sub(st.last_add_ms) >= duration_ms(t)
+    /// Whether the periodic check seals the current ledger for having received no entry
+    /// for long enough, and if so the close time to record for it. Only a ledger holding
+    /// entries is sealed (the next one is created empty, and an empty one never is).
+    /// Past a positive retention time, every entry of the ledger has outlived retention
+    /// (Kafka rolls such an active segment so it can be deleted): the recorded close time is
+    /// when its last entry was added, so that retention, which counts from a ledger's close,
+    /// lets the trim that follows delete it. Past `inactive_rollover_time` (Pulsar's rule)
+    /// it closes now, as any rollover does. A ledger written to within both stays.
+    fn idle_seal(&self, st: &MlState, now: u64) -> Option<u64> {
+        let info = st.ledgers.get(&st.current_id()?)?;
+        if info.entries == 0 {
+            return None;
+        }
+        let idle = now.saturating_sub(st.last_add_ms);
+        if let Some(retention) = self.config.retention_time.filter(|t| !t.is_zero()) {
+            if idle >= duration_ms(retention) {
+                return Some(st.last_add_ms);
+            }
+        }
+        match self.config.inactive_rollover_time {
+            Some(t) if idle >= duration_ms(t) => Some(now),
+            _ => None,
+        }
     }
 
     /// Append one entry of `num_messages` messages.
@@ -699,6 +717,12 @@ impl ManagedLedger {
     /// Seal the current ledger (if any) and start a new one whose first message will have
     /// index `first_index`.
     pub(crate) async fn rollover(&self, first_index: u64) -> Result<Arc<dyn Ledger>> {
+        self.rollover_sealed_at(first_index, None).await
+    }
+
+    /// [`rollover`](Self::rollover), recording `sealed_at` (default: now) as the sealed
+    /// ledger's close time.
+    async fn rollover_sealed_at(&self, first_index: u64, sealed_at: Option<u64>) -> Result<Arc<dyn Ledger>> {
         let old = self.state.lock().current.take();
         if let Some(old) = old {
             let id = old.id();
@@ -708,7 +732,7 @@ impl ManagedLedger {
             let now = self.config.clock.now_ms();
             let mut st = self.state.lock();
             if let Some(i) = st.ledgers.get_mut(&id) {
-                i.timestamp = now;
+                i.timestamp = sealed_at.unwrap_or(now);
             }
             st.read_handles.insert(id, old);
         }

@@ -72,6 +72,9 @@ pub struct ManagedLedgerConfig {
     /// `managedLedgerMaxSizePerLedgerMbytes`: roll over once a ledger holds this much data.
     pub max_ledger_size_mb: u64,
     /// Retention time of consumed data: `None` keeps it forever, `Some(0)` not at all.
+    /// A positive one also rolls over, at the periodic rollover check, a ledger whose
+    /// entries have all outlived it (as Kafka rolls an active segment past `retention.ms`),
+    /// so that the ledger can be deleted.
     pub retention_time: Option<Duration>,
     /// Retention size of consumed data in MB: `-1` is unlimited.
     pub retention_size_mb: i64,

@@ -28,7 +28,9 @@ pub struct LedgerInfo {
     pub entries: u64,
     /// Bytes stored in the ledger, headers included.
     pub size: u64,
-    /// When the ledger was closed, ms since the epoch (0 while it is being written).
+    /// When the ledger was closed, ms since the epoch (0 while it is being written); for a
+    /// ledger closed because its entries had all outlived retention, when its last entry
+    /// was added.
     pub timestamp: u64,
     /// Index of the first message stored in the ledger.
     pub first_index: u64,

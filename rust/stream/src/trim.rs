@@ -4,8 +4,10 @@
 //! acknowledged all of it (the first unacknowledged entry of the slowest cursor is in a
 //! later ledger) and (3) retention no longer keeps it. Retention follows Pulsar: walking
 //! from the oldest ledger, a consumed ledger is deleted when its retention time has passed
-//! (measured from when it was sealed) OR the consumed data retained would exceed the size
-//! quota; the walk stops at the first ledger retention keeps. Empty sealed ledgers always go.
+//! (measured from its close time: when it was sealed, or for a ledger sealed because all its
+//! entries had outlived retention, when its last entry was added) OR the consumed data
+//! retained would exceed the size quota; the walk stops at the first ledger retention keeps.
+//! Empty sealed ledgers always go.
 //! Non-durable cursors do not hold ledgers back.
 
 use std::sync::atomic::Ordering;

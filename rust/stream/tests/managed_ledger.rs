@@ -749,7 +749,7 @@ async fn idle_ledger_is_sealed_by_check_rollover_and_then_retention_applies() {
     let f = env.factory();
     let cfg = ManagedLedgerConfig {
         max_rollover_time: Some(Duration::from_secs(60)),
-        retention_time: Some(Duration::from_secs(10)),
+        retention_time: Some(Duration::from_secs(100)),
         retention_size_mb: -1,
         ..env.config(100)
     };
@@ -763,7 +763,7 @@ async fn idle_ledger_is_sealed_by_check_rollover_and_then_retention_applies() {
     assert_ne!(ml.stats().current_ledger_id, Some(added[0].position.ledger_id));
     assert!(!ml.check_rollover().await.unwrap(), "an empty ledger is never rolled");
     assert!(ml.trim().await.unwrap().is_empty(), "sealed just now: retention keeps it");
-    env.clock.advance(Duration::from_secs(11));
+    env.clock.advance(Duration::from_secs(101));
     assert_eq!(ml.trim().await.unwrap(), vec![added[0].position.ledger_id]);
     // Appends go on in the new ledger with the next index.
     assert_eq!(ml.add_entries(payloads(3..4)).await.unwrap()[0].index, 3);
@@ -807,6 +807,70 @@ async fn inactive_rollover_is_off_by_default() {
     let ml = f.open("t/inactive-off", cfg).await.unwrap();
     let first = ml.add_entries(payloads(0..1)).await.unwrap()[0].position.ledger_id;
     env.clock.advance(Duration::from_secs(365 * 86_400));
+    assert!(!ml.check_rollover().await.unwrap());
+    assert_eq!(ml.stats().current_ledger_id, Some(first));
+}
+
+#[tokio::test]
+async fn ledger_whose_entries_all_outlived_retention_is_sealed_and_then_trimmed() {
+    let env = Env::new();
+    let f = env.factory();
+    let cfg = ManagedLedgerConfig {
+        max_rollover_time: None,
+        retention_time: Some(Duration::from_secs(10)),
+        retention_size_mb: -1,
+        ..env.config(1000)
+    };
+    let ml = f.open("t/expired", cfg).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    // Steady writes, one every 9 s for far longer than retention: one ledger throughout.
+    let mut last = None;
+    for i in 0..20 {
+        let added = ml.add_entries(payloads(i..i + 1)).await.unwrap();
+        c.mark_delete(added[0].position).await.unwrap();
+        last = Some(added[0]);
+        env.clock.advance(Duration::from_secs(9));
+        assert!(!ml.check_rollover().await.unwrap(), "written to within retention: not sealed");
+        assert!(ml.trim().await.unwrap().is_empty());
+    }
+    let last = last.unwrap();
+    assert_eq!(ml.ledgers_info().len(), 1);
+    assert_eq!(ml.stats().current_ledger_entries, 20);
+    // No more writes: once the newest entry is older than retention, the ledger is sealed
+    // and the trim that follows deletes it.
+    env.clock.advance(Duration::from_secs(1));
+    assert!(ml.check_rollover().await.unwrap());
+    assert_eq!(ml.trim().await.unwrap(), vec![last.position.ledger_id]);
+    assert_eq!(ml.first_index(), 20);
+    assert_eq!(ml.next_index(), 20);
+    assert!(!ml.check_rollover().await.unwrap(), "an empty ledger is never rolled");
+    assert_eq!(ml.add_entries(payloads(20..21)).await.unwrap()[0].index, 20);
+}
+
+#[tokio::test]
+async fn ledger_past_retention_waits_for_its_cursors_and_zero_retention_seals_nothing() {
+    let env = Env::new();
+    let f = env.factory();
+    let cfg = ManagedLedgerConfig {
+        max_rollover_time: None,
+        retention_time: Some(Duration::from_secs(10)),
+        retention_size_mb: -1,
+        ..env.config(1000)
+    };
+    let ml = f.open("t/expired-unread", cfg).await.unwrap();
+    let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
+    let added = ml.add_entries(payloads(0..3)).await.unwrap();
+    env.clock.advance(Duration::from_secs(10));
+    assert!(ml.check_rollover().await.unwrap());
+    assert!(ml.trim().await.unwrap().is_empty(), "the cursor has not passed it");
+    c.mark_delete(added[2].position).await.unwrap();
+    assert_eq!(ml.trim().await.unwrap(), vec![added[0].position.ledger_id]);
+
+    // Retention 0 (Pulsar's default) drops consumed ledgers at once; it seals none.
+    let cfg = ManagedLedgerConfig { max_rollover_time: None, retention_time: Some(Duration::ZERO), ..env.config(1000) };
+    let ml = f.open("t/zero-retention", cfg).await.unwrap();
+    let first = ml.add_entries(payloads(0..1)).await.unwrap()[0].position.ledger_id;
+    env.clock.advance(Duration::from_secs(86_400));
     assert!(!ml.check_rollover().await.unwrap());
     assert_eq!(ml.stats().current_ledger_id, Some(first));
 }

@@ -481,6 +481,31 @@ def test_retention_finer_than_minutes_and_mib_is_kept_shown_and_enforced(
         again.kill()
 
 
+def test_records_past_retention_ms_go_once_the_topic_stops_receiving_writes(
+        tmp_path: Path, unique: str) -> None:
+    """As Kafka rolls an active segment whose records have all passed retention.ms, the
+    ledger being written is sealed once its newest record is older than the topic's
+    retention and then deleted: a topic that stops receiving records loses them all (its
+    log start offset reaches its end) instead of keeping its last ledger until that
+    ledger's rollover age (hours). A topic with a longer retention keeps its records."""
+    server = Standalone(tmp_path, conf={**KAFKA_CONF, "retentionCheckIntervalInSeconds": 1}).start()
+    try:
+        boot = bootstrap(server.addresses)
+        short, kept = f"ret-idle-{unique}", f"ret-kept-{unique}"
+        admin = AdminClient({"bootstrap.servers": boot})
+        for topic, ms in [(short, "2000"), (kept, "600000")]:
+            admin.create_topics([NewTopic(topic, 1, config={"retention.ms": ms})])[topic].result(DEADLINE)
+        with Wire(boot) as w:
+            for topic in (short, kept):
+                for i in range(5):
+                    w.call(PRODUCE, 9, produce_body(topic, batch([b"r%d" % i])))
+        wait_for(lambda: _watermarks(boot, short) == (5, 5))
+        assert [led["entries"] for led in _ledgers(server, short)] == [0]
+        assert _watermarks(boot, kept) == (0, 5)
+    finally:
+        server.kill()
+
+
 def test_a_retention_set_through_the_admin_api_replaces_the_exact_one(
         kafka_broker: Standalone, boot: str, unique: str) -> None:
     """retention.ms=90000 shows as 2 minutes to the admin API; setting the topic's retention
