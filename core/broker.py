@@ -270,8 +270,16 @@ class BrokerService:
             "cache_eviction_time_ms": int(c.get("managedLedgerCacheEvictionTimeThresholdMillis")),
         }
 
+    def check_domain_enabled(self, name: TopicName) -> None:
+        """Refuse a topic of a domain the broker does not serve (Pulsar's
+        ``enablePersistentTopics`` and ``enableNonPersistentTopics``)."""
+        key = "enablePersistentTopics" if name.persistent else "enableNonPersistentTopics"
+        if not self.config.get(key, True):
+            raise NotAllowedError(f"The broker does not serve {name.domain} topics ({key}=false): {name}")
+
     async def get_topic(self, name: TopicName, *, create: bool = True) -> PersistentTopic:
         key = str(name)
+        self.check_domain_enabled(name)
         while True:
             topic = self.topics.get(key)
             if topic is not None:
@@ -374,7 +382,7 @@ class BrokerService:
         Runs in the background once the broker is ready; at most
         ``maxConcurrentTopicLoadRequest`` topics load at once (clients' loads included). A
         topic that fails to load is logged and left for a client to load on demand."""
-        names = self._persistent_topics()
+        names = self._persistent_topics() if self.config.get("enablePersistentTopics", True) else []
         pending = iter(names)
 
         async def loader() -> None:
@@ -430,6 +438,7 @@ class BrokerService:
     async def create_topic(self, name: TopicName) -> PersistentTopic:
         """Create a non-partitioned topic explicitly (whatever auto-creation says)."""
         self.namespace_policies(name.namespace_name)
+        self.check_domain_enabled(name)
         if self.topic_exists(name) or (name.partition_index < 0 and self.policies.partitions(name)):
             raise TopicExistsError("This topic already exists")
         assert self.storage is not None

@@ -526,6 +526,11 @@ _KEY_LIST: tuple[Key, ...] = (
          "Bytes of publishes, from every Pulsar connection, awaiting their receipt before the "
          "broker reads no connection (until half is free); -1 for no limit.", -1),
     # --- topics
+    _bool("enablePersistentTopics", True,
+          "Serve persistent topics; when false, a producer, consumer or admin request that "
+          "would load one is refused (NotAllowed)."),
+    _bool("enableNonPersistentTopics", True,
+          "Serve non-persistent topics; when false, likewise refused."),
     _bool("allowAutoTopicCreation", True, "Create topics on first produce/subscribe."),
     _enum("allowAutoTopicCreationType", "non-partitioned",
           "Kind of topic created automatically.", "partitioned", "non-partitioned"),

@@ -300,6 +300,26 @@ def test_broker_subscription_type_keys(tmp_path):
         client.close()
 
 
+@pytest.mark.parametrize("disabled", ["persistent", "non-persistent"])
+def test_a_disabled_topic_domain_is_refused_and_the_other_served(tmp_path, disabled):
+    key = "enablePersistentTopics" if disabled == "persistent" else "enableNonPersistentTopics"
+    served = "non-persistent" if disabled == "persistent" else "persistent"
+    with Standalone(tmp_path / "data", conf={key: False}) as s:
+        client = pulsar.Client(s.pulsar_url, operation_timeout_seconds=5)
+        admin = AdminClient(s.addresses["web"][0], timeout=30)
+        with pytest.raises(pulsar.NotAllowedError):
+            client.create_producer(f"{disabled}://public/default/t")
+        with pytest.raises(pulsar.NotAllowedError):
+            client.subscribe(f"{disabled}://public/default/t", "sub")
+        with pytest.raises(AdminError) as refused:
+            admin.put(f"/admin/v2/{disabled}/public/default/made")
+        assert refused.value.status == 405
+        consumer = client.subscribe(f"{served}://public/default/t", "sub")
+        client.create_producer(f"{served}://public/default/t").send(b"served")
+        assert consumer.receive(timeout_millis=RECEIVE_MS).data() == b"served"
+        client.close()
+
+
 def test_persistence_policies_set_the_replication_of_new_ledgers(tmp_path):
     import json
 
