@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -858,29 +859,47 @@ def _topics_expire_all(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.post(_topic_path(a.topic) + f"/all_subscription/expireMessages/{parse_relative_time(a.expire_time)}")
 
 
-def _format_message(reply: Reply, limit: int | None = None) -> str:
-    """The message(s) of an entry, as pulsar-admin shows them: at most `limit` of a batch."""
+#: What pulsar-admin prints between two messages (peek-messages).
+_MESSAGE_SEPARATOR = "\n" + "-" * 73 + "\n\n"
+
+
+def _epoch_ms(header: str | None) -> int:
+    """A ``X-Pulsar-*-time`` header (ISO 8601) as epoch milliseconds, the way pulsar-admin
+    prints times; 0 when absent or unreadable."""
+    if not header:
+        return 0
+    try:
+        return round(datetime.fromisoformat(header).timestamp() * 1000)
+    except ValueError:
+        return 0
+
+
+def _message_blocks(reply: Reply, limit: int | None = None) -> list[str]:
+    """The message(s) of an entry as pulsar-admin prints them, one block each: its admin
+    client splits a batched entry into its messages (at most `limit` here), each under
+    ``Batch Message ID: ledger:entry:index`` with its own properties."""
     h = {k.lower(): v for k, v in reply.headers.items()}
-    lines = [f"Message ID: {h.get('x-pulsar-message-id', '')}"]
-    props = {k[len("x-pulsar-property-"):]: v for k, v in h.items() if k.startswith("x-pulsar-property-")}
-    if props:
-        lines.append(f"Properties: {json.dumps(props)}")
-    if "x-pulsar-partition-key" in h:
-        lines.append(f"Key: {h['x-pulsar-partition-key']}")
-    lines.append(f"Publish time: {h.get('x-pulsar-publish-time', '')}")
+    message_id = h.get("x-pulsar-message-id", "")
+    head = [f"Publish time: {_epoch_ms(h.get('x-pulsar-publish-time'))}",
+            f"Event time: {_epoch_ms(h.get('x-pulsar-event-time'))}"]
+    deliver_at = _epoch_ms(h.get("x-pulsar-deliver-at-time"))
+    if deliver_at:
+        head.append(f"Deliver at time: {deliver_at}")
+    if "x-pulsar-broker-entry-metadata-timestamp" in h:
+        head.append("Broker entry metadata timestamp: "
+                    f"{_epoch_ms(h['x-pulsar-broker-entry-metadata-timestamp'])}")
+    if "x-pulsar-broker-entry-metadata-index" in h:
+        head.append(f"Broker entry metadata index: {h['x-pulsar-broker-entry-metadata-index']}")
     if "x-pulsar-num-batch-message" not in h:
-        lines.append(_hexdump(reply.body))
-        return "\n".join(lines)
-    singles = _batch_messages(reply.body, int(h["x-pulsar-num-batch-message"]))[:limit]
-    lines.append(f"Batch messages: {len(singles)}")
-    for i, (payload, key, props) in enumerate(singles):
-        lines.append(f"Batch index: {i}")
-        if key is not None:
-            lines.append(f"Key: {key}")
-        if props:
-            lines.append(f"Properties: {json.dumps(props)}")
-        lines.append(_hexdump(payload))
-    return "\n".join(lines)
+        props = {k[len("x-pulsar-property-"):]: v for k, v in h.items() if k.startswith("x-pulsar-property-")}
+        return ["\n".join([f"Message ID: {message_id}", *head, *_properties(props), _hexdump(reply.body)])]
+    singles = _batch_messages(reply.body, int(h["x-pulsar-num-batch-message"]))[:limit] or [(reply.body, None, {})]
+    return ["\n".join([f"Batch Message ID: {message_id}:{i}", *head, *_properties(props), _hexdump(payload)])
+            for i, (payload, _, props) in enumerate(singles)]
+
+
+def _properties(props: dict[str, str]) -> list[str]:
+    return ["Properties:", json.dumps(props, indent=2)] if props else []
 
 
 def _batch_messages(body: bytes, n: int) -> list[tuple[bytes, str | None, dict[str, str]]]:
@@ -903,8 +922,8 @@ def _split_batch(body: bytes, n: int) -> list[bytes]:
 
 
 def _hexdump(data: bytes) -> str:
-    rows = ["+-------------------------------------------------+",
-            "|  0  1  2  3  4  5  6  7  8  9  a  b  c  d  e  f |",
+    rows = ["         +-------------------------------------------------+",
+            "         |  0  1  2  3  4  5  6  7  8  9  a  b  c  d  e  f |",
             "+--------+-------------------------------------------------+----------------+"]
     for off in range(0, len(data), 16):
         chunk = data[off:off + 16]
@@ -920,27 +939,29 @@ def _hexdump(data: bytes) -> str:
 def _topics_peek(c: AdminClient, a: argparse.Namespace) -> Any:
     # As pulsar-admin: -n counts messages, not entries (a batch's messages each count), and
     # the listing ends at the end of the backlog rather than failing there.
-    out: list[str] = []
+    blocks: list[str] = []
     left, position = a.count, 1
     while left > 0:
         try:
             reply = c.request("GET", _sub_path(a) + f"/position/{position}")
         except AdminError as exc:
-            if exc.status == 404 and (out or exc.reason.startswith("No message found")):
+            if exc.status == 404 and (blocks or exc.reason.startswith("No message found")):
                 break
             raise
-        out.append(_format_message(reply, left))
+        blocks += _message_blocks(reply, left)
         h = {k.lower(): v for k, v in reply.headers.items()}
         left -= int(h.get("x-pulsar-num-batch-message", 1))
         position += 1
-    return "\n".join(out)
+    return _MESSAGE_SEPARATOR.join(blocks)
 
 
 @verb("topics", "get-message-by-id", "show a message by its id", TOPIC,
       A("-l", "--ledgerId", dest="ledger", type=int, required=True),
       A("-e", "--entryId", dest="entry", type=int, required=True))
 def _topics_message_by_id(c: AdminClient, a: argparse.Namespace) -> Any:
-    return _format_message(c.request("GET", _topic_path(a.topic) + f"/ledger/{a.ledger}/entry/{a.entry}"))
+    # pulsar-admin's getMessageById keeps the first message of a batched entry
+    reply = c.request("GET", _topic_path(a.topic) + f"/ledger/{a.ledger}/entry/{a.entry}")
+    return _message_blocks(reply, 1)[0]
 
 
 @verb("topics", "examine-message", "show the message at a position from the start or end", TOPIC,
@@ -948,8 +969,8 @@ def _topics_message_by_id(c: AdminClient, a: argparse.Namespace) -> Any:
       A("-m", "--messagePosition", dest="position", type=int, default=1))
 def _topics_examine(c: AdminClient, a: argparse.Namespace) -> Any:
     # pulsar-admin's examineMessage keeps the first message of a batched entry
-    return _format_message(c.request("GET", _topic_path(a.topic) + "/examinemessage",
-                                     query={"initialPosition": a.initial, "messagePosition": a.position}), 1)
+    return _message_blocks(c.request("GET", _topic_path(a.topic) + "/examinemessage",
+                                     query={"initialPosition": a.initial, "messagePosition": a.position}), 1)[0]
 
 
 @verb("topics", "set-replication-clusters", "set the topic's replication clusters", TOPIC,

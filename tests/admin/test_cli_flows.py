@@ -337,3 +337,41 @@ def test_peek_messages_counts_messages_of_a_batch(cli, server: Standalone, uniqu
     # examine-message shows one message: the first of a batched entry, as pulsar-admin does
     examined = cli("topics", "examine-message", topic, "-i", "earliest", "-m", "1").stdout
     assert "|b0" in examined and "|b1" not in examined
+
+
+def test_a_batched_entry_is_shown_message_by_message_as_pulsar_admin_does(  # type: ignore[no-untyped-def]
+        cli, server: Standalone, unique: str) -> None:
+    """pulsar-admin's admin client splits a batched entry into its messages: get-message-by-id
+    and examine-message print the first, under ``Batch Message ID: ledger:entry:0``, and
+    peek-messages prints each under its own id; times are epoch milliseconds."""
+    import pulsar
+
+    from tests.handlers.pulsar._receive import wait_until
+
+    topic = f"persistent://public/default/by-id-batch-{unique}"
+    cli("topics", "create-subscription", topic, "-s", "s")
+    ids: list = []
+    client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=3,
+                                          batching_max_publish_delay_ms=1000)
+        before = int(time.time() * 1000)
+        for i in range(3):
+            producer.send_async(f"b{i}".encode(), lambda _res, mid: ids.append(mid), properties={"n": str(i)})
+        producer.flush()
+        wait_until(lambda: len(ids) == 3)
+    finally:
+        client.close()
+    ledger, entry = ids[0].ledger_id(), ids[0].entry_id()
+    shown = cli("topics", "get-message-by-id", topic, "-l", str(ledger), "-e", str(entry)).stdout
+    lines = shown.splitlines()
+    assert lines[0] == f"Batch Message ID: {ledger}:{entry}:0"
+    assert before - 1000 <= int(lines[1].removeprefix("Publish time: ")) <= int(time.time() * 1000)
+    assert lines[2] == "Event time: 0"
+    assert "|b0" in shown and "|b1" not in shown and '"n": "0"' in shown
+    assert cli("topics", "examine-message", topic, "-i", "earliest", "-m", "1").stdout == shown
+    peek = cli("topics", "peek-messages", topic, "-s", "s", "-n", "3").stdout
+    assert [line for line in peek.splitlines() if "Message ID" in line] == \
+        [f"Batch Message ID: {ledger}:{entry}:{i}" for i in range(3)]
+    assert peek.count("\n" + "-" * 73 + "\n\n") == 2
+    assert all(f'"n": "{i}"' in peek for i in range(3))
