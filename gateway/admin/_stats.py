@@ -155,6 +155,10 @@ def producer_stats(topic: Any, p: Any, rates: Rates) -> dict[str, Any]:
         "connectedSince": _iso(p.connected_since),
         "address": p.address,
         "clientVersion": p.client_version,
+        # Pulsar's NonPersistentPublisherStats: what it drops past
+        # maxConcurrentNonPersistentMessagePerConnection. Here a non-persistent publish is
+        # handed to the subscriptions before it is answered, so none is dropped.
+        **({} if topic.name.persistent else {"msgDropRate": 0.0}),
     }
 
 
@@ -259,6 +263,7 @@ def merge_partition_stats(partitions: int, per_partition: dict[str, dict[str, An
     for name, st in sorted(per_partition.items()):
         for k in _SUMMED:
             out[k] += st.get(k, 0)
+        _add_drop_rate(out, st)
         out["earliestMsgPublishTimeInBacklogs"] = _earliest(out.get("earliestMsgPublishTimeInBacklogs", 0),
                                                             st.get("earliestMsgPublishTimeInBacklogs", 0))
         _merge_clients(out["publishers"], st["publishers"], "producerName", _PUBLISHER_KEPT)
@@ -269,6 +274,7 @@ def merge_partition_stats(partitions: int, per_partition: dict[str, dict[str, An
             else:
                 for k in _SUB_SUMMED:
                     merged[k] += sub.get(k, 0)
+                _add_drop_rate(merged, sub)
                 merged["earliestMsgPublishTimeInBacklog"] = _earliest(
                     merged.get("earliestMsgPublishTimeInBacklog", 0), sub.get("earliestMsgPublishTimeInBacklog", 0))
             _merge_clients(merged["consumers"], sub["consumers"], "consumerName", _CONSUMER_KEPT)
@@ -280,6 +286,14 @@ def merge_partition_stats(partitions: int, per_partition: dict[str, dict[str, An
         if pub.get("msgRateIn"):
             pub["averageMsgSize"] = pub["msgThroughputIn"] / pub["msgRateIn"]
     return out
+
+
+def _add_drop_rate(into: dict[str, Any], more: dict[str, Any]) -> None:
+    """Sum a non-persistent partition's ``msgDropRate`` (topic or subscription) into
+    ``into``, as Pulsar's NonPersistentTopicStats and NonPersistentSubscriptionStats add
+    theirs; persistent stats have none."""
+    if "msgDropRate" in more:
+        into["msgDropRate"] = into.get("msgDropRate", 0.0) + more["msgDropRate"]
 
 
 _PUBLISHER_KEPT = frozenset({"producerId", "averageMsgSize"})

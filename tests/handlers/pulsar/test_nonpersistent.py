@@ -253,6 +253,28 @@ def test_partitioned_non_persistent_topic(client, admin, unique):
     assert {m.topic_name() for m in got} == {f"{topic}-partition-{i}" for i in range(3)}
 
 
+def test_partitioned_stats_sum_the_partitions_drop_rates(client, admin, unique):
+    name = f"drops-{unique}"
+    admin.put(f"/admin/v2/non-persistent/{NS}/{name}/partitions", 2)
+    path = f"/admin/v2/non-persistent/{NS}/{name}/partitioned-stats"
+    consumer = client.subscribe(_np(name), "sub", receiver_queue_size=1)
+    producer = client.create_producer(_np(name), batching_enabled=False,
+                                      message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    wait_until(lambda: all(_consumers_of(admin, f"{name}-partition-{i}", "sub") == 1 for i in range(2)))
+    admin.get(path)  # the first reading starts each rate's window
+    for i in range(40):
+        producer.send(str(i).encode())  # the consumer takes none: nearly all are dropped
+    stats = admin.get(path)
+    parts = list(stats["partitions"].values())
+    assert stats["msgDropRate"] > 0
+    assert stats["msgDropRate"] == pytest.approx(sum(p["msgDropRate"] for p in parts))
+    assert stats["subscriptions"]["sub"]["msgDropRate"] == \
+        pytest.approx(sum(p["subscriptions"]["sub"]["msgDropRate"] for p in parts))
+    assert stats["publishers"] and all(p["msgDropRate"] == 0.0 for p in stats["publishers"])
+    assert all(p["publishers"][0]["msgDropRate"] == 0.0 for p in parts)
+    consumer.close()
+
+
 def test_admin_lists_and_reports_loaded_topic_and_subscription_lifetime(client, admin, unique):
     topic = _np(f"admin-{unique}")
     consumer = client.subscribe(topic, "sub")
