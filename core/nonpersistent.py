@@ -59,6 +59,9 @@ class _NoLedger(ManagedLedger):
     def __init__(self, bridge: Any, name: str):
         super().__init__(bridge, None)
         self._name = name
+        #: Entries published since the topic was loaded (Pulsar's ``entriesAddedCounter``
+        #: of a non-persistent topic counts them though it keeps none).
+        self.entries_added = 0
 
     @property
     def name(self) -> str:
@@ -101,7 +104,8 @@ class _NoLedger(ManagedLedger):
         return None
 
     def stats(self) -> dict[str, Any]:
-        return {"total_size": 0, "number_of_entries": 0, "entries_added": 0, "current_ledger_entries": 0,
+        return {"total_size": 0, "number_of_entries": 0, "entries_added": self.entries_added,
+                "current_ledger_entries": 0,
                 "current_ledger_size": 0, "last_confirmed": None, "next_index": 0, "status": "Open"}
 
     def ledgers(self) -> list[dict[str, Any]]:
@@ -251,7 +255,8 @@ class NonPersistentTopic(PersistentTopic):
     subscriptions work as the module docstring describes."""
 
     def __init__(self, broker: BrokerService, name: TopicName, policies: dict[str, Any]):
-        super().__init__(broker, name, _NoLedger(broker.bridge, name.storage_name), policies)
+        self._ledger = _NoLedger(broker.bridge, name.storage_name)
+        super().__init__(broker, name, self._ledger, policies)
         #: Messages some subscription could not take (each subscription's share is its
         #: own ``msg_dropped``), since the topic was loaded.
         self.msg_dropped = 0
@@ -280,6 +285,7 @@ class NonPersistentTopic(PersistentTopic):
         now = int(time.time() * 1000)
         self.msg_in += num_messages
         self.bytes_in += len(entry)
+        self._ledger.entries_added += 1
         self.last_publish_time = now
         self.broker.stats.record_publish(1, num_messages, len(entry))
         item = Entry(NON_PERSISTENT_POSITION, now, -1, num_messages, entry)

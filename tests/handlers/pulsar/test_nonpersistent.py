@@ -275,6 +275,19 @@ def test_partitioned_stats_sum_the_partitions_drop_rates(client, admin, unique):
     consumer.close()
 
 
+def test_internal_stats_count_the_entries_published(client, admin, unique):
+    name = f"internal-{unique}"
+    consumer = client.subscribe(_np(name), "sub")
+    producer = client.create_producer(_np(name), batching_enabled=False)
+    for _ in range(3):
+        producer.send(b"m")
+    assert len(_receive(consumer, 3)) == 3
+    internal = admin.get(f"/admin/v2/non-persistent/{NS}/{name}/internalStats")
+    # Pulsar counts a non-persistent topic's published entries though it keeps none
+    assert (internal["entriesAddedCounter"], internal["numberOfEntries"], internal["totalSize"]) == (3, 0, 0)
+    assert list(internal["cursors"]) == ["sub"]
+
+
 def test_admin_lists_and_reports_loaded_topic_and_subscription_lifetime(client, admin, unique):
     topic = _np(f"admin-{unique}")
     consumer = client.subscribe(topic, "sub")
