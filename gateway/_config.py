@@ -770,6 +770,10 @@ _NOT_APPLICABLE = {
     "maxBatchSize": "a producer setting: set it in the client (batching_max_messages)",
     "delayedDeliveryTickTimeMillis": "the granularity of Pulsar's delayed-delivery tracker; "
                                      "Magnetar keeps each delivery time exactly",
+    "maxConcurrentNonPersistentMessagePerConnection":
+        "Pulsar's bound on a connection's non-persistent publishes in flight, past which it "
+        "drops them; Magnetar hands each one to the subscriptions before it answers it or "
+        "reads the next, so none is ever in flight and none is dropped",
 }
 
 

@@ -170,6 +170,7 @@ def test_keys_of_pulsar_that_mean_nothing_here_say_why(tmp_path, caplog):
                             "dbStorage_writeCacheMaxSizeMb=1024\n"
                             "loadBalancerEnabled=true\n"
                             "batchingMaxMessages=1000\n"
+                            "maxConcurrentNonPersistentMessagePerConnection=1000\n"
                             "someFuturePulsarKey=1\n")
     with caplog.at_level(logging.WARNING, logger="magnetar.config"):
         cfg = load_config(path, environ={})
@@ -179,6 +180,7 @@ def test_keys_of_pulsar_that_mean_nothing_here_say_why(tmp_path, caplog):
     assert "DbLedgerStorage" in lines["dbStorage_writeCacheMaxSizeMb"]
     assert "no load balancer" in lines["loadBalancerEnabled"]
     assert "set it in the client" in lines["batchingMaxMessages"]
+    assert "none is ever in flight" in lines["maxConcurrentNonPersistentMessagePerConnection"]
     assert lines["someFuturePulsarKey"] == "unknown configuration key 'someFuturePulsarKey' ignored"
     assert "unknown" not in lines["PULSAR_MEM"]
     assert cfg.unknown["dbStorage_writeCacheMaxSizeMb"] == "1024"
