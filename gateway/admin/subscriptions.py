@@ -97,9 +97,9 @@ def routes(broker: Any) -> list[Route]:
             raise RestError(405, reason)
 
     async def refuse_non_persistent(request: Request, reason: str) -> None:
-        """405 on a non-persistent topic that exists: it keeps no backlog to skip or expire.
-        Pulsar refuses expiry there so; its skip and skip-all fail there too, with an
-        internal error (they take the topic for a persistent one)."""
+        """405 on a non-persistent topic that exists: it keeps no backlog to skip, expire or
+        peek. Pulsar refuses expiry and peek there so; its skip and skip-all fail there too,
+        with an internal error (they take the topic for a persistent one)."""
         if not topic_of(request).persistent:
             await topics_of(request)  # 404 first for a topic that does not exist
             raise RestError(405, reason)
@@ -237,6 +237,7 @@ def routes(broker: Any) -> list[Route]:
         refuse_partitioned(request, "Peek messages on a partitioned topic is not allowed")
         if n < 1:
             raise RestError(412, "Message position must be >= 1")
+        await refuse_non_persistent(request, "Peek messages on a non-persistent topic is not allowed")
         subs = await subs_of(request)
         got = await subs[0].unacked_entries(n)
         if len(got) < n:

@@ -227,6 +227,9 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
     @endpoint
     async def last_message_id(request: Request) -> Any:
         topic = await load_topic(broker, topic_of(request))
+        if not topic.name.persistent:
+            # as Pulsar: a non-persistent topic keeps no last message
+            raise RestError(405, "GetLastMessageId on a non-persistent topic is not allowed")
         last = topic.ml.last_confirmed()
         return {"ledgerId": last.ledger_id if last else -1, "entryId": last.entry_id if last else -1,
                 "partitionIndex": topic.name.partition_index}

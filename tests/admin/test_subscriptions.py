@@ -217,8 +217,8 @@ def test_replicated_subscriptions_turned_off_mark_nothing(tmp_path: Path) -> Non
             client.close()
 
 
-def test_skip_and_expire_are_refused_on_a_non_persistent_topic(admin: AdminClient, ns: str,
-                                                               client: pulsar.Client) -> None:
+def test_skip_expire_peek_and_last_message_id_are_refused_on_a_non_persistent_topic(
+        admin: AdminClient, ns: str, client: pulsar.Client) -> None:
     topic, path = f"non-persistent://{ns}/np", f"/admin/v2/non-persistent/{ns}/np"
     consumer = client.subscribe(topic, "s")
     for call, reason in [
@@ -229,6 +229,10 @@ def test_skip_and_expire_are_refused_on_a_non_persistent_topic(admin: AdminClien
          "Expire messages for all subscriptions on a non-persistent topic is not allowed"),
     ]:
         assert status_of(admin.post, f"{path}/{call}") == (405, reason)
+    assert status_of(admin.request, "GET", f"{path}/subscription/s/position/1") == \
+        (405, "Peek messages on a non-persistent topic is not allowed")
+    assert status_of(admin.request, "GET", f"{path}/lastMessageId") == \
+        (405, "GetLastMessageId on a non-persistent topic is not allowed")
     consumer.close()
     missing = f"/admin/v2/non-persistent/{ns}/never"
     assert status_of(admin.post, f"{missing}/subscription/s/skip_all")[0] == 404
