@@ -678,9 +678,11 @@ def _topics_list(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get(f"/admin/v2/persistent/{a.namespace}") + c.get(f"/admin/v2/non-persistent/{a.namespace}")
 
 
-@verb("topics", "list-partitioned-topics", "list a namespace's partitioned topics", NS)
+@verb("topics", "list-partitioned-topics",
+      "list a namespace's partitioned topics (persistent and non-persistent)", NS)
 def _topics_list_partitioned(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.get(f"/admin/v2/persistent/{a.namespace}/partitioned")
+    return (c.get(f"/admin/v2/persistent/{a.namespace}/partitioned")
+            + c.get(f"/admin/v2/non-persistent/{a.namespace}/partitioned"))
 
 
 @verb("topics", "create", "create a non-partitioned topic", TOPIC)

@@ -189,8 +189,13 @@ def test_partitioned_and_schema_verbs(cli, tmp_path, unique: str) -> None:  # ty
     cli("topics", "update-partitioned-topic", topic, "-p", "4")
     stats = json.loads(cli("topics", "partitioned-stats", topic, "--per-partition").stdout)
     assert stats["metadata"]["partitions"] == 4 and len(stats["partitions"]) == 4
-    assert topic in cli("topics", "list-partitioned-topics", "public/default").stdout.split()
+    fleeting = f"non-persistent://public/default/parts-{unique}"
+    cli("topics", "create-partitioned-topic", fleeting, "-p", "2")
+    # pulsar-admin lists the partitioned topics of both domains
+    listed = cli("topics", "list-partitioned-topics", "public/default").stdout.split()
+    assert topic in listed and fleeting in listed
     cli("topics", "delete-partitioned-topic", topic)
+    cli("topics", "delete-partitioned-topic", fleeting)
     schema_file = tmp_path / "schema.json"
     definition = {"type": "record", "name": "User", "fields": [{"name": "id", "type": "int"}]}
     schema_file.write_text(json.dumps({"type": "AVRO", "schema": json.dumps(definition), "properties": {}}))
