@@ -12,8 +12,10 @@ drops it and counts the messages (Pulsar's ``msgDropRate``). Nothing waits for a
 acknowledgement, so acknowledgements and redelivery requests are accepted and ignored, and
 Key_Shared keeps no per-key hold between deliveries.
 
-A subscription exists only while it has consumers: the topic forgets it when the last one
-leaves. Operations that need stored messages - seek, last message id, terminate,
+A consumer's subscription outlives its consumers, as in Pulsar: it stays listed (and
+drops what is published while no consumer is connected) until it is unsubscribed, its
+inactivity expiry deletes it, or the topic is unloaded. A reader's (non-durable)
+subscription goes with its reader. Operations that need stored messages - seek, last message id, terminate,
 compaction, a subscription created without a consumer - raise :class:`NotAllowedError`.
 
 Every message carries the message id ``0:0`` (ledger 0, entry 0) in receipts and
@@ -192,8 +194,8 @@ class NonPersistentSubscription(Subscription):
     """A subscription whose entries are pushed by the topic as they are published; an
     entry no consumer can take now is dropped (counted in ``msg_dropped``)."""
 
-    def __init__(self, topic: NonPersistentTopic, name: str, sub_type: SubType):
-        super().__init__(topic, name, _NoCursor(topic.broker.bridge, name), sub_type, durable=False)
+    def __init__(self, topic: NonPersistentTopic, name: str, sub_type: SubType, *, durable: bool = True):
+        super().__init__(topic, name, _NoCursor(topic.broker.bridge, name), sub_type, durable=durable)
         self.msg_dropped = 0
 
     def _unacked_limits(self) -> tuple[int, int]:
@@ -297,16 +299,17 @@ class NonPersistentTopic(PersistentTopic):
     async def subscribe(self, name: str, consumer: Consumer, sub_type: SubType, *,
                         earliest: bool = False, durable: bool = True,
                         start: Position | None = None, replicated: bool = False) -> Subscription:
-        """Attach `consumer`, creating the subscription if it has none yet; `earliest`,
-        `durable`, `start` and `replicated` mean nothing here (only what is published from
-        now on is delivered, and nothing of it is replicated)."""
+        """Attach `consumer`, creating the subscription if it has none yet: kept after its
+        last consumer leaves unless not `durable` (a reader's). `earliest`, `start` and
+        `replicated` mean nothing here (only what is published from now on is delivered,
+        and nothing of it is replicated)."""
         if self._closed:
             raise TopicClosedError(f"Topic {self.name} is closing")
         self.check_subscription_type(sub_type)
         self.check_consumer_limits(name)
         sub = self.subscriptions.get(name)
         if sub is None:
-            sub = NonPersistentSubscription(self, name, sub_type)
+            sub = NonPersistentSubscription(self, name, sub_type, durable=durable)
             self.subscriptions[name] = sub
         try:
             sub.add_consumer(consumer, sub_type)

@@ -153,7 +153,7 @@ def test_message_produced_without_consumer_is_not_delivered_later(client, unique
     producer.send(b"heard")
     # Had the first message been kept, it would come first.
     assert [m.data() for m in _receive(consumer, 1)] == [b"heard"]
-    # The subscription lived only while it had a consumer: what was published meanwhile is gone.
+    # The subscription outlives its consumer, but keeps nothing: what was published meanwhile is gone.
     consumer.close()
     producer.send(b"while-away")
     again = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
@@ -303,8 +303,19 @@ def test_admin_lists_and_reports_loaded_topic_and_subscription_lifetime(client, 
     assert stats["subscriptions"]["sub"]["msgOutCounter"] == 5
     assert stats["subscriptions"]["sub"]["msgBacklog"] == 0
     consumer.close()
-    stats = admin.get(f"/admin/v2/non-persistent/{NS}/admin-{unique}/stats")
-    assert stats["subscriptions"] == {}
+    # As in Pulsar, a consumer's subscription stays after its last consumer leaves (and drops
+    # what it cannot deliver), until it is unsubscribed; a reader's goes with the reader.
+    producer.send(b"unheard")
+    sub = admin.get(f"/admin/v2/non-persistent/{NS}/admin-{unique}/stats")["subscriptions"]["sub"]
+    assert (sub["consumers"], sub["isDurable"]) == ([], True)
+    assert admin.get(f"/admin/v2/non-persistent/{NS}/admin-{unique}/subscriptions") == ["sub"]
+    reader = client.create_reader(topic, pulsar.MessageId.latest)
+    readers = [s for s in admin.get(f"/admin/v2/non-persistent/{NS}/admin-{unique}/subscriptions") if s != "sub"]
+    assert len(readers) == 1
+    reader.close()
+    wait_until(lambda: admin.get(f"/admin/v2/non-persistent/{NS}/admin-{unique}/subscriptions") == ["sub"])
+    admin.delete(f"/admin/v2/non-persistent/{NS}/admin-{unique}/subscription/sub")
+    assert admin.get(f"/admin/v2/non-persistent/{NS}/admin-{unique}/stats")["subscriptions"] == {}
 
 
 def test_admin_create_unload_and_delete(client, admin, unique):
@@ -437,7 +448,9 @@ async def test_shared_subscription_drops_beyond_permits_and_keeps_nothing():
     assert len(sink.got) == 3, "nothing is kept to redeliver"
     topic.consumer_closed(c1)
     topic.consumer_closed(c2)
-    assert topic.subscriptions == {}
+    assert topic.subscriptions == {"s": sub} and sub.consumers == []
+    _publish(topic, b"to-nobody")
+    assert sub.msg_dropped == 3 and len(sink.got) == 3
 
 
 async def test_batch_counts_its_messages_against_permits_and_drops():
