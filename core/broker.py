@@ -510,7 +510,9 @@ class BrokerService:
         (``subscriptionExpiryCheckIntervalInMinutes``) and compaction past a threshold
         (``brokerServiceCompactionMonitorIntervalInSeconds``), each on its own period
         (``messageExpiryCheckIntervalInMinutes`` - or, finer, Magnetar's
-        ``messageExpiryCheckIntervalInSeconds`` - and ``backlogQuotaCheckIntervalInSeconds``)."""
+        ``messageExpiryCheckIntervalInSeconds`` - and ``backlogQuotaCheckIntervalInSeconds``).
+        Non-persistent topics store nothing: only the deletion of unused subscriptions
+        applies to them, as in Pulsar."""
         config = self.config
         expiry = float(config.get("messageExpiryCheckIntervalInMinutes",
                                   MESSAGE_EXPIRY_CHECK_MINUTES)) * 60.0
@@ -542,11 +544,13 @@ class BrokerService:
             checks.append((float(config.get("backlogQuotaCheckIntervalInSeconds",
                                             BACKLOG_QUOTA_CHECK_SECONDS)),
                            lambda topic: topic.enforce_backlog_quota()))
+        async def subscription_expiry(topic: PersistentTopic) -> None:
+            await topic.expire_inactive_subscriptions()
+
         checks += [
             (float(config.get("retentionCheckIntervalInSeconds")), retention_check),
             (float(config.get("subscriptionExpiryCheckIntervalInMinutes",
-                              SUBSCRIPTION_EXPIRY_CHECK_MINUTES)) * 60.0,
-             lambda topic: topic.expire_inactive_subscriptions()),
+                              SUBSCRIPTION_EXPIRY_CHECK_MINUTES)) * 60.0, subscription_expiry),
             (float(config.get("brokerServiceCompactionMonitorIntervalInSeconds",
                               COMPACTION_CHECK_SECONDS)), compaction_check),
         ]
@@ -556,10 +560,10 @@ class BrokerService:
             now = trio.current_time()
             ready = [check for (_, check), at in zip(checks, due, strict=True) if now >= at]
             for topic in list(self.topics.values()):
-                if not topic.name.persistent:
-                    continue
                 try:
                     for check in ready:
+                        if not topic.name.persistent and check is not subscription_expiry:
+                            continue  # it stores nothing: only its unused subscriptions expire
                         await check(topic)
                 except Exception:
                     log.exception("policy check of %s", topic.name)

@@ -450,7 +450,8 @@ class PersistentTopic:
         return bool(self.policies.get("encryption_required"))
 
     def subscription_expiration_ms(self) -> int:
-        """How long a durable subscription may go unused before it is deleted (0: never):
+        """How long a durable subscription (on a non-persistent topic, a consumer's) may go
+        unused before it is deleted (0: never):
         the topic's or namespace's ``subscription_expiration_time_minutes``, else the
         broker's ``subscriptionExpirationTimeMinutes``."""
         return self.limit("subscription_expiration_time_minutes",

@@ -321,8 +321,8 @@ async def test_unused_durable_subscriptions_expire(broker_minutes: int, policy_m
 class _CheckedTopic:
     """A loaded topic as the broker's housekeeping sees it: records when each check ran."""
 
-    def __init__(self) -> None:
-        self.name = TopicName.parse("persistent://public/default/checked")
+    def __init__(self, name: str = "persistent://public/default/checked") -> None:
+        self.name = TopicName.parse(name)
         self.ran: dict[str, list[float]] = {"ttl": [], "quota": [], "retention": [], "expiry": [],
                                             "compaction": []}
         self.ml = SimpleNamespace(check_rollover=self._note("retention"), trim=self._async_none)
@@ -365,6 +365,48 @@ async def test_housekeeping_runs_each_check_on_its_own_period(autojump_clock) ->
     assert ran == {"ttl": [300, 600], "quota": list(range(60, 601, 60)),
                    "retention": [120, 240, 360, 480, 600], "expiry": [120, 240, 360, 480, 600],
                    "compaction": [150, 300, 450, 600]}
+
+
+async def test_housekeeping_expires_only_unused_subscriptions_of_a_non_persistent_topic(autojump_clock) -> None:
+    from core.broker import BrokerService
+
+    topic = _CheckedTopic("non-persistent://public/default/checked")
+    broker = SimpleNamespace(topics={"t": topic}, config={
+        "messageExpiryCheckIntervalInMinutes": 1, "backlogQuotaCheckIntervalInSeconds": 60,
+        "retentionCheckIntervalInSeconds": 60, "subscriptionExpiryCheckIntervalInMinutes": 2,
+        "brokerServiceCompactionMonitorIntervalInSeconds": 60})
+    start = trio.current_time()
+    with trio.move_on_after(301):
+        await BrokerService._housekeeping(broker)  # type: ignore[arg-type]
+    ran = {what: [round(t - start) for t in times] for what, times in topic.ran.items()}
+    assert ran == {"ttl": [], "quota": [], "retention": [], "expiry": [120, 240], "compaction": []}
+
+
+async def test_a_non_persistent_consumers_subscription_expires_once_unused() -> None:
+    from core.nonpersistent import NonPersistentTopic
+    from core.subscription import Consumer, SubType
+
+    class _Sink:
+        def send_messages(self, consumer: object, deliveries: object) -> None:
+            return None
+
+        def active_consumer_changed(self, consumer: object, active: bool) -> None:
+            return None
+
+        def writable(self) -> bool:
+            return True
+
+    broker = SimpleNamespace(bridge=None, stats=BrokerStats(), config={"subscriptionExpirationTimeMinutes": 1})
+    topic = NonPersistentTopic(broker, TopicName.parse("non-persistent://public/default/np"), {})  # type: ignore[arg-type]
+    kept = Consumer(1, "kept", _Sink())
+    await topic.subscribe("busy", kept, SubType.Shared)
+    left = Consumer(2, "left", _Sink())
+    sub = await topic.subscribe("unused", left, SubType.Shared)
+    topic.consumer_closed(left)
+    assert set(topic.subscriptions) == {"busy", "unused"}
+    assert await topic.expire_inactive_subscriptions(sub.last_active + 59_000) == []
+    assert await topic.expire_inactive_subscriptions(sub.last_active + 61_000) == ["unused"]
+    assert set(topic.subscriptions) == {"busy"}
 
 
 @pytest.mark.parametrize("threads", [1, 2])
