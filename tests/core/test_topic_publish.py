@@ -350,35 +350,34 @@ class _CheckedTopic:
         return False
 
 
-async def test_housekeeping_runs_each_check_on_its_own_period(autojump_clock) -> None:
+async def _housekeeping_runs(topic: _CheckedTopic, seconds: float,
+                             config: dict[str, int]) -> dict[str, list[int]]:
+    """The broker's housekeeping over ``topic`` with ``config`` for ``seconds``: when each
+    check ran, in seconds from the start."""
     from core.broker import BrokerService
 
-    topic = _CheckedTopic()
-    broker = SimpleNamespace(topics={"t": topic}, config={
+    broker = SimpleNamespace(topics={"t": topic}, config=config)
+    start = trio.current_time()
+    with trio.move_on_after(seconds):
+        await BrokerService._housekeeping(broker)  # type: ignore[arg-type]
+    return {what: [round(t - start) for t in times] for what, times in topic.ran.items()}
+
+
+async def test_housekeeping_runs_each_check_on_its_own_period(autojump_clock) -> None:
+    ran = await _housekeeping_runs(_CheckedTopic(), 601, {
         "messageExpiryCheckIntervalInMinutes": 5, "backlogQuotaCheckIntervalInSeconds": 60,
         "retentionCheckIntervalInSeconds": 120, "subscriptionExpiryCheckIntervalInMinutes": 2,
         "brokerServiceCompactionMonitorIntervalInSeconds": 150})
-    start = trio.current_time()
-    with trio.move_on_after(601):
-        await BrokerService._housekeeping(broker)  # type: ignore[arg-type]
-    ran = {what: [round(t - start) for t in times] for what, times in topic.ran.items()}
     assert ran == {"ttl": [300, 600], "quota": list(range(60, 601, 60)),
                    "retention": [120, 240, 360, 480, 600], "expiry": [120, 240, 360, 480, 600],
                    "compaction": [150, 300, 450, 600]}
 
 
 async def test_housekeeping_expires_only_unused_subscriptions_of_a_non_persistent_topic(autojump_clock) -> None:
-    from core.broker import BrokerService
-
-    topic = _CheckedTopic("non-persistent://public/default/checked")
-    broker = SimpleNamespace(topics={"t": topic}, config={
+    ran = await _housekeeping_runs(_CheckedTopic("non-persistent://public/default/checked"), 301, {
         "messageExpiryCheckIntervalInMinutes": 1, "backlogQuotaCheckIntervalInSeconds": 60,
         "retentionCheckIntervalInSeconds": 60, "subscriptionExpiryCheckIntervalInMinutes": 2,
         "brokerServiceCompactionMonitorIntervalInSeconds": 60})
-    start = trio.current_time()
-    with trio.move_on_after(301):
-        await BrokerService._housekeeping(broker)  # type: ignore[arg-type]
-    ran = {what: [round(t - start) for t in times] for what, times in topic.ran.items()}
     assert ran == {"ttl": [], "quota": [], "retention": [], "expiry": [120, 240], "compaction": []}
 
 

@@ -811,16 +811,21 @@ async fn inactive_rollover_is_off_by_default() {
     assert_eq!(ml.stats().current_ledger_id, Some(first));
 }
 
-#[tokio::test]
-async fn ledger_whose_entries_all_outlived_retention_is_sealed_and_then_trimmed() {
-    let env = Env::new();
-    let f = env.factory();
-    let cfg = ManagedLedgerConfig {
+/// Retention of 10 s by time only, with no rollover by age: only retention seals a ledger.
+fn ten_second_retention(env: &Env) -> ManagedLedgerConfig {
+    ManagedLedgerConfig {
         max_rollover_time: None,
         retention_time: Some(Duration::from_secs(10)),
         retention_size_mb: -1,
         ..env.config(1000)
-    };
+    }
+}
+
+#[tokio::test]
+async fn ledger_whose_entries_all_outlived_retention_is_sealed_and_then_trimmed() {
+    let env = Env::new();
+    let f = env.factory();
+    let cfg = ten_second_retention(&env);
     let ml = f.open("t/expired", cfg).await.unwrap();
     let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
     // Steady writes, one every 9 s for far longer than retention: one ledger throughout.
@@ -851,12 +856,7 @@ async fn ledger_whose_entries_all_outlived_retention_is_sealed_and_then_trimmed(
 async fn ledger_past_retention_waits_for_its_cursors_and_zero_retention_seals_nothing() {
     let env = Env::new();
     let f = env.factory();
-    let cfg = ManagedLedgerConfig {
-        max_rollover_time: None,
-        retention_time: Some(Duration::from_secs(10)),
-        retention_size_mb: -1,
-        ..env.config(1000)
-    };
+    let cfg = ten_second_retention(&env);
     let ml = f.open("t/expired-unread", cfg).await.unwrap();
     let c = ml.open_cursor("s", InitialPosition::Earliest).await.unwrap();
     let added = ml.add_entries(payloads(0..3)).await.unwrap();
