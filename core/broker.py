@@ -24,7 +24,7 @@ from core.policies import PolicyStore, PreconditionError, exact_retention, size_
 from core.schema import SchemaRegistry
 from core.stats import BrokerStats
 from core.storage import Storage
-from core.topic import NotAllowedError, PersistentTopic
+from core.topic import NotAllowedError, PersistentTopic, topic_metadata_paths
 
 __all__ = ["BrokerService", "TopicNotFoundError", "NamespaceNotFoundError", "TopicExistsError"]
 
@@ -279,15 +279,15 @@ class BrokerService:
 
     async def get_topic(self, name: TopicName, *, create: bool = True) -> PersistentTopic:
         key = str(name)
-        self.check_domain_enabled(name)
         while True:
             topic = self.topics.get(key)
             if topic is not None:
-                return topic
+                return topic  # loaded, so of a domain the broker serves
             opening = self._opening.get(key)
             if opening is None:
                 break
             await opening.wait()
+        self.check_domain_enabled(name)
         pol = self.namespace_policies(name.namespace_name)
         if not self._ml_exists(name):
             partitions = self.policies.partitions(name)
@@ -424,9 +424,7 @@ class BrokerService:
             ml = await self.storage.open(name.storage_name,
                                          self.ml_config(self.namespace_policies(name.namespace_name)))
             await ml.delete()
-        for leftover in (f"/terminated/{name.storage_name}", f"/compaction/{name.storage_name}",
-                         f"/replicated-subscriptions/{name.storage_name}",
-                         f"/topic-epoch/{name.storage_name}"):
+        for leftover in topic_metadata_paths(name):
             if self.metadata.exists(leftover):
                 self.metadata.delete(leftover)
 

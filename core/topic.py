@@ -51,6 +51,7 @@ __all__ = [
     "ProducerAccessMode",
     "Producer",
     "PersistentTopic",
+    "topic_metadata_paths",
     "PublishResult",
     "NotAllowedError",
     "MessageTooLargeError",
@@ -185,6 +186,24 @@ class Producer:
     topic_epoch: int | None = None
 
 
+# Where a persistent topic keeps its state in the metadata store besides its managed
+# ledger and dedup state, one node under each root; deleting the topic deletes them.
+TERMINATED_ROOT = "/terminated"
+COMPACTION_ROOT = "/compaction"
+REPLICATED_ROOT = "/replicated-subscriptions"
+TOPIC_EPOCH_ROOT = "/topic-epoch"
+_TOPIC_METADATA_ROOTS = (TERMINATED_ROOT, COMPACTION_ROOT, REPLICATED_ROOT, TOPIC_EPOCH_ROOT)
+
+
+def _metadata_path(root: str, name: TopicName) -> str:
+    return f"{root}/{name.storage_name}"
+
+
+def topic_metadata_paths(name: TopicName) -> list[str]:
+    """The topic's metadata nodes (see above) that go with it when it is deleted."""
+    return [_metadata_path(root, name) for root in _TOPIC_METADATA_ROOTS]
+
+
 class PersistentTopic:
     def __init__(self, broker: BrokerService, name: TopicName, ml: ManagedLedger,
                  policies: dict[str, Any]):
@@ -262,17 +281,17 @@ class PersistentTopic:
 
     @property
     def terminated_path(self) -> str:
-        return f"/terminated/{self.name.storage_name}"
+        return _metadata_path(TERMINATED_ROOT, self.name)
 
     @property
     def topic_epoch_path(self) -> str:
-        return f"/topic-epoch/{self.name.storage_name}"
+        return _metadata_path(TOPIC_EPOCH_ROOT, self.name)
 
     @property
     def replicated_path(self) -> str:
         """Where the names of the topic's replicated subscriptions are kept (Pulsar keeps
         the mark as a property of each subscription's cursor)."""
-        return f"/replicated-subscriptions/{self.name.storage_name}"
+        return _metadata_path(REPLICATED_ROOT, self.name)
 
     async def start(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -914,7 +933,7 @@ class PersistentTopic:
 
     @property
     def compaction_path(self) -> str:
-        return f"/compaction/{self.name.storage_name}"
+        return _metadata_path(COMPACTION_ROOT, self.name)
 
     def compaction_status(self) -> dict[str, Any]:
         """``{"status": NOT_RUN|RUNNING|SUCCESS|ERROR, "lastError": ...}`` plus the last
