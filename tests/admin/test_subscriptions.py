@@ -25,6 +25,15 @@ def _backlog(admin: AdminClient, path: str, sub: str) -> int:
     return int(admin.get(f"{path}/stats")["subscriptions"][sub]["msgBacklog"])
 
 
+def _partitioned(admin: AdminClient, ns: str) -> tuple[str, str]:
+    """A topic of two partitions in ``ns`` with the subscription ``s``: its name and its
+    admin path."""
+    topic, path = f"persistent://{ns}/p", f"/admin/v2/persistent/{ns}/p"
+    admin.put(f"{path}/partitions", 2)
+    admin.put(f"{path}/subscription/s")
+    return topic, path
+
+
 def test_create_list_delete(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
     topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
     _fill(client, topic, 3)
@@ -240,9 +249,7 @@ def test_skip_expire_peek_and_last_message_id_are_refused_on_a_non_persistent_to
 
 def test_peek_and_examine_refuse_a_partitioned_topic(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
     # Pulsar answers 405 on the base name (only partitions hold messages) and serves each partition.
-    topic, path = f"persistent://{ns}/p", f"/admin/v2/persistent/{ns}/p"
-    admin.put(f"{path}/partitions", 2)
-    admin.put(f"{path}/subscription/s")
+    topic, path = _partitioned(admin, ns)
     _fill(client, f"{topic}-partition-0", 1)
     assert status_of(admin.request, "GET", f"{path}/subscription/s/position/1") == \
         (405, "Peek messages on a partitioned topic is not allowed")
@@ -253,9 +260,7 @@ def test_peek_and_examine_refuse_a_partitioned_topic(admin: AdminClient, ns: str
 
 def test_reset_cursor_by_id_refuses_a_partitioned_topic(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
     # Pulsar: 405 on the base name (a message id is one partition's); by time and per partition work.
-    topic, path = f"persistent://{ns}/p", f"/admin/v2/persistent/{ns}/p"
-    admin.put(f"{path}/partitions", 2)
-    admin.put(f"{path}/subscription/s")
+    topic, path = _partitioned(admin, ns)
     ids = _fill(client, f"{topic}-partition-1", 3)
     assert status_of(admin.post, f"{path}/subscription/s/resetcursor", {"ledgerId": -1, "entryId": -1}) == \
         (405, "Reset-cursor at position is not allowed for partitioned-topic")
@@ -282,9 +287,7 @@ def test_create_subscription_creates_a_missing_topic(admin: AdminClient, ns: str
 
 def test_skip_refuses_a_partitioned_topic(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
     # Pulsar: skip N is 405 on the base name, served per partition; skip-all serves every partition.
-    topic, path = f"persistent://{ns}/p", f"/admin/v2/persistent/{ns}/p"
-    admin.put(f"{path}/partitions", 2)
-    admin.put(f"{path}/subscription/s")
+    topic, path = _partitioned(admin, ns)
     _fill(client, f"{topic}-partition-0", 3)
     assert status_of(admin.post, f"{path}/subscription/s/skip/1") == \
         (405, "Skip messages on a partitioned topic is not allowed")

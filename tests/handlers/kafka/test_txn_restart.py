@@ -35,6 +35,13 @@ def _broker_with_topic(tmp_path: Path, topic: str) -> tuple[str, dict[str, objec
     return boot, conf, server
 
 
+def _commit(producer: Producer, topic: str, value: bytes) -> None:
+    """One transaction of ``producer`` holding ``value``, committed."""
+    producer.begin_transaction()
+    producer.produce(topic, value=value)
+    producer.commit_transaction(DEADLINE)
+
+
 def _committed_values(boot: str, topic: str) -> list[bytes]:
     c = Consumer({"bootstrap.servers": boot, "group.id": f"read-{topic}",
                   "isolation.level": "read_committed", "enable.partition.eof": True})
@@ -63,9 +70,7 @@ def test_a_transaction_open_across_a_restart_is_fenced_not_committed(
     try:
         idle = Producer({"bootstrap.servers": boot, "transactional.id": f"idle-{unique}"})
         idle.init_transactions(DEADLINE)
-        idle.begin_transaction()
-        idle.produce(topic, value=b"before")
-        idle.commit_transaction(DEADLINE)
+        _commit(idle, topic, b"before")
         # An aborted transaction is not in the log: its sequence numbers are missing from
         # what the restarted broker reads back, and the producer goes on after them.
         idle.begin_transaction()
@@ -83,16 +88,12 @@ def test_a_transaction_open_across_a_restart_is_fenced_not_committed(
         with pytest.raises(KafkaException):
             open_.commit_transaction(DEADLINE)
         # The producer that had no transaction open is not fenced.
-        idle.begin_transaction()
-        idle.produce(topic, value=b"after")
-        idle.commit_transaction(DEADLINE)
+        _commit(idle, topic, b"after")
         assert _committed_values(boot, topic) == [b"before", b"after"]
         # A new producer for the fenced id starts afresh.
         again = Producer({"bootstrap.servers": boot, "transactional.id": f"open-{unique}"})
         again.init_transactions(DEADLINE)
-        again.begin_transaction()
-        again.produce(topic, value=b"again")
-        again.commit_transaction(DEADLINE)
+        _commit(again, topic, b"again")
         assert _committed_values(boot, topic) == [b"before", b"after", b"again"]
     finally:
         server.kill()
