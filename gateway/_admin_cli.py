@@ -1,8 +1,8 @@
 """``magnetar admin <noun> <verb>``: pulsar-admin's nouns, verbs and flags over the
 admin REST API (``--admin-url``, default ``http://127.0.0.1:8080``).
 
-Output follows pulsar-admin: lists print one item per line, objects as indented JSON,
-plain values as they are, and a get of something unset as ``null``. A failed call prints the broker's ``reason`` on stderr and
+Output follows pulsar-admin: lists print one item per line, objects as JSON the way its
+Jackson pretty printer writes them (:func:`pretty_json`), plain values as they are, and a get of something unset as ``null``. A failed call prints the broker's ``reason`` on stderr and
 exits with 1; usage errors exit with 2.
 
 Each verb is one small function registered with :func:`verb`; its flags are declared
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -22,13 +23,14 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from ._cli import Command, register_command
 
-__all__ = ["AdminClient", "AdminError", "parse_size", "parse_relative_time", "NOUNS", "main",
-           "completion_script"]
+__all__ = ["AdminClient", "AdminError", "parse_size", "parse_relative_time", "pretty_json", "NOUNS",
+           "main", "completion_script"]
 
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
 REQUEST_TIMEOUT = 60.0
@@ -1067,6 +1069,35 @@ def _schemas_compat(c: AdminClient, a: argparse.Namespace) -> Any:
 # The command
 
 
+def _java_double(value: float) -> str:
+    """A double as Java's ``Double.toString`` writes it, and so Jackson: the shortest
+    digits that read back, in scientific notation (``1.0E7``) below 10^-3 and from 10^7."""
+    magnitude = abs(value)
+    if not math.isfinite(value) or magnitude == 0 or 1e-3 <= magnitude < 1e7:
+        return json.dumps(value)
+    shortest = Decimal(repr(magnitude))
+    digits = "".join(map(str, shortest.as_tuple().digits)).rstrip("0") or "0"
+    return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:] or '0'}E{shortest.adjusted()}"
+
+
+def pretty_json(value: Any, level: int = 0) -> str:
+    """``value`` as pulsar-admin prints an object: Jackson's default pretty printer, with
+    ``"key" : value`` one per line, two spaces a level, arrays on one line (``[ 1, 2 ]``,
+    an object in one opening on the same line) and empty ones as ``{ }`` and ``[ ]``."""
+    if isinstance(value, dict):
+        if not value:
+            return "{ }"
+        pad = "  " * (level + 1)
+        fields = (f"{pad}{json.dumps(str(k), ensure_ascii=False)} : {pretty_json(v, level + 1)}"
+                  for k, v in value.items())
+        return "{\n" + ",\n".join(fields) + "\n" + "  " * level + "}"
+    if isinstance(value, list | tuple):
+        return "[ " + ", ".join(pretty_json(v, level) for v in value) + " ]" if value else "[ ]"
+    if isinstance(value, float):
+        return _java_double(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
 def _print(result: Any) -> None:
     if result is None:
         return
@@ -1074,9 +1105,9 @@ def _print(result: Any) -> None:
         print(result)
     elif isinstance(result, list):
         for item in result:
-            print(item if isinstance(item, str) else json.dumps(item, indent=2))
+            print(item if isinstance(item, str) else pretty_json(item))
     else:
-        print(json.dumps(result, indent=2))
+        print(pretty_json(result))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ from gateway._admin_cli import (
     completion_script,
     parse_relative_time,
     parse_size,
+    pretty_json,
 )
 from gateway._cli import build_parser, main
 
@@ -128,7 +129,34 @@ def test_output_format(capsys: pytest.CaptureFixture[str]) -> None:
     _print({"k": 1})
     _print("ok")
     _print(None)
-    assert capsys.readouterr().out == 'a\nb\n{\n  "k": 1\n}\nok\n'
+    assert capsys.readouterr().out == 'a\nb\n{\n  "k" : 1\n}\nok\n'
+
+
+def test_objects_print_as_pulsar_admins_jackson_printer_writes_them() -> None:
+    stats = {"msgRateIn": 0.0, "msgThroughputIn": 12345678.5, "backlogSize": 3,
+             "publishers": [], "subscriptions": {}, "replication": {"a": None},
+             "consumers": [{"consumerName": "c", "metadata": {}}, {"unackedMessages": 1}],
+             "tiny": 0.00025, "name": "naïve \"q\""}
+    assert pretty_json(stats) == """{
+  "msgRateIn" : 0.0,
+  "msgThroughputIn" : 1.23456785E7,
+  "backlogSize" : 3,
+  "publishers" : [ ],
+  "subscriptions" : { },
+  "replication" : {
+    "a" : null
+  },
+  "consumers" : [ {
+    "consumerName" : "c",
+    "metadata" : { }
+  }, {
+    "unackedMessages" : 1
+  } ],
+  "tiny" : 2.5E-4,
+  "name" : "naïve \\"q\\""
+}"""
+    assert pretty_json(["a", 1, True]) == '[ "a", 1, true ]'
+    assert pretty_json(1e7) == "1.0E7" and pretty_json(-0.001) == "-0.001" and pretty_json(9999999.0) == "9999999.0"
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
