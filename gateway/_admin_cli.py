@@ -895,11 +895,25 @@ def _message_blocks(reply: Reply, limit: int | None = None) -> list[str]:
     if "x-pulsar-broker-entry-metadata-index" in h:
         head.append(f"Broker entry metadata index: {h['x-pulsar-broker-entry-metadata-index']}")
     if "x-pulsar-num-batch-message" not in h:
-        props = {k[len("x-pulsar-property-"):]: v for k, v in h.items() if k.startswith("x-pulsar-property-")}
+        props = _header_properties(h)
         return ["\n".join([f"Message ID: {message_id}", *head, *_properties(props), _hexdump(reply.body)])]
     singles = _batch_messages(reply.body, int(h["x-pulsar-num-batch-message"]))[:limit] or [(reply.body, None, {})]
     return ["\n".join([f"Batch Message ID: {message_id}:{i}", *head, *_properties(props), _hexdump(payload)])
             for i, (payload, _, props) in enumerate(singles)]
+
+
+def _header_properties(h: dict[str, str]) -> dict[str, str]:
+    """A message's properties from its admin response headers (lower-cased names): the
+    one JSON header of Pulsar 3.1+ (PIP-279), which keeps the names as they are, or else
+    one header per property."""
+    if "x-pulsar-property" in h:
+        try:
+            props = json.loads(h["x-pulsar-property"])
+        except ValueError:
+            props = None
+        if isinstance(props, dict):
+            return {str(k): str(v) for k, v in props.items()}
+    return {k[len("x-pulsar-property-"):]: v for k, v in h.items() if k.startswith("x-pulsar-property-")}
 
 
 def _properties(props: dict[str, str]) -> list[str]:

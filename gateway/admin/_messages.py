@@ -5,6 +5,7 @@ payload and ``X-Pulsar-num-batch-message`` says how many messages it holds."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from urllib.parse import quote
 
@@ -57,8 +58,14 @@ def entry_response(entry: Entry) -> Response:
         h["X-Pulsar-schema-version"] = str(int.from_bytes(md.schema_version, "big", signed=True))
     if md.null_value:
         h["X-Pulsar-null-value"] = "true"
-    for kv in md.properties:
-        h[f"X-Pulsar-PROPERTY-{kv.key}"] = kv.value
+    if md.properties:
+        # Pulsar 3.1+ (PIP-279): every property in one JSON header, which keeps names a
+        # header name cannot hold (``=``, ``:``, ...) and their case; one header per
+        # property as well, for admin clients before it
+        props = {kv.key: kv.value for kv in md.properties}
+        h["X-Pulsar-PROPERTY"] = json.dumps(props, separators=(",", ":"))
+        for key, value in props.items():
+            h[f"X-Pulsar-PROPERTY-{key}"] = value
     # Header values must be latin-1; anything else is percent-encoded.
     safe = {quote(k, safe="-_.~"): v if v.isascii() and v.isprintable() else quote(v) for k, v in h.items()}
     return Response(body, media_type="application/octet-stream", headers=safe)

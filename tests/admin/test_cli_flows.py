@@ -149,11 +149,11 @@ def test_subscription_verbs(cli, server: Standalone, unique: str) -> None:  # ty
     topic = f"persistent://public/default/sub-verbs-{unique}"
     cli("topics", "create", topic)
     cli("topics", "create-subscription", topic, "-s", "s", "-m", "earliest")
-    run("client", "--url", server.pulsar_url, "produce", topic, "-m", "one,two,three", "-p", "k=v")
+    run("client", "--url", server.pulsar_url, "produce", topic, "-m", "one,two,three", "-p", "Key=v")
     assert cli("topics", "subscriptions", topic).stdout.split() == ["s"]
     peek = cli("topics", "peek-messages", topic, "-s", "s", "-n", "2").stdout
     assert peek.count("Message ID:") == 2 and "|one" in peek and "|two" in peek
-    assert '"k": "v"' in peek
+    assert '"Key": "v"' in peek  # the name as it was sent
     cli("topics", "skip", topic, "-s", "s", "-n", "1")
     stats = json.loads(cli("topics", "stats", topic).stdout)
     assert stats["subscriptions"]["s"]["msgBacklog"] == 2

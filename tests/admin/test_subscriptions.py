@@ -3,6 +3,7 @@ delete, skip, skip-all, expire, reset-cursor by time and by id, peek, get by id,
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -123,13 +124,16 @@ def test_peek_get_by_id_examine(admin: AdminClient, ns: str, client: pulsar.Clie
     topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
     admin.put(path)
     admin.put(f"{path}/subscription/s")
-    ids = _fill(client, topic, 3, properties={"color": "red"}, partition_key="k")
+    props = {"color": "red", "Mixed-Case": "v", "city=shanghai": "tag"}
+    ids = _fill(client, topic, 3, properties=props, partition_key="k")
     admin.post(f"{path}/subscription/s/skip/1")
     reply = admin.request("GET", f"{path}/subscription/s/position/1")
     assert reply.body == b"m1"
     headers = {k.lower(): v for k, v in reply.headers.items()}
     assert headers["x-pulsar-message-id"] == f"{ids[1].ledger_id()}:{ids[1].entry_id()}"
     assert headers["x-pulsar-property-color"] == "red"
+    # Pulsar 3.1+ admin clients read them all from one JSON header, names as they are
+    assert json.loads(headers["x-pulsar-property"]) == props
     assert headers["x-pulsar-partition-key"] == "k"
     # the broker entry metadata, under the names Pulsar's admin client reads: the index of
     # the entry's last message (the second message has index 1) and the broker's time

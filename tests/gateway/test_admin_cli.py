@@ -12,6 +12,7 @@ import pytest
 
 from gateway._admin_cli import (
     NOUNS,
+    _header_properties,
     _message_id,
     _print,
     completion_script,
@@ -130,6 +131,15 @@ def test_output_format(capsys: pytest.CaptureFixture[str]) -> None:
     _print("ok")
     _print(None)
     assert capsys.readouterr().out == 'a\nb\n{\n  "k" : 1\n}\nok\n'
+
+
+def test_message_properties_keep_their_names_from_the_json_header() -> None:
+    # header names arrive lower-cased; Pulsar 3.1+'s JSON header keeps the names as sent
+    both = {"x-pulsar-property": '{"Mixed-Case":"v","city=shanghai":"tag"}',
+            "x-pulsar-property-mixed-case": "v"}
+    assert _header_properties(both) == {"Mixed-Case": "v", "city=shanghai": "tag"}
+    assert _header_properties({"x-pulsar-property-color": "red", "x-pulsar-message-id": "1:2"}) == \
+        {"color": "red"}
 
 
 def test_objects_print_as_pulsar_admins_jackson_printer_writes_them() -> None:
