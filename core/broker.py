@@ -20,7 +20,13 @@ from core._bridge import NativeBridge
 from core.autorecovery import Auditor
 from core.naming import PARTITION_SUFFIX, NamespaceName, TopicName
 from core.nonpersistent import NonPersistentTopic
-from core.policies import PolicyStore, PreconditionError, exact_retention, size_retention_floor
+from core.policies import (
+    INACTIVE_CHECK_SECONDS,
+    PolicyStore,
+    PreconditionError,
+    exact_retention,
+    size_retention_floor,
+)
 from core.schema import SchemaRegistry
 from core.stats import BrokerStats
 from core.storage import Storage
@@ -428,6 +434,20 @@ class BrokerService:
             if self.metadata.exists(leftover):
                 self.metadata.delete(leftover)
 
+    async def _delete_inactive(self, topic: PersistentTopic, policy: dict[str, Any]) -> None:
+        """Delete a topic its inactive topic policies found inactive for long enough, with
+        its own policies, as Pulsar's topic garbage collection does. Its consumers are
+        disconnected in ``delete_when_subscriptions_caught_up``, as there; otherwise a
+        client that arrived since the check keeps it."""
+        mode = str(policy.get("inactiveTopicDeleteMode"))
+        try:
+            await self.delete_topic(topic.name, force=mode == "delete_when_subscriptions_caught_up")
+        except (PreconditionError, TopicNotFoundError):
+            return
+        self.policies.delete_topic_policies(topic.name)
+        log.info("%s: deleted after %d s inactive (%s)", topic.name,
+                 int(policy.get("maxInactiveDurationSeconds") or 0), mode)
+
     # -- administration ------------------------------------------------------------------------------
 
     def topic_exists(self, name: TopicName) -> bool:
@@ -506,11 +526,12 @@ class BrokerService:
         """Message TTL expiry, backlog quota enforcement, retention trimming
         (``retentionCheckIntervalInSeconds``), the deletion of unused subscriptions
         (``subscriptionExpiryCheckIntervalInMinutes``) and compaction past a threshold
-        (``brokerServiceCompactionMonitorIntervalInSeconds``), each on its own period
+        (``brokerServiceCompactionMonitorIntervalInSeconds``) and the deletion of inactive
+        topics (``brokerDeleteInactiveTopicsFrequencySeconds``), each on its own period
         (``messageExpiryCheckIntervalInMinutes`` - or, finer, Magnetar's
         ``messageExpiryCheckIntervalInSeconds`` - and ``backlogQuotaCheckIntervalInSeconds``).
         Non-persistent topics store nothing: only the deletion of unused subscriptions
-        applies to them, as in Pulsar."""
+        and of inactive topics applies to them, as in Pulsar."""
         config = self.config
         expiry = float(config.get("messageExpiryCheckIntervalInMinutes",
                                   MESSAGE_EXPIRY_CHECK_MINUTES)) * 60.0
@@ -535,6 +556,11 @@ class BrokerService:
         async def compaction_check(topic: PersistentTopic) -> None:
             topic.check_compaction()
 
+        async def inactivity_check(topic: PersistentTopic) -> None:
+            policy = topic.inactive_past_limit()
+            if policy is not None:
+                await self._delete_inactive(topic, policy)
+
         # (period in seconds, the check), in the order a topic's checks run
         checks: list[tuple[float, Callable[[PersistentTopic], Awaitable[object]]]] = [
             (expiry, lambda topic: topic.expire_messages())]
@@ -551,6 +577,10 @@ class BrokerService:
                               SUBSCRIPTION_EXPIRY_CHECK_MINUTES)) * 60.0, subscription_expiry),
             (float(config.get("brokerServiceCompactionMonitorIntervalInSeconds",
                               COMPACTION_CHECK_SECONDS)), compaction_check),
+            # last: it may delete the topic. It runs whatever the broker's setting, since
+            # a namespace or topic may turn deletion on for itself.
+            (float(config.get("brokerDeleteInactiveTopicsFrequencySeconds", INACTIVE_CHECK_SECONDS)),
+             inactivity_check),
         ]
         due = [trio.current_time() + period for period, _ in checks]
         while True:
@@ -560,7 +590,7 @@ class BrokerService:
             for topic in list(self.topics.values()):
                 try:
                     for check in ready:
-                        if not topic.name.persistent and check is not subscription_expiry:
+                        if not topic.name.persistent and check not in (subscription_expiry, inactivity_check):
                             continue  # it stores nothing: only its unused subscriptions expire
                         await check(topic)
                 except Exception:

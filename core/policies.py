@@ -8,6 +8,7 @@ Paths follow Pulsar's layout: ``/admin/clusters/<cluster>``, ``/admin/policies/<
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from core.naming import NamespaceName, TopicName
@@ -22,6 +23,9 @@ __all__ = [
     "RETENTION_EXACT",
     "exact_retention",
     "size_retention_floor",
+    "INACTIVE_CHECK_SECONDS",
+    "INACTIVE_TOPIC_POLICIES",
+    "default_inactive_topic_policies",
 ]
 
 
@@ -66,12 +70,33 @@ TOPIC_POLICY_KEYS = (
     "schema_compatibility_strategy",
     "delayed_delivery_policies",
     "retention_exact",
+    "inactive_topic_policies",
 )
 
 RETENTION_EXACT = "retention_exact"
 """A topic's retention finer than whole minutes and MB (Kafka's ``retention.ms`` and
 ``retention.bytes`` as set): ``retentionTimeInMillis`` and ``retentionSizeInBytes``, kept
 beside the ``retention_policies`` they round up to, which the admin API shows."""
+
+
+INACTIVE_CHECK_SECONDS = 60.0
+"""Pulsar's ``brokerDeleteInactiveTopicsFrequencySeconds``."""
+
+INACTIVE_TOPIC_POLICIES = "inactive_topic_policies"
+"""When a topic counts as inactive and is deleted (Pulsar's InactiveTopicPolicies):
+``inactiveTopicDeleteMode``, ``maxInactiveDurationSeconds`` and ``deleteWhileInactive``."""
+
+
+def default_inactive_topic_policies(config: Any) -> dict[str, Any]:
+    """The broker's inactive topic policies, for topics whose namespace sets none: its
+    ``brokerDeleteInactiveTopics*`` keys, the inactive duration defaulting to the check's
+    frequency as in Pulsar."""
+    seconds = int(config.get("brokerDeleteInactiveTopicsMaxInactiveDurationSeconds", 0) or 0) or \
+        math.ceil(float(config.get("brokerDeleteInactiveTopicsFrequencySeconds", INACTIVE_CHECK_SECONDS)))
+    return {"inactiveTopicDeleteMode": str(config.get("brokerDeleteInactiveTopicsMode",
+                                                      "delete_when_no_subscriptions")),
+            "maxInactiveDurationSeconds": seconds,
+            "deleteWhileInactive": bool(config.get("brokerDeleteInactiveTopicsEnabled", False))}
 
 
 def exact_retention(policies: dict[str, Any]) -> tuple[int | None, int | None]:

@@ -33,7 +33,12 @@ import trio
 from core._throttle import RateWindow, rate_limits, window_allowance
 from core.format import EntryFormatError
 from core.naming import TopicName
-from core.policies import ConflictError, PreconditionError
+from core.policies import (
+    INACTIVE_TOPIC_POLICIES,
+    ConflictError,
+    PreconditionError,
+    default_inactive_topic_policies,
+)
 from core.storage import (
     Cursor,
     Entry,
@@ -239,6 +244,9 @@ class PersistentTopic:
         self.msg_in = 0
         self.bytes_in = 0
         self.last_publish_time = 0
+        # when a producer or consumer last left, or an inactivity check last found the
+        # topic in use (wall-clock ms): inactivity counts from this or the last publish
+        self.last_active_ms = int(time.time() * 1000)
         self._entry_listeners: set[Callable[[], None]] = set()
         self.terminated_at: Position | None = None
         self._in_flight = 0  # batches handed to the ledger, not yet answered
@@ -493,6 +501,36 @@ class PersistentTopic:
                 gone.append(name)
         return gone
 
+    def inactive_topic_policies(self) -> dict[str, Any]:
+        """The topic's or its namespace's ``inactiveTopicPolicies``, else the broker's."""
+        return self.policies.get(INACTIVE_TOPIC_POLICIES) or default_inactive_topic_policies(self.broker.config)
+
+    def in_use(self, mode: str) -> bool:
+        """Whether the topic is active for Pulsar's inactive topic ``mode``: a producer
+        (or one waiting) in either; with ``delete_when_no_subscriptions`` any consumer or
+        subscription (a compacted topic's ``__compaction`` included); with
+        ``delete_when_subscriptions_caught_up`` a subscription with a backlog."""
+        if self.producers or self._waiting_exclusive:
+            return True
+        if mode == "delete_when_subscriptions_caught_up":
+            return any(sub.backlog() > 0 for sub in self.subscriptions.values())
+        return bool(self.subscriptions) or self._compaction_sub is not None
+
+    def inactive_past_limit(self, now_ms: int | None = None) -> dict[str, Any] | None:
+        """The inactive topic policies when they say to delete the topic now: deletion
+        while inactive is on, and the topic has not been in use (:meth:`in_use`), nor
+        published to, for their ``maxInactiveDurationSeconds``. None otherwise; a topic
+        found in use counts as active from now."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        policy = self.inactive_topic_policies()
+        if self.in_use(str(policy.get("inactiveTopicDeleteMode"))):
+            self.last_active_ms = now
+            return None
+        if not policy.get("deleteWhileInactive"):
+            return None
+        idle_since = max(self.last_active_ms, self.last_publish_time)
+        return policy if now - idle_since >= int(policy.get("maxInactiveDurationSeconds") or 0) * 1000 else None
+
     def limit(self, policy: str, config_key: str, default: int = 0) -> int:
         """A count limit (0: none): the topic's or its namespace's ``policy``, else the
         broker's ``config_key`` (``default`` where the configuration lacks it)."""
@@ -544,6 +582,7 @@ class PersistentTopic:
 
     def remove_producer(self, producer: Producer) -> None:
         """A producer leaves the topic, or the queue of those waiting for it."""
+        self.last_active_ms = int(time.time() * 1000)
         if producer in self.producers:
             self.producers.remove(producer)
             self._hand_over_exclusive()
@@ -848,6 +887,7 @@ class PersistentTopic:
         sub = consumer.subscription
         if sub is None:
             return
+        self.last_active_ms = int(time.time() * 1000)
         sub.remove_consumer(consumer)
         if sub.durable or sub.consumers:
             return

@@ -557,6 +557,23 @@ def _policy_verbs(noun: str) -> None:
          )(value_setter("compactionThreshold"))
     simple("compaction-threshold", "compactionThreshold", "compaction threshold")
 
+    @verb(noun, "set-inactive-topic-policies", "set when an inactive topic is deleted", target,
+          A("-e", "--enable-delete-while-inactive", dest="enable", action="store_true"),
+          A("-d", "--disable-delete-while-inactive", dest="disable", action="store_true"),
+          A("-t", "--max-inactive-duration", required=True, help="e.g. 1s, 10m, 5h, 3d"),
+          A("-m", "--delete-mode", required=True,
+            choices=["delete_when_no_subscriptions", "delete_when_subscriptions_caught_up"]))
+    def set_inactive(c: AdminClient, a: argparse.Namespace) -> Any:
+        if a.enable == a.disable:
+            raise AdminError(0, "Need to specify either enable-delete-while-inactive or "
+                                "disable-delete-while-inactive")
+        return c.post(_scope(noun, a) + "/inactiveTopicPolicies", {
+            "inactiveTopicDeleteMode": a.delete_mode,
+            "maxInactiveDurationSeconds": parse_relative_time(a.max_inactive_duration),
+            "deleteWhileInactive": bool(a.enable)})
+
+    simple("inactive-topic-policies", "inactiveTopicPolicies", "inactive topic policies")
+
     # subscriptions per topic and consumers per subscription (the same names and flags on
     # both scopes)
     for name, suffix, flags, what in (

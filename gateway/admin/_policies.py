@@ -15,6 +15,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from core.policies import default_inactive_topic_policies
 from core.schema import STRATEGIES
 from core.subscription import SubType
 
@@ -109,6 +110,24 @@ def _default_delayed_delivery(config: Any) -> dict[str, Any]:
     # timer heap), so the policy stores and shows it, and Pulsar's default stands in for it
     return {"active": bool(config.get("delayedDeliveryEnabled")), "tickTime": 1000,
             "maxDeliveryDelayInMillis": 0}
+
+
+INACTIVE_TOPIC_DELETE_MODES = ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
+
+
+def _inactive_topic_policies(body: Any, request: Request) -> Any:
+    data = body_object(body, "InactiveTopicPolicies")
+    mode = data.get("inactiveTopicDeleteMode")
+    if mode not in INACTIVE_TOPIC_DELETE_MODES:
+        raise RestError(400, f"inactiveTopicDeleteMode must be one of {', '.join(INACTIVE_TOPIC_DELETE_MODES)}")
+    seconds = body_int(data.get("maxInactiveDurationSeconds"), "maxInactiveDurationSeconds")
+    if seconds < 0:
+        raise RestError(412, "maxInactiveDurationSeconds must be 0 or more")
+    delete = data.get("deleteWhileInactive", False)
+    if not isinstance(delete, bool):
+        raise RestError(400, "deleteWhileInactive must be true or false")
+    return {"inactiveTopicDeleteMode": mode, "maxInactiveDurationSeconds": seconds,
+            "deleteWhileInactive": delete}
 
 
 SUBSCRIPTION_TYPES = tuple(t.name for t in SubType)
@@ -276,6 +295,8 @@ POLICY_SPECS: tuple[PolicySpec, ...] = (
                ("PUT", "POST"), unset="UNDEFINED"),
     PolicySpec("delayedDelivery", "delayed_delivery_policies", _delayed_delivery,
                default=_default_delayed_delivery),
+    PolicySpec("inactiveTopicPolicies", "inactive_topic_policies", _inactive_topic_policies,
+               default=default_inactive_topic_policies),
     PolicySpec("schemaValidationEnforced", "schema_validation_enforced", _bool, unset=False),
     PolicySpec("encryptionRequired", "encryption_required", _bool, unset=False),
     PolicySpec("isAllowAutoUpdateSchema", "is_allow_auto_update_schema", _bool),
