@@ -30,7 +30,12 @@ from core.policies import (
 from core.schema import SchemaRegistry
 from core.stats import BrokerStats
 from core.storage import Storage
-from core.topic import NotAllowedError, PersistentTopic, topic_metadata_paths
+from core.topic import (
+    DEDUP_PRODUCER_INACTIVITY_MINUTES,
+    NotAllowedError,
+    PersistentTopic,
+    topic_metadata_paths,
+)
 
 __all__ = ["BrokerService", "TopicNotFoundError", "NamespaceNotFoundError", "TopicExistsError"]
 
@@ -526,7 +531,9 @@ class BrokerService:
         """Message TTL expiry, backlog quota enforcement, retention trimming
         (``retentionCheckIntervalInSeconds``), the deletion of unused subscriptions
         (``subscriptionExpiryCheckIntervalInMinutes``) and compaction past a threshold
-        (``brokerServiceCompactionMonitorIntervalInSeconds``) and the deletion of inactive
+        (``brokerServiceCompactionMonitorIntervalInSeconds``), the deduplication state of
+        producers gone for ``brokerDeduplicationProducerInactivityTimeoutMinutes`` (every
+        third of it, as in Pulsar) and the deletion of inactive
         topics (``brokerDeleteInactiveTopicsFrequencySeconds``), each on its own period
         (``messageExpiryCheckIntervalInMinutes`` - or, finer, Magnetar's
         ``messageExpiryCheckIntervalInSeconds`` - and ``backlogQuotaCheckIntervalInSeconds``).
@@ -556,6 +563,9 @@ class BrokerService:
         async def compaction_check(topic: PersistentTopic) -> None:
             topic.check_compaction()
 
+        async def dedup_purge(topic: PersistentTopic) -> None:
+            topic.purge_inactive_dedup_producers()
+
         async def inactivity_check(topic: PersistentTopic) -> None:
             policy = topic.inactive_past_limit()
             if policy is not None:
@@ -577,6 +587,8 @@ class BrokerService:
                               SUBSCRIPTION_EXPIRY_CHECK_MINUTES)) * 60.0, subscription_expiry),
             (float(config.get("brokerServiceCompactionMonitorIntervalInSeconds",
                               COMPACTION_CHECK_SECONDS)), compaction_check),
+            (float(config.get("brokerDeduplicationProducerInactivityTimeoutMinutes",
+                              DEDUP_PRODUCER_INACTIVITY_MINUTES)) * 20.0, dedup_purge),
             # last: it may delete the topic. It runs whatever the broker's setting, since
             # a namespace or topic may turn deletion on for itself.
             (float(config.get("brokerDeleteInactiveTopicsFrequencySeconds", INACTIVE_CHECK_SECONDS)),

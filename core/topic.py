@@ -11,9 +11,13 @@ quorum write round, and receipts leave in publish order.
 Deduplication (when enabled by broker config or namespace policy) keeps, per producer
 name, the highest sequence id pushed and the highest persisted. A send whose sequence id is
 not above the pushed one is a duplicate: it is answered without being stored. The map is
-snapshotted into the metadata store every ``DEDUP_SNAPSHOT_INTERVAL`` entries and on close;
-on open, the snapshot is loaded and the entries written after it are re-read, so the state
-after a crash is exactly what was persisted.
+snapshotted into the metadata store every ``brokerDeduplicationEntriesInterval`` entries
+and on close; on open, the snapshot is loaded and the entries written after it are re-read,
+so the state after a crash is exactly what was persisted. A producer's state is dropped once
+it has been disconnected for ``brokerDeduplicationProducerInactivityTimeoutMinutes`` (one
+restored from a snapshot counts as disconnected from the open), and a snapshot keeps at
+most ``brokerDeduplicationMaxNumberOfProducers``, as in Pulsar, so the state stays bounded
+however many producer names come and go.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEDUP_SNAPSHOT_INTERVAL = 1000
+DEDUP_PRODUCER_INACTIVITY_MINUTES = 360.0
 #: The cursor compaction keeps on a topic (the name of Pulsar's compaction subscription).
 COMPACTION_CURSOR = "__compaction"
 MAX_PUBLISH_BATCH = 1000
@@ -240,6 +245,10 @@ class PersistentTopic:
         self.stored_before_open: Position | None = ml.last_confirmed()
         self.dedup_pushed: dict[str, int] = {}
         self.dedup_persisted: dict[str, int] = {}
+        # producers with deduplication state that are not connected -> since when (ms)
+        self._dedup_idle_since: dict[str, int] = {}
+        self._dedup_snapshot_entries = int(broker.config.get("brokerDeduplicationEntriesInterval",
+                                                             DEDUP_SNAPSHOT_INTERVAL))
         self._entries_since_snapshot = 0
         self.msg_in = 0
         self.bytes_in = 0
@@ -333,9 +342,14 @@ class PersistentTopic:
                 last = Position(*data["position"])
                 start = Position(last.ledger_id, last.entry_id + 1)
         end = self.ml.last_confirmed()
-        if start is None or end is None:
-            self.dedup_persisted = dict(self.dedup_pushed)
-            return
+        if start is not None and end is not None:
+            await self._read_sequences(start, end)
+        self.dedup_persisted = dict(self.dedup_pushed)
+        now = int(time.time() * 1000)
+        self._dedup_idle_since = dict.fromkeys(self.dedup_pushed, now)
+
+    async def _read_sequences(self, start: Position, end: Position) -> None:
+        """Take the sequence ids of the entries from ``start`` to ``end`` into the pushed ones."""
         pos = start
         while pos <= end:
             entries = await self.ml.read_entries(pos, 200)
@@ -344,7 +358,6 @@ class PersistentTopic:
             for e in entries:
                 self._note_sequence(e)
             pos = Position(entries[-1].position.ledger_id, entries[-1].position.entry_id + 1)
-        self.dedup_persisted = dict(self.dedup_pushed)
 
     def _note_sequence(self, entry: Entry) -> None:
         try:
@@ -357,12 +370,39 @@ class PersistentTopic:
 
     def _snapshot_dedup(self) -> None:
         last = self.ml.last_confirmed()
+        sequences = self.dedup_persisted
+        most = int(self.broker.config.get("brokerDeduplicationMaxNumberOfProducers", 10000))
+        if len(sequences) > most:
+            connected = {p.name for p in self.producers}
+            kept = [n for n in sequences if n in connected]
+            kept += [n for n in reversed(sequences) if n not in connected]
+            sequences = {n: sequences[n] for n in kept[:most]}
         body = json.dumps({
             "position": [last.ledger_id, last.entry_id] if last else None,
-            "sequences": self.dedup_persisted,
+            "sequences": sequences,
         }).encode()
         self.broker.metadata.put(self.dedup_path, body)
         self._entries_since_snapshot = 0
+
+    def purge_inactive_dedup_producers(self, now_ms: int | None = None) -> list[str]:
+        """Drop the deduplication state of the producers disconnected for longer than
+        ``brokerDeduplicationProducerInactivityTimeoutMinutes`` (a snapshot follows);
+        their names."""
+        timeout_ms = float(self.broker.config.get("brokerDeduplicationProducerInactivityTimeoutMinutes",
+                                                  DEDUP_PRODUCER_INACTIVITY_MINUTES)) * 60_000
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        gone = [name for name, since in self._dedup_idle_since.items() if now - since > timeout_ms]
+        for name in gone:
+            del self._dedup_idle_since[name]
+            self.dedup_pushed.pop(name, None)
+            self.dedup_persisted.pop(name, None)
+        if gone:
+            shown = ", ".join(gone[:10]) + (f" and {len(gone) - 10} more" if len(gone) > 10 else "")
+            log.info("%s: deduplication state dropped for producer(s) %s, disconnected for over "
+                     "%g minutes", self.name, shown, timeout_ms / 60_000)
+            if self.dedup_enabled:
+                self._snapshot_dedup()
+        return gone
 
     async def close(self) -> None:
         if self._closed:
@@ -424,6 +464,7 @@ class PersistentTopic:
         else:
             self._take_epoch(producer, fence=True)
         self.producers.append(producer)
+        self._dedup_idle_since.pop(producer.name, None)
 
     def _take_epoch(self, producer: Producer, *, fence: bool) -> None:
         """An exclusive producer takes the topic: the epoch it brings back when it
@@ -468,6 +509,7 @@ class PersistentTopic:
             producer, granted = self._waiting_exclusive.popleft()
             self._take_epoch(producer, fence=False)
             self.producers.append(producer)
+            self._dedup_idle_since.pop(producer.name, None)
             granted.set()
 
     @property
@@ -585,6 +627,8 @@ class PersistentTopic:
         self.last_active_ms = int(time.time() * 1000)
         if producer in self.producers:
             self.producers.remove(producer)
+            if producer.name in self.dedup_pushed:
+                self._dedup_idle_since[producer.name] = self.last_active_ms
             self._hand_over_exclusive()
             return
         for waiting in self._waiting_exclusive:
@@ -715,7 +759,7 @@ class PersistentTopic:
         self.broker.stats.record_publish_latency((time.monotonic() - started) * 1000.0)
         if self.dedup_enabled:
             self._entries_since_snapshot += len(batch)
-            if self._entries_since_snapshot >= DEDUP_SNAPSHOT_INTERVAL:
+            if self._entries_since_snapshot >= self._dedup_snapshot_entries:
                 self._snapshot_dedup()
         for sub in self.subscriptions.values():
             sub.entries_stored()

@@ -626,6 +626,16 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("maxPublishRatePerTopicInBytes", 0,
          "Bytes per second one topic accepts, likewise; 0 for no limit.", 0),
     _bool("brokerDeduplicationEnabled", False, "Message deduplication by producer sequence id."),
+    _int("brokerDeduplicationEntriesInterval", 1000,
+         "Entries stored between two snapshots of a topic's deduplication state (also "
+         "taken when the topic closes); a restart re-reads the entries after the last.", 1),
+    _int("brokerDeduplicationMaxNumberOfProducers", 10000,
+         "Producers whose sequence ids a snapshot of the deduplication state keeps (the "
+         "connected ones first, then the most recent).", 1),
+    _float("brokerDeduplicationProducerInactivityTimeoutMinutes", 360.0,
+           "Minutes after a producer disconnected that its deduplication state is "
+           "dropped (checked every third of it): a producer coming back later starts "
+           "its sequence anew.", 0.001),
     _bool("enableReplicatedSubscriptions", True,
           "Honour a consumer's request to replicate its subscription's state: the "
           "subscription is marked replicated (isReplicated in its stats)."),

@@ -3,6 +3,7 @@ logged, and the topic goes on storing and answering the others."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -436,3 +437,30 @@ async def test_compactions_past_compaction_service_threads_wait_their_turn(autoj
     assert most[0] == threads
     assert round(trio.current_time() - start) == -(-3 // threads)
     assert len(stored) == 3
+
+
+def test_a_dedup_snapshot_keeps_at_most_the_configured_producers_connected_ones_first() -> None:
+    """brokerDeduplicationMaxNumberOfProducers bounds what one snapshot of the
+    deduplication state holds: the connected producers, then the most recent others."""
+    topic, _ = _topic("dedup-cap")
+    stored: dict[str, bytes] = {}
+    topic.broker.config = {"brokerDeduplicationMaxNumberOfProducers": 3}  # type: ignore[misc]
+    topic.broker.metadata = SimpleNamespace(put=stored.__setitem__)  # type: ignore[attr-defined]
+    topic.dedup_persisted = {f"p{i}": i for i in range(6)}
+    topic.producers = [SimpleNamespace(name="p1")]  # type: ignore[list-item]
+    topic._snapshot_dedup()
+    assert json.loads(stored[topic.dedup_path])["sequences"] == {"p1": 1, "p5": 5, "p4": 4}
+    topic.broker.config = {}  # type: ignore[misc]
+    topic._snapshot_dedup()
+    assert len(json.loads(stored[topic.dedup_path])["sequences"]) == 6
+
+
+def test_dedup_state_is_dropped_only_for_producers_disconnected_past_the_timeout() -> None:
+    topic, _ = _topic("dedup-idle")
+    topic.broker.config = {"brokerDeduplicationProducerInactivityTimeoutMinutes": 1}  # type: ignore[misc]
+    topic.dedup_pushed = {"left-early": 3, "left-late": 4, "connected": 5}
+    topic.dedup_persisted = dict(topic.dedup_pushed)
+    topic._dedup_idle_since = {"left-early": 1_000, "left-late": 50_000}
+    assert topic.purge_inactive_dedup_producers(now_ms=61_001) == ["left-early"]
+    assert topic.dedup_pushed == topic.dedup_persisted == {"left-late": 4, "connected": 5}
+    assert topic.purge_inactive_dedup_producers(now_ms=61_002) == []

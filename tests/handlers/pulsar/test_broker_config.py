@@ -18,7 +18,7 @@ from handlers.pulsar import _events as ev
 from tests._standalone import Standalone
 from tests.core.test_faults import free_port
 from tests.handlers.pulsar._raw import RawClient
-from tests.handlers.pulsar._receive import receive_until_idle
+from tests.handlers.pulsar._receive import receive_until_idle, wait_until
 
 RECEIVE_MS = 10_000
 
@@ -78,6 +78,41 @@ def test_deduplication_drops_resent_sequence_ids_across_restart(tmp_path):
         while reader.has_message_available():
             got.append(reader.read_next(RECEIVE_MS).data())
         assert got == [b"m0", b"m1", b"m2", b"m3", b"m4", b"m5"]
+        client.close()
+
+
+def test_deduplication_state_of_a_producer_long_gone_is_dropped(tmp_path):
+    """brokerDeduplicationProducerInactivityTimeoutMinutes: a producer disconnected past it
+    starts its sequence anew (its resent ids are stored again); one connected keeps its
+    state; and brokerDeduplicationEntriesInterval snapshots the state as it goes."""
+    topic = "persistent://public/default/dedup-purge"
+    conf = {"brokerDeduplicationEnabled": True, "brokerDeduplicationProducerInactivityTimeoutMinutes": 0.05,
+            "brokerDeduplicationEntriesInterval": 2}
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url)
+        stays = client.create_producer(topic, producer_name="stays", batching_enabled=False)
+        stays.send(b"s5", sequence_id=5)  # (the client takes a sequence id of 0 for none)
+        gone = client.create_producer(topic, producer_name="gone", batching_enabled=False)
+        for i in range(3):
+            gone.send(f"g{i}".encode(), sequence_id=i)
+        gone.close()
+        wait_until(lambda: any("deduplication state dropped for producer(s) gone" in line for line in s.output),
+                   timeout=20)
+        again = client.create_producer(topic, producer_name="gone", batching_enabled=False)
+        assert again.last_sequence_id() == -1
+        again.send(b"g0-again", sequence_id=0)  # stored: no longer a duplicate
+        stays.send(b"s5-dup", sequence_id=5)  # still one
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        got = []
+        while reader.has_message_available():
+            got.append(reader.read_next(RECEIVE_MS).data())
+        assert got == [b"s5", b"g0", b"g1", b"g2", b"g0-again"]
+        client.close()
+        s.kill()  # no snapshot on close: what a restart finds was snapshotted on the way
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url)
+        assert client.create_producer(topic, producer_name="stays").last_sequence_id() == 5
+        assert client.create_producer(topic, producer_name="gone").last_sequence_id() == 0
         client.close()
 
 
