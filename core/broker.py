@@ -128,8 +128,15 @@ class BrokerService:
         self.auditor: Auditor | None = None
         #: How many topics compact at once (``compactionServiceThreads``).
         self.compaction_limiter = trio.CapacityLimiter(int(config.get("compactionServiceThreads", 1)))
-        #: How many topics load at once (``maxConcurrentTopicLoadRequest``).
-        self.topic_load_limiter = trio.CapacityLimiter(int(config.get("maxConcurrentTopicLoadRequest", 5000)))
+        #: How many topics load at once (``maxConcurrentTopicLoadRequest``, a dynamic key:
+        #: see :meth:`_topic_load_slots`).
+        self.topic_load_limiter = trio.CapacityLimiter(self._topic_load_slots())
+
+    def _topic_load_slots(self) -> int:
+        """``maxConcurrentTopicLoadRequest`` as it is now; the limiter follows it at each
+        load (loads under way when it is lowered finish, and no new one starts until fewer
+        than the new limit are under way)."""
+        return max(1, int(self.config.get("maxConcurrentTopicLoadRequest", 5000)))
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; then close every topic (cursors and dedup persisted)."""
@@ -325,6 +332,7 @@ class BrokerService:
         event = self._opening[key] = trio.Event()
         try:
             assert self.storage is not None and self._nursery is not None
+            self.topic_load_limiter.total_tokens = self._topic_load_slots()
             async with self.topic_load_limiter:
                 pol = self.policies.effective(name, pol)
                 if name.persistent:
@@ -405,7 +413,7 @@ class BrokerService:
                 except Exception:
                     log.exception("loading %s", name)
 
-        workers = min(len(names), int(self.topic_load_limiter.total_tokens))
+        workers = min(len(names), self._topic_load_slots())
         started = trio.current_time()
         async with trio.open_nursery() as nursery:
             for _ in range(workers):
@@ -526,6 +534,17 @@ class BrokerService:
         finally:
             del self._opening[key]
             event.set()
+
+    async def check_backlog_quotas(self) -> None:
+        """Enforce the backlog quota of every loaded persistent topic now: what the periodic
+        check does (Pulsar's ``monitorBacklogQuota``), on request."""
+        for topic in list(self.topics.values()):
+            if not topic.name.persistent:
+                continue
+            try:
+                await topic.enforce_backlog_quota()
+            except Exception:
+                log.exception("backlog quota check of %s", topic.name)
 
     async def _housekeeping(self) -> None:
         """Message TTL expiry, backlog quota enforcement, retention trimming

@@ -283,6 +283,48 @@ def _brokers_namespaces(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get(f"/admin/v2/brokers/{a.cluster}/{a.url}/ownedNamespaces")
 
 
+_CONFIG = "/admin/v2/brokers/configuration"
+CONFIG_NAME = A("-c", "--config", required=True, help="service-configuration name")
+
+
+@verb("brokers", "update-dynamic-config", "update a dynamic configuration key of the broker",
+      CONFIG_NAME, A("-v", "--value", required=True, help="service-configuration value"))
+def _brokers_update_config(c: AdminClient, a: argparse.Namespace) -> Any:
+    c.post(f"{_CONFIG}/{quote(a.config, safe='')}/{quote(a.value, safe='')}")
+
+
+@verb("brokers", "delete-dynamic-config", "take a dynamic configuration key back to its static value",
+      CONFIG_NAME)
+def _brokers_delete_config(c: AdminClient, a: argparse.Namespace) -> Any:
+    c.delete(f"{_CONFIG}/{quote(a.config, safe='')}")
+
+
+@verb("brokers", "list-dynamic-config", "the configuration keys that can be updated at runtime")
+def _brokers_list_config(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_CONFIG)
+
+
+@verb("brokers", "get-all-dynamic-config", "the dynamic configuration values set at runtime")
+def _brokers_all_config(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(f"{_CONFIG}/values")
+
+
+@verb("brokers", "get-runtime-config", "every configuration key's value in effect")
+def _brokers_runtime_config(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(f"{_CONFIG}/runtime")
+
+
+@verb("brokers", "get-internal-config", "the broker's internal configuration (its metadata stores)")
+def _brokers_internal_config(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get("/admin/v2/brokers/internal-configuration")
+
+
+@verb("brokers", "backlog-quota-check", "run the backlog quota check now")
+def _brokers_backlog_quota_check(c: AdminClient, a: argparse.Namespace) -> Any:
+    c.request("GET", "/admin/v2/brokers/backlog-quota-check")
+    return "ok"
+
+
 # -- bookies ----------------------------------------------------------------------------------
 
 

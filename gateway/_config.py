@@ -195,7 +195,9 @@ class Key:
     ``validate`` returns ``None`` when the parsed value is acceptable, else a short
     reason ("is out of range"); ``expected`` describes the accepted form for messages.
     ``derive`` computes the default from the other resolved values when the key is not
-    set explicitly (e.g. paths under ``dataDirectory``).
+    set explicitly (e.g. paths under ``dataDirectory``). ``dynamic`` keys may be changed
+    while the broker runs (``brokers update-dynamic-config``): only keys that every reader
+    reads when it uses them, so that a change is honoured at once.
     """
 
     name: str
@@ -205,6 +207,7 @@ class Key:
     expected: str = ""
     validate: Callable[[Any], str | None] | None = None
     derive: Callable[[Mapping[str, Any]], Any] | None = None
+    dynamic: bool = False
 
     def parse(self, raw: str) -> Any:
         """Parse and validate ``raw``; raise :class:`ConfigError` naming the key otherwise."""
@@ -360,6 +363,11 @@ def _str(name: str, default: str, doc: str) -> Key:
 
 def _enum(name: str, default: str, doc: str, *choices: str) -> Key:
     return Key(name, "str", default, doc, "one of " + ", ".join(choices), _choice(*choices))
+
+
+def _dynamic(key: Key) -> Key:
+    """``key``, changeable while the broker runs (Pulsar's ``@FieldContext(dynamic = true)``)."""
+    return replace(key, dynamic=True)
 
 
 
@@ -531,20 +539,22 @@ _KEY_LIST: tuple[Key, ...] = (
           "would load one is refused (NotAllowed)."),
     _bool("enableNonPersistentTopics", True,
           "Serve non-persistent topics; when false, likewise refused."),
-    _bool("allowAutoTopicCreation", True, "Create topics on first produce/subscribe."),
-    _enum("allowAutoTopicCreationType", "non-partitioned",
-          "Kind of topic created automatically.", "partitioned", "non-partitioned"),
-    _int("defaultNumPartitions", 1, "Partitions of an automatically created partitioned topic.", 1),
-    _int("maxNumPartitionsPerPartitionedTopic", 0,
-         "Most partitions a partitioned topic may have (created, updated or auto-created); "
-         "0 for no limit.", 0),
-    _bool("allowAutoSubscriptionCreation", True,
-          "Create a durable subscription when a consumer subscribes to one that does not "
-          "exist (and a producer's initial subscription); when false, such a subscribe "
-          "fails with SubscriptionNotFound."),
-    _int("maxTopicsPerNamespace", 0,
-         "Persistent topics (each partition counting one) a namespace may hold, where it "
-         "sets no limit itself; 0 for no limit.", 0),
+    _dynamic(_bool("allowAutoTopicCreation", True, "Create topics on first produce/subscribe.")),
+    _dynamic(_enum("allowAutoTopicCreationType", "non-partitioned",
+                   "Kind of topic created automatically.", "partitioned", "non-partitioned")),
+    _dynamic(_int("defaultNumPartitions", 1,
+                  "Partitions of an automatically created partitioned topic.", 1)),
+    _dynamic(_int("maxNumPartitionsPerPartitionedTopic", 0,
+                  "Most partitions a partitioned topic may have (created, updated or "
+                  "auto-created); 0 for no limit.", 0)),
+    _dynamic(_bool("allowAutoSubscriptionCreation", True,
+                   "Create a durable subscription when a consumer subscribes to one that does "
+                   "not exist (and a producer's initial subscription); when false, such a "
+                   "subscribe fails with SubscriptionNotFound. Checked at each subscribe.")),
+    _dynamic(_int("maxTopicsPerNamespace", 0,
+                  "Persistent topics (each partition counting one) a namespace may hold, where "
+                  "it sets no limit itself; 0 for no limit. Checked as each topic is created.",
+                  0)),
     _int("maxProducersPerTopic", 0,
          "Producers one topic may have, where its namespace sets no limit; 0 for no limit.", 0),
     _int("maxConsumersPerTopic", 0,
@@ -592,23 +602,27 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("maxConcurrentLookupRequest", 50000,
          "Pulsar lookups and partitioned-metadata requests being answered at once, over "
          "every connection; past it one fails with TooManyRequests.", 1),
-    _int("maxConcurrentTopicLoadRequest", 5000,
-         "Topics being loaded (their storage opened and state recovered) at once; the "
-         "others wait their turn.", 1),
-    Key("subscriptionTypesEnabled", "list", SUBSCRIPTION_TYPES,
-        "Subscription types consumers may use, where neither the topic nor its namespace "
-        "says.", "a comma-separated list of " + ", ".join(SUBSCRIPTION_TYPES), _subscription_types),
-    _bool("subscriptionKeySharedEnable", True, "Allow Key_Shared subscriptions at all."),
-    _int("dispatchThrottlingRatePerTopicInMsg", 0,
-         "Messages per second dispatched from one topic, where its namespace sets no "
-         "dispatch rate; 0 for no limit.", 0),
-    _int("dispatchThrottlingRatePerTopicInByte", 0,
-         "Bytes per second dispatched from one topic, likewise; 0 for no limit.", 0),
-    _int("dispatchThrottlingRatePerSubscriptionInMsg", 0,
-         "Messages per second dispatched to one subscription, where its namespace sets no "
-         "subscription dispatch rate; 0 for no limit.", 0),
-    _int("dispatchThrottlingRatePerSubscriptionInByte", 0,
-         "Bytes per second dispatched to one subscription, likewise; 0 for no limit.", 0),
+    _dynamic(_int("maxConcurrentTopicLoadRequest", 5000,
+                  "Topics being loaded (their storage opened and state recovered) at once; "
+                  "the others wait their turn.", 1)),
+    _dynamic(Key("subscriptionTypesEnabled", "list", SUBSCRIPTION_TYPES,
+                 "Subscription types consumers may use, where neither the topic nor its "
+                 "namespace says. Checked at each subscribe: consumers already subscribed "
+                 "stay.", "a comma-separated list of " + ", ".join(SUBSCRIPTION_TYPES),
+                 _subscription_types)),
+    _dynamic(_bool("subscriptionKeySharedEnable", True,
+                   "Allow Key_Shared subscriptions at all. Checked at each subscribe.")),
+    _dynamic(_int("dispatchThrottlingRatePerTopicInMsg", 0,
+                  "Messages per second dispatched from one topic, where its namespace sets "
+                  "no dispatch rate; 0 for no limit.", 0)),
+    _dynamic(_int("dispatchThrottlingRatePerTopicInByte", 0,
+                  "Bytes per second dispatched from one topic, likewise; 0 for no limit.", 0)),
+    _dynamic(_int("dispatchThrottlingRatePerSubscriptionInMsg", 0,
+                  "Messages per second dispatched to one subscription, where its namespace "
+                  "sets no subscription dispatch rate; 0 for no limit.", 0)),
+    _dynamic(_int("dispatchThrottlingRatePerSubscriptionInByte", 0,
+                  "Bytes per second dispatched to one subscription, likewise; 0 for no "
+                  "limit.", 0)),
     _int("dispatcherMaxReadBatchSize", 100,
          "Most entries a subscription's dispatcher reads at once.", 1),
     _int("dispatcherMaxReadSizeBytes", 5 * 1024 * 1024,
@@ -620,11 +634,11 @@ _KEY_LIST: tuple[Key, ...] = (
          "limit of this kind.", 0),
     _int("keySharedLookAheadMsgInReplayThresholdPerSubscription", 20000,
          "Likewise, in all for the subscription; 0 for no limit of this kind.", 0),
-    _int("maxPublishRatePerTopicInMessages", 0,
-         "Messages per second one topic accepts, where its namespace sets no publish "
-         "rate; 0 for no limit.", 0),
-    _int("maxPublishRatePerTopicInBytes", 0,
-         "Bytes per second one topic accepts, likewise; 0 for no limit.", 0),
+    _dynamic(_int("maxPublishRatePerTopicInMessages", 0,
+                  "Messages per second one topic accepts, where its namespace sets no "
+                  "publish rate; 0 for no limit.", 0)),
+    _dynamic(_int("maxPublishRatePerTopicInBytes", 0,
+                  "Bytes per second one topic accepts, likewise; 0 for no limit.", 0)),
     _bool("brokerDeduplicationEnabled", False, "Message deduplication by producer sequence id."),
     _int("brokerDeduplicationEntriesInterval", 1000,
          "Entries stored between two snapshots of a topic's deduplication state (also "
@@ -651,9 +665,10 @@ _KEY_LIST: tuple[Key, ...] = (
           "are delivered at once."),
     _bool("schemaValidationEnforced", False,
           "Refuse producers without a schema on topics that have one (in every namespace)."),
-    _bool("isAllowAutoUpdateSchemaEnabled", True,
-          "Let producers register a new, compatible schema version (namespaces that set "
-          "nothing); when false, a producer's schema must be one the topic has."),
+    _dynamic(_bool("isAllowAutoUpdateSchemaEnabled", True,
+                   "Let producers register a new, compatible schema version (namespaces that "
+                   "set nothing); when false, a producer's schema must be one the topic has. "
+                   "Checked as each producer is created.")),
     _enum("schemaCompatibilityStrategy", "FULL",
           "Schema compatibility strategy of namespaces that set none (UNDEFINED).",
           "ALWAYS_COMPATIBLE", "ALWAYS_INCOMPATIBLE", "BACKWARD", "FORWARD", "FULL",

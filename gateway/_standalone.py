@@ -30,6 +30,7 @@ from gateway._bookies import (
 from gateway._config import Config
 from gateway._plugins import load_protocol
 from gateway._process import settle_garbage_collector
+from gateway._runtime_config import RuntimeConfig
 from gateway._web import WebService
 
 log = logging.getLogger(__name__)
@@ -45,26 +46,14 @@ def run(cfg: Config, args: argparse.Namespace) -> int:
     return trio.run(_main, cfg, n, started)
 
 
-class _Overlay:
-    """A config with some keys replaced (the quorums of a one-bookie standalone)."""
-
-    def __init__(self, base: Any, values: dict[str, Any]):
-        self._base = base
-        self._values = values
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._values[key] if key in self._values else self._base.get(key, default)
-
-    def __getattr__(self, key: str) -> Any:
-        return self._values[key] if key in self._values else getattr(self._base, key)
-
-
-def _standalone_config(cfg: Any, bookies: int) -> Any:
+def _standalone_config(cfg: Config, bookies: int) -> RuntimeConfig:
+    """What the broker reads: ``cfg``, with a one-bookie standalone's quorums at 1/1/1,
+    and the dynamic keys' runtime values once attached to the metadata store."""
     if bookies == 1:
-        return _Overlay(cfg, {"managedLedgerDefaultEnsembleSize": 1,
-                              "managedLedgerDefaultWriteQuorum": 1,
-                              "managedLedgerDefaultAckQuorum": 1})
-    return cfg
+        return RuntimeConfig(cfg, {"managedLedgerDefaultEnsembleSize": 1,
+                                   "managedLedgerDefaultWriteQuorum": 1,
+                                   "managedLedgerDefaultAckQuorum": 1})
+    return RuntimeConfig(cfg)
 
 
 async def serve(cfg: Any, bookies: int, *,
@@ -75,6 +64,7 @@ async def serve(cfg: Any, bookies: int, *,
     metadata = open_metadata_store(str(cfg.get("metadataStoreUrl")))
     started_bookies: list[Any] = []
     try:
+        cfg.attach(metadata)
         base_port = int(cfg.get("bookiePort"))
         for i in range(bookies):
             port = 0 if base_port == 0 else base_port + i

@@ -55,6 +55,8 @@ def _fill(template: str, ns: str, variant: int) -> str:
         "ledger": ["0", "-1", "x", HUGE][variant],
         "entry": ["0", "-1", "x", HUGE][variant],
         "broker": ["127.0.0.1:1", "x", "x", "x"][variant],
+        "configName": ["maxTopicsPerNamespace", "noSuchKey", "brokerServicePort", "%00"][variant],
+        "configValue": ["0", "-1", "x", HUGE][variant],
     }
     return re.sub(r"\{(\w+)\}", lambda m: names[m.group(1)], template)
 
