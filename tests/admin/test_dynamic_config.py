@@ -101,6 +101,31 @@ def test_topic_limit_changes_at_runtime(admin: AdminClient, ns: str,
     admin.put(f"/admin/v2/persistent/{ns}/b")
 
 
+def test_publish_rate_changes_at_runtime(admin: AdminClient, client: pulsar.Client, ns: str,
+                                         dynamic: Callable[[str, str], None]) -> None:
+    topic, path = f"persistent://{ns}/rate", f"/admin/v2/persistent/{ns}/rate"
+    producer = client.create_producer(topic, batching_enabled=False)
+
+    def limited() -> int:
+        return int(admin.get(f"{path}/stats")["publishRateLimitedTimes"])
+
+    def send(n: int) -> None:
+        for i in range(n):
+            producer.send_async(b"m%d" % i, None)
+        producer.flush()
+
+    send(20)
+    assert limited() == 0
+    dynamic("maxPublishRatePerTopicInMessages", "1")
+    send(3)  # one a second: the topic holds the others back
+    assert limited() > 0
+    admin.delete(f"{CONFIG}/maxPublishRatePerTopicInMessages")
+    before = limited()
+    send(20)
+    assert limited() == before
+    producer.close()
+
+
 def test_refusals(admin: AdminClient) -> None:
     before = admin.get(f"{CONFIG}/values")
     for name in ("brokerServicePort", "managedLedgerCacheSizeMB", "noSuchKey"):
