@@ -287,6 +287,11 @@ _CONFIG = "/admin/v2/brokers/configuration"
 CONFIG_NAME = A("-c", "--config", required=True, help="service-configuration name")
 
 
+def _key_lines(values: dict[str, Any]) -> list[str]:
+    """A map as pulsar-admin prints one: a ``key    value`` line per entry."""
+    return [f"{k}    {v}" for k, v in sorted(values.items())]
+
+
 @verb("brokers", "update-dynamic-config", "update a dynamic configuration key of the broker",
       CONFIG_NAME, A("-v", "--value", required=True, help="service-configuration value"))
 def _brokers_update_config(c: AdminClient, a: argparse.Namespace) -> Any:
@@ -306,12 +311,12 @@ def _brokers_list_config(c: AdminClient, a: argparse.Namespace) -> Any:
 
 @verb("brokers", "get-all-dynamic-config", "the dynamic configuration values set at runtime")
 def _brokers_all_config(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.get(f"{_CONFIG}/values")
+    return _key_lines(c.get(f"{_CONFIG}/values"))
 
 
 @verb("brokers", "get-runtime-config", "every configuration key's value in effect")
 def _brokers_runtime_config(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.get(f"{_CONFIG}/runtime")
+    return _key_lines(c.get(f"{_CONFIG}/runtime"))
 
 
 @verb("brokers", "get-internal-config", "the broker's internal configuration (its metadata stores)")

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from core.metadata import AlreadyExistsError, BadVersionError, MetadataStore, NotFoundError
-from gateway._config import KEYS, Config, ConfigError
+from gateway._config import KEYS, Config, ConfigError, Key
 
 __all__ = [
     "DYNAMIC_CONFIG_PATH",
@@ -58,13 +58,18 @@ def dynamic_names() -> list[str]:
     return [key.name for key in KEYS.values() if key.dynamic]
 
 
-def _dynamic_value(name: str, raw: str) -> Any:
-    """``raw`` parsed as the value of the dynamic key ``name``; :class:`NotDynamicError`
-    for a key that is not dynamic, :class:`ConfigError` for a value that is not valid."""
+def _dynamic_key(name: str) -> Key:
+    """The dynamic key ``name``; :class:`NotDynamicError` for any other name."""
     key = KEYS.get(name)
     if key is None or not key.dynamic:
         raise NotDynamicError(f"{name} is not a dynamic configuration key")
-    return key.parse(raw.strip())
+    return key
+
+
+def _dynamic_value(name: str, raw: str) -> Any:
+    """``raw`` parsed as the value of the dynamic key ``name``; :class:`NotDynamicError`
+    for a key that is not dynamic, :class:`ConfigError` for a value that is not valid."""
+    return _dynamic_key(name).parse(raw.strip())
 
 
 def as_text(value: Any) -> str:
@@ -147,9 +152,7 @@ class RuntimeConfig:
 
     def delete(self, name: str) -> None:
         """Take ``name`` back to its static value. Raises :class:`NotDynamicError`."""
-        key = KEYS.get(name)
-        if key is None or not key.dynamic:
-            raise NotDynamicError(f"{name} is not a dynamic configuration key")
+        _dynamic_key(name)
         self._change(lambda values: values.pop(name, None))
         self._dynamic.pop(name, None)
         log.info("dynamic configuration %s deleted: back to %r", name, self.get(name))
@@ -176,8 +179,11 @@ class RuntimeConfig:
         if self._store is None:
             raise RuntimeError("the runtime configuration has no metadata store")
         while True:
-            values, version = self._read()
+            stored, version = self._read()
+            values = dict(stored)
             edit(values)
+            if values == stored:
+                return  # nothing to write (deleting a key never set)
             data = json.dumps(values, sort_keys=True).encode()
             try:
                 self._store.put(DYNAMIC_CONFIG_PATH, data, -1 if version is None else version)
