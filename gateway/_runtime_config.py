@@ -119,7 +119,8 @@ class RuntimeConfig:
         return iter(self._base)
 
     def is_set(self, key: str) -> bool:
-        return key in self._dynamic or key in self._fixed or self._base.is_set(key)
+        """Whether ``key`` was set by the operator: in the configuration, or at runtime."""
+        return key in self._dynamic or self._base.is_set(key)
 
     def as_dict(self) -> dict[str, Any]:
         """Every known key's current value, dynamic values included."""

@@ -15,6 +15,8 @@ import pytest
 
 from core.metadata import open_metadata_store
 from gateway._admin_cli import AdminClient
+from gateway._config import load_config
+from gateway._runtime_config import RuntimeConfig
 from tests._standalone import Standalone
 from tests.admin.conftest import status_of, wait_for
 
@@ -221,3 +223,22 @@ def test_survives_restart_and_ignores_stale_values(tmp_path: Path, unique: str) 
             client.close()
     finally:
         broker.kill()
+
+
+def test_brokers_sharing_a_store_keep_each_others_values(caplog: pytest.LogCaptureFixture) -> None:
+    store = open_metadata_store("memory:")
+    try:
+        store.put("/admin/configuration", b"not json")
+        one, two = RuntimeConfig(load_config(None, environ={})), RuntimeConfig(load_config(None, environ={}))
+        one.attach(store)  # what is stored is unusable: logged, the broker runs on
+        assert "not a JSON object" in caplog.text
+        two.attach(store)
+        one.update("maxTopicsPerNamespace", "5")
+        two.update("allowAutoTopicCreation", "false")  # written over what `one` wrote, not instead
+        assert one.stored() == {"maxTopicsPerNamespace": "5", "allowAutoTopicCreation": "false"}
+        assert (one.maxTopicsPerNamespace, two.get("allowAutoTopicCreation")) == (5, False)
+        restarted = RuntimeConfig(load_config(None, environ={}))
+        restarted.attach(store)
+        assert restarted.get("maxTopicsPerNamespace") == 5 and restarted.is_set("allowAutoTopicCreation")
+    finally:
+        store.close()
