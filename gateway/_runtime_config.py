@@ -95,9 +95,8 @@ class RuntimeConfig:
     # -- reading ----------------------------------------------------------------------------
 
     def get(self, key: str, default: Any = None) -> Any:
-        dynamic = self._dynamic
-        if key in dynamic:
-            return dynamic[key]
+        if key in self._dynamic:
+            return self._dynamic[key]
         if key in self._fixed:
             return self._fixed[key]
         return self._base.get(key, default)

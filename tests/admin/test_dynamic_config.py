@@ -176,7 +176,10 @@ def test_cli(server: Standalone, admin: AdminClient) -> None:
     assert _cli(server, "get-all-dynamic-config").stdout == ""
     runtime = _cli(server, "get-runtime-config").stdout.splitlines()
     assert "defaultNumPartitions    1" in runtime and "brokerServicePort    0" in runtime
-    internal = json.loads(_cli(server, "get-internal-config").stdout)
+    internal = json.loads(_cli(server, "get-internal-config").stdout)  # InternalConfigurationData
+    assert set(internal) == {"zookeeperServers", "configurationStoreServers", "metadataStoreUrl",
+                             "configurationMetadataStoreUrl", "ledgersRootPath",
+                             "bookkeeperMetadataServiceUri", "stateStorageServiceUrl"}
     assert internal["metadataStoreUrl"].startswith("sqlite:")
     assert _cli(server, "backlog-quota-check").stdout.strip() == "ok"
 
