@@ -572,24 +572,24 @@ _KEY_LIST: tuple[Key, ...] = (
     _float("subscriptionExpiryCheckIntervalInMinutes", 5.0,
            "How often unused subscriptions are looked for.", 0.001),
     # --- inactive topics
-    _bool("brokerDeleteInactiveTopicsEnabled", False,
-          "Delete a topic that has been inactive (see brokerDeleteInactiveTopicsMode) for "
-          "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds, where neither the topic "
-          "nor its namespace sets inactiveTopicPolicies. Pulsar's default is true; "
-          "Magnetar's is false, because Kafka clients and Spark jobs hold no producer or "
-          "subscription on a topic between uses, so Pulsar's rule would delete their "
-          "topics and data."),
+    _dynamic(_bool("brokerDeleteInactiveTopicsEnabled", False,
+                   "Delete a topic that has been inactive (see brokerDeleteInactiveTopicsMode) for "
+                   "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds, where neither the topic "
+                   "nor its namespace sets inactiveTopicPolicies. Pulsar's default is true; "
+                   "Magnetar's is false, because Kafka clients and Spark jobs hold no producer or "
+                   "subscription on a topic between uses, so Pulsar's rule would delete their "
+                   "topics and data.")),
     _float("brokerDeleteInactiveTopicsFrequencySeconds", 60.0,
-           "How often loaded topics are checked for inactivity.", 0.001),
-    _enum("brokerDeleteInactiveTopicsMode", "delete_when_no_subscriptions",
-          "What counts as inactive: no producers, consumers or subscriptions "
-          "(delete_when_no_subscriptions), or no producers and no backlog on any "
-          "subscription (delete_when_subscriptions_caught_up; connected consumers are "
-          "disconnected).",
-          "delete_when_no_subscriptions", "delete_when_subscriptions_caught_up"),
-    _int("brokerDeleteInactiveTopicsMaxInactiveDurationSeconds", 0,
-         "How long a topic must stay inactive before it is deleted; 0 (Pulsar's unset) "
-         "takes brokerDeleteInactiveTopicsFrequencySeconds.", 0),
+           "How often loaded topics are checked for inactivity (read at start).", 0.001),
+    _dynamic(_enum("brokerDeleteInactiveTopicsMode", "delete_when_no_subscriptions",
+                   "What counts as inactive: no producers, consumers or subscriptions "
+                   "(delete_when_no_subscriptions), or no producers and no backlog on any "
+                   "subscription (delete_when_subscriptions_caught_up; connected consumers are "
+                   "disconnected).",
+                   "delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")),
+    _dynamic(_int("brokerDeleteInactiveTopicsMaxInactiveDurationSeconds", 0,
+                  "How long a topic must stay inactive before it is deleted; 0 (Pulsar's unset) "
+                  "takes brokerDeleteInactiveTopicsFrequencySeconds.", 0)),
     _int("brokerServiceCompactionThresholdInBytes", 0,
          "Bytes published after a topic's last compaction (all of it, for a topic never "
          "compacted) that start a compaction, where neither the topic nor its namespace "

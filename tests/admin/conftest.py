@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +70,18 @@ def wait_for(condition: Any, timeout: float = 10.0, interval: float = 0.05) -> A
         if time.monotonic() >= deadline:
             raise AssertionError(f"condition not met within {timeout}s (last value {value!r})")
         time.sleep(interval)
+
+
+@pytest.fixture
+def dynamic(admin: AdminClient) -> Iterator[Callable[[str, str], None]]:
+    """Set a dynamic broker configuration key for the test; whatever it set is deleted
+    afterwards."""
+    touched: list[str] = []
+
+    def update(name: str, value: str) -> None:
+        touched.append(name)
+        admin.post(f"/admin/v2/brokers/configuration/{name}/{value}")
+
+    yield update
+    for name in touched:
+        admin.delete(f"/admin/v2/brokers/configuration/{name}")

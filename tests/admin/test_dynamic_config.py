@@ -34,19 +34,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
         s.kill()
 
 
-@pytest.fixture
-def dynamic(admin: AdminClient) -> Iterator[Callable[[str, str], None]]:
-    """Set a dynamic key for the test; whatever it set is deleted afterwards."""
-    touched: list[str] = []
-
-    def update(name: str, value: str) -> None:
-        touched.append(name)
-        admin.post(f"{CONFIG}/{name}/{value}")
-
-    yield update
-    for name in touched:
-        admin.delete(f"{CONFIG}/{name}")
-
 
 def _cli(server: Standalone, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([sys.executable, "-m", "gateway", "admin", "--admin-url", server.addresses["web"][0],

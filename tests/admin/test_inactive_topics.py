@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,15 @@ def test_a_policy_that_keeps_inactive_topics_is_honoured(admin: AdminClient, ns:
     _publish(client, idle)
     _gone(admin, idle)
     assert _listed(admin, kept)
+
+
+def test_deletion_turned_on_at_runtime_applies_at_once(admin: AdminClient, ns: str, client: pulsar.Client,
+                                                      dynamic: Callable[[str, str], None]) -> None:
+    topic = f"persistent://{ns}/idle"
+    _publish(client, topic)
+    dynamic("brokerDeleteInactiveTopicsMaxInactiveDurationSeconds", "1")
+    dynamic("brokerDeleteInactiveTopicsEnabled", "true")
+    _gone(admin, topic)
 
 
 def test_an_unused_non_persistent_topic_is_deleted(admin: AdminClient, ns: str,
