@@ -118,9 +118,10 @@ class NotAllowedError(PreconditionError):
 
 
 class MessageTooLargeError(NotAllowedError):
-    """A message larger than one entry holds: one bookie frame (``nettyMaxFrameSizeBytes``)
-    less the headers stored with it. Refused before it is stored, alone, as Pulsar refuses
-    one over a topic's maximum message size (``NotAllowedError``)."""
+    """A message larger than the topic's ``maxMessageSize`` policy, or than one entry
+    holds: one bookie frame (``nettyMaxFrameSizeBytes``) less the headers stored with it.
+    Refused before it is stored, alone, as Pulsar refuses one over a topic's maximum
+    message size (``NotAllowedError``)."""
 
 
 class EncryptionRequiredError(Exception):
@@ -203,6 +204,14 @@ COMPACTION_ROOT = "/compaction"
 REPLICATED_ROOT = "/replicated-subscriptions"
 TOPIC_EPOCH_ROOT = "/topic-epoch"
 _TOPIC_METADATA_ROOTS = (TERMINATED_ROOT, COMPACTION_ROOT, REPLICATED_ROOT, TOPIC_EPOCH_ROOT)
+
+
+def _is_chunk(entry: bytes) -> bool:
+    """Whether an entry is one chunk of a message split by its producer."""
+    try:
+        return entry_metadata(entry).num_chunks_from_msg > 1
+    except EntryFormatError:
+        return False
 
 
 def _metadata_path(root: str, name: TopicName) -> str:
@@ -651,7 +660,8 @@ class PersistentTopic:
         in this step and calls :meth:`flush` once it is done (a session does, at the end of
         what it read): the entries go together, with no task woken to start them.
 
-        An entry larger than :attr:`max_entry_size` fails at once, with
+        An entry larger than :attr:`max_entry_size`, or one from a named producer larger
+        than the topic's ``maxMessageSize`` policy, fails at once, with
         :class:`MessageTooLargeError`, ahead of what is still being stored (as Pulsar answers
         one over a topic's maximum message size); it is not stored and holds nothing up."""
         if self._closed:
@@ -665,6 +675,15 @@ class PersistentTopic:
                 f"Exceed maximum message size: {len(entry)} bytes, more than the "
                 f"{self.max_entry_size} one entry holds in a bookie frame "
                 "(nettyMaxFrameSizeBytes)")))
+            return
+        limit = self.policies.get("max_message_size")
+        if limit and producer_name is not None and len(entry) > limit and not _is_chunk(entry):
+            # Pulsar's PersistentTopic.publishMessage: the topic's maxMessageSize bounds
+            # metadata and payload as a producer sent them; a chunk of a large message is
+            # let through. A publish without a producer name is Kafka's, whose handler
+            # bounds the record batch as Kafka measures it (max.message.bytes), not the
+            # entry it becomes.
+            callback(PublishResult(None, error=MessageTooLargeError("Exceed maximum message size")))
             return
         if producer_name is not None and self.dedup_enabled:
             if sequence_id <= self.dedup_pushed.get(producer_name, -1):

@@ -670,6 +670,26 @@ def _policy_verbs(noun: str) -> None:
 
     simple("publish-rate", "publishRate", "publish rate")
 
+    # delayed delivery: pulsar-admin's times are relative (1s, 10m, 3d), sent in ms
+    @verb(noun, "set-delayed-delivery", "enable or disable delayed delivery", target,
+          A("-e", "--enable", action="store_true"), A("-d", "--disable", action="store_true"),
+          A("-t", "--time", default="1s",
+            help="tick time of the delay tracker, e.g. 1s, 10s, 1m (default 1s)"),
+          A("-md", "--maxDelay", dest="max_delay", default="0",
+            help="the longest delay a message may ask for, e.g. 1h, 3d (default 0: no limit)"))
+    def set_delayed(c: AdminClient, a: argparse.Namespace) -> Any:
+        return c.post(_scope(noun, a) + "/delayedDelivery", {
+            "active": _enabled(a), "tickTime": parse_relative_time(a.time) * 1000,
+            "maxDeliveryDelayInMillis": parse_relative_time(a.max_delay) * 1000})
+
+    simple("delayed-delivery", "delayedDelivery", "delayed delivery policy")
+
+    if noun == "topics":
+        verb(noun, "set-max-message-size", "set the largest message the topic takes", target,
+             A("-m", "--max-message-size", dest="value", type=int, required=True,
+               help="bytes"))(value_setter("maxMessageSize"))
+        simple("max-message-size", "maxMessageSize", "maximum message size")
+
     if noun != "namespaces":
         return
     # policies pulsar-admin sets on a namespace only

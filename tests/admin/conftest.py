@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from gateway._admin_cli import AdminClient, AdminError
 from tests._standalone import Standalone
+from tests.handlers.pulsar._raw import RawClient
 
 #: Fast policy checks so TTL expiry and backlog quota enforcement are observable in tests.
 FAST_CHECKS = {"messageExpiryCheckIntervalInSeconds": 1, "backlogQuotaCheckIntervalInSeconds": 1,
@@ -85,3 +87,35 @@ def dynamic(admin: AdminClient) -> Iterator[Callable[[str, str], None]]:
     yield update
     for name in touched:
         admin.delete(f"/admin/v2/brokers/configuration/{name}")
+
+
+def raw_answers(server: Standalone, commands: list) -> list:  # type: ignore[type-arg]
+    """The broker's answer to each command, sent one at a time on a raw connection (for
+    the error codes and messages the official client does not show)."""
+    raw = RawClient(server.pulsar_url)
+    try:
+        raw.connect()
+        out = []
+        for command in commands:
+            raw.send(command)
+            out.append(raw.next_event())
+        return out
+    finally:
+        raw.close()
+
+
+def first_messages(client: pulsar.Client, topic: str, delay: timedelta) -> list[bytes]:
+    """What a Shared consumer of `topic` gets within a second of its first message, after
+    a message delayed by `delay` and then a plain one are published."""
+    consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"later", deliver_after=delay)
+    producer.send(b"now")
+    got = [consumer.receive(5000).data()]
+    try:
+        got.append(consumer.receive(1000).data())
+    except pulsar.Timeout:
+        pass
+    consumer.close()
+    producer.close()
+    return got

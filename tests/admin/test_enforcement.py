@@ -15,9 +15,8 @@ from gateway._admin_cli import AdminClient
 from handlers.pulsar import _events as ev
 from tests._standalone import Standalone
 from tests.handlers.pulsar._keys import key_reader
-from tests.handlers.pulsar._raw import RawClient
 
-from .conftest import status_of, wait_for
+from .conftest import first_messages, raw_answers, status_of, wait_for
 
 
 def _backlog(admin: AdminClient, path: str, sub: str) -> int:
@@ -29,21 +28,6 @@ def _fill(client: pulsar.Client, topic: str, n: int, size: int = 100) -> None:
     for _ in range(n):
         producer.send(b"x" * size)
     producer.close()
-
-
-def _answers(server: Standalone, commands: list) -> list:  # type: ignore[type-arg]
-    """The broker's answer to each command, sent one at a time on a raw connection (for
-    the error codes and messages the official client does not show)."""
-    raw = RawClient(server.pulsar_url)
-    try:
-        raw.connect()
-        out = []
-        for command in commands:
-            raw.send(command)
-            out.append(raw.next_event())
-        return out
-    finally:
-        raw.close()
 
 
 @pytest.fixture
@@ -161,7 +145,7 @@ def test_auto_subscription_creation_override(admin: AdminClient, ns: str, server
     client.subscribe(topic, "existing").close()
     admin.post(f"/admin/v2/namespaces/{ns}/autoSubscriptionCreation",
                {"allowAutoSubscriptionCreation": False})
-    refused_subscribe, refused_producer = _answers(server, [
+    refused_subscribe, refused_producer = raw_answers(server, [
         ev.CommandSubscribe.build(topic=topic, subscription="new", consumer_id=1, request_id=1,
                                   subType=pb.CommandSubscribe.Shared),
         # Nor is a producer's initial subscription (a dead-letter policy's) created.
@@ -197,7 +181,7 @@ def test_subscription_types_enabled(admin: AdminClient, ns: str, server: Standal
         client.subscribe(topic, "exclusive")
     with pytest.raises(pulsar.NotAllowedError):  # a reader's subscription is Exclusive
         client.create_reader(topic, pulsar.MessageId.earliest)
-    [refused] = _answers(server, [ev.CommandSubscribe.build(
+    [refused] = raw_answers(server, [ev.CommandSubscribe.build(
         topic=topic, subscription="f", consumer_id=1, request_id=1, subType=pb.CommandSubscribe.Failover)])
     assert (refused.command.error, refused.command.message) == (
         pb.NotAllowedError, f"Topic[{{{topic}}}] doesn't support Failover sub type!")
@@ -214,7 +198,7 @@ def test_encryption_required(admin: AdminClient, ns: str, server: Standalone, cl
     assert admin.get(policy) is False
     admin.post(policy, True)
     assert admin.get(policy) is True
-    refused, accepted, unencrypted = _answers(server, [
+    refused, accepted, unencrypted = raw_answers(server, [
         ev.CommandProducer.build(topic=topic, producer_id=1, request_id=1),
         ev.CommandProducer.build(topic=topic, producer_id=2, request_id=2, encrypted=True),
         # A producer that says it encrypts, sending a message with no encryption keys.
@@ -316,16 +300,7 @@ def test_delayed_delivery_policy_turns_delays_off_and_on(admin: AdminClient, ns:
     assert admin.get(policy) == {"active": False, "tickTime": 1000, "maxDeliveryDelayInMillis": 0}
 
     def first_two(topic: str) -> list[bytes]:
-        consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
-        producer = client.create_producer(topic, batching_enabled=False)
-        producer.send(b"later", deliver_after=timedelta(minutes=5))
-        producer.send(b"now")
-        got = [consumer.receive(5000).data()]
-        try:
-            got.append(consumer.receive(1000).data())
-        except pulsar.Timeout:
-            pass
-        return got
+        return first_messages(client, topic, timedelta(minutes=5))
 
     # off in the namespace: a delayed message comes at once, in order
     assert first_two(f"persistent://{ns}/off") == [b"later", b"now"]
@@ -347,7 +322,7 @@ def test_a_delay_past_the_policys_maximum_is_refused(admin: AdminClient, ns: str
         return ev.CommandSend(command=pb.CommandSend(producer_id=1, sequence_id=seq, num_messages=1),
                               entry=encode_entry(md, b"x"))
 
-    _, soon, too_late = _answers(server, [
+    _, soon, too_late = raw_answers(server, [
         ev.CommandProducer.build(topic=f"persistent://{ns}/capped", producer_id=1, request_id=1),
         send(0, 30_000), send(1, 300_000)])
     assert isinstance(soon, ev.CommandSendReceipt)

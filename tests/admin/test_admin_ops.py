@@ -1,0 +1,128 @@
+"""pulsar-admin's topic and namespace operations end to end: ``magnetar admin`` drives
+the REST API, and a real client sees the effect on the broker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pulsar
+import pytest
+
+from core.format import MessageMetadata, encode_entry
+from core.format import pulsar_api_pb2 as pb
+from gateway._admin_cli import AdminClient
+from handlers.pulsar import _events as ev
+from tests._standalone import Standalone
+
+from .conftest import first_messages, raw_answers, status_of
+
+CLI_TIMEOUT = 60
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def cli(server: Standalone) -> Cli:
+    web = server.addresses["web"][0]
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "gateway", "admin", "--admin-url", web, *args],
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{args} exited {proc.returncode}: {proc.stderr}")
+        return proc
+
+    return run
+
+
+def _out(proc: subprocess.CompletedProcess[str]) -> object:
+    return json.loads(proc.stdout)
+
+
+# -- delayed delivery and max message size ---------------------------------------------------------
+
+
+def _send_answers(server: Standalone, topic: str, *entries: tuple[bytes, int]) -> list[Any]:
+    """The broker's answer to each SEND of (payload, delivery delay in ms) on `topic`, from
+    a raw connection: the official client reconnects on a SEND_ERROR and resends rather
+    than show it."""
+    now = int(time.time() * 1000)
+
+    def send(seq: int, payload: bytes, delay: int) -> ev.CommandSend:
+        md = MessageMetadata(producer_name="raw", sequence_id=seq, publish_time=now)
+        if delay:
+            md.deliver_at_time = now + delay
+        return ev.CommandSend(command=pb.CommandSend(producer_id=1, sequence_id=seq, num_messages=1),
+                              entry=encode_entry(md, payload))
+
+    return raw_answers(server, [ev.CommandProducer.build(topic=topic, producer_id=1, request_id=1),
+                                *(send(i, p, d) for i, (p, d) in enumerate(entries))])[1:]
+
+
+def _refusal(answer: Any) -> tuple[int, str] | None:
+    if isinstance(answer, ev.CommandSendError):
+        return answer.command.error, answer.command.message
+    return None
+
+
+def test_delayed_delivery_verbs_set_what_the_broker_follows(cli: Cli, ns: str, client: pulsar.Client,
+                                                           server: Standalone) -> None:
+    assert cli("namespaces", "get-delayed-delivery", ns).stdout.strip() == "null"
+    cli("namespaces", "set-delayed-delivery", ns, "--disable")
+    assert _out(cli("namespaces", "get-delayed-delivery", ns)) == \
+        {"active": False, "tickTime": 1000, "maxDeliveryDelayInMillis": 0}
+    # off: a message asking for a delay arrives at once, in publish order
+    assert first_messages(client, f"persistent://{ns}/off", timedelta(minutes=5)) == [b"later", b"now"]
+
+    topic = f"persistent://{ns}/on"
+    cli("topics", "set-delayed-delivery", topic, "-e", "-t", "2s", "--maxDelay", "1h")
+    assert _out(cli("topics", "get-delayed-delivery", topic)) == \
+        {"active": True, "tickTime": 2000, "maxDeliveryDelayInMillis": 3_600_000}
+    # the topic's own policy wins over its namespace's: the delayed message waits ...
+    assert first_messages(client, topic, timedelta(minutes=5)) == [b"now"]
+    # ... and one asking for more than --maxDelay is refused
+    soon, too_late = _send_answers(server, topic, (b"soon", 60_000), (b"too late", 7_200_000))
+    assert _refusal(soon) is None
+    assert _refusal(too_late) == (pb.NotAllowedError, "Exceeds max allowed delivery delay of 3600000 milliseconds")
+
+    cli("topics", "remove-delayed-delivery", topic)
+    assert cli("topics", "get-delayed-delivery", topic).stdout.strip() == "null"
+    assert _out(cli("topics", "get-delayed-delivery", topic, "--applied"))["active"] is False
+    cli("namespaces", "remove-delayed-delivery", ns)
+    assert cli("namespaces", "get-delayed-delivery", ns).stdout.strip() == "null"
+
+    neither = cli("topics", "set-delayed-delivery", topic, check=False)
+    assert neither.returncode == 1 and "--enable or --disable" in neither.stderr
+
+
+def test_max_message_size_verbs_bound_what_a_producer_may_send(cli: Cli, ns: str, client: pulsar.Client,
+                                                                server: Standalone) -> None:
+    topic = f"persistent://{ns}/bounded"
+    cli("topics", "create", topic)
+    assert cli("topics", "get-max-message-size", topic).stdout.strip() == "null"
+    cli("topics", "set-max-message-size", topic, "-m", "1024")
+    assert cli("topics", "get-max-message-size", topic).stdout.strip() == "1024"
+
+    small, large = _send_answers(server, topic, (b"x" * 500, 0), (b"x" * 2000, 0))
+    assert _refusal(small) is None
+    assert _refusal(large) == (pb.NotAllowedError, "Exceed maximum message size")
+    # a message split into chunks is let through whatever its size, as in Pulsar
+    chunked = client.create_producer(topic, batching_enabled=False, chunking_enabled=True)
+    chunked.send(b"c" * (6 * 1024 * 1024))
+    chunked.close()
+
+    cli("topics", "remove-max-message-size", topic)
+    assert cli("topics", "get-max-message-size", topic).stdout.strip() == "null"
+    [large] = _send_answers(server, topic, (b"x" * 2000, 0))
+    assert _refusal(large) is None
+
+
+def test_a_negative_max_message_size_is_refused(admin: AdminClient, ns: str) -> None:
+    status, reason = status_of(admin.post, f"/admin/v2/persistent/{ns}/t/maxMessageSize", -1)
+    assert status == 412 and reason
