@@ -26,7 +26,12 @@ __all__ = [
     "INACTIVE_CHECK_SECONDS",
     "INACTIVE_TOPIC_POLICIES",
     "default_inactive_topic_policies",
+    "TOPIC_PROPERTIES_ROOT",
 ]
+
+#: Where a topic that is not partitioned keeps its properties (Pulsar keeps them in its
+#: managed ledger's properties); a partitioned topic keeps them in its metadata.
+TOPIC_PROPERTIES_ROOT = "/topic-properties"
 
 
 class NotFoundError(LookupError):
@@ -324,9 +329,13 @@ class PolicyStore:
 
     def update_topic_policies(self, topic: TopicName, change: Any) -> dict[str, Any]:
         """Apply ``change(policies) -> None`` (mutating) to the topic-level policies."""
+        return self._upsert_json(self._topic_policies_path(topic), change)
+
+    def _upsert_json(self, path: str, change: Any) -> dict[str, Any]:
+        """Apply ``change(value) -> None`` (mutating) to the JSON object at ``path``, ``{}``
+        when nothing is there yet, with a version check, retrying on a concurrent update."""
         from core.metadata import BadVersionError
 
-        path = self._topic_policies_path(topic)
         while True:
             got = self._get_json(path)
             value, version = (dict(got[0]), got[1]) if got else ({}, -1)
@@ -352,6 +361,30 @@ class PolicyStore:
                 merged[key] = value
         return merged
 
+    # -- topic properties ----------------------------------------------------------------------------
+
+    def topic_properties(self, topic: TopicName) -> dict[str, str]:
+        """A topic's properties (Pulsar's ``create --metadata`` and ``update-properties``):
+        a partitioned topic's are in its metadata, any other topic's (a partition's too)
+        in a node of its own that goes when the topic is deleted."""
+        if topic.partition_index < 0:
+            got = self._get_json(self._partitioned_path(topic))
+            if got is not None:
+                return dict(got[0].get("properties") or {})
+        got = self._get_json(f"{TOPIC_PROPERTIES_ROOT}/{topic.storage_name}")
+        return dict(got[0]) if got else {}
+
+    def update_topic_properties(self, topic: TopicName, change: Any) -> dict[str, str]:
+        """Apply ``change(properties) -> None`` (mutating) to the topic's properties."""
+        if topic.partition_index < 0 and self.partitions(topic):
+            def apply(metadata: dict[str, Any]) -> dict[str, Any]:
+                properties = dict(metadata.get("properties") or {})
+                change(properties)
+                return {**metadata, "properties": properties}
+
+            return dict(self._update_json(self._partitioned_path(topic), apply)["properties"])
+        return self._upsert_json(f"{TOPIC_PROPERTIES_ROOT}/{topic.storage_name}", change)
+
     # -- partitioned topics -------------------------------------------------------------------------
 
     @staticmethod
@@ -363,12 +396,16 @@ class PolicyStore:
         got = self._get_json(self._partitioned_path(topic))
         return int(got[0]["partitions"]) if got else 0
 
-    def create_partitioned(self, topic: TopicName, partitions: int) -> None:
+    def create_partitioned(self, topic: TopicName, partitions: int,
+                           properties: dict[str, str] | None = None) -> None:
         if partitions < 1:
             raise ValueError("Number of partitions should be more than 0")
         if self.partitions(topic):
             raise ConflictError("Partitioned topic already exists")
-        self._put_json(self._partitioned_path(topic), {"partitions": partitions}, -1)
+        metadata: dict[str, Any] = {"partitions": partitions}
+        if properties:
+            metadata["properties"] = dict(properties)
+        self._put_json(self._partitioned_path(topic), metadata, -1)
 
     def update_partitions(self, topic: TopicName, partitions: int) -> int:
         """Raise the partition count; returns the old one."""
@@ -378,7 +415,7 @@ class PolicyStore:
         if partitions <= old:
             raise ConflictError(
                 f"Number of new partitions {partitions} must be greater than existing number of partitions {old}")
-        self._put_json(self._partitioned_path(topic), {"partitions": partitions})
+        self._update_json(self._partitioned_path(topic), lambda m: {**m, "partitions": partitions})
         return old
 
     def delete_partitioned(self, topic: TopicName) -> None:

@@ -39,6 +39,7 @@ from core.format import EntryFormatError
 from core.naming import TopicName
 from core.policies import (
     INACTIVE_TOPIC_POLICIES,
+    TOPIC_PROPERTIES_ROOT,
     ConflictError,
     PreconditionError,
     default_inactive_topic_policies,
@@ -203,7 +204,8 @@ TERMINATED_ROOT = "/terminated"
 COMPACTION_ROOT = "/compaction"
 REPLICATED_ROOT = "/replicated-subscriptions"
 TOPIC_EPOCH_ROOT = "/topic-epoch"
-_TOPIC_METADATA_ROOTS = (TERMINATED_ROOT, COMPACTION_ROOT, REPLICATED_ROOT, TOPIC_EPOCH_ROOT)
+_TOPIC_METADATA_ROOTS = (TERMINATED_ROOT, COMPACTION_ROOT, REPLICATED_ROOT, TOPIC_EPOCH_ROOT,
+                         TOPIC_PROPERTIES_ROOT)
 
 
 def _is_chunk(entry: bytes) -> bool:

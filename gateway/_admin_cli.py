@@ -771,15 +771,46 @@ def _topics_list_partitioned(c: AdminClient, a: argparse.Namespace) -> Any:
             + c.get(f"/admin/v2/non-persistent/{a.namespace}/partitioned"))
 
 
-@verb("topics", "create", "create a non-partitioned topic", TOPIC)
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"invalid property {text!r}: key=value")
+    return key, value
+
+
+METADATA = A("-m", "--metadata", type=_key_value, action="append", default=[],
+             help="a property of the topic, key=value (repeat for more)")
+
+
+@verb("topics", "create", "create a non-partitioned topic", TOPIC, METADATA)
 def _topics_create(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.put(_topic_path(a.topic))
+    return c.put(_topic_path(a.topic), dict(a.metadata))
 
 
 @verb("topics", "create-partitioned-topic", "create a partitioned topic", TOPIC,
-      A("-p", "--partitions", type=int, required=True))
+      A("-p", "--partitions", type=int, required=True), METADATA)
 def _topics_create_partitioned(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.put(_topic_path(a.topic) + "/partitions", a.partitions)
+    # as pulsar-admin: the count alone, or PartitionedTopicMetadata when there are properties
+    body = {"partitions": a.partitions, "properties": dict(a.metadata)} if a.metadata else a.partitions
+    return c.put(_topic_path(a.topic) + "/partitions", body)
+
+
+@verb("topics", "get-properties", "the topic's properties", TOPIC)
+def _topics_get_properties(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_topic_path(a.topic) + "/properties")
+
+
+@verb("topics", "update-properties", "add or replace properties of the topic", TOPIC,
+      A("-p", "--property", dest="properties", type=_key_value, action="append", default=[],
+        help="key=value (repeat for more)"))
+def _topics_update_properties(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.put(_topic_path(a.topic) + "/properties", dict(a.properties))
+
+
+@verb("topics", "remove-properties", "remove a property of the topic", TOPIC,
+      A("-k", "--key", required=True, help="the property to remove"))
+def _topics_remove_properties(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.delete(_topic_path(a.topic) + "/properties", key=a.key)
 
 
 @verb("topics", "update-partitioned-topic", "raise a partitioned topic's partition count", TOPIC,

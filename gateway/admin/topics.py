@@ -1,5 +1,5 @@
 """Persistent and non-persistent topics under ``/admin/v2/{persistent|non-persistent}``:
-create, create-partitioned, update partitions, list, delete, stats, partitioned-stats,
+create, create-partitioned, update partitions, list, delete, properties, stats, partitioned-stats,
 internal stats, last message id, terminate, unload, topic-level policies, and the
 ``/lookup/v2/topic/...`` lookups. Subscription operations live in
 :mod:`gateway.admin.subscriptions`."""
@@ -59,6 +59,24 @@ def _partition_count(broker: Any, body: Any) -> int:
     except PartitionCountError as exc:
         raise RestError(406, str(exc)) from None
     return n
+
+
+def _properties(body: Any) -> dict[str, str]:
+    """A topic's properties from a request body: a JSON object of strings (400 otherwise);
+    none when the body is empty."""
+    if body is None:
+        return {}
+    if not isinstance(body, dict) or not all(isinstance(v, str) for v in body.values()):
+        raise RestError(400, "Properties must be a JSON object of string values")
+    return body
+
+
+def _partitioned_body(broker: Any, body: Any) -> tuple[int, dict[str, str]]:
+    """A create-partitioned-topic body: the partition count, or Pulsar's
+    PartitionedTopicMetadata ``{"partitions": n, "properties": {...}}``."""
+    if isinstance(body, dict):
+        return _partition_count(broker, body.get("partitions")), _properties(body.get("properties"))
+    return _partition_count(broker, body), {}
 
 
 def existing_namespace(broker: Any, ns: NamespaceName) -> None:
@@ -131,7 +149,12 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         existing_namespace(broker, name.namespace_name)
         if name.partition_index < 0 and policies.partitions(name):
             raise RestError(409, "This topic already exists")
+        properties = _properties(await json_body(request, required=False))
+        if properties and not name.persistent:
+            raise RestError(405, "Properties on a non-persistent topic are not supported")
         await broker.create_topic(name)
+        if properties:
+            policies.update_topic_properties(name, lambda p: p.update(properties))
         return None
 
     @endpoint
@@ -150,11 +173,11 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         existing_namespace(broker, name.namespace_name)
         if name.partition_index >= 0:
             raise RestError(412, "Partitioned topic name must not end in -partition-N")
-        n = _partition_count(broker, await json_body(request))
+        n, properties = _partitioned_body(broker, await json_body(request))
         if broker.topic_exists(name):
             raise RestError(409, "This topic already exists")
         broker.check_topic_quota(name, broker.namespace_policies(name.namespace_name), n)
-        policies.create_partitioned(name, n)
+        policies.create_partitioned(name, n, properties)
         return None
 
     @endpoint
@@ -176,7 +199,46 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         n = policies.partitions(name) if name.partition_index < 0 else 0
         if not n and not broker.topic_exists(name):
             raise RestError(404, "Topic not found")
-        return {"partitions": n, "deleted": False}
+        out: dict[str, Any] = {"partitions": n, "deleted": False}
+        if n and (properties := policies.topic_properties(name)):
+            out["properties"] = properties
+        return out
+
+    # -- properties ------------------------------------------------------------------------------
+
+    def properties_target(request: Request) -> TopicName:
+        """The topic whose properties a request names: a partitioned topic, or a persistent
+        topic that exists (404 otherwise, 405 for a non-persistent one)."""
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        if name.partition_index < 0 and policies.partitions(name):
+            return name
+        if not broker.topic_exists(name):
+            raise RestError(404, "Topic not found")
+        if not name.persistent:
+            raise RestError(405, "Properties on a non-persistent topic are not supported")
+        return name
+
+    @endpoint
+    async def get_properties(request: Request) -> Any:
+        return policies.topic_properties(properties_target(request))
+
+    @endpoint
+    async def update_properties(request: Request) -> Any:
+        name = properties_target(request)
+        properties = _properties(await json_body(request, required=False))
+        if properties:  # as Pulsar: nothing to add is not an error
+            policies.update_topic_properties(name, lambda p: p.update(properties))
+        return None
+
+    @endpoint
+    async def remove_properties(request: Request) -> Any:
+        name = properties_target(request)
+        key = request.query_params.get("key")
+        if key is None:
+            raise RestError(400, "Query parameter key is required")
+        policies.update_topic_properties(name, lambda p: p.pop(key, None))
+        return None
 
     @endpoint
     async def delete_partitioned(request: Request) -> Any:
@@ -443,6 +505,9 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
             Route(f"{base}/{{topic}}/partitions", update_partitions, methods=["POST"]),
             Route(f"{base}/{{topic}}/partitions", partition_metadata, methods=["GET"]),
             Route(f"{base}/{{topic}}/partitions", delete_partitioned, methods=["DELETE"]),
+            Route(f"{base}/{{topic}}/properties", get_properties, methods=["GET"]),
+            Route(f"{base}/{{topic}}/properties", update_properties, methods=["PUT"]),
+            Route(f"{base}/{{topic}}/properties", remove_properties, methods=["DELETE"]),
             Route(f"{base}/{{topic}}/stats", stats, methods=["GET"]),
             Route(f"{base}/{{topic}}/partitioned-stats", partitioned_stats, methods=["GET"]),
             Route(f"{base}/{{topic}}/internalStats", stats_internal, methods=["GET"]),

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pulsar
@@ -126,3 +127,64 @@ def test_max_message_size_verbs_bound_what_a_producer_may_send(cli: Cli, ns: str
 def test_a_negative_max_message_size_is_refused(admin: AdminClient, ns: str) -> None:
     status, reason = status_of(admin.post, f"/admin/v2/persistent/{ns}/t/maxMessageSize", -1)
     assert status == 412 and reason
+
+
+# -- topic properties ---------------------------------------------------------------------------------
+
+
+def test_topic_properties_verbs(cli: Cli, ns: str) -> None:
+    topic = f"persistent://{ns}/with-props"
+    cli("topics", "create", topic, "-m", "owner=ops", "--metadata", "tier=gold")
+    assert _out(cli("topics", "get-properties", topic)) == {"owner": "ops", "tier": "gold"}
+    cli("topics", "update-properties", topic, "-p", "tier=silver", "-p", "team=core")
+    assert _out(cli("topics", "get-properties", topic)) == {"owner": "ops", "tier": "silver", "team": "core"}
+    cli("topics", "remove-properties", topic, "-k", "owner")
+    cli("topics", "unload", topic)
+    assert _out(cli("topics", "get-properties", topic)) == {"tier": "silver", "team": "core"}
+
+    # deleted with the topic: a topic created again under the name has none
+    cli("topics", "delete", topic)
+    cli("topics", "create", topic)
+    assert _out(cli("topics", "get-properties", topic)) == {}
+
+    partitioned = f"persistent://{ns}/parted-props"
+    cli("topics", "create-partitioned-topic", partitioned, "-p", "2", "-m", "k=v")
+    assert _out(cli("topics", "get-properties", partitioned)) == {"k": "v"}
+    cli("topics", "update-partitioned-topic", partitioned, "-p", "3")
+    assert _out(cli("topics", "get-partitioned-topic-metadata", partitioned)) == \
+        {"partitions": 3, "deleted": False, "properties": {"k": "v"}}
+    cli("topics", "update-properties", partitioned, "-p", "k2=v2")
+    assert _out(cli("topics", "get-properties", partitioned)) == {"k": "v", "k2": "v2"}
+    cli("topics", "delete-partitioned-topic", partitioned)
+    cli("topics", "create-partitioned-topic", partitioned, "-p", "2")
+    assert _out(cli("topics", "get-properties", partitioned)) == {}
+
+    missing = cli("topics", "get-properties", f"persistent://{ns}/missing", check=False)
+    assert missing.returncode == 1 and "404" in missing.stderr
+
+
+def test_topic_properties_bad_input(admin: AdminClient, ns: str) -> None:
+    base = f"/admin/v2/persistent/{ns}"
+    assert status_of(admin.put, f"{base}/bad-props", {"n": 1})[0] == 400
+    assert status_of(admin.put, f"{base}/bad-parted/partitions", {"partitions": 2, "properties": []})[0] == 400
+    admin.put(f"{base}/props")
+    assert status_of(admin.put, f"{base}/props/properties", ["a"])[0] == 400
+    assert status_of(admin.delete, f"{base}/props/properties")[0] == 400
+    admin.put(f"/admin/v2/non-persistent/{ns}/np")
+    assert status_of(admin.get, f"/admin/v2/non-persistent/{ns}/np/properties")[0] == 405
+
+
+def test_topic_properties_survive_a_restart(tmp_path: Path) -> None:
+    server = Standalone(tmp_path).start()
+    try:
+        admin = AdminClient(server.addresses["web"][0], timeout=30)
+        base = "/admin/v2/persistent/public/default"
+        admin.put(f"{base}/kept", {"a": "1"})
+        admin.put(f"{base}/kept-parted/partitions", {"partitions": 2, "properties": {"b": "2"}})
+        assert server.stop() == 0
+        server.start()
+        admin = AdminClient(server.addresses["web"][0], timeout=30)
+        assert admin.get(f"{base}/kept/properties") == {"a": "1"}
+        assert admin.get(f"{base}/kept-parted/properties") == {"b": "2"}
+    finally:
+        server.kill()
