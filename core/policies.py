@@ -166,6 +166,7 @@ def default_policies(clusters: list[str]) -> dict[str, Any]:
         "topicDispatchRate": None,
         "subscriptionDispatchRate": None,
         "publishMaxMessageRate": None,
+        "properties": {},
         "deleted": False,
     }
 

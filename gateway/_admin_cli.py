@@ -170,6 +170,13 @@ def _csv(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"invalid property {text!r}: key=value")
+    return key, value
+
+
 # --------------------------------------------------------------------------------------
 # The verb table
 
@@ -458,6 +465,52 @@ def _ns_set_clusters(c: AdminClient, a: argparse.Namespace) -> Any:
 @verb("namespaces", "get-clusters", "replication clusters", NS)
 def _ns_get_clusters(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get(_ns_path(a.namespace) + "/replication")
+
+
+@verb("namespaces", "set-property", "set a property of the namespace", NS,
+      A("-k", "--key", required=True), A("-v", "--value", required=True))
+def _ns_set_property(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.put(_ns_path(a.namespace) + f"/property/{quote(a.key, safe='')}/{quote(a.value, safe='')}")
+
+
+def _property_text(reply: Reply) -> str | None:
+    """A single property's value, which the broker answers as plain text (None: unset)."""
+    return reply.body.decode() if reply.status != 204 else None
+
+
+@verb("namespaces", "get-property", "a property of the namespace", NS, A("-k", "--key", required=True))
+def _ns_get_property(c: AdminClient, a: argparse.Namespace) -> Any:
+    return _property_text(c.request("GET", _ns_path(a.namespace) + f"/property/{quote(a.key, safe='')}"))
+
+
+@verb("namespaces", "remove-property", "remove a property of the namespace (prints its value)", NS,
+      A("-k", "--key", required=True))
+def _ns_remove_property(c: AdminClient, a: argparse.Namespace) -> Any:
+    # as pulsar-admin: prints the value removed, null when there was none
+    value = _property_text(c.request("DELETE", _ns_path(a.namespace) + f"/property/{quote(a.key, safe='')}"))
+    return "null" if value is None else value
+
+
+def _key_values(text: str) -> list[tuple[str, str]]:
+    """``a=1,b=2`` as pulsar-admin's map options take it."""
+    return [_key_value(part) for part in text.split(",") if part]
+
+
+@verb("namespaces", "set-properties", "set properties of the namespace", NS,
+      A("-p", "--properties", dest="properties", type=_key_values, action="append", required=True,
+        help="key=value[,key=value...] (repeat for more)"))
+def _ns_set_properties(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.put(_ns_path(a.namespace) + "/properties", dict(kv for group in a.properties for kv in group))
+
+
+@verb("namespaces", "get-properties", "the namespace's properties", NS)
+def _ns_get_properties(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_ns_path(a.namespace) + "/properties")
+
+
+@verb("namespaces", "clear-properties", "remove every property of the namespace", NS)
+def _ns_clear_properties(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.delete(_ns_path(a.namespace) + "/properties")
 
 
 def _enabled(a: argparse.Namespace) -> bool:
@@ -769,13 +822,6 @@ def _topics_list(c: AdminClient, a: argparse.Namespace) -> Any:
 def _topics_list_partitioned(c: AdminClient, a: argparse.Namespace) -> Any:
     return (c.get(f"/admin/v2/persistent/{a.namespace}/partitioned")
             + c.get(f"/admin/v2/non-persistent/{a.namespace}/partitioned"))
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"invalid property {text!r}: key=value")
-    return key, value
 
 
 METADATA = A("-m", "--metadata", type=_key_value, action="append", default=[],

@@ -1,14 +1,14 @@
 """``/admin/v2/namespaces``: create, delete, list, the Policies document, each policy
 (retention, backlog quota, message TTL, deduplication, schema compatibility strategy,
 auto-topic-creation, max producers/consumers per topic, dispatch and publish rate,
-permissions, replication clusters), and namespace-wide unload / clear-backlog."""
+permissions, replication clusters), properties, and namespace-wide unload / clear-backlog."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from core.naming import NamespaceName, TopicName
@@ -36,6 +36,21 @@ from .tenants import delete_namespace_everything
 __all__ = ["routes"]
 
 _ACTIONS = ("produce", "consume", "functions", "sources", "sinks", "packages")
+
+
+def _properties(value: Any) -> dict[str, str]:
+    """A namespace's properties from a request: a JSON object of strings (400 otherwise)."""
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise RestError(400, "Properties must be a JSON object of string values")
+    return value
+
+
+def _text(value: str | None) -> Response:
+    """A single property's value as Pulsar answers it: the string itself (not JSON
+    quoted, which its admin client would keep), or 204 when there is none."""
+    if value is None:
+        return Response(status_code=204)
+    return Response(value, media_type="application/json")
 
 def routes(broker: Any) -> list[Route]:
     policies = broker.policies
@@ -77,6 +92,8 @@ def routes(broker: Any) -> list[Route]:
                 raise RestError(400, f"Unknown Policies fields: {', '.join(unknown)}")
             if "replication_clusters" in data:
                 replication_clusters(policies, ns.tenant, data["replication_clusters"])
+            if data.get("properties") is not None:
+                _properties(data["properties"])
             initial = {k: v for k, v in data.items() if v is not None}
         policies.create_namespace(ns, initial)
         return None
@@ -84,7 +101,7 @@ def routes(broker: Any) -> list[Route]:
     @endpoint
     async def get_policies(request: Request) -> Any:
         _, pol = existing(request)
-        return pol
+        return {**pol, "properties": pol.get("properties") or {}}
 
     @endpoint
     async def delete_namespace(request: Request) -> Any:
@@ -224,6 +241,58 @@ def routes(broker: Any) -> list[Route]:
         policies.update_namespace(ns, lambda p: p.__setitem__("replication_clusters", clusters))
         return None
 
+    # -- properties --------------------------------------------------------------------------------
+
+    def change_properties(request: Request, change: Any) -> dict[str, str]:
+        """Apply ``change(properties)`` (mutating) to the namespace's properties; returns
+        them as they were before."""
+        ns, _ = existing(request)
+        before: dict[str, str] = {}
+
+        def apply(p: dict[str, Any]) -> None:
+            properties = dict(p.get("properties") or {})
+            before.clear()
+            before.update(properties)
+            change(properties)
+            p["properties"] = properties
+
+        policies.update_namespace(ns, apply)
+        return before
+
+    @endpoint
+    async def set_property(request: Request) -> Any:
+        key, value = str(request.path_params["key"]), str(request.path_params["value"])
+        change_properties(request, lambda p: p.__setitem__(key, value))
+        return None
+
+    @endpoint
+    async def get_property(request: Request) -> Any:
+        _, pol = existing(request)
+        return _text((pol.get("properties") or {}).get(str(request.path_params["key"])))
+
+    @endpoint
+    async def remove_property(request: Request) -> Any:
+        key = str(request.path_params["key"])
+        # as Pulsar: the answer is the value removed
+        return _text(change_properties(request, lambda p: p.pop(key, None)).get(key))
+
+    @endpoint
+    async def set_properties(request: Request) -> Any:
+        existing(request)
+        properties = _properties(await json_body(request))
+        change_properties(request, lambda p: p.update(properties))
+        return None
+
+    @endpoint
+    async def get_properties(request: Request) -> Any:
+        _, pol = existing(request)
+        return pol.get("properties") or {}
+
+    @endpoint
+    async def clear_properties(request: Request) -> Any:
+        change_properties(request, lambda p: p.clear())
+        return None
+
     # -- namespace-wide operations -------------------------------------------------------------------
 
     @endpoint
@@ -266,6 +335,12 @@ def routes(broker: Any) -> list[Route]:
         Route(f"{base}/permissions/{{role}}", revoke, methods=["DELETE"]),
         Route(f"{base}/replication", get_replication, methods=["GET"]),
         Route(f"{base}/replication", set_replication, methods=["POST"]),
+        Route(f"{base}/property/{{key}}/{{value}}", set_property, methods=["PUT"]),
+        Route(f"{base}/property/{{key}}", get_property, methods=["GET"]),
+        Route(f"{base}/property/{{key}}", remove_property, methods=["DELETE"]),
+        Route(f"{base}/properties", set_properties, methods=["PUT"]),
+        Route(f"{base}/properties", get_properties, methods=["GET"]),
+        Route(f"{base}/properties", clear_properties, methods=["DELETE"]),
         Route(f"{base}/unload", unload, methods=["PUT"]),
         Route(f"{base}/clearBacklog", clear_backlog, methods=["POST"]),
         Route(f"{base}/clearBacklog/{{subscription}}", clear_backlog, methods=["POST"]),

@@ -188,3 +188,29 @@ def test_topic_properties_survive_a_restart(tmp_path: Path) -> None:
         assert admin.get(f"{base}/kept-parted/properties") == {"b": "2"}
     finally:
         server.kill()
+
+
+# -- namespace properties -----------------------------------------------------------------------------
+
+
+def test_namespace_properties_verbs(cli: Cli, ns: str, admin: AdminClient) -> None:
+    assert _out(cli("namespaces", "get-properties", ns)) == {}
+    assert cli("namespaces", "get-property", ns, "-k", "a").stdout.strip() == "null"
+    cli("namespaces", "set-property", ns, "-k", "a", "-v", "1")
+    assert cli("namespaces", "get-property", ns, "-k", "a").stdout.strip() == "1"
+    cli("namespaces", "set-properties", ns, "-p", "b=2,c=3", "-p", "d=4")
+    assert _out(cli("namespaces", "get-properties", ns)) == {"a": "1", "b": "2", "c": "3", "d": "4"}
+    # pulsar-admin prints the value it removed, null when there was none
+    assert cli("namespaces", "remove-property", ns, "-k", "a").stdout.strip() == "1"
+    assert cli("namespaces", "remove-property", ns, "-k", "a").stdout.strip() == "null"
+    # the Policies document carries them as Pulsar's `properties`
+    assert _out(cli("namespaces", "policies", ns))["properties"] == {"b": "2", "c": "3", "d": "4"}
+    cli("namespaces", "clear-properties", ns)
+    assert _out(cli("namespaces", "get-properties", ns)) == {}
+    assert admin.get(f"/admin/v2/namespaces/{ns}")["properties"] == {}
+
+    # the REST answer for one value is the value itself, as Pulsar's
+    admin.put(f"/admin/v2/namespaces/{ns}/property/k/v")
+    assert admin.request("GET", f"/admin/v2/namespaces/{ns}/property/k").body == b"v"
+    assert status_of(admin.put, f"/admin/v2/namespaces/{ns}/properties", {"n": 1})[0] == 400
+    assert status_of(admin.get, "/admin/v2/namespaces/public/no-such-ns/properties")[0] == 404

@@ -47,6 +47,8 @@ def _fill(template: str, ns: str, variant: int) -> str:
         "subscription": ["s", "missing-sub", "s", "s"][variant],
         "cluster": ["standalone", "nowhere", "bad%20name", "%00"][variant],
         "role": ["r", "r", "r", "r"][variant],
+        "key": ["k", "missing-key", "%00", "k"][variant],
+        "value": ["v", "v", "%00", HUGE][variant],
         "version": ["0", "99", "x", HUGE][variant],
         "timestamp": ["0", "-1", "soon", HUGE][variant],
         "count": ["1", "-1", "many", HUGE][variant],
