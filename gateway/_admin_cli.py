@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -926,6 +926,26 @@ def _topics_stats_internal(c: AdminClient, a: argparse.Namespace) -> Any:
 @verb("topics", "last-message-id", "the last message's id", TOPIC)
 def _topics_last_id(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get(_topic_path(a.topic) + "/lastMessageId")
+
+
+def _epoch_ms_of(text: str) -> int:
+    """An ISO 8601 date-time with its offset (as pulsar-admin's ``-d`` takes it, e.g.
+    2021-06-28T16:53:08Z) as epoch milliseconds."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"invalid datetime {text!r}: ISO 8601 with an offset, e.g. 2021-06-28T16:53:08Z")
+    return (when - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+
+
+@verb("topics", "get-message-id", "the id of the first message published at or after a time", TOPIC,
+      A("-d", "--datetime", dest="timestamp", type=_epoch_ms_of, required=True,
+        help="ISO 8601 with an offset, e.g. 2021-06-28T16:53:08Z or 2021-06-28T16:53:08.123+08:00"))
+def _topics_message_id(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_topic_path(a.topic) + f"/messageid/{a.timestamp}")
 
 
 @verb("topics", "terminate", "take no more messages on the topic", TOPIC)

@@ -1,6 +1,6 @@
 """Persistent and non-persistent topics under ``/admin/v2/{persistent|non-persistent}``:
 create, create-partitioned, update partitions, list, delete, properties, stats, partitioned-stats,
-internal stats, last message id, terminate, unload, topic-level policies, and the
+internal stats, last message id, message id by time, terminate, unload, topic-level policies, and the
 ``/lookup/v2/topic/...`` lookups. Subscription operations live in
 :mod:`gateway.admin.subscriptions`."""
 
@@ -23,6 +23,7 @@ from ._common import (
     json_body,
     json_list,
     namespace_of,
+    path_int,
     query_bool,
     replication_clusters,
     topic_of,
@@ -296,6 +297,27 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         return {"ledgerId": last.ledger_id if last else -1, "entryId": last.entry_id if last else -1,
                 "partitionIndex": topic.name.partition_index}
 
+    @endpoint
+    async def message_id_by_time(request: Request) -> Any:
+        """The id of the first message published at or after ``{timestamp}`` (epoch ms), as
+        Pulsar's getMessageIdByTimestamp answers it; 404 when none was."""
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        timestamp = path_int(request, "timestamp", lo=0)
+        if name.partition_index < 0 and policies.partitions(name):
+            raise RestError(412, "Get message ID by timestamp on a partitioned topic is not allowed, "
+                                 "please try do it on specific topic partition")
+        if not name.persistent:
+            raise RestError(405, "Get message ID by timestamp on a non-persistent topic is not allowed")
+        topic = await load_topic(broker, name)
+        found = await topic.ml.find_by_publish_time(timestamp)
+        last = topic.ml.last_confirmed()
+        # past the last message, the search answers where the next one will go
+        if found is None or last is None or found > last:
+            raise RestError(404, "Message ID not found")
+        return {"ledgerId": found.ledger_id, "entryId": found.entry_id,
+                "partitionIndex": topic.name.partition_index}
+
     # -- lifecycle ----------------------------------------------------------------------------------
 
     @endpoint
@@ -512,6 +534,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
             Route(f"{base}/{{topic}}/partitioned-stats", partitioned_stats, methods=["GET"]),
             Route(f"{base}/{{topic}}/internalStats", stats_internal, methods=["GET"]),
             Route(f"{base}/{{topic}}/lastMessageId", last_message_id, methods=["GET"]),
+            Route(f"{base}/{{topic}}/messageid/{{timestamp}}", message_id_by_time, methods=["GET"]),
             Route(f"{base}/{{topic}}/terminate", terminate, methods=["POST"]),
             Route(f"{base}/{{topic}}/terminate/partitions", terminate_partitioned, methods=["POST"]),
             Route(f"{base}/{{topic}}/unload", unload, methods=["PUT"]),

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from gateway._admin_cli import AdminClient
 from handlers.pulsar import _events as ev
 from tests._standalone import Standalone
 
-from .conftest import first_messages, raw_answers, status_of
+from .conftest import first_messages, raw_answers, status_of, wait_for
 
 CLI_TIMEOUT = 60
 
@@ -214,3 +214,42 @@ def test_namespace_properties_verbs(cli: Cli, ns: str, admin: AdminClient) -> No
     assert admin.request("GET", f"/admin/v2/namespaces/{ns}/property/k").body == b"v"
     assert status_of(admin.put, f"/admin/v2/namespaces/{ns}/properties", {"n": 1})[0] == 400
     assert status_of(admin.get, "/admin/v2/namespaces/public/no-such-ns/properties")[0] == 404
+
+
+# -- message id by time -------------------------------------------------------------------------------
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def test_get_message_id_finds_the_first_message_at_or_after_a_time(cli: Cli, ns: str,
+                                                                    client: pulsar.Client) -> None:
+    topic = f"persistent://{ns}/timed"
+    producer = client.create_producer(topic, batching_enabled=False)
+    ids, after = [], []
+    for body in (b"a", b"b", b"c"):
+        ids.append(producer.send(body))
+        # the message was stamped (by client and broker) by the time its receipt came:
+        # a millisecond later, only later messages are at or after the time
+        after.append(int(time.time() * 1000) + 1)
+        wait_for(lambda t=after[-1]: int(time.time() * 1000) >= t)
+    producer.close()
+
+    def found(ms: int) -> tuple[int, int]:
+        got = _out(cli("topics", "get-message-id", topic, "-d", _iso(ms)))
+        assert isinstance(got, dict) and got["partitionIndex"] == -1
+        return got["ledgerId"], got["entryId"]
+
+    expected = [(m.ledger_id(), m.entry_id()) for m in ids]
+    assert found(after[0] - 3_600_000) == expected[0]
+    assert found(after[0]) == expected[1]
+    assert found(after[1]) == expected[2]
+    later = cli("topics", "get-message-id", topic, "-d", _iso(after[2]), check=False)
+    assert later.returncode == 1 and "Message ID not found" in later.stderr
+
+    cli("topics", "create-partitioned-topic", f"persistent://{ns}/parted", "-p", "2")
+    parted = cli("topics", "get-message-id", f"persistent://{ns}/parted", "-d", _iso(after[0]), check=False)
+    assert parted.returncode == 1 and "412" in parted.stderr
+    naive = cli("topics", "get-message-id", topic, "-d", "2021-06-28T16:53:08", check=False)
+    assert naive.returncode == 2
