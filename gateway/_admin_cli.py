@@ -948,6 +948,13 @@ def _topics_message_id(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get(_topic_path(a.topic) + f"/messageid/{a.timestamp}")
 
 
+@verb("topics", "get-backlog-size", "the bytes stored after a message id", TOPIC,
+      A("-m", "--messageId", dest="message_id", type=_message_id, default={"ledgerId": -1, "entryId": -1},
+        help="ledgerId:entryId (default: the whole topic)"))
+def _topics_backlog_size(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.put(_topic_path(a.topic) + "/backlogSize", a.message_id)
+
+
 @verb("topics", "terminate", "take no more messages on the topic", TOPIC)
 def _topics_terminate(c: AdminClient, a: argparse.Namespace) -> Any:
     mid = c.post(_topic_path(a.topic) + "/terminate")

@@ -21,7 +21,7 @@ from core.storage import Position, last_confirmed_entry
 from .brokers import broker_id
 
 __all__ = ["Rates", "topic_stats", "subscription_stats", "internal_stats", "merge_partition_stats",
-           "add_earliest_publish_times", "RATE_WINDOW_SECONDS"]
+           "add_earliest_publish_times", "backlog_size_after", "RATE_WINDOW_SECONDS"]
 
 RATE_WINDOW_SECONDS = 60.0
 _MAX_SAMPLES = 256
@@ -389,3 +389,26 @@ def internal_stats(topic: Any, metadata_store: Any = None) -> dict[str, Any]:
         "compactedLedger": {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False,
                             "underReplicated": False},
     }
+
+
+def backlog_size_after(ml: Any, ledger_id: int, entry_id: int) -> int:
+    """The bytes stored after the position ``ledger_id:entry_id``, as Pulsar's
+    ``getBacklogSizeByMessageId`` estimates them (ManagedLedgerImpl
+    .estimateBacklogFromPosition): every ledger from the position's on, less the entries
+    of its ledger up to and including the position, at that ledger's average entry size.
+    A ledger id of -1, or one the topic no longer has, counts every stored byte from
+    there on."""
+    total = int(ml.stats().get("total_size") or 0)
+    if ledger_id == -1:
+        return total
+    ledgers = {int(led["ledgerId"]): led for led in ml.ledgers()}
+    after = total - sum(int(led["size"]) for lid, led in ledgers.items() if lid < ledger_id)
+    led = ledgers.get(ledger_id)
+    if led is None:
+        return after
+    size, entries = int(led["size"]), int(led["entries"])
+    if entries <= 0 or entry_id < 0:
+        return after
+    if entries <= entry_id + 1:
+        return after - size
+    return after - (entry_id + 1) * (size // entries)

@@ -1,6 +1,6 @@
 """Persistent and non-persistent topics under ``/admin/v2/{persistent|non-persistent}``:
 create, create-partitioned, update partitions, list, delete, properties, stats, partitioned-stats,
-internal stats, last message id, message id by time, terminate, unload, topic-level policies, and the
+internal stats, last message id, message id by time, backlog size, terminate, unload, topic-level policies, and the
 ``/lookup/v2/topic/...`` lookups. Subscription operations live in
 :mod:`gateway.admin.subscriptions`."""
 
@@ -19,6 +19,7 @@ from core.policies import RETENTION_EXACT
 from ._common import (
     RestError,
     body_int,
+    body_object,
     endpoint,
     json_body,
     json_list,
@@ -40,6 +41,7 @@ from ._policies import (
 from ._stats import (
     Rates,
     add_earliest_publish_times,
+    backlog_size_after,
     internal_stats,
     merge_partition_stats,
     topic_stats,
@@ -298,6 +300,17 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
                 "partitionIndex": topic.name.partition_index}
 
     @endpoint
+    async def backlog_size(request: Request) -> Any:
+        """The bytes stored after a message id (Pulsar's getBacklogSizeByMessageId)."""
+        body = body_object(await json_body(request), "MessageId")
+        ledger_id = body_int(body.get("ledgerId"), "ledgerId")
+        entry_id = body_int(body.get("entryId", -1), "entryId")
+        topic = await load_topic(broker, topic_of(request))
+        if not topic.name.persistent:
+            raise RestError(405, "Get backlog size on a non-persistent topic is not allowed")
+        return backlog_size_after(topic.ml, ledger_id, entry_id)
+
+    @endpoint
     async def message_id_by_time(request: Request) -> Any:
         """The id of the first message published at or after ``{timestamp}`` (epoch ms), as
         Pulsar's getMessageIdByTimestamp answers it; 404 when none was."""
@@ -535,6 +548,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
             Route(f"{base}/{{topic}}/internalStats", stats_internal, methods=["GET"]),
             Route(f"{base}/{{topic}}/lastMessageId", last_message_id, methods=["GET"]),
             Route(f"{base}/{{topic}}/messageid/{{timestamp}}", message_id_by_time, methods=["GET"]),
+            Route(f"{base}/{{topic}}/backlogSize", backlog_size, methods=["PUT"]),
             Route(f"{base}/{{topic}}/terminate", terminate, methods=["POST"]),
             Route(f"{base}/{{topic}}/terminate/partitions", terminate_partitioned, methods=["POST"]),
             Route(f"{base}/{{topic}}/unload", unload, methods=["PUT"]),

@@ -253,3 +253,28 @@ def test_get_message_id_finds_the_first_message_at_or_after_a_time(cli: Cli, ns:
     assert parted.returncode == 1 and "412" in parted.stderr
     naive = cli("topics", "get-message-id", topic, "-d", "2021-06-28T16:53:08", check=False)
     assert naive.returncode == 2
+
+
+# -- backlog size ----------------------------------------------------------------------------------------
+
+
+def test_get_backlog_size_counts_the_bytes_after_a_message(cli: Cli, ns: str, admin: AdminClient,
+                                                           client: pulsar.Client) -> None:
+    topic = f"persistent://{ns}/sized"
+    producer = client.create_producer(topic, batching_enabled=False)
+    ids = [producer.send(b"%04d" % i) for i in range(10)]
+    producer.close()
+    total = admin.get(f"/admin/v2/persistent/{ns}/sized/internalStats")["totalSize"]
+    assert total > 0
+
+    def size(*flags: str) -> int:
+        return int(cli("topics", "get-backlog-size", topic, *flags).stdout)
+
+    # as Pulsar: the entries after the one named, at the ledger's average entry size
+    assert size() == total
+    assert size("-m", f"{ids[3].ledger_id()}:{ids[3].entry_id()}") == 6 * (total // 10)
+    assert size("--messageId", f"{ids[9].ledger_id()}:{ids[9].entry_id()}") == 0
+
+    base = f"/admin/v2/persistent/{ns}"
+    assert status_of(admin.put, f"{base}/sized/backlogSize", {"entryId": 1})[0] == 400
+    assert status_of(admin.put, f"{base}/missing/backlogSize", {"ledgerId": -1, "entryId": -1})[0] == 404
