@@ -481,10 +481,30 @@ class BrokerService:
             return await self._load(name, self.namespace_policies(name.namespace_name))
         ns_pol = self.namespace_policies(name.namespace_name)
         self.check_topic_quota(name, ns_pol)
-        pol = self.policies.effective(name, ns_pol)
-        ml = await self.storage.open(name.storage_name, self.ml_config(pol))
-        await ml.close()
+        await self._create_ledger(name, ns_pol)
         return await self.get_topic(name)
+
+    async def create_missed_partitions(self, name: TopicName) -> list[TopicName]:
+        """Create the partitions of the partitioned topic `name` that have no managed
+        ledger yet (Pulsar's ``tryCreatePartitionsAsync``); returns them. Partitions count
+        against the topic quota when the partitioned topic is created, so none is asked
+        for here. A non-persistent topic's partitions store nothing: there is none to
+        create."""
+        created: list[TopicName] = []
+        if not name.persistent:
+            return created
+        for i in range(self.policies.partitions(name)):
+            part = name.partition(i)
+            if not self.topic_exists(part):
+                await self._create_ledger(part, self.namespace_policies(name.namespace_name))
+                created.append(part)
+        return created
+
+    async def _create_ledger(self, name: TopicName, ns_pol: dict[str, Any]) -> None:
+        """Create the (empty) managed ledger of the persistent topic `name`."""
+        assert self.storage is not None
+        ml = await self.storage.open(name.storage_name, self.ml_config(self.policies.effective(name, ns_pol)))
+        await ml.close()
 
     def refresh_policies(self, ns: NamespaceName | None = None) -> None:
         """Give open topics (of `ns`, or all) their current effective policies."""

@@ -859,6 +859,12 @@ def _topics_remove_properties(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.delete(_topic_path(a.topic) + "/properties", key=a.key)
 
 
+@verb("topics", "create-missed-partitions", "create the partitions of a partitioned topic that do not exist",
+      TOPIC)
+def _topics_create_missed(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_topic_path(a.topic) + "/createMissedPartitions")
+
+
 @verb("topics", "update-partitioned-topic", "raise a partitioned topic's partition count", TOPIC,
       A("-p", "--partitions", type=int, required=True))
 def _topics_update_partitioned(c: AdminClient, a: argparse.Namespace) -> Any:

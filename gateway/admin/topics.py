@@ -1,5 +1,5 @@
 """Persistent and non-persistent topics under ``/admin/v2/{persistent|non-persistent}``:
-create, create-partitioned, update partitions, list, delete, properties, stats, partitioned-stats,
+create, create-partitioned, create missed partitions, update partitions, list, delete, properties, stats, partitioned-stats,
 internal stats, last message id, message id by time, backlog size, terminate, unload, topic-level policies, and the
 ``/lookup/v2/topic/...`` lookups. Subscription operations live in
 :mod:`gateway.admin.subscriptions`."""
@@ -193,6 +193,15 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         policies.update_partitions(name, n)
         for i in range(old, n):
             await _create_subscriptions(broker, name.partition(i), subs)
+        return None
+
+    @endpoint
+    async def create_missed_partitions(request: Request) -> Any:
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        if name.partition_index >= 0 or not policies.partitions(name):
+            raise RestError(404, f"Topic {name} does not exist")
+        await broker.create_missed_partitions(name)
         return None
 
     @endpoint
@@ -540,6 +549,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
             Route(f"{base}/{{topic}}/partitions", update_partitions, methods=["POST"]),
             Route(f"{base}/{{topic}}/partitions", partition_metadata, methods=["GET"]),
             Route(f"{base}/{{topic}}/partitions", delete_partitioned, methods=["DELETE"]),
+            Route(f"{base}/{{topic}}/createMissedPartitions", create_missed_partitions, methods=["POST"]),
             Route(f"{base}/{{topic}}/properties", get_properties, methods=["GET"]),
             Route(f"{base}/{{topic}}/properties", update_properties, methods=["PUT"]),
             Route(f"{base}/{{topic}}/properties", remove_properties, methods=["DELETE"]),

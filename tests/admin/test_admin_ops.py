@@ -278,3 +278,21 @@ def test_get_backlog_size_counts_the_bytes_after_a_message(cli: Cli, ns: str, ad
     base = f"/admin/v2/persistent/{ns}"
     assert status_of(admin.put, f"{base}/sized/backlogSize", {"entryId": 1})[0] == 400
     assert status_of(admin.put, f"{base}/missing/backlogSize", {"ledgerId": -1, "entryId": -1})[0] == 404
+
+
+# -- create missed partitions ------------------------------------------------------------------------------
+
+
+def test_create_missed_partitions(cli: Cli, ns: str, admin: AdminClient) -> None:
+    topic = f"persistent://{ns}/gappy"
+    cli("topics", "create-partitioned-topic", topic, "-p", "3")
+    partitions = [f"/admin/v2/persistent/{ns}/gappy-partition-{i}" for i in range(3)]
+    # a partitioned topic's partitions are created when first used: until then, none exists
+    assert [status_of(admin.get, f"{p}/partitions")[0] for p in partitions] == [404] * 3
+    cli("topics", "create-missed-partitions", topic)
+    assert [admin.get(f"{p}/partitions") for p in partitions] == [{"partitions": 0, "deleted": False}] * 3
+    cli("topics", "create-missed-partitions", topic)  # nothing left to create: no error
+
+    cli("topics", "create", f"persistent://{ns}/plain")
+    plain = cli("topics", "create-missed-partitions", f"persistent://{ns}/plain", check=False)
+    assert plain.returncode == 1 and "does not exist" in plain.stderr and "404" in plain.stderr
