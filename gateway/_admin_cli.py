@@ -929,6 +929,11 @@ def _topics_stats_internal(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get(_topic_path(a.topic) + "/internalStats")
 
 
+@verb("topics", "partitioned-stats-internal", "each partition's internal (storage) stats", TOPIC)
+def _topics_partitioned_stats_internal(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_topic_path(a.topic) + "/partitioned-internalStats")
+
+
 @verb("topics", "last-message-id", "the last message's id", TOPIC)
 def _topics_last_id(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get(_topic_path(a.topic) + "/lastMessageId")

@@ -1,7 +1,8 @@
 """Persistent and non-persistent topics under ``/admin/v2/{persistent|non-persistent}``:
-create, create-partitioned, create missed partitions, update partitions, list, delete, properties, stats, partitioned-stats,
-internal stats, last message id, message id by time, backlog size, terminate, unload, topic-level policies, and the
-``/lookup/v2/topic/...`` lookups. Subscription operations live in
+create, create-partitioned, create missed partitions, update partitions, list, delete,
+properties, stats, partitioned-stats, internal stats (of a topic and of each partition),
+last message id, message id by time, backlog size, terminate, unload, topic-level
+policies, and the ``/lookup/v2/topic/...`` lookups. Subscription operations live in
 :mod:`gateway.admin.subscriptions`."""
 
 from __future__ import annotations
@@ -211,6 +212,10 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         n = policies.partitions(name) if name.partition_index < 0 else 0
         if not n and not broker.topic_exists(name):
             raise RestError(404, "Topic not found")
+        return partitioned_metadata(name, n)
+
+    def partitioned_metadata(name: TopicName, n: int) -> dict[str, Any]:
+        """Pulsar's PartitionedTopicMetadata of `name`, which has `n` partitions."""
         out: dict[str, Any] = {"partitions": n, "deleted": False}
         if n and (properties := policies.topic_properties(name)):
             out["properties"] = properties
@@ -297,6 +302,18 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
     async def stats_internal(request: Request) -> Any:
         topic = await load_topic(broker, topic_of(request))
         return internal_stats(topic, broker.metadata if query_bool(request, "metadata") else None)
+
+    @endpoint
+    async def partitioned_stats_internal(request: Request) -> Any:
+        """PartitionedTopicInternalStats: the partitioned topic's metadata and each
+        partition's internal stats, by partition name."""
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        n = policies.partitions(name) if name.partition_index < 0 else 0
+        if not n:
+            raise RestError(404, "Partitioned Topic not found")
+        per = {str(part): internal_stats(await broker.get_topic(part)) for part in partition_targets(broker, name)}
+        return {"metadata": partitioned_metadata(name, n), "partitions": per}
 
     @endpoint
     async def last_message_id(request: Request) -> Any:
@@ -556,6 +573,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
             Route(f"{base}/{{topic}}/stats", stats, methods=["GET"]),
             Route(f"{base}/{{topic}}/partitioned-stats", partitioned_stats, methods=["GET"]),
             Route(f"{base}/{{topic}}/internalStats", stats_internal, methods=["GET"]),
+            Route(f"{base}/{{topic}}/partitioned-internalStats", partitioned_stats_internal, methods=["GET"]),
             Route(f"{base}/{{topic}}/lastMessageId", last_message_id, methods=["GET"]),
             Route(f"{base}/{{topic}}/messageid/{{timestamp}}", message_id_by_time, methods=["GET"]),
             Route(f"{base}/{{topic}}/backlogSize", backlog_size, methods=["PUT"]),

@@ -296,3 +296,28 @@ def test_create_missed_partitions(cli: Cli, ns: str, admin: AdminClient) -> None
     cli("topics", "create", f"persistent://{ns}/plain")
     plain = cli("topics", "create-missed-partitions", f"persistent://{ns}/plain", check=False)
     assert plain.returncode == 1 and "does not exist" in plain.stderr and "404" in plain.stderr
+
+
+# -- partitioned internal stats ------------------------------------------------------------------------------
+
+
+def test_partitioned_stats_internal(cli: Cli, ns: str, client: pulsar.Client) -> None:
+    topic = f"persistent://{ns}/parted-internal"
+    cli("topics", "create-partitioned-topic", topic, "-p", "2")
+    producer = client.create_producer(f"{topic}-partition-1", batching_enabled=False)
+    for _ in range(3):
+        producer.send(b"x")
+    producer.close()
+
+    stats = _out(cli("topics", "partitioned-stats-internal", topic))
+    assert isinstance(stats, dict)
+    assert stats["metadata"] == {"partitions": 2, "deleted": False}
+    assert sorted(stats["partitions"]) == [f"{topic}-partition-0", f"{topic}-partition-1"]
+    # each partition's entry is what stats-internal shows for it
+    one = stats["partitions"][f"{topic}-partition-1"]
+    assert one["numberOfEntries"] == 3 and stats["partitions"][f"{topic}-partition-0"]["numberOfEntries"] == 0
+    assert one["ledgers"] == _out(cli("topics", "stats-internal", f"{topic}-partition-1"))["ledgers"]
+
+    cli("topics", "create", f"persistent://{ns}/single")
+    single = cli("topics", "partitioned-stats-internal", f"persistent://{ns}/single", check=False)
+    assert single.returncode == 1 and "404" in single.stderr
