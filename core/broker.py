@@ -566,6 +566,22 @@ class BrokerService:
             except Exception:
                 log.exception("backlog quota check of %s", topic.name)
 
+    async def trim_topic(self, topic: PersistentTopic) -> None:
+        """The retention check of one persistent topic, run by housekeeping every
+        ``retentionCheckIntervalInSeconds`` and by the admin API's trim at once: seal idle
+        ledgers past their rollover age, without entries for the inactive rollover time,
+        or whose entries all outlived retention; then drop what every cursor has passed
+        and retention no longer needs."""
+        await topic.ml.check_rollover()
+        _, exact_bytes = exact_retention(topic.policies)
+        if exact_bytes is not None:
+            # a size in bytes, not whole MB: the ledgers past it go as ones below a
+            # trim floor, once every durable cursor has passed them
+            floor = size_retention_floor(topic.ml.ledgers(), exact_bytes)
+            if floor > 0:
+                topic.ml.raise_trim_floor(floor)
+        await topic.ml.trim()
+
     async def _housekeeping(self) -> None:
         """Message TTL expiry, backlog quota enforcement, retention trimming
         (``retentionCheckIntervalInSeconds``), the deletion of unused subscriptions
@@ -584,20 +600,6 @@ class BrokerService:
         finer = config.get("messageExpiryCheckIntervalInSeconds")
         if finer not in (None, "", 0):
             expiry = float(finer)
-
-        async def retention_check(topic: PersistentTopic) -> None:
-            # Seal idle ledgers past their rollover age, without entries for the inactive
-            # rollover time, or whose entries all outlived retention; then drop what every
-            # cursor has passed and retention no longer needs.
-            await topic.ml.check_rollover()
-            _, exact_bytes = exact_retention(topic.policies)
-            if exact_bytes is not None:
-                # a size in bytes, not whole MB: the ledgers past it go as ones below a
-                # trim floor, once every durable cursor has passed them
-                floor = size_retention_floor(topic.ml.ledgers(), exact_bytes)
-                if floor > 0:
-                    topic.ml.raise_trim_floor(floor)
-            await topic.ml.trim()
 
         async def compaction_check(topic: PersistentTopic) -> None:
             topic.check_compaction()
@@ -621,7 +623,7 @@ class BrokerService:
             await topic.expire_inactive_subscriptions()
 
         checks += [
-            (float(config.get("retentionCheckIntervalInSeconds")), retention_check),
+            (float(config.get("retentionCheckIntervalInSeconds")), self.trim_topic),
             (float(config.get("subscriptionExpiryCheckIntervalInMinutes",
                               SUBSCRIPTION_EXPIRY_CHECK_MINUTES)) * 60.0, subscription_expiry),
             (float(config.get("brokerServiceCompactionMonitorIntervalInSeconds",

@@ -983,6 +983,12 @@ def _topics_compact(c: AdminClient, a: argparse.Namespace) -> Any:
     return "Topic compaction requested for " + a.topic
 
 
+@verb("topics", "trim-topic", "delete the ledgers every subscription has passed and retention no longer keeps",
+      TOPIC)
+def _topics_trim(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_topic_path(a.topic) + "/trim")
+
+
 @verb("topics", "compaction-status", "the status of the last compaction", TOPIC,
       A("-w", "--wait-complete", action="store_true", help="wait until it is no longer running"),
       A("--timeout", type=float, default=300.0, help="seconds to wait at most (default 300)"))

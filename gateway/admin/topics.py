@@ -1,7 +1,7 @@
 """Persistent and non-persistent topics under ``/admin/v2/{persistent|non-persistent}``:
 create, create-partitioned, create missed partitions, update partitions, list, delete,
 properties, stats, partitioned-stats, internal stats (of a topic and of each partition),
-last message id, message id by time, backlog size, terminate, unload, topic-level
+last message id, message id by time, backlog size, terminate, unload, trim, topic-level
 policies, and the ``/lookup/v2/topic/...`` lookups. Subscription operations live in
 :mod:`gateway.admin.subscriptions`."""
 
@@ -402,6 +402,18 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
         return None
 
     @endpoint
+    async def trim(request: Request) -> Any:
+        """Run the retention check now (Pulsar's trimTopic), on each partition of a
+        partitioned topic."""
+        name = topic_of(request)
+        existing_namespace(broker, name.namespace_name)
+        if not name.persistent:
+            raise RestError(405, "Trim on a non-persistent topic is not allowed")
+        for t in partition_targets(broker, name):
+            await broker.trim_topic(await load_topic(broker, t))
+        return None
+
+    @endpoint
     async def compaction_status(request: Request) -> Any:
         topic = await load_topic(broker, topic_of(request))
         st = topic.compaction_status()
@@ -582,6 +594,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
             Route(f"{base}/{{topic}}/unload", unload, methods=["PUT"]),
             Route(f"{base}/{{topic}}/compaction", compact, methods=["PUT"]),
             Route(f"{base}/{{topic}}/compaction", compaction_status, methods=["GET"]),
+            Route(f"{base}/{{topic}}/trim", trim, methods=["POST"]),
             Route(f"{base}/{{topic}}/backlogQuotaMap", get_backlog_quotas, methods=["GET"]),
             Route(f"{base}/{{topic}}/backlogQuota", set_backlog_quota, methods=["POST"]),
             Route(f"{base}/{{topic}}/backlogQuota", remove_backlog_quota, methods=["DELETE"]),

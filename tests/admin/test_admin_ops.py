@@ -321,3 +321,46 @@ def test_partitioned_stats_internal(cli: Cli, ns: str, client: pulsar.Client) ->
     cli("topics", "create", f"persistent://{ns}/single")
     single = cli("topics", "partitioned-stats-internal", f"persistent://{ns}/single", check=False)
     assert single.returncode == 1 and "404" in single.stderr
+
+
+# -- trim ------------------------------------------------------------------------------------------------
+
+
+def test_trim_topic_runs_the_retention_check_at_once(tmp_path: Path) -> None:
+    # The periodic retention check is an hour away, so only trim-topic seals the ledger
+    # that has been idle past the inactive rollover time and deletes it, every message in
+    # it being acknowledged and retention keeping none.
+    conf = {"retentionCheckIntervalInSeconds": 3600, "managedLedgerInactiveLedgerRolloverTimeSeconds": 1}
+    server = Standalone(tmp_path, conf=conf).start()
+    try:
+        web = server.addresses["web"][0]
+        admin = AdminClient(web, timeout=30)
+        topic = "persistent://public/default/trimmed"
+        internal = "/admin/v2/persistent/public/default/trimmed/internalStats"
+        client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=10)
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic, batching_enabled=False)
+        last = [producer.send(b"m%d" % i) for i in range(5)][-1]
+        idle_from = time.monotonic()
+        for _ in range(5):
+            consumer.acknowledge(consumer.receive(5000))
+        acked = f"{last.ledger_id()}:{last.entry_id()}"
+        wait_for(lambda: admin.get(internal)["cursors"]["s"]["markDeletePosition"] == acked)
+        wait_for(lambda: time.monotonic() > idle_from + 1.5)  # idle past the rollover time
+        assert [led["ledgerId"] for led in admin.get(internal)["ledgers"]] == [last.ledger_id()]
+
+        proc = subprocess.run([sys.executable, "-m", "gateway", "admin", "--admin-url", web,
+                               "topics", "trim-topic", topic], capture_output=True, text=True,
+                              timeout=CLI_TIMEOUT)
+        assert proc.returncode == 0, proc.stderr
+        after = admin.get(internal)
+        assert last.ledger_id() not in [led["ledgerId"] for led in after["ledgers"]]
+        assert after["numberOfEntries"] == 0
+        client.close()
+
+        admin.put("/admin/v2/persistent/public/default/parted/partitions", 2)
+        admin.post("/admin/v2/persistent/public/default/parted/trim")  # every partition
+        assert status_of(admin.post, "/admin/v2/non-persistent/public/default/np/trim")[0] == 405
+        assert status_of(admin.post, "/admin/v2/persistent/public/default/missing/trim")[0] == 404
+    finally:
+        server.kill()

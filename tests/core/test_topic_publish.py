@@ -3,6 +3,7 @@ logged, and the topic goes on storing and answering the others."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -358,6 +359,7 @@ async def _housekeeping_runs(topic: _CheckedTopic, seconds: float,
     from core.broker import BrokerService
 
     broker = SimpleNamespace(topics={"t": topic}, config=config)
+    broker.trim_topic = functools.partial(BrokerService.trim_topic, broker)
     start = trio.current_time()
     with trio.move_on_after(seconds):
         await BrokerService._housekeeping(broker)  # type: ignore[arg-type]
