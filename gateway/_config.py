@@ -491,6 +491,15 @@ _KEY_LIST: tuple[Key, ...] = (
     _zk_key("configurationStoreServers",
             "Older name of configurationMetadataStoreUrl, as ZooKeeper servers: empty or "
             "the metadata store's."),
+    # --- Pulsar's WebSocket API (on webServicePort)
+    _bool("webSocketServiceEnabled", True,
+          "Serve Pulsar's WebSocket API (/ws/v2/producer, /ws/v2/consumer, /ws/v2/reader) on "
+          "webServicePort. True, as Pulsar's standalone.conf ships it; Pulsar's broker.conf "
+          "ships false."),
+    _int("webSocketMaxTextFrameSize", 1048576,
+         "Largest WebSocket message, in bytes; a larger one closes its session (1009).", 1024),
+    _int("webSocketSessionIdleTimeoutMillis", 300000,
+         "A WebSocket session that receives nothing for this long is closed (1001).", 1),
     # --- protocols and listeners
     Key("messagingProtocols", "list", ("pulsar", "kafka"),
         "Protocol handlers to load: pulsar, kafka, or module:Class for your own.",

@@ -1,5 +1,6 @@
-"""The web service on ``webServicePort``: the admin REST API under ``/admin/v2`` and
-Prometheus metrics under ``/metrics``, served by hypercorn's trio worker.
+"""The web service on ``webServicePort``: the admin REST API under ``/admin/v2``,
+Prometheus metrics under ``/metrics`` and, with ``webSocketServiceEnabled``, Pulsar's
+WebSocket API under ``/ws`` (:mod:`handlers.websocket`), served by hypercorn's trio worker.
 
 The handlers run on the broker's own trio loop, so they read and change live topics and
 subscriptions directly. Unknown paths and methods answer with Pulsar's error shape
@@ -52,7 +53,25 @@ def build_app(config: Any, broker: Any) -> Any:
         ],
         exception_handlers={HTTPException: http_error},
     )
-    return _count_requests(broker, _keep_encoded_slashes(app))
+    return _websockets(config, broker, _count_requests(broker, _keep_encoded_slashes(app)))
+
+
+def _websockets(config: Any, broker: Any, app: Any) -> Any:
+    """Hand WebSocket requests to Pulsar's WebSocket API, or, when
+    ``webSocketServiceEnabled`` is off, refuse them as a path that is not served (404)."""
+    from handlers.websocket import WebSocketService, deny
+
+    service = WebSocketService(config, broker) if config.get("webSocketServiceEnabled") else None
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await app(scope, receive, send)
+        elif service is not None:
+            await service(scope, receive, send)
+        elif (await receive())["type"] == "websocket.connect":
+            await deny(scope, send, 404, "Not found")
+
+    return wrapped
 
 
 def _count_requests(broker: Any, app: Any) -> Any:
@@ -127,6 +146,7 @@ class WebService:
         hc = HypercornConfig()
         hc.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the socket now
         hc.accesslog = None
+        hc.websocket_max_message_size = int(self.config.get("webSocketMaxTextFrameSize"))
         hc.errorlog = logging.getLogger("hypercorn.error")
         url = f"http://{self.config.get('advertisedAddress') or host}:{port}"
         self.broker.web_service_url = url

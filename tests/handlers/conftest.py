@@ -1,5 +1,5 @@
-"""Fixtures for the Pulsar tests that share the module's standalone: the official client
-and the admin REST client, both on it."""
+"""Fixtures for the handler tests that share the module's standalone: the official Pulsar
+client and the admin REST client, both on it."""
 
 from __future__ import annotations
 

@@ -1,0 +1,642 @@
+"""Pulsar's WebSocket API, sans-IO: the endpoint a request path names, the query parameters
+each endpoint takes, and the JSON of every frame both ways.
+
+Nothing here does I/O. The WebSocket framing itself (RFC 6455) is the web server's
+(hypercorn's wsproto); what rides in each text frame is Pulsar's JSON, decoded into the
+small typed vocabulary below under the names Pulsar's ``org.apache.pulsar.websocket.data``
+gives it (``ProducerMessage``, ``ProducerAck``, ``ConsumerCommand``, ``ConsumerMessage``,
+``EndOfTopicResponse``). A malformed frame is a :class:`FrameError` carrying Pulsar's
+``WebSocketError`` code, never an exception of another kind.
+
+Message ids travel as base64 of a serialized ``MessageIdData``, as Pulsar's
+``MessageIdImpl.toByteArray`` writes it: ledger and entry, the partition on a partitioned
+topic, a batch message's index, and the batch size (0 for a message that is not in a
+batch). Times travel as ISO-8601 text with the broker's UTC offset (Pulsar's
+``DateFormatter``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+from core._hash import murmur3_32
+from core.format import (
+    LZ4,
+    NONE,
+    SNAPPY,
+    ZLIB,
+    ZSTD,
+    EntryFormatError,
+    MessageIdData,
+    MessageMetadata,
+    SingleMessageMetadata,
+    compress,
+    decode_entry,
+    encode_entry,
+    iter_batch,
+)
+from core.naming import InvalidNameError, NamespaceName, TopicName
+
+__all__ = [
+    "DEFAULT_RECEIVER_QUEUE_SIZE",
+    "ConsumerCommand",
+    "ConsumerParams",
+    "Endpoint",
+    "FrameError",
+    "InvalidParams",
+    "MessageId",
+    "ProducerMessage",
+    "ProducerParams",
+    "ReaderParams",
+    "WebSocketError",
+    "choose_partition",
+    "consumer_messages",
+    "decode_consumer_command",
+    "decode_message_id",
+    "decode_producer_message",
+    "encode_message_id",
+    "end_of_topic",
+    "format_time",
+    "parse_endpoint",
+    "producer_ack",
+    "producer_entry",
+    "producer_error",
+]
+
+DEFAULT_RECEIVER_QUEUE_SIZE = 1000
+"""A consumer's or reader's receive queue when the request names none, and the largest
+one it may name (Pulsar's WebSocket handlers cap ``receiverQueueSize`` at 1000)."""
+
+DEFAULT_NACK_DELAY_MS = 60_000
+"""How long a negatively acknowledged message waits to be delivered again when the request
+does not say (``negativeAckRedeliveryDelay``; Pulsar's client default)."""
+
+_UINT64 = 1 << 64
+_LATEST_LEDGER = (1 << 63) - 1
+
+
+class WebSocketError(enum.IntEnum):
+    """Pulsar's ``WebSocketError`` codes (``send-error:<code>`` in a producer's answer)."""
+
+    FailedToCreateProducer = 1
+    FailedToSubscribe = 2
+    FailedToDeserializeFromJSON = 3
+    FailedToSerializeToJSON = 4
+    AuthenticationError = 5
+    NotAuthorizedError = 6
+    PayloadEncodingError = 7
+    UnknownError = 8
+
+    @property
+    def description(self) -> str:
+        return _DESCRIPTIONS[self]
+
+
+_DESCRIPTIONS = {
+    WebSocketError.FailedToCreateProducer: "Failed to create producer",
+    WebSocketError.FailedToSubscribe: "Failed to subscribe",
+    WebSocketError.FailedToDeserializeFromJSON: "Failed to de-serialize from JSON",
+    WebSocketError.FailedToSerializeToJSON: "Failed to serialize to JSON",
+    WebSocketError.AuthenticationError: "Failed to authenticate client",
+    WebSocketError.NotAuthorizedError: "Client is not authorized",
+    WebSocketError.PayloadEncodingError: "Invalid payload encoding",
+    WebSocketError.UnknownError: "Unknown error",
+}
+
+
+class InvalidParams(ValueError):
+    """A request path or query parameter Pulsar refuses (its ``IllegalArgumentException``:
+    the handshake is answered 400, "Invalid query params: ...")."""
+
+
+@dataclass(frozen=True, slots=True)
+class FrameError(Exception):
+    """A text frame that cannot be taken: Pulsar's error ``code``, its message and the
+    request's context, when it was read."""
+
+    code: WebSocketError
+    message: str | None
+    context: str | None = None
+
+
+# -- endpoints -----------------------------------------------------------------------------
+
+
+class Kind(enum.Enum):
+    producer = "producer"
+    consumer = "consumer"
+    reader = "reader"
+    pingpong = "pingpong"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Endpoint:
+    """What a request path names: the kind of handler, its topic and (a consumer) its
+    subscription."""
+
+    kind: Kind
+    topic: TopicName | None = None
+    subscription: str = ""
+
+
+def parse_endpoint(raw_path: str) -> Endpoint | None:
+    """The endpoint of a request path as sent (percent-encoding intact); None for a path
+    that names no WebSocket endpoint. Pulsar's v2 paths:
+    ``/ws/v2/{producer,reader}/{domain}/{tenant}/{namespace}/{topic...}`` and
+    ``/ws/v2/consumer/{domain}/{tenant}/{namespace}/{topic...}/{subscription}``, the topic
+    name's own ``/`` joined back and percent-decoded once; and ``/ws/pingpong``.
+
+    Raises :class:`InvalidParams` for a path under an endpoint that names its topic wrongly
+    (too few parts, another domain, an empty subscription, an invalid name)."""
+    parts = raw_path.split("?", 1)[0].split("/")
+    if parts[:3] == ["", "ws", "pingpong"] and len(parts) == 3:
+        return Endpoint(kind=Kind.pingpong)
+    if len(parts) < 4 or parts[1] != "ws" or parts[2] != "v2":
+        return None
+    try:
+        kind = Kind(parts[3])
+    except ValueError:
+        return None
+    if kind is Kind.pingpong:
+        return None
+    if len(parts) < 8:
+        raise InvalidParams("Invalid topic name format")
+    domain = parts[4]
+    if domain not in ("persistent", "non-persistent"):
+        raise InvalidParams(f"Invalid topic domain: {unquote(domain)}")
+    subscription = ""
+    end = len(parts)
+    if kind is Kind.consumer:
+        if len(parts) < 9:
+            raise InvalidParams("Invalid topic name format")
+        subscription = unquote(parts[-1])
+        if not subscription:
+            raise InvalidParams("Empty subscription name")
+        end -= 1
+    # as Pulsar joins the topic name's segments: empty ones (a doubled /) are skipped
+    local = "/".join([parts[7], *(p for p in parts[8:end] if p)])
+    try:
+        ns = NamespaceName(unquote(parts[5]), unquote(parts[6]))
+        NamespaceName.parse(str(ns))
+        topic = TopicName.parse(f"{domain}://{ns}/{unquote(local)}")
+    except InvalidNameError as exc:
+        raise InvalidParams(str(exc)) from None
+    return Endpoint(kind=kind, topic=topic, subscription=subscription)
+
+
+# -- query parameters ------------------------------------------------------------------------
+
+
+def _query(query_string: bytes | str) -> dict[str, str]:
+    """Query parameters, the first value of each (as Pulsar's handlers read them)."""
+    text = query_string.decode("latin-1") if isinstance(query_string, bytes) else query_string
+    out: dict[str, str] = {}
+    for k, v in parse_qsl(text, keep_blank_values=True):
+        out.setdefault(k, v)
+    return out
+
+
+def _int(params: Mapping[str, str], name: str, default: int) -> int:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidParams(f"For input string: \"{raw}\" ({name})") from None
+
+
+def _choice(params: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    if raw not in choices:
+        raise InvalidParams(f"Invalid {name} {raw}")
+    return raw
+
+
+_COMPRESSION = {"NONE": NONE, "LZ4": LZ4, "ZLIB": ZLIB, "ZSTD": ZSTD, "SNAPPY": SNAPPY}
+ROUTING_MODES = ("RoundRobinPartition", "SinglePartition", "CustomPartition")
+HASHING_SCHEMES = ("JavaStringHash", "Murmur3_32Hash")
+SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
+SUBSCRIPTION_MODES = ("Durable", "NonDurable")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerParams:
+    """The producer endpoint's query parameters that change what reaches the topic.
+    Pulsar's WebSocket producer does not batch unless asked, and routes by
+    ``SinglePartition`` (a custom router cannot be named over WebSocket)."""
+
+    producer_name: str | None = None
+    initial_sequence_id: int | None = None
+    hashing_scheme: str = "JavaStringHash"
+    routing_mode: str = "SinglePartition"
+    compression: int = NONE
+    max_pending_messages: int = 0
+    encryption_keys: str | None = None
+
+    @classmethod
+    def parse(cls, query_string: bytes | str) -> ProducerParams:
+        p = _query(query_string)
+        initial = p.get("initialSequenceId")
+        routing = _choice(p, "messageRoutingMode", ROUTING_MODES, "SinglePartition")
+        return cls(
+            producer_name=p.get("producerName") or None,
+            initial_sequence_id=_int(p, "initialSequenceId", 0) if initial is not None else None,
+            hashing_scheme=_choice(p, "hashingScheme", HASHING_SCHEMES, "JavaStringHash"),
+            routing_mode="SinglePartition" if routing == "CustomPartition" else routing,
+            compression=_COMPRESSION[_choice(p, "compressionType", tuple(_COMPRESSION), "NONE")],
+            max_pending_messages=max(0, _int(p, "maxPendingMessages", 0)),
+            encryption_keys=p.get("encryptionKeys"),
+        )
+
+
+def _receiver_queue_size(p: Mapping[str, str]) -> int:
+    return min(_int(p, "receiverQueueSize", DEFAULT_RECEIVER_QUEUE_SIZE), DEFAULT_RECEIVER_QUEUE_SIZE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerParams:
+    subscription_type: str = "Exclusive"
+    durable: bool = True
+    receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE_SIZE
+    consumer_name: str | None = None
+    priority_level: int = 0
+    ack_timeout_ms: int = 0
+    nack_delay_ms: int = DEFAULT_NACK_DELAY_MS
+    max_redeliver_count: int = 0
+    dead_letter_topic: str | None = None
+    pull_mode: bool = False
+
+    @classmethod
+    def parse(cls, query_string: bytes | str, topic: TopicName, subscription: str) -> ConsumerParams:
+        p = _query(query_string)
+        max_redeliver = _int(p, "maxRedeliverCount", 0)
+        dlq = p.get("deadLetterTopic")
+        if dlq is None and "maxRedeliverCount" in p:
+            dlq = f"{topic}-{subscription}-DLQ"  # Pulsar's WebSocket handler's default
+        return cls(
+            subscription_type=_choice(p, "subscriptionType", SUBSCRIPTION_TYPES, "Exclusive"),
+            durable=_choice(p, "subscriptionMode", SUBSCRIPTION_MODES, "Durable") == "Durable",
+            receiver_queue_size=_receiver_queue_size(p),
+            consumer_name=p.get("consumerName") or None,
+            priority_level=_int(p, "priorityLevel", 0),
+            ack_timeout_ms=_int(p, "ackTimeoutMillis", 0),
+            nack_delay_ms=_int(p, "negativeAckRedeliveryDelay", DEFAULT_NACK_DELAY_MS),
+            max_redeliver_count=max_redeliver if dlq is not None else 0,
+            dead_letter_topic=dlq,
+            pull_mode=p.get("pullMode", "").lower() == "true",
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReaderParams:
+    reader_name: str | None = None
+    receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE_SIZE
+    start: str | MessageId = "latest"
+
+    @classmethod
+    def parse(cls, query_string: bytes | str) -> ReaderParams:
+        p = _query(query_string)
+        raw = p.get("messageId", "").strip()
+        start: str | MessageId = "latest"
+        if raw == "earliest":
+            start = "earliest"
+        elif raw and raw != "latest":
+            try:
+                start = decode_message_id(raw)
+            except FrameError as exc:
+                raise InvalidParams(exc.message or "Invalid messageId") from None
+        return cls(reader_name=p.get("readerName") or None,
+                   receiver_queue_size=_receiver_queue_size(p), start=start)
+
+
+# -- message ids ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MessageId:
+    """A message id as the WebSocket API carries it; ``partition`` and ``batch_index`` -1
+    when absent."""
+
+    ledger_id: int
+    entry_id: int
+    partition: int = -1
+    batch_index: int = -1
+    batch_size: int = 0
+
+
+def encode_message_id(mid: MessageId) -> str:
+    """Base64 of the ``MessageIdData`` Pulsar's ``toByteArray`` writes: a batch size is
+    always there (0 outside a batch), a partition only on a partitioned topic."""
+    data = MessageIdData(ledgerId=mid.ledger_id % _UINT64, entryId=mid.entry_id % _UINT64,
+                         batch_size=mid.batch_size)
+    if mid.partition >= 0:
+        data.partition = mid.partition
+    if mid.batch_index >= 0:
+        data.batch_index = mid.batch_index
+    return base64.b64encode(data.SerializeToString()).decode("ascii")
+
+
+def _b64decode(text: str) -> bytes:
+    """Strict base64 as Java's ``Base64.getDecoder()`` reads it: the basic alphabet, the
+    padding optional."""
+    return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+
+
+def decode_message_id(text: Any) -> MessageId:
+    if not isinstance(text, str):
+        raise FrameError(WebSocketError.FailedToDeserializeFromJSON, "messageId is not a string")
+    try:
+        data = MessageIdData()
+        data.ParseFromString(_b64decode(text))
+        data.SerializeToString()  # the required ledger and entry ids are there
+    except Exception as exc:
+        raise FrameError(WebSocketError.FailedToDeserializeFromJSON,
+                         f"Invalid message id {text!r}: {exc}") from None
+    ledger = data.ledgerId - _UINT64 if data.ledgerId > _LATEST_LEDGER else data.ledgerId
+    entry = data.entryId - _UINT64 if data.entryId > _LATEST_LEDGER else data.entryId
+    return MessageId(ledger, entry, data.partition, data.batch_index, data.batch_size)
+
+
+# -- times ------------------------------------------------------------------------------------------
+
+
+def format_time(epoch_ms: int) -> str:
+    """Pulsar's ``DateFormatter.format``: ISO-8601 with the broker's offset, the fraction
+    of a second as long as it needs to be (none on a whole second)."""
+    t = datetime.fromtimestamp(epoch_ms / 1000).astimezone()
+    text = t.strftime("%Y-%m-%dT%H:%M:%S")
+    ms = epoch_ms % 1000
+    if ms:
+        text += f".{ms:03d}".rstrip("0")
+    offset = t.strftime("%z")
+    return text + ("Z" if offset in ("+0000", "") else f"{offset[:3]}:{offset[3:]}")
+
+
+def parse_time(text: str) -> int:
+    """Pulsar's ``DateFormatter.parse``: ISO-8601 with an offset, to epoch ms."""
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"Text '{text}' could not be parsed") from None
+    if t.tzinfo is None:
+        raise ValueError(f"Text '{text}' could not be parsed: no offset")
+    return int(t.timestamp() * 1000)
+
+
+# -- producer frames --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerMessage:
+    """One message to publish (Pulsar's ``ProducerMessage``)."""
+
+    payload: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    context: str | None = None
+    key: str | None = None
+    replication_clusters: list[str] | None = None
+    event_time: int | None = None
+    deliver_at: int = 0
+    deliver_after_ms: int = 0
+
+
+def _text(value: Any) -> str | None:
+    """A JSON value where Pulsar reads a string: numbers and booleans are taken as text, as
+    Jackson takes them."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | str):
+        return str(value)
+    raise TypeError(f"Cannot deserialize a String from {type(value).__name__}")
+
+
+def _long(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TypeError(f"Cannot deserialize a long from {value!r}")
+    return int(value)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise FrameError(WebSocketError.FailedToDeserializeFromJSON, str(exc)) from None
+    if not isinstance(obj, dict):
+        raise FrameError(WebSocketError.FailedToDeserializeFromJSON,
+                         f"Cannot deserialize from a JSON {type(obj).__name__}")
+    return obj
+
+
+def decode_producer_message(text: str) -> ProducerMessage:
+    """A producer's text frame; :class:`FrameError` as Pulsar's producer answers it:
+    JSON it cannot read is error 3, a payload that is missing or not base64, or an event
+    time it cannot parse, error 7."""
+    obj = _json_object(text)
+    try:
+        context = _text(obj.get("context"))
+        props = obj.get("properties")
+        if props is not None and not isinstance(props, dict):
+            raise TypeError("properties is not an object")
+        properties = {str(k): t for k, v in (props or {}).items() if (t := _text(v)) is not None}
+        clusters = obj.get("replicationClusters")
+        if clusters is not None and not isinstance(clusters, list):
+            raise TypeError("replicationClusters is not an array")
+        key = _text(obj.get("key"))
+        event_text = _text(obj.get("eventTime"))
+        deliver_at, deliver_after = _long(obj.get("deliverAt")), _long(obj.get("deliverAfterMs"))
+        payload_text = _text(obj.get("payload"))
+    except (TypeError, ValueError) as exc:
+        raise FrameError(WebSocketError.FailedToDeserializeFromJSON, str(exc)) from None
+    if payload_text is None:
+        raise FrameError(WebSocketError.PayloadEncodingError, None, context)
+    try:
+        payload = _b64decode(payload_text)
+    except (binascii.Error, ValueError) as exc:
+        raise FrameError(WebSocketError.PayloadEncodingError,
+                         f"Invalid Base64 message-payload error={exc}", context) from None
+    event_time = None
+    if event_text is not None:
+        try:
+            event_time = parse_time(event_text)
+        except ValueError as exc:
+            raise FrameError(WebSocketError.PayloadEncodingError, str(exc), context) from None
+    return ProducerMessage(payload=payload, properties=properties, context=context, key=key,
+                           replication_clusters=[str(c) for c in clusters] if clusters else None,
+                           event_time=event_time, deliver_at=deliver_at,
+                           deliver_after_ms=deliver_after)
+
+
+def _dumps(obj: Mapping[str, Any]) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def producer_ack(message_id: str, context: str | None) -> str:
+    """A publish stored: Pulsar's ``ProducerAck`` (its null fields left out, its two
+    numbers always there)."""
+    out: dict[str, Any] = {"result": "ok", "messageId": message_id}
+    if context is not None:
+        out["context"] = context
+    return _dumps({**out, "errorCode": 0, "schemaVersion": 0})
+
+
+def producer_error(code: WebSocketError, message: str | None, context: str | None) -> str:
+    out: dict[str, Any] = {"result": f"send-error:{int(code)}"}
+    if message is not None:
+        out["errorMsg"] = message
+    if context is not None:
+        out["context"] = context
+    return _dumps({**out, "errorCode": 0, "schemaVersion": 0})
+
+
+def producer_entry(msg: ProducerMessage, *, producer_name: str, sequence_id: int,
+                   publish_time: int, compression: int = NONE) -> bytes:
+    """The entry one message is stored as: a plain (non-batch) entry, as Pulsar's
+    WebSocket producer sends without batching."""
+    md = MessageMetadata(producer_name=producer_name, sequence_id=sequence_id,
+                         publish_time=publish_time)
+    for k, v in msg.properties.items():
+        md.properties.add(key=k, value=v)
+    if msg.key is not None:
+        md.partition_key = msg.key
+    if msg.event_time:
+        md.event_time = msg.event_time
+    if msg.replication_clusters:
+        md.replicate_to.extend(msg.replication_clusters)
+    if msg.deliver_after_ms > 0:
+        md.deliver_at_time = publish_time + msg.deliver_after_ms
+    elif msg.deliver_at > 0:
+        md.deliver_at_time = msg.deliver_at
+    payload = msg.payload
+    if compression != NONE and payload:
+        md.compression = compression  # type: ignore[assignment]
+        md.uncompressed_size = len(payload)
+        payload = compress(compression, payload)
+    return encode_entry(md, payload)
+
+
+# -- partition routing ------------------------------------------------------------------------------
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def choose_partition(key: str | None, partitions: int, scheme: str, fallback: int) -> int:
+    """The partition a keyed message goes to, as Pulsar's routers pick it (the key's hash,
+    ``& Integer.MAX_VALUE``, modulo the partitions); ``fallback`` for a message without a
+    key."""
+    if key is None:
+        return fallback
+    if scheme == "Murmur3_32Hash":
+        h = murmur3_32(key.encode()) & 0x7FFFFFFF
+    else:
+        h = java_string_hash(key) & 0x7FFFFFFF
+    return h % partitions
+
+
+# -- consumer frames -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerCommand:
+    """A consumer's or reader's text frame (Pulsar's ``ConsumerCommand``): an ack when
+    ``type`` is absent (or any other word), else ``permit``, ``unsubscribe``,
+    ``negativeAcknowledge`` or ``isEndOfTopic``."""
+
+    type: str | None = None
+    message_id: str | None = None
+    permit_messages: int | None = None
+
+
+def decode_consumer_command(text: str) -> ConsumerCommand:
+    obj = _json_object(text)
+    try:
+        permits = obj.get("permitMessages")
+        if permits is not None and (isinstance(permits, bool) or not isinstance(permits, int)):
+            permits = int(str(permits))
+        return ConsumerCommand(type=_text(obj.get("type")), message_id=_text(obj.get("messageId")),
+                               permit_messages=permits)
+    except (TypeError, ValueError) as exc:
+        raise FrameError(WebSocketError.FailedToDeserializeFromJSON, str(exc)) from None
+
+
+def end_of_topic(reached: bool) -> str:
+    return _dumps({"endOfTopic": reached})
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """One message of an entry as the session sends it: its id, and the frame."""
+
+    message_id: MessageId
+    frame: str
+
+
+def _one(mid: MessageId, single: SingleMessageMetadata, payload: bytes, publish_time: int,
+         redelivery_count: int) -> Delivered:
+    out: dict[str, Any] = {
+        "messageId": encode_message_id(mid),
+        "payload": base64.b64encode(payload).decode("ascii"),
+        "properties": {kv.key: kv.value for kv in single.properties},
+        "publishTime": format_time(publish_time),
+        "redeliveryCount": redelivery_count,
+    }
+    if single.event_time:
+        out["eventTime"] = format_time(single.event_time)
+    if single.HasField("partition_key"):
+        out["key"] = single.partition_key
+    return Delivered(mid, _dumps(out))
+
+
+def consumer_messages(data: bytes, ledger_id: int, entry_id: int, partition: int,
+                      redelivery_count: int, ack_set: list[int] | None = None) -> list[Delivered]:
+    """The messages of a stored entry as Pulsar's ``ConsumerMessage`` frames, a batch's
+    one by one with batch message ids; those ``ack_set`` marks acknowledged (a clear bit)
+    left out, and none of an entry that cannot be read (encrypted, or not an entry)."""
+    try:
+        md, payload = decode_entry(data)
+        singles = iter_batch(md, payload)
+    except EntryFormatError:
+        return []
+    batch = md.HasField("num_messages_in_batch")
+    out: list[Delivered] = []
+    for i, single in enumerate(singles):
+        if batch and (single.metadata.compacted_out or (
+                ack_set is not None and not (i // 64 < len(ack_set) and ack_set[i // 64] >> (i % 64) & 1))):
+            continue
+        mid = MessageId(ledger_id, entry_id, partition, i if batch else -1, len(singles) if batch else 0)
+        out.append(_one(mid, single.metadata, single.payload, md.publish_time, redelivery_count))
+    return out
+
+
+def ack_set_without(batch_size: int, index: int) -> list[int]:
+    """A batch's ack set with every message still to acknowledge but ``index``: words of
+    64 bits, lowest first, as the signed longs Pulsar sends."""
+    words = []
+    for w in range((batch_size + 63) // 64):
+        bits = min(64, batch_size - w * 64)
+        word = (1 << bits) - 1
+        if index // 64 == w:
+            word &= ~(1 << (index % 64))
+        words.append(word - (1 << 64) if word >= 1 << 63 else word)
+    return words

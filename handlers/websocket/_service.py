@@ -1,0 +1,75 @@
+"""The ASGI app that takes every WebSocket request of the web service: it answers the
+upgrade (an HTTP error when the path names no endpoint, or the producer, consumer or reader
+cannot be created, as Pulsar's handlers answer it) and runs the session."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from handlers.websocket._codec import InvalidParams, Kind, parse_endpoint
+from handlers.websocket._session import (
+    SESSIONS,
+    Receive,
+    Send,
+    handshake_message,
+    handshake_status,
+    open_session,
+)
+
+__all__ = ["WebSocketService", "deny"]
+
+log = logging.getLogger(__name__)
+
+
+async def deny(scope: dict[str, Any], send: Send, status: int, message: str) -> None:
+    """Refuse a WebSocket upgrade with ``status`` and ``message`` as its body (the ASGI
+    WebSocket denial response, which hypercorn serves; without it, a bare refusal)."""
+    if "websocket.http.response" not in (scope.get("extensions") or {}):
+        await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
+        return
+    body = message.encode()
+    await send({"type": "websocket.http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "websocket.http.response.body", "body": body})
+
+
+class WebSocketService:
+    def __init__(self, config: Any, broker: Any):
+        self.config = config
+        self.broker = broker
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        assert scope["type"] == "websocket"
+        if (await receive())["type"] != "websocket.connect":
+            return
+        raw = scope.get("raw_path") or scope["path"].encode()
+        try:
+            endpoint = parse_endpoint(raw.decode("latin-1"))
+        except InvalidParams as exc:
+            await deny(scope, send, 400, f"Invalid query params: {exc}")
+            return
+        if endpoint is None or endpoint.kind not in (*SESSIONS, Kind.pingpong):
+            await deny(scope, send, 404, "Not found")
+            return
+        if endpoint.kind is Kind.pingpong:
+            # the WebSocket's own pings are answered by the server underneath
+            await send({"type": "websocket.accept"})
+            while (await receive())["type"] != "websocket.disconnect":
+                pass
+            return
+        try:
+            session = await open_session(self.broker, self.config, scope, endpoint, send)
+        except Exception as exc:
+            status = handshake_status(exc)
+            log.info("websocket: refusing %s on %s: %s", endpoint.kind.value, endpoint.topic, exc)
+            await deny(scope, send, status, handshake_message(endpoint.kind, exc))
+            return
+        try:
+            await send({"type": "websocket.accept"})
+        except BaseException:
+            session.release()
+            raise
+        with self.broker.stats.connection("websocket"):
+            await session.run(receive)
