@@ -79,6 +79,9 @@ DEFAULT_NACK_DELAY_MS = 60_000
 """How long a negatively acknowledged message waits to be delivered again when the request
 does not say (``negativeAckRedeliveryDelay``; Pulsar's client default)."""
 
+MIN_ACK_TIMEOUT_MS = 1000
+"""The shortest ``ackTimeoutMillis`` Pulsar's client takes (0 turns it off)."""
+
 _UINT64 = 1 << 64
 _LATEST_LEDGER = (1 << 63) - 1
 
@@ -260,6 +263,11 @@ class ProducerParams:
         )
 
 
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise InvalidParams(message)
+
+
 def _receiver_queue_size(p: Mapping[str, str]) -> int:
     return min(_int(p, "receiverQueueSize", DEFAULT_RECEIVER_QUEUE_SIZE), DEFAULT_RECEIVER_QUEUE_SIZE)
 
@@ -284,14 +292,25 @@ class ConsumerParams:
         dlq = p.get("deadLetterTopic")
         if dlq is None and "maxRedeliverCount" in p:
             dlq = f"{topic}-{subscription}-DLQ"  # Pulsar's WebSocket handler's default
+        # the checks Pulsar's ConsumerBuilder makes of these
+        ack_timeout = _int(p, "ackTimeoutMillis", 0)
+        _check(ack_timeout == 0 or ack_timeout >= MIN_ACK_TIMEOUT_MS,
+               f"Ack timeout should be greater than {MIN_ACK_TIMEOUT_MS} ms")
+        nack_delay = _int(p, "negativeAckRedeliveryDelay", DEFAULT_NACK_DELAY_MS)
+        _check(nack_delay >= 0, "redeliveryDelay needs to be >= 0")
+        priority = _int(p, "priorityLevel", 0)
+        _check(priority >= 0, "priorityLevel needs to be >= 0")
+        queue = _receiver_queue_size(p)
+        _check(queue >= 0, "receiverQueueSize needs to be >= 0")
+        _check(dlq is None or max_redeliver > 0, "MaxRedeliverCount must be > 0.")
         return cls(
             subscription_type=_choice(p, "subscriptionType", SUBSCRIPTION_TYPES, "Exclusive"),
             durable=_choice(p, "subscriptionMode", SUBSCRIPTION_MODES, "Durable") == "Durable",
-            receiver_queue_size=_receiver_queue_size(p),
+            receiver_queue_size=queue,
             consumer_name=p.get("consumerName") or None,
-            priority_level=_int(p, "priorityLevel", 0),
-            ack_timeout_ms=_int(p, "ackTimeoutMillis", 0),
-            nack_delay_ms=_int(p, "negativeAckRedeliveryDelay", DEFAULT_NACK_DELAY_MS),
+            priority_level=priority,
+            ack_timeout_ms=ack_timeout,
+            nack_delay_ms=nack_delay,
             max_redeliver_count=max_redeliver if dlq is not None else 0,
             dead_letter_topic=dlq,
             pull_mode=p.get("pullMode", "").lower() == "true",

@@ -18,11 +18,14 @@ stays open.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
+import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -32,13 +35,18 @@ from core.format import NONE
 from core.naming import InvalidNameError, TopicName
 from core.policies import NotFoundError
 from core.schema import IncompatibleSchemaError
+from core.storage import Position
 from core.subscription import (
+    Consumer,
     ConsumerBusyError,
+    Delivery,
     SubscriptionTypeMismatchError,
+    SubType,
 )
 from core.topic import (
     BacklogQuotaExceededError,
     EncryptionRequiredError,
+    PersistentTopic,
     Producer,
     ProducerAccessMode,
     ProducerBusyError,
@@ -47,6 +55,8 @@ from core.topic import (
     TopicTerminatedError,
 )
 from handlers.websocket._codec import (
+    ConsumerParams,
+    Delivered,
     Endpoint,
     FrameError,
     InvalidParams,
@@ -55,9 +65,14 @@ from handlers.websocket._codec import (
     ProducerMessage,
     ProducerParams,
     WebSocketError,
+    ack_set_without,
     choose_partition,
+    consumer_messages,
+    decode_consumer_command,
+    decode_message_id,
     decode_producer_message,
     encode_message_id,
+    end_of_topic,
     producer_ack,
     producer_entry,
     producer_error,
@@ -405,8 +420,298 @@ class ProducerSession(Session):
         topic.publish(entry, 1, producer.name, seq, done)
 
 
+# -- consumer and reader -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A message sent to the client and not yet acknowledged: when it was sent, with what
+    redelivery count, and its frame (what goes to a dead letter topic)."""
+
+    sent_at: float
+    redelivery_count: int
+    frame: str
+
+
+_Key = tuple[int, Position, int]  # partition (-1 when not partitioned), entry, batch index
+
+
+class ConsumerSession(Session):
+    """A consumer (``/ws/v2/consumer/...``) and, with :class:`ReaderSession`'s changes, a
+    reader. Push mode keeps ``receiverQueueSize`` messages unacknowledged at most: each
+    message sent takes a permit, each acknowledgement or negative acknowledgement of one
+    gives it back. In pull mode only the client's ``permit`` commands give permits."""
+
+    kind = Kind.consumer
+
+    def __init__(self, broker: Any, config: Any, scope: dict[str, Any], endpoint: Endpoint,
+                 send: Send):
+        super().__init__(broker, config, scope, endpoint, send)
+        self.subscription = endpoint.subscription
+        self.params = ConsumerParams.parse(self.query, self.name, self.subscription)
+        self.consumers: dict[int, tuple[PersistentTopic, Consumer]] = {}  # by partition
+        self.consumer_name = self.params.consumer_name or secrets.token_hex(3)[:5]
+        self.in_flight: dict[_Key, InFlight] = {}
+        self.end_of_topic: set[int] = set()
+        self._dlq_topic: PersistentTopic | None = None
+
+    # -- attaching ----------------------------------------------------------------------------------
+
+    @property
+    def sub_type(self) -> SubType:
+        return SubType[self.params.subscription_type]
+
+    def initial_permits(self) -> int:
+        if self.params.pull_mode:
+            return 0
+        size = self.params.receiver_queue_size or 1
+        return max(1, size // max(1, self.partitions))
+
+    async def open(self) -> None:
+        await self.resolve_partitions()
+        for partition in range(max(1, self.partitions)):
+            await self._attach(partition)
+
+    async def subscribe(self, topic: PersistentTopic, consumer: Consumer) -> None:
+        await topic.subscribe(self.subscription, consumer, self.sub_type,
+                              durable=self.params.durable)
+
+    async def _attach(self, partition: int) -> None:
+        topic = await self.broker.get_topic(self.topic_name(partition))
+        consumer = Consumer(next(_ids), self.consumer_name, self,
+                            priority=self.params.priority_level)
+        await self.subscribe(topic, consumer)
+        if self.closed:
+            topic.consumer_closed(consumer)
+            return
+        self.consumers[partition if self.partitions else -1] = (topic, consumer)
+        consumer.flow(self.initial_permits())
+
+    def release(self) -> None:
+        for topic, consumer in self.consumers.values():
+            topic.consumer_closed(consumer)
+        self.consumers.clear()
+
+    def broker_closed_consumer(self, consumer: Consumer, *, reset: bool = False) -> None:
+        """The broker closed a consumer (a seek, an unload): attach again, as Pulsar's
+        client under the WebSocket service does."""
+        for partition, (topic, c) in list(self.consumers.items()):
+            if c is consumer:
+                del self.consumers[partition]
+                topic.consumer_closed(consumer, reset=reset)
+                self.in_flight = {k: v for k, v in self.in_flight.items() if k[0] != partition}
+                self.spawn(self._reattach, partition)
+
+    async def _reattach(self, partition: int) -> None:
+        try:
+            await self._attach(max(partition, 0))
+        except Exception as exc:
+            log.info("websocket: %s could not attach again to %s: %s", self.consumer_name, self.name, exc)
+            self.socket.close(1011, f"Consumer was closed: {exc}")
+
+    def _consumer_of(self, partition: int) -> Consumer | None:
+        attached = self.consumers.get(partition if self.partitions else -1)
+        return attached[1] if attached is not None else None
+
+    # -- ConsumerSink --------------------------------------------------------------------------------
+
+    def send_messages(self, consumer: Consumer, deliveries: list[Delivery]) -> None:
+        partition = next((p for p, (_, c) in self.consumers.items() if c is consumer), None)
+        if partition is None:
+            return
+        now = time.monotonic()
+        give_back = 0
+        for d in deliveries:
+            e = d.entry
+            messages = consumer_messages(e.data, e.position.ledger_id, e.position.entry_id,
+                                         partition, d.redelivery_count, d.ack_set)
+            give_back += e.num_messages - len(messages)
+            for m in messages:
+                key = (partition, e.position, m.message_id.batch_index)
+                if key in self.in_flight:
+                    give_back += 1  # sent again: it holds the permit it took the first time
+                self.in_flight[key] = InFlight(now, d.redelivery_count, m.frame)
+                self.sent(m)
+        if give_back and not self.params.pull_mode:
+            consumer.flow(give_back)
+
+    def sent(self, delivered: Delivered) -> None:
+        self.send(delivered.frame)
+
+    def writable(self) -> bool:
+        return self.socket.writable()
+
+    def wake_all(self) -> None:
+        for _, consumer in self.consumers.values():
+            if consumer.subscription is not None:
+                consumer.subscription.wake_for_room()
+
+    def active_consumer_changed(self, consumer: Consumer, active: bool) -> None:
+        pass
+
+    def reached_end_of_topic(self, consumer: Consumer) -> None:
+        for partition, (_, c) in self.consumers.items():
+            if c is consumer:
+                self.end_of_topic.add(partition)
+
+    # -- the client's commands -----------------------------------------------------------------------
+
+    def started(self, nursery: trio.Nursery) -> None:
+        if self.params.ack_timeout_ms > 0:
+            nursery.start_soon(self._ack_timeouts)
+
+    async def on_text(self, text: str) -> None:
+        try:
+            cmd = decode_consumer_command(text)
+            if cmd.type == "permit":
+                if cmd.permit_messages is None:
+                    raise FrameError(WebSocketError.FailedToDeserializeFromJSON,
+                                     "Missing required permitMessages field for 'permit' command")
+                self._permit(cmd.permit_messages)
+            elif cmd.type == "unsubscribe":
+                await self._unsubscribe()
+            elif cmd.type == "negativeAcknowledge":
+                self._nack(decode_message_id(cmd.message_id))
+            elif cmd.type == "isEndOfTopic":
+                self.send(end_of_topic(self.reached_end()))
+            else:
+                self._ack(decode_message_id(cmd.message_id))
+        except FrameError as exc:
+            self.close_for(exc.code)
+
+    def reached_end(self) -> bool:
+        return bool(self.consumers) and all(p in self.end_of_topic for p in self.consumers)
+
+    def _permit(self, n: int) -> None:
+        if not self.params.pull_mode or n <= 0 or not self.consumers:
+            return
+        attached = list(self.consumers.values())
+        share, extra = divmod(n, len(attached))
+        for i, (_, consumer) in enumerate(attached):
+            if share + (i < extra):
+                consumer.flow(share + (i < extra))
+
+    def _settled(self, mid: MessageId) -> tuple[Consumer, InFlight | None] | None:
+        """The consumer a message id names, and its in-flight record, now forgotten; in
+        push mode its permit goes back."""
+        consumer = self._consumer_of(mid.partition)
+        if consumer is None:
+            return None
+        part = mid.partition if self.partitions else -1
+        record = self.in_flight.pop((part, Position(mid.ledger_id, mid.entry_id), mid.batch_index), None)
+        if record is not None and not self.params.pull_mode:
+            consumer.flow(1)
+        return consumer, record
+
+    def _ack(self, mid: MessageId) -> None:
+        settled = self._settled(mid)
+        if settled is None or settled[0].subscription is None:
+            return
+        consumer = settled[0]
+        pos = Position(mid.ledger_id, mid.entry_id)
+        ack_set = ack_set_without(mid.batch_size, mid.batch_index) \
+            if mid.batch_index >= 0 and mid.batch_size > 0 else None
+        assert consumer.subscription is not None
+        consumer.subscription.ack_individual(consumer, [(pos, ack_set)])
+
+    def _nack(self, mid: MessageId) -> None:
+        settled = self._settled(mid)
+        if settled is None:
+            return
+        consumer, record = settled
+        part = mid.partition if self.partitions else -1
+        self.spawn(self._redeliver_after, self.params.nack_delay_ms / 1000, consumer,
+                   {(part, Position(mid.ledger_id, mid.entry_id), mid.batch_index): record})
+
+    async def _redeliver_after(self, delay: float, consumer: Consumer,
+                               records: dict[_Key, InFlight | None]) -> None:
+        await trio.sleep(delay)
+        await self._redeliver(consumer, records)
+
+    async def _redeliver(self, consumer: Consumer, records: dict[_Key, InFlight | None]) -> None:
+        """Deliver these messages again; those delivered ``maxRedeliverCount`` times
+        already go to the dead letter topic instead (and are acknowledged), as Pulsar's
+        client sends them there when it would have them redelivered."""
+        sub = consumer.subscription
+        if sub is None:
+            return
+        dead = {k: r for k, r in records.items() if r is not None and self.params.max_redeliver_count > 0
+                and r.redelivery_count >= self.params.max_redeliver_count}
+        for key, record in dead.items():
+            if await self._to_dead_letter(key, record):
+                self._ack(decode_message_id(json.loads(record.frame)["messageId"]))
+        again = sorted({k[1] for k in records if k not in dead})
+        if again and consumer.subscription is not None:
+            consumer.subscription.redeliver(consumer, again)
+
+    async def _to_dead_letter(self, key: _Key, record: InFlight) -> bool:
+        try:
+            msg = decode_producer_message(record.frame)
+            if self._dlq_topic is None:
+                assert self.params.dead_letter_topic is not None
+                self._dlq_topic = await self.broker.get_topic(TopicName.parse(self.params.dead_letter_topic))
+        except Exception as exc:
+            log.warning("websocket: cannot send to dead letter topic %s: %s",
+                        self.params.dead_letter_topic, exc)
+            return False
+        partition, pos, index = key
+        origin = f"{pos.ledger_id}:{pos.entry_id}:{partition}" + (f":{index}" if index >= 0 else "")
+        props = {**msg.properties, "REAL_TOPIC": str(self.topic_name(max(partition, 0))),
+                 "ORIGIN_MESSAGE_ID": origin}
+        dead = ProducerMessage(payload=msg.payload, properties=props, key=msg.key,
+                               event_time=msg.event_time)
+        entry = producer_entry(dead, producer_name=f"{self.name}-{self.subscription}-{self.consumer_name}-DLQ",
+                               sequence_id=0, publish_time=int(time.time() * 1000))
+        stored = trio.Event()
+        failed: list[BaseException] = []
+
+        def done(result: PublishResult) -> None:
+            if result.error is not None:
+                failed.append(result.error)
+            stored.set()
+
+        self._dlq_topic.publish(entry, 1, None, 0, done)
+        await stored.wait()
+        return not failed
+
+    async def _ack_timeouts(self) -> None:
+        timeout = self.params.ack_timeout_ms / 1000
+        while True:
+            await trio.sleep(min(timeout, ACK_TIMEOUT_TICK))
+            now = time.monotonic()
+            due: dict[int, dict[_Key, InFlight | None]] = {}
+            for key, record in self.in_flight.items():
+                if now - record.sent_at >= timeout:
+                    record.sent_at = now
+                    due.setdefault(key[0], {})[key] = record
+            for partition, records in due.items():
+                consumer = self._consumer_of(partition)
+                if consumer is not None:
+                    await self._redeliver(consumer, records)
+
+    async def _unsubscribe(self) -> None:
+        for _, consumer in self.consumers.values():
+            sub = consumer.subscription
+            if sub is not None and len(sub.consumers) > 1:
+                # Pulsar's client fails the unsubscribe, and its WebSocket handler closes
+                # the session for it as for a frame it could not read
+                raise FrameError(WebSocketError.FailedToDeserializeFromJSON,
+                                 "Unconnected or shared consumer attempting to unsubscribe")
+        for topic, consumer in list(self.consumers.values()):
+            sub = consumer.subscription
+            topic.consumer_closed(consumer)
+            if sub is not None:
+                try:
+                    await topic.unsubscribe(sub.name)
+                except Exception as exc:
+                    raise FrameError(WebSocketError.FailedToDeserializeFromJSON, str(exc)) from None
+        self.consumers.clear()
+        self.in_flight.clear()
+
+
 SESSIONS: dict[Kind, type[Session]] = {
     Kind.producer: ProducerSession,
+    Kind.consumer: ConsumerSession,
 }
 """The session class of each endpoint served."""
 

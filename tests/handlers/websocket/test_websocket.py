@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pulsar
 import pytest
 import websocket
 
@@ -136,6 +137,173 @@ def test_websocket_producer_routes_keys_over_partitions(connect, client, admin, 
     assert {k: t.rsplit("-", 1)[1] for k, t in got.items()} == {k: str(p) for k, p in partitions.items()}
 
 
+# -- consumer ------------------------------------------------------------------------------------
+
+
+def test_pulsar_client_batched_and_plain_messages_reach_a_websocket_consumer(connect, client, admin,
+                                                                           unique):
+    name = f"ws-cons-{unique}"
+    ws = connect(f"consumer/persistent/public/default/{name}/sub?consumerName=wsc-{unique}")
+    batched = client.create_producer(f"persistent://public/default/{name}", batching_enabled=True,
+                                     batching_max_publish_delay_ms=100)
+    for i in range(3):
+        batched.send_async(f"b{i}".encode(), None, partition_key=f"k{i}", properties={"i": str(i)})
+    batched.flush()
+    plain = client.create_producer(f"persistent://public/default/{name}", batching_enabled=False)
+    plain.send(b"plain", event_timestamp=1704164645678)
+    got = [recv_json(ws) for _ in range(4)]
+    assert [base64.b64decode(m["payload"]) for m in got] == [b"b0", b"b1", b"b2", b"plain"]
+    assert [m.get("key") for m in got[:3]] == ["k0", "k1", "k2"]
+    assert [m["properties"] for m in got[:3]] == [{"i": "0"}, {"i": "1"}, {"i": "2"}]
+    ids = [message_id(m["messageId"]) for m in got]
+    assert [(i.batch_index, i.batch_size) for i in ids[:3]] == [(0, 3), (1, 3), (2, 3)]
+    assert not ids[3].HasField("batch_index") and got[3]["eventTime"].startswith("2024-01-02T")
+    assert all(m["redeliveryCount"] == 0 for m in got)
+
+    def stats() -> dict[str, Any]:
+        return admin.get(f"/admin/v2/persistent/public/default/{name}/stats")["subscriptions"]["sub"]
+
+    consumer = stats()["consumers"][0]
+    assert consumer["consumerName"] == f"wsc-{unique}" and consumer["address"].startswith("/127.0.0.1:")
+    assert stats()["msgBacklog"] == 2  # entries: the batch, and the plain message
+    ws.send(json.dumps({"messageId": got[3]["messageId"]}))
+    wait_for(lambda: stats()["msgBacklog"] == 1, "the plain message's ack")
+    for m in got[:2]:  # part of the batch: the batch stays in the backlog
+        ws.send(json.dumps({"messageId": m["messageId"]}))
+    ws.send(json.dumps({"type": "isEndOfTopic"}))  # answered after the acks before it
+    assert recv_json(ws) == {"endOfTopic": False}
+    assert stats()["msgBacklog"] == 1
+    ws.send(json.dumps({"messageId": got[2]["messageId"]}))
+    wait_for(lambda: stats()["msgBacklog"] == 0, "the batch's last ack to empty the backlog")
+    ws.close()
+    wait_for(lambda: stats()["consumers"] == [], "the closed session's consumer to leave")
+
+
+def test_shared_subscription_splits_messages_between_two_websocket_consumers(connect, unique):
+    base = f"consumer/persistent/public/default/ws-shared-{unique}/sub?subscriptionType=Shared"
+    first, second = connect(base + "&receiverQueueSize=2"), connect(base + "&receiverQueueSize=2")
+    producer = connect(f"producer/persistent/public/default/ws-shared-{unique}")
+    sent = {f"m{i}".encode() for i in range(10)}
+    for payload in sorted(sent):
+        assert publish(producer, payload)["result"] == "ok"
+    seen: dict[int, list[bytes]] = {0: [], 1: []}
+    while sum(map(len, seen.values())) < len(sent):
+        for n, ws in enumerate((first, second)):
+            ws.settimeout(0.2)
+            try:
+                m = json.loads(ws.recv())
+            except websocket.WebSocketTimeoutException:
+                continue
+            seen[n].append(base64.b64decode(m["payload"]))
+            ws.send(json.dumps({"messageId": m["messageId"]}))
+    assert seen[0] and seen[1]
+    assert sorted(seen[0] + seen[1]) == sorted(sent)
+
+
+def test_negative_ack_redelivers_with_a_redelivery_count(connect, unique):
+    ws = connect(f"consumer/persistent/public/default/ws-nack-{unique}/sub"
+                 "?subscriptionType=Shared&negativeAckRedeliveryDelay=100")
+    producer = connect(f"producer/persistent/public/default/ws-nack-{unique}")
+    publish(producer, b"again")
+    first = recv_json(ws)
+    assert first["redeliveryCount"] == 0
+    ws.send(json.dumps({"type": "negativeAcknowledge", "messageId": first["messageId"]}))
+    second = recv_json(ws)
+    assert base64.b64decode(second["payload"]) == b"again"
+    assert second["redeliveryCount"] == 1 and second["messageId"] == first["messageId"]
+
+
+def test_ack_timeout_redelivers_what_is_not_acknowledged(connect, standalone, unique):
+    ws = connect(f"consumer/persistent/public/default/ws-ackto-{unique}/sub"
+                 "?subscriptionType=Shared&ackTimeoutMillis=1000")
+    producer = connect(f"producer/persistent/public/default/ws-ackto-{unique}")
+    publish(producer, b"late")
+    first = recv_json(ws)
+    second = recv_json(ws)  # not acknowledged within a second: sent again
+    assert second["messageId"] == first["messageId"] and second["redeliveryCount"] == 1
+    ws.send(json.dumps({"messageId": second["messageId"]}))
+    assert handshake_status(standalone, f"consumer/persistent/public/default/ws-ackto-{unique}/s2"
+                                        "?ackTimeoutMillis=10") == (
+        400, "Invalid query params: Ack timeout should be greater than 1000 ms")
+
+
+def test_dead_letter_topic_after_max_redeliveries(connect, client, unique):
+    name = f"ws-dlq-{unique}"
+    ws = connect(f"consumer/persistent/public/default/{name}/sub?subscriptionType=Shared"
+                 "&negativeAckRedeliveryDelay=50&maxRedeliverCount=1")
+    producer = connect(f"producer/persistent/public/default/{name}")
+    publish(producer, b"poison", key="pk")
+    for count in (0, 1):
+        m = recv_json(ws)
+        assert m["redeliveryCount"] == count
+        ws.send(json.dumps({"type": "negativeAcknowledge", "messageId": m["messageId"]}))
+    reader = client.create_reader(f"persistent://public/default/{name}-sub-DLQ", pulsar.MessageId.earliest)
+    dead = reader.read_next(int(TIMEOUT * 1000))
+    assert dead.data() == b"poison" and dead.partition_key() == "pk"
+    assert dead.properties()["REAL_TOPIC"] == f"persistent://public/default/{name}"
+    assert nothing_arrives(ws)
+
+
+def test_pull_mode_sends_only_what_the_client_permits(connect, unique):
+    ws = connect(f"consumer/persistent/public/default/ws-pull-{unique}/sub?pullMode=true")
+    producer = connect(f"producer/persistent/public/default/ws-pull-{unique}")
+    for i in range(5):
+        publish(producer, f"p{i}".encode())
+    assert nothing_arrives(ws)
+    ws.send(json.dumps({"type": "permit", "permitMessages": 2}))
+    got = [recv_json(ws) for _ in range(2)]
+    for m in got:
+        ws.send(json.dumps({"messageId": m["messageId"]}))  # acks give no permits in pull mode
+    assert nothing_arrives(ws)
+    ws.send(json.dumps({"type": "permit", "permitMessages": 3}))
+    got += [recv_json(ws) for _ in range(3)]
+    assert [base64.b64decode(m["payload"]) for m in got] == [f"p{i}".encode() for i in range(5)]
+
+
+def test_push_mode_stops_at_the_receiver_queue_until_acks(connect, unique):
+    ws = connect(f"consumer/persistent/public/default/ws-push-{unique}/sub?receiverQueueSize=2")
+    producer = connect(f"producer/persistent/public/default/ws-push-{unique}")
+    for i in range(4):
+        publish(producer, f"q{i}".encode())
+    got = [recv_json(ws) for _ in range(2)]
+    assert nothing_arrives(ws)
+    ws.send(json.dumps({"messageId": got[0]["messageId"]}))
+    assert base64.b64decode(recv_json(ws)["payload"]) == b"q2"
+
+
+def test_end_of_topic_and_unsubscribe(connect, admin, unique):
+    name = f"ws-end-{unique}"
+    ws = connect(f"consumer/persistent/public/default/{name}/sub")
+    producer = connect(f"producer/persistent/public/default/{name}")
+    publish(producer, b"last")
+    m = recv_json(ws)
+    ws.send(json.dumps({"type": "isEndOfTopic"}))
+    assert recv_json(ws) == {"endOfTopic": False}
+    admin.post(f"/admin/v2/persistent/public/default/{name}/terminate")
+
+    def at_end() -> bool:
+        ws.send(json.dumps({"type": "isEndOfTopic"}))
+        return recv_json(ws)["endOfTopic"] is True
+
+    ws.send(json.dumps({"messageId": m["messageId"]}))
+    wait_for(at_end, "the consumer to reach the end of the terminated topic")
+    ws.send(json.dumps({"type": "unsubscribe"}))
+    wait_for(lambda: "sub" not in admin.get(f"/admin/v2/persistent/public/default/{name}/subscriptions"),
+             "the subscription to go")
+
+
+def test_malformed_consumer_frame_closes_the_session_only(connect, unique):
+    ws = connect(f"consumer/persistent/public/default/ws-badc-{unique}/sub")
+    ws.send("{not json")
+    ws.settimeout(TIMEOUT)
+    opcode, data = ws.recv_data(control_frame=True)
+    assert opcode == websocket.ABNF.OPCODE_CLOSE
+    assert int.from_bytes(data[:2], "big") == 1002
+    assert data[2:].decode().startswith("Failed to de-serialize from JSON")
+    producer = connect(f"producer/persistent/public/default/ws-badc-{unique}")
+    assert publish(producer, b"alive")["result"] == "ok"
+
+
 # -- handshake errors ------------------------------------------------------------------------------
 
 
@@ -148,8 +316,13 @@ def handshake_status(standalone: Standalone, path: str) -> tuple[int, str]:
 def test_handshake_errors_answer_with_pulsars_statuses(standalone, connect, admin, unique):
     assert handshake_status(standalone, "producer/bogus/public/default/t")[0] == 400
     assert handshake_status(standalone, "producer/persistent/public/t")[0] == 400
+    assert handshake_status(standalone, f"consumer/persistent/public/default/t-{unique}/s"
+                                        "?subscriptionType=Bogus") == (
+        400, "Invalid query params: Invalid subscriptionType Bogus")
     status, body = handshake_status(standalone, f"producer/persistent/public/no-ns-{unique}/t")
     assert status == 404 and body.startswith("Failed to create producer/consumer:")
+    connect(f"consumer/persistent/public/default/ws-busy-{unique}/s")
+    assert handshake_status(standalone, f"consumer/persistent/public/default/ws-busy-{unique}/s")[0] == 409
     connect(f"producer/persistent/public/default/ws-busy-{unique}?producerName=same")
     assert handshake_status(standalone, f"producer/persistent/public/default/ws-busy-{unique}"
                                         "?producerName=same")[0] == 409
