@@ -62,7 +62,7 @@ class WebSocketService:
         try:
             session = await open_session(self.broker, self.config, scope, endpoint, send)
         except Exception as exc:
-            status = handshake_status(exc)
+            status = handshake_status(endpoint.kind, exc)
             log.info("websocket: refusing %s on %s: %s", endpoint.kind.value, endpoint.topic, exc)
             await deny(scope, send, status, handshake_message(endpoint.kind, exc))
             return

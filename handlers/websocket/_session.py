@@ -64,6 +64,7 @@ from handlers.websocket._codec import (
     MessageId,
     ProducerMessage,
     ProducerParams,
+    ReaderParams,
     WebSocketError,
     ack_set_without,
     choose_partition,
@@ -106,9 +107,12 @@ close frame (RFC 6455, 7.4)."""
 _ids = iter(range(1, 1 << 62))
 
 
-def handshake_status(exc: BaseException) -> int:
+def handshake_status(kind: Kind, exc: BaseException) -> int:
     """The HTTP status Pulsar's WebSocket handlers answer an upgrade with when the producer
-    or consumer cannot be created (``AbstractWebSocketHandler.getErrorCode``)."""
+    or consumer cannot be created (``AbstractWebSocketHandler.getErrorCode``); a reader
+    that cannot be created is answered 500, whatever the cause, as Pulsar's is."""
+    if kind is Kind.reader:
+        return 500
     match exc:
         case InvalidParams() | InvalidNameError():
             return 400
@@ -123,10 +127,10 @@ def handshake_status(exc: BaseException) -> int:
 
 
 def handshake_message(kind: Kind, exc: BaseException) -> str:
-    if isinstance(exc, InvalidParams | InvalidNameError):
-        return f"Invalid query params: {exc}"
     if kind is Kind.reader:
         return f"Failed to create reader: {exc}"
+    if isinstance(exc, InvalidParams | InvalidNameError):
+        return f"Invalid query params: {exc}"
     return f"Failed to create producer/consumer: {exc}"
 
 
@@ -709,9 +713,89 @@ class ConsumerSession(Session):
         self.in_flight.clear()
 
 
+class ReaderSession(ConsumerSession):
+    """A reader (``/ws/v2/reader/...``): a non-durable Exclusive subscription of its own,
+    from ``messageId`` on (earliest, latest, or the message after the one named). As
+    Pulsar's reader does, it acknowledges what it was sent, and the client's frames (but
+    ``isEndOfTopic``) only give permits back."""
+
+    kind = Kind.reader
+
+    def __init__(self, broker: Any, config: Any, scope: dict[str, Any], endpoint: Endpoint,
+                 send: Send):
+        Session.__init__(self, broker, config, scope, endpoint, send)
+        self.reader_params = ReaderParams.parse(self.query)
+        self.params = ConsumerParams(receiver_queue_size=self.reader_params.receiver_queue_size)
+        self.subscription = "reader-" + secrets.token_hex(5)
+        self.consumers = {}
+        self.consumer_name = self.reader_params.reader_name or secrets.token_hex(3)[:5]
+        self.in_flight = {}
+        self.end_of_topic = set()
+        self._dlq_topic = None
+        self._unacked = 0
+
+    async def subscribe(self, topic: PersistentTopic, consumer: Consumer) -> None:
+        start = self.reader_params.start
+        pos = None
+        if isinstance(start, MessageId):
+            # after the message named; a batch's later messages are in its entry
+            pos = Position(start.ledger_id, start.entry_id + (0 if start.batch_index >= 0 else 1))
+        await topic.subscribe(self.subscription, consumer, SubType.Exclusive, durable=False,
+                              earliest=start == "earliest", start=pos)
+
+    def send_messages(self, consumer: Consumer, deliveries: list[Delivery]) -> None:
+        start = self.reader_params.start
+        if isinstance(start, MessageId) and start.batch_index >= 0:
+            first = Position(start.ledger_id, start.entry_id)
+            deliveries = [d if d.entry.position != first else
+                          Delivery(d.entry, d.redelivery_count,
+                                   _without_first(d.ack_set, d.entry.num_messages, start.batch_index))
+                          for d in deliveries]
+        super().send_messages(consumer, deliveries)
+        if deliveries and consumer.subscription is not None:
+            # Pulsar's reader acknowledges what it reads, so its cursor moves on
+            consumer.subscription.ack_cumulative(consumer, deliveries[-1].entry.position)
+
+    def sent(self, delivered: Delivered) -> None:
+        self.in_flight.clear()  # a reader's messages are acknowledged as they are read
+        self._unacked += 1
+        self.send(delivered.frame)
+
+    async def on_text(self, text: str) -> None:
+        try:
+            cmd = decode_consumer_command(text)
+        except FrameError as exc:
+            self.close_for(exc.code)
+            return
+        if cmd.type == "isEndOfTopic":
+            self.send(end_of_topic(self.reached_end()))
+            return
+        if self._unacked > 0 and self.consumers:
+            # Pulsar's reader reads no more of an ack than that one came: its permit goes
+            # back to the partition the id names, when it names one the reader reads
+            self._unacked -= 1
+            try:
+                consumer = self._consumer_of(decode_message_id(cmd.message_id).partition)
+            except FrameError:
+                consumer = None
+            if consumer is None:
+                consumer = next(iter(self.consumers.values()))[1]
+            consumer.flow(1)
+
+
+def _without_first(ack_set: list[int] | None, size: int, last_skipped: int) -> list[int]:
+    """An ack set that leaves out a batch's messages up to ``last_skipped``."""
+    words = list(ack_set) if ack_set is not None else \
+        [((1 << min(64, size - w * 64)) - 1) for w in range((size + 63) // 64)]
+    for i in range(min(last_skipped + 1, size)):
+        words[i // 64] &= ~(1 << (i % 64))
+    return words
+
+
 SESSIONS: dict[Kind, type[Session]] = {
     Kind.producer: ProducerSession,
     Kind.consumer: ConsumerSession,
+    Kind.reader: ReaderSession,
 }
 """The session class of each endpoint served."""
 

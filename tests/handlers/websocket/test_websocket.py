@@ -304,6 +304,45 @@ def test_malformed_consumer_frame_closes_the_session_only(connect, unique):
     assert publish(producer, b"alive")["result"] == "ok"
 
 
+# -- reader --------------------------------------------------------------------------------------
+
+
+def plain_messages(client: pulsar.Client, name: str, n: int) -> pulsar.Producer:
+    """``n`` messages r0, r1, ... on the topic, each an entry of its own; the producer."""
+    producer = client.create_producer(f"persistent://public/default/{name}", batching_enabled=False)
+    for i in range(n):
+        producer.send(f"r{i}".encode())
+    return producer
+
+
+def test_reader_from_earliest_and_from_a_message_id(standalone, connect, client, unique):
+    name = f"ws-read-{unique}"
+    producer = plain_messages(client, name, 3)
+    reader = connect(f"reader/persistent/public/default/{name}?messageId=earliest&readerName=rd")
+    got = [recv_json(reader) for _ in range(3)]
+    assert [base64.b64decode(m["payload"]) for m in got] == [b"r0", b"r1", b"r2"]
+    for m in got:
+        reader.send(json.dumps({"messageId": m["messageId"]}))
+    after = connect(f"reader/persistent/public/default/{name}?messageId={got[0]['messageId']}")
+    assert [base64.b64decode(recv_json(after)["payload"]) for _ in range(2)] == [b"r1", b"r2"]
+    latest = connect(f"reader/persistent/public/default/{name}?messageId=latest")
+    assert nothing_arrives(latest)
+    producer.send(b"r3")
+    assert base64.b64decode(recv_json(latest)["payload"]) == b"r3"
+    status, body = handshake_status(standalone, f"reader/persistent/public/default/{name}?messageId=@@")
+    assert status == 500 and body.startswith("Failed to create reader:")
+
+
+def test_reader_holds_back_past_its_receiver_queue_until_acknowledged(connect, client, unique):
+    name = f"ws-readq-{unique}"
+    plain_messages(client, name, 3)
+    reader = connect(f"reader/persistent/public/default/{name}?messageId=earliest&receiverQueueSize=1")
+    first = recv_json(reader)
+    assert nothing_arrives(reader)
+    reader.send(json.dumps({"messageId": first["messageId"]}))
+    assert base64.b64decode(recv_json(reader)["payload"]) == b"r1"
+
+
 # -- handshake errors ------------------------------------------------------------------------------
 
 
