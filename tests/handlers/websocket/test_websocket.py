@@ -200,6 +200,13 @@ def test_shared_subscription_splits_messages_between_two_websocket_consumers(con
     assert sorted(seen[0] + seen[1]) == sorted(sent)
 
 
+def test_non_persistent_topic_over_websocket(connect, unique):
+    ws = connect(f"consumer/non-persistent/public/default/ws-np-{unique}/sub")
+    producer = connect(f"producer/non-persistent/public/default/ws-np-{unique}")
+    assert publish(producer, b"fleeting")["result"] == "ok"
+    assert base64.b64decode(recv_json(ws)["payload"]) == b"fleeting"
+
+
 def test_negative_ack_redelivers_with_a_redelivery_count(connect, unique):
     ws = connect(f"consumer/persistent/public/default/ws-nack-{unique}/sub"
                  "?subscriptionType=Shared&negativeAckRedeliveryDelay=100")
@@ -390,3 +397,30 @@ def test_websocket_producer_shows_in_topic_stats(connect, admin, unique):
              "the closed session's producer to leave")
     with pytest.raises(AdminError):
         admin.get("/admin/v2/persistent/public/no-such-ns/x/stats")
+
+
+def close_frame(ws: websocket.WebSocket) -> tuple[int, str]:
+    """The code and reason of the close frame the broker sends next."""
+    ws.settimeout(TIMEOUT)
+    while True:
+        opcode, data = ws.recv_data(control_frame=True)
+        if opcode == websocket.ABNF.OPCODE_CLOSE:
+            return int.from_bytes(data[:2], "big"), data[2:].decode()
+
+
+def test_idle_sessions_and_oversized_frames_are_closed(tmp_path: Path):
+    conf = {"webSocketSessionIdleTimeoutMillis": 700, "webSocketMaxTextFrameSize": 2048}
+    with Standalone(tmp_path, conf=conf) as s:
+        url = f"{ws_base(s)}/producer/persistent/public/default/limits"
+        idle = websocket.create_connection(url, timeout=TIMEOUT)
+        started = time.monotonic()
+        assert close_frame(idle) == (1001, "Connection Idle Timeout")
+        assert time.monotonic() - started >= 0.6
+        big = websocket.create_connection(url, timeout=TIMEOUT)
+        assert publish(big, b"x" * 100)["result"] == "ok"
+        big.send(json.dumps({"payload": b64(b"x" * 4096)}))
+        assert close_frame(big)[0] == 1009
+        fine = websocket.create_connection(url, timeout=TIMEOUT)
+        assert publish(fine, b"after")["result"] == "ok"
+        for ws in (idle, big, fine):
+            ws.close()
