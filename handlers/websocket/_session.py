@@ -31,7 +31,7 @@ from typing import Any
 import trio
 
 from core.broker import NamespaceNotFoundError, TopicNotFoundError
-from core.format import NONE
+from core.format import NONE, EntryFormatError
 from core.naming import InvalidNameError, TopicName
 from core.policies import NotFoundError
 from core.schema import IncompatibleSchemaError
@@ -100,6 +100,7 @@ CLOSE_TIMEOUT = 5.0
 """Seconds a session that closes waits for what it queued, and its close frame, to go."""
 CLOSE_GOING_AWAY = 1001
 CLOSE_PROTOCOL_ERROR = 1002
+CLOSE_SERVER_ERROR = 1011
 """The close code of a session whose client sent what Pulsar refuses (a frame that is not
 its JSON). Pulsar names its own code in the reason; codes below 1000 cannot be sent in a
 close frame (RFC 6455, 7.4)."""
@@ -181,7 +182,13 @@ class Socket:
         while not self.close_sent.is_set():
             while self._frames:
                 frame = self._frames.popleft()
-                await self._send(frame)
+                try:
+                    await self._send(frame)
+                except Exception as exc:  # the client went away: nothing more to send
+                    log.debug("websocket: send failed: %s", exc)
+                    self.closed = True
+                    self.close_sent.set()
+                    return
                 self.last_active = trio.current_time()
                 if frame["type"] == "websocket.close":
                     self.close_sent.set()
@@ -252,7 +259,12 @@ class Session:
                     if text is None:
                         continue  # as Pulsar's handlers, binary frames are not read
                     self.broker.stats.record_request("websocket")
-                    await self.on_text(text)
+                    try:
+                        await self.on_text(text)
+                    except Exception:
+                        # a fault of the broker's: this session ends, the broker serves on
+                        log.exception("websocket %s: session on %s failed", self.peer_address, self.name)
+                        self.socket.close(CLOSE_SERVER_ERROR, WebSocketError.UnknownError.description)
                 if self.socket.closed:
                     # what the session queued, and its close frame, go out before it ends
                     with trio.move_on_after(CLOSE_TIMEOUT):
@@ -400,9 +412,13 @@ class ProducerSession(Session):
                 return
             topic.note_delayed()
         seq = self.sequence_id
+        try:
+            entry = producer_entry(msg, producer_name=producer.name, sequence_id=seq, publish_time=now,
+                                   compression=self.params.compression if msg.payload else NONE)
+        except (ValueError, EntryFormatError) as exc:  # text protobuf cannot carry (lone surrogates)
+            self.send(producer_error(WebSocketError.PayloadEncodingError, str(exc), msg.context))
+            return
         self.sequence_id += 1
-        entry = producer_entry(msg, producer_name=producer.name, sequence_id=seq, publish_time=now,
-                               compression=self.params.compression if msg.payload else NONE)
         producer.msg_in += 1
         producer.bytes_in += len(entry)
         self._pending += 1
@@ -511,7 +527,7 @@ class ConsumerSession(Session):
             await self._attach(max(partition, 0))
         except Exception as exc:
             log.info("websocket: %s could not attach again to %s: %s", self.consumer_name, self.name, exc)
-            self.socket.close(1011, f"Consumer was closed: {exc}")
+            self.socket.close(CLOSE_SERVER_ERROR, f"Consumer was closed: {exc}")
 
     def _consumer_of(self, partition: int) -> Consumer | None:
         attached = self.consumers.get(partition if self.partitions else -1)

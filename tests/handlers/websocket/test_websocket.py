@@ -114,6 +114,8 @@ def test_websocket_producer_answers_bad_frames_as_pulsar_and_keeps_serving(conne
                                    "schemaVersion": 0}
     producer.send(json.dumps({"payload": b64(b"x"), "eventTime": "yesterday", "context": "c4"}))
     assert recv_json(producer)["result"] == "send-error:7"
+    producer.send('{"payload": "eA==", "key": "\\ud800", "context": "c6"}')  # a lone surrogate
+    assert recv_json(producer)["result"] == "send-error:7"
     ok = publish(producer, b"still here", context="c5")
     assert (ok["result"], ok["context"]) == ("ok", "c5")
 
