@@ -35,12 +35,14 @@ from core.format import (
     ZLIB,
     ZSTD,
     EntryFormatError,
+    Message,
     MessageIdData,
     MessageMetadata,
     SingleMessageMetadata,
     compress,
     decode_entry,
     encode_entry,
+    entry_from_messages,
     iter_batch,
 )
 from core.naming import InvalidNameError, NamespaceName, TopicName
@@ -67,6 +69,7 @@ __all__ = [
     "format_time",
     "parse_endpoint",
     "producer_ack",
+    "producer_batch_entry",
     "producer_entry",
     "producer_error",
 ]
@@ -74,6 +77,12 @@ __all__ = [
 DEFAULT_RECEIVER_QUEUE_SIZE = 1000
 """A consumer's or reader's receive queue when the request names none, and the largest
 one it may name (Pulsar's WebSocket handlers cap ``receiverQueueSize`` at 1000)."""
+
+DEFAULT_BATCHING_MAX_MESSAGES = 1000
+DEFAULT_BATCHING_MAX_DELAY_MS = 1
+DEFAULT_BATCHING_MAX_BYTES = 128 * 1024
+"""A batching producer's batch closes at this many messages, this many ms after its first,
+or this many payload bytes, unless the request says (Pulsar's client defaults)."""
 
 DEFAULT_NACK_DELAY_MS = 60_000
 """How long a negatively acknowledged message waits to be delivered again when the request
@@ -246,10 +255,17 @@ class ProducerParams:
     compression: int = NONE
     max_pending_messages: int = 0
     encryption_keys: str | None = None
+    batching: bool = False
+    batching_max_messages: int = DEFAULT_BATCHING_MAX_MESSAGES
+    batching_max_delay_ms: int = DEFAULT_BATCHING_MAX_DELAY_MS
 
     @classmethod
     def parse(cls, query_string: bytes | str) -> ProducerParams:
         p = _query(query_string)
+        max_messages = _int(p, "batchingMaxMessages", DEFAULT_BATCHING_MAX_MESSAGES)
+        max_delay = _int(p, "batchingMaxPublishDelay", DEFAULT_BATCHING_MAX_DELAY_MS)
+        _check(max_messages > 0, "batchingMaxMessages needs to be > 0")
+        _check(max_delay >= 0, "configured value for batch delay must be at least 1ms")
         initial = p.get("initialSequenceId")
         routing = _choice(p, "messageRoutingMode", ROUTING_MODES, "SinglePartition")
         return cls(
@@ -260,6 +276,9 @@ class ProducerParams:
             compression=_COMPRESSION[_choice(p, "compressionType", tuple(_COMPRESSION), "NONE")],
             max_pending_messages=max(0, _int(p, "maxPendingMessages", 0)),
             encryption_keys=p.get("encryptionKeys"),
+            batching=p.get("batchingEnabled", "").lower() == "true",  # Java's parseBoolean
+            batching_max_messages=max_messages,
+            batching_max_delay_ms=max_delay,
         )
 
 
@@ -546,6 +565,18 @@ def producer_entry(msg: ProducerMessage, *, producer_name: str, sequence_id: int
         md.uncompressed_size = len(payload)
         payload = compress(compression, payload)
     return encode_entry(md, payload)
+
+
+def producer_batch_entry(msgs: list[ProducerMessage], *, producer_name: str, sequence_id: int,
+                         publish_time: int, compression: int = NONE) -> bytes:
+    """The batch entry of a batching producer's messages, their sequence ids counted from
+    ``sequence_id`` (messages with a delivery time are never batched, as Pulsar's
+    producer sends them on their own)."""
+    return entry_from_messages(
+        [Message(payload=m.payload, key=m.key, properties=m.properties, event_time=m.event_time,
+                 sequence_id=sequence_id + i) for i, m in enumerate(msgs)],
+        producer_name=producer_name, sequence_id=sequence_id, publish_time=publish_time,
+        compression=compression, batched=True)
 
 
 # -- partition routing ------------------------------------------------------------------------------

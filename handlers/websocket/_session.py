@@ -55,6 +55,7 @@ from core.topic import (
     TopicTerminatedError,
 )
 from handlers.websocket._codec import (
+    DEFAULT_BATCHING_MAX_BYTES,
     ConsumerParams,
     Delivered,
     Endpoint,
@@ -75,6 +76,7 @@ from handlers.websocket._codec import (
     encode_message_id,
     end_of_topic,
     producer_ack,
+    producer_batch_entry,
     producer_entry,
     producer_error,
 )
@@ -315,6 +317,8 @@ class ProducerSession(Session):
         self._room = trio.Event()
         self._next_partition = 0
         self._single_partition = 0
+        self._batches: dict[int, list[ProducerMessage]] = {}  # open batches, by partition
+        self._batch_bytes: dict[int, int] = {}
 
     @property
     def _limit(self) -> int:
@@ -397,6 +401,11 @@ class ProducerSession(Session):
             except Exception as exc:
                 self.send(producer_error(WebSocketError.UnknownError, str(exc), msg.context))
                 return
+        delayed = msg.deliver_after_ms > 0 or msg.deliver_at > 0
+        if self.params.batching and not delayed:
+            self._add_to_batch(partition, msg)
+            return
+        self._flush_batch(partition)  # what was batched before it goes first
         self._publish(producer, partition, msg)
 
     def _publish(self, producer: Producer, partition: int, msg: ProducerMessage) -> None:
@@ -411,33 +420,81 @@ class ProducerSession(Session):
                                          msg.context))
                 return
             topic.note_delayed()
-        seq = self.sequence_id
         try:
-            entry = producer_entry(msg, producer_name=producer.name, sequence_id=seq, publish_time=now,
+            entry = producer_entry(msg, producer_name=producer.name, sequence_id=self.sequence_id,
+                                   publish_time=now,
                                    compression=self.params.compression if msg.payload else NONE)
         except (ValueError, EntryFormatError) as exc:  # text protobuf cannot carry (lone surrogates)
             self.send(producer_error(WebSocketError.PayloadEncodingError, str(exc), msg.context))
             return
-        self.sequence_id += 1
-        producer.msg_in += 1
-        producer.bytes_in += len(entry)
         self._pending += 1
+        self._store(producer, partition, entry, [msg], batched=False)
+
+    def _add_to_batch(self, partition: int, msg: ProducerMessage) -> None:
+        """Batching (``batchingEnabled=true``): the message joins its partition's open
+        batch, which is stored when it is full or its delay is up."""
+        self._pending += 1
+        batch = self._batches.get(partition)
+        if batch is None:
+            batch = self._batches[partition] = []
+            self.spawn(self._flush_later, partition, batch)
+        batch.append(msg)
+        size = self._batch_bytes[partition] = self._batch_bytes.get(partition, 0) + len(msg.payload)
+        if len(batch) >= self.params.batching_max_messages or size >= DEFAULT_BATCHING_MAX_BYTES:
+            self._flush_batch(partition)
+
+    async def _flush_later(self, partition: int, batch: list[ProducerMessage]) -> None:
+        await trio.sleep(self.params.batching_max_delay_ms / 1000)
+        if self._batches.get(partition) is batch:
+            self._flush_batch(partition)
+
+    def _flush_batch(self, partition: int) -> None:
+        batch = self._batches.pop(partition, None)
+        self._batch_bytes.pop(partition, None)
+        if not batch:
+            return
+        producer = self.producers.get(partition)
+        try:
+            if producer is None:
+                raise RuntimeError("Producer was closed by the broker")
+            entry = producer_batch_entry(batch, producer_name=producer.name,
+                                         sequence_id=self.sequence_id,
+                                         publish_time=int(time.time() * 1000),
+                                         compression=self.params.compression)
+        except (ValueError, RuntimeError, EntryFormatError) as exc:
+            self._pending -= len(batch)
+            self._room.set()
+            for m in batch:
+                self.send(producer_error(WebSocketError.UnknownError, str(exc), m.context))
+            return
+        self._store(producer, partition, entry, batch, batched=True)
+
+    def _store(self, producer: Producer, partition: int, entry: bytes, msgs: list[ProducerMessage],
+               *, batched: bool) -> None:
+        """Publish ``entry`` (``msgs``, counted in ``_pending``) and answer each message:
+        its message id (with its batch index when ``batched``), or the failure."""
+        n = len(msgs)
+        seq = self.sequence_id
+        self.sequence_id += n
+        producer.msg_in += n
+        producer.bytes_in += len(entry)
         pid = partition if self.partitions else -1
-        context = msg.context
 
         def done(result: PublishResult) -> None:
-            self._pending -= 1
+            self._pending -= n
             if self._pending < self._limit:
                 self._room.set()
             if result.error is not None:
-                self.send(producer_error(WebSocketError.UnknownError, str(result.error), context))
+                for m in msgs:
+                    self.send(producer_error(WebSocketError.UnknownError, str(result.error), m.context))
                 return
             pos = result.position
-            mid = MessageId(pos.ledger_id, pos.entry_id, pid) if pos is not None \
-                else MessageId(_NO_POSITION, _NO_POSITION, pid)
-            self.send(producer_ack(encode_message_id(mid), context))
+            ledger, entry_id = (pos.ledger_id, pos.entry_id) if pos is not None else (_NO_POSITION, _NO_POSITION)
+            for i, m in enumerate(msgs):
+                mid = MessageId(ledger, entry_id, pid, i, n) if batched else MessageId(ledger, entry_id, pid)
+                self.send(producer_ack(encode_message_id(mid), m.context))
 
-        topic.publish(entry, 1, producer.name, seq, done)
+        producer.topic.publish(entry, n, producer.name, seq + n - 1, done)
 
 
 # -- consumer and reader -----------------------------------------------------------------------------

@@ -120,6 +120,23 @@ def test_websocket_producer_answers_bad_frames_as_pulsar_and_keeps_serving(conne
     assert (ok["result"], ok["context"]) == ("ok", "c5")
 
 
+def test_batching_websocket_producer_stores_batches(connect, client, unique):
+    topic = f"persistent://public/default/ws-batch-{unique}"
+    consumer = client.subscribe(topic, "s")
+    producer = connect(f"producer/persistent/public/default/ws-batch-{unique}"
+                       "?batchingEnabled=true&batchingMaxMessages=3&batchingMaxPublishDelay=50")
+    for i in range(4):  # a full batch of 3, then one that its delay sends
+        producer.send(json.dumps({"payload": b64(f"m{i}".encode()), "key": f"k{i}", "context": str(i)}))
+    acks = [recv_json(producer) for _ in range(4)]
+    assert [a["context"] for a in acks] == ["0", "1", "2", "3"]
+    ids = [message_id(a["messageId"]) for a in acks]
+    assert len({(i.ledgerId, i.entryId) for i in ids[:3]}) == 1
+    assert [(i.batch_index, i.batch_size) for i in ids] == [(0, 3), (1, 3), (2, 3), (0, 1)]
+    got = [consumer.receive(int(TIMEOUT * 1000)) for _ in range(4)]
+    assert [(m.data(), m.partition_key()) for m in got] == [(f"m{i}".encode(), f"k{i}") for i in range(4)]
+    assert got[0].message_id().batch_index() == 0 and got[2].message_id().batch_index() == 2
+
+
 def test_websocket_producer_routes_keys_over_partitions(connect, client, admin, unique):
     name = f"ws-part-{unique}"
     admin.put(f"/admin/v2/persistent/public/default/{name}/partitions", 3)
