@@ -198,6 +198,26 @@ def test_pulsar_client_batched_and_plain_messages_reach_a_websocket_consumer(con
     wait_for(lambda: stats()["consumers"] == [], "the closed session's consumer to leave")
 
 
+def test_websocket_consumer_of_a_partitioned_topic(connect, client, admin, unique):
+    name = f"ws-pcons-{unique}"
+    admin.put(f"/admin/v2/persistent/public/default/{name}/partitions", 2)
+    ws = connect(f"consumer/persistent/public/default/{name}/sub")
+    producer = client.create_producer(f"persistent://public/default/{name}", batching_enabled=False)
+    for key in "abcd":
+        producer.send(key.encode(), partition_key=key)
+    got = [recv_json(ws) for _ in range(4)]
+    assert sorted(base64.b64decode(m["payload"]) for m in got) == [b"a", b"b", b"c", b"d"]
+    assert {message_id(m["messageId"]).partition for m in got} == {0, 1}
+    for m in got:
+        ws.send(json.dumps({"messageId": m["messageId"]}))
+
+    def backlog() -> int:
+        stats = admin.get(f"/admin/v2/persistent/public/default/{name}/partitioned-stats")
+        return int(stats["subscriptions"]["sub"]["msgBacklog"])
+
+    wait_for(lambda: backlog() == 0, "the acks to reach both partitions")
+
+
 def test_shared_subscription_splits_messages_between_two_websocket_consumers(connect, unique):
     base = f"consumer/persistent/public/default/ws-shared-{unique}/sub?subscriptionType=Shared"
     first, second = connect(base + "&receiverQueueSize=2"), connect(base + "&receiverQueueSize=2")
@@ -316,6 +336,17 @@ def test_end_of_topic_and_unsubscribe(connect, admin, unique):
     ws.send(json.dumps({"type": "unsubscribe"}))
     wait_for(lambda: "sub" not in admin.get(f"/admin/v2/persistent/public/default/{name}/subscriptions"),
              "the subscription to go")
+
+
+def test_websocket_pings_are_answered(standalone, connect):
+    pingpong = websocket.create_connection(ws_base(standalone).removesuffix("/v2") + "/pingpong",
+                                           timeout=TIMEOUT)
+    for ws in (connect("producer/persistent/public/default/ws-ping"), pingpong):
+        ws.ping(b"are you there")
+        ws.settimeout(TIMEOUT)
+        opcode, data = ws.recv_data(control_frame=True)
+        assert (opcode, data) == (websocket.ABNF.OPCODE_PONG, b"are you there")
+    pingpong.close()
 
 
 def test_malformed_consumer_frame_closes_the_session_only(connect, unique):
