@@ -499,7 +499,8 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("webSocketMaxTextFrameSize", 1048576,
          "Largest WebSocket message, in bytes; a larger one closes its session (1009).", 1024),
     _int("webSocketSessionIdleTimeoutMillis", 300000,
-         "A WebSocket session that receives nothing for this long is closed (1001).", 1),
+         "A WebSocket session that sends and receives nothing for this long, in ms, is "
+         "closed (1001); 0 never closes it.", 0),
     # --- protocols and listeners
     Key("messagingProtocols", "list", ("pulsar", "kafka"),
         "Protocol handlers to load: pulsar, kafka, or module:Class for your own.",

@@ -164,12 +164,13 @@ def parse_endpoint(raw_path: str) -> Endpoint | None:
     that names no WebSocket endpoint. Pulsar's v2 paths:
     ``/ws/v2/{producer,reader}/{domain}/{tenant}/{namespace}/{topic...}`` and
     ``/ws/v2/consumer/{domain}/{tenant}/{namespace}/{topic...}/{subscription}``, the topic
-    name's own ``/`` joined back and percent-decoded once; and ``/ws/pingpong``.
+    name's own ``/`` joined back and percent-decoded once; and ``/ws/pingpong`` (or
+    ``/ws/v2/pingpong``).
 
     Raises :class:`InvalidParams` for a path under an endpoint that names its topic wrongly
     (too few parts, another domain, an empty subscription, an invalid name)."""
     parts = raw_path.split("?", 1)[0].split("/")
-    if parts[:3] == ["", "ws", "pingpong"] and len(parts) == 3:
+    if parts in (["", "ws", "pingpong"], ["", "ws", "v2", "pingpong"]):
         return Endpoint(kind=Kind.pingpong)
     if len(parts) < 4 or parts[1] != "ws" or parts[2] != "v2":
         return None

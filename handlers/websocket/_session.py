@@ -249,8 +249,9 @@ class Session:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self.socket.run_writer)
-                nursery.start_soon(self.socket.close_when_idle,
-                                   int(self.config.get("webSocketSessionIdleTimeoutMillis")) / 1000)
+                idle_ms = int(self.config.get("webSocketSessionIdleTimeoutMillis"))
+                if idle_ms > 0:
+                    nursery.start_soon(self.socket.close_when_idle, idle_ms / 1000)
                 self.started(nursery)
                 while not self.socket.closed:
                     message = await receive()

@@ -339,7 +339,7 @@ def test_end_of_topic_and_unsubscribe(connect, admin, unique):
 
 
 def test_websocket_pings_are_answered(standalone, connect):
-    pingpong = websocket.create_connection(ws_base(standalone).removesuffix("/v2") + "/pingpong",
+    pingpong = websocket.create_connection(ws_base(standalone) + "/pingpong",
                                            timeout=TIMEOUT)
     for ws in (connect("producer/persistent/public/default/ws-ping"), pingpong):
         ws.ping(b"are you there")
