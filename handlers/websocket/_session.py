@@ -275,6 +275,7 @@ class Session:
                 nursery.cancel_scope.cancel()
         finally:
             self.closed = True
+            self.socket.closed = True  # answers still due (stored publishes) have no one to go to
             self.release()
 
     def started(self, nursery: trio.Nursery) -> None:
