@@ -445,6 +445,9 @@ def test_websocket_producer_shows_in_topic_stats(connect, admin, unique):
     producer.close()
     wait_for(lambda: not admin.get(f"/admin/v2/persistent/public/default/ws-stats-{unique}/stats")["publishers"],
              "the closed session's producer to leave")
+    metrics = admin.request("GET", "/metrics").body.decode()
+    assert 'magnetar_connections_opened_total{cluster="standalone",protocol="websocket"}' in metrics
+    assert 'magnetar_requests_total{cluster="standalone",protocol="websocket"}' in metrics
     with pytest.raises(AdminError):
         admin.get("/admin/v2/persistent/public/no-such-ns/x/stats")
 
