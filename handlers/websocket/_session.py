@@ -30,7 +30,7 @@ from typing import Any
 
 import trio
 
-from core.broker import NamespaceNotFoundError, TopicNotFoundError
+from core.broker import NamespaceNotFoundError, SubscriptionNotFoundError, TopicNotFoundError
 from core.format import NONE, EntryFormatError
 from core.naming import InvalidNameError, TopicName
 from core.policies import NotFoundError
@@ -552,6 +552,11 @@ class ConsumerSession(Session):
             await self._attach(partition)
 
     async def subscribe(self, topic: PersistentTopic, consumer: Consumer) -> None:
+        if (self.params.durable and topic.name.persistent and self.subscription not in topic.subscriptions
+                and not topic.auto_subscription_creation_allowed):
+            # Pulsar's client fails with SubscriptionNotFoundException, which its WebSocket
+            # handler answers 500
+            raise SubscriptionNotFoundError("Subscription does not exist")
         await topic.subscribe(self.subscription, consumer, self.sub_type,
                               durable=self.params.durable)
 

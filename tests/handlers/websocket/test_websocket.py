@@ -422,6 +422,12 @@ def test_handshake_errors_answer_with_pulsars_statuses(standalone, connect, admi
     connect(f"producer/persistent/public/default/ws-busy-{unique}?producerName=same")
     assert handshake_status(standalone, f"producer/persistent/public/default/ws-busy-{unique}"
                                         "?producerName=same")[0] == 409
+    ns = f"public/ws-nosub-{unique}"
+    admin.put(f"/admin/v2/namespaces/{ns}")
+    admin.post(f"/admin/v2/namespaces/{ns}/autoSubscriptionCreation",
+               {"allowAutoSubscriptionCreation": False})
+    assert handshake_status(standalone, f"consumer/persistent/{ns}/t/new-sub") == (
+        500, "Failed to create producer/consumer: Subscription does not exist")
     with pytest.raises(websocket.WebSocketBadStatusException) as info:
         websocket.create_connection(f"{ws_base(standalone)}/nothing/here", timeout=TIMEOUT)
     assert info.value.status_code == 404
