@@ -84,6 +84,10 @@ DEFAULT_BATCHING_MAX_BYTES = 128 * 1024
 """A batching producer's batch closes at this many messages, this many ms after its first,
 or this many payload bytes, unless the request says (Pulsar's client defaults)."""
 
+DEFAULT_SEND_TIMEOUT_MS = 30_000
+"""How long a producer's message may wait to be stored before it is answered with a
+failure, unless the request says (``sendTimeoutMillis``; 0 waits as long as it takes)."""
+
 DEFAULT_NACK_DELAY_MS = 60_000
 """How long a negatively acknowledged message waits to be delivered again when the request
 does not say (``negativeAckRedeliveryDelay``; Pulsar's client default)."""
@@ -259,10 +263,13 @@ class ProducerParams:
     batching: bool = False
     batching_max_messages: int = DEFAULT_BATCHING_MAX_MESSAGES
     batching_max_delay_ms: int = DEFAULT_BATCHING_MAX_DELAY_MS
+    send_timeout_ms: int = DEFAULT_SEND_TIMEOUT_MS
 
     @classmethod
     def parse(cls, query_string: bytes | str) -> ProducerParams:
         p = _query(query_string)
+        send_timeout = _int(p, "sendTimeoutMillis", DEFAULT_SEND_TIMEOUT_MS)
+        _check(send_timeout >= 0, "sendTimeout needs to be >= 0")
         max_messages = _int(p, "batchingMaxMessages", DEFAULT_BATCHING_MAX_MESSAGES)
         max_delay = _int(p, "batchingMaxPublishDelay", DEFAULT_BATCHING_MAX_DELAY_MS)
         _check(max_messages > 0, "batchingMaxMessages needs to be > 0")
@@ -280,6 +287,7 @@ class ProducerParams:
             batching=p.get("batchingEnabled", "").lower() == "true",  # Java's parseBoolean
             batching_max_messages=max_messages,
             batching_max_delay_ms=max_delay,
+            send_timeout_ms=send_timeout,
         )
 
 

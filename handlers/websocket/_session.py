@@ -321,6 +321,8 @@ class ProducerSession(Session):
         self._single_partition = 0
         self._batches: dict[int, list[ProducerMessage]] = {}  # open batches, by partition
         self._batch_bytes: dict[int, int] = {}
+        self._publishes: deque[_Publish] = deque()  # waiting to be stored, oldest first
+        self._publish_added = trio.Event()
 
     @property
     def _limit(self) -> int:
@@ -464,8 +466,7 @@ class ProducerSession(Session):
                                          publish_time=int(time.time() * 1000),
                                          compression=self.params.compression)
         except (ValueError, RuntimeError, EntryFormatError) as exc:
-            self._pending -= len(batch)
-            self._room.set()
+            self._settle(len(batch))
             for m in batch:
                 self.send(producer_error(WebSocketError.UnknownError, str(exc), m.context))
             return
@@ -482,10 +483,16 @@ class ProducerSession(Session):
         producer.bytes_in += len(entry)
         pid = partition if self.partitions else -1
 
+        publish = _Publish(trio.current_time() + self.params.send_timeout_ms / 1000, msgs)
+        if self.params.send_timeout_ms > 0:
+            self._publishes.append(publish)
+            self._publish_added.set()
+
         def done(result: PublishResult) -> None:
-            self._pending -= n
-            if self._pending < self._limit:
-                self._room.set()
+            if publish.answered:
+                return  # answered with its timeout already
+            publish.answered = True
+            self._settle(n)
             if result.error is not None:
                 for m in msgs:
                     self.send(producer_error(WebSocketError.UnknownError, str(result.error), m.context))
@@ -497,6 +504,50 @@ class ProducerSession(Session):
                 self.send(producer_ack(encode_message_id(mid), m.context))
 
         producer.topic.publish(entry, n, producer.name, seq + n - 1, done)
+
+    def _settle(self, n: int) -> None:
+        """``n`` messages are answered: room for as many more."""
+        self._pending -= n
+        if self._pending < self._limit:
+            self._room.set()
+
+    def started(self, nursery: trio.Nursery) -> None:
+        if self.params.send_timeout_ms > 0:
+            nursery.start_soon(self._send_timeouts)
+
+    async def _send_timeouts(self) -> None:
+        """Answer a publish that is not stored within ``sendTimeoutMillis`` with a failure,
+        as Pulsar's producer fails it (if it is stored later, it is not answered again).
+        Publishes are stored in order, so the oldest one waiting is the first to check."""
+        publishes = self._publishes
+        while True:
+            while publishes and publishes[0].answered:
+                publishes.popleft()
+            if not publishes:
+                self._publish_added = trio.Event()
+                await self._publish_added.wait()
+                continue
+            head = publishes[0]
+            if trio.current_time() < head.deadline:
+                await trio.sleep_until(head.deadline)
+                continue
+            publishes.popleft()
+            head.answered = True
+            self._settle(len(head.msgs))
+            for m in head.msgs:
+                self.send(producer_error(
+                    WebSocketError.UnknownError,
+                    f"The producer {self.producer_name} can not send message to the topic "
+                    f"{self.name} within given timeout", m.context))
+
+
+@dataclass(slots=True)
+class _Publish:
+    """A publish waiting to be stored: by when, and its messages."""
+
+    deadline: float
+    msgs: list[ProducerMessage]
+    answered: bool = False
 
 
 # -- consumer and reader -----------------------------------------------------------------------------

@@ -120,6 +120,19 @@ def test_websocket_producer_answers_bad_frames_as_pulsar_and_keeps_serving(conne
     assert (ok["result"], ok["context"]) == ("ok", "c5")
 
 
+def test_publishes_not_stored_within_the_send_timeout_fail(connect, admin, unique):
+    ns = f"public/ws-slow-{unique}"
+    admin.put(f"/admin/v2/namespaces/{ns}")
+    admin.post(f"/admin/v2/namespaces/{ns}/publishRate", {"publishThrottlingRateInMsg": 1})
+    producer = connect(f"producer/persistent/{ns}/t?sendTimeoutMillis=300")
+    for i in range(4):
+        producer.send(json.dumps({"payload": b64(b"slow"), "context": str(i)}))
+    answers = {a["context"]: a for a in (recv_json(producer) for _ in range(4))}
+    assert answers["0"]["result"] == "ok"
+    late = answers["3"]
+    assert late["result"] == "send-error:8" and "within given timeout" in late["errorMsg"]
+
+
 def test_batching_websocket_producer_stores_batches(connect, client, unique):
     topic = f"persistent://public/default/ws-batch-{unique}"
     consumer = client.subscribe(topic, "s")
