@@ -655,7 +655,11 @@ class ConsumerSession(Session):
         if partition is None:
             return
         now = time.monotonic()
+        # permits the dispatch took for messages not sent (acknowledged messages of a batch,
+        # an entry that cannot be read) go back; in push mode, so do those of messages sent
+        # again while in flight, which hold the permit they took the first time
         give_back = 0
+        push = not self.params.pull_mode
         for d in deliveries:
             e = d.entry
             messages = consumer_messages(e.data, e.position.ledger_id, e.position.entry_id,
@@ -663,11 +667,11 @@ class ConsumerSession(Session):
             give_back += e.num_messages - len(messages)
             for m in messages:
                 key = (partition, e.position, m.message_id.batch_index)
-                if key in self.in_flight:
-                    give_back += 1  # sent again: it holds the permit it took the first time
+                if push and key in self.in_flight:
+                    give_back += 1
                 self.in_flight[key] = InFlight(now, d.redelivery_count, m.frame)
                 self.sent(m)
-        if give_back and not self.params.pull_mode:
+        if give_back:
             consumer.flow(give_back)
 
     def sent(self, delivered: Delivered) -> None:
@@ -807,6 +811,10 @@ class ConsumerSession(Session):
 
         self._dlq_topic.publish(entry, 1, None, 0, done)
         await stored.wait()
+        if failed:
+            log.warning("websocket: cannot send to dead letter topic %s: %s",
+                        self.params.dead_letter_topic, failed[0])
+            self._dlq_topic = None  # closed or unloaded, perhaps: open it again next time
         return not failed
 
     async def _ack_timeouts(self) -> None:
