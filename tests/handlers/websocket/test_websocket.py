@@ -76,6 +76,24 @@ def nothing_arrives(ws: websocket.WebSocket) -> bool:
     return False
 
 
+def receive_and_ack(consumers: list[websocket.WebSocket], count: int) -> list[tuple[int, dict[str, Any]]]:
+    """``count`` messages from whichever of ``consumers`` has one, each acknowledged, as
+    (the consumer's index, the message)."""
+    got: list[tuple[int, dict[str, Any]]] = []
+    deadline = time.monotonic() + TIMEOUT
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"{len(got)} of {count} messages arrived"
+        for n, ws in enumerate(consumers):
+            ws.settimeout(0.2)
+            try:
+                m = json.loads(ws.recv())
+            except websocket.WebSocketTimeoutException:
+                continue
+            got.append((n, m))
+            ws.send(json.dumps({"messageId": m["messageId"]}))
+    return got
+
+
 def publish(ws: websocket.WebSocket, payload: bytes, **fields: Any) -> dict[str, Any]:
     ws.send(json.dumps({"payload": b64(payload), **fields}))
     return recv_json(ws)
@@ -239,17 +257,23 @@ def test_shared_subscription_splits_messages_between_two_websocket_consumers(con
     for payload in sorted(sent):
         assert publish(producer, payload)["result"] == "ok"
     seen: dict[int, list[bytes]] = {0: [], 1: []}
-    while sum(map(len, seen.values())) < len(sent):
-        for n, ws in enumerate((first, second)):
-            ws.settimeout(0.2)
-            try:
-                m = json.loads(ws.recv())
-            except websocket.WebSocketTimeoutException:
-                continue
-            seen[n].append(base64.b64decode(m["payload"]))
-            ws.send(json.dumps({"messageId": m["messageId"]}))
+    for n, m in receive_and_ack([first, second], len(sent)):
+        seen[n].append(base64.b64decode(m["payload"]))
     assert seen[0] and seen[1]
     assert sorted(seen[0] + seen[1]) == sorted(sent)
+
+
+def test_key_shared_keeps_each_key_on_one_websocket_consumer(connect, unique):
+    base = f"consumer/persistent/public/default/ws-ks-{unique}/sub?subscriptionType=Key_Shared"
+    consumers = [connect(base), connect(base)]
+    producer = connect(f"producer/persistent/public/default/ws-ks-{unique}")
+    keys = [f"key-{i % 6}" for i in range(24)]
+    for key in keys:
+        assert publish(producer, key.encode(), key=key)["result"] == "ok"
+    owner: dict[str, int] = {}
+    for n, m in receive_and_ack(consumers, len(keys)):
+        assert owner.setdefault(m["key"], n) == n
+    assert set(owner) == set(keys)
 
 
 def test_non_persistent_topic_over_websocket(connect, unique):
