@@ -427,6 +427,21 @@ def test_reader_from_earliest_and_from_a_message_id(standalone, connect, client,
     assert status == 500 and body.startswith("Failed to create reader:")
 
 
+def test_reader_from_a_message_inside_a_batch(connect, client, unique):
+    name = f"ws-readb-{unique}"
+    producer = client.create_producer(f"persistent://public/default/{name}", batching_enabled=True,
+                                      batching_max_publish_delay_ms=100)
+    for i in range(3):
+        producer.send_async(f"b{i}".encode(), None)
+    producer.flush()
+    producer.send(b"after")
+    first = connect(f"reader/persistent/public/default/{name}?messageId=earliest")
+    ids = [recv_json(first)["messageId"] for _ in range(4)]
+    assert message_id(ids[1]).batch_index == 1
+    reader = connect(f"reader/persistent/public/default/{name}?messageId={ids[1]}")
+    assert [base64.b64decode(recv_json(reader)["payload"]) for _ in range(2)] == [b"b2", b"after"]
+
+
 def test_reader_holds_back_past_its_receiver_queue_until_acknowledged(connect, client, unique):
     name = f"ws-readq-{unique}"
     plain_messages(client, name, 3)
