@@ -354,6 +354,20 @@ def test_push_mode_stops_at_the_receiver_queue_until_acks(connect, unique):
     assert base64.b64decode(recv_json(ws)["payload"]) == b"q2"
 
 
+def test_websocket_consumer_follows_a_reset_cursor(connect, admin, unique):
+    name = f"ws-reset-{unique}"
+    ws = connect(f"consumer/persistent/public/default/{name}/sub")
+    producer = connect(f"producer/persistent/public/default/{name}")
+    for i in range(3):
+        publish(producer, f"x{i}".encode())
+    for m in [recv_json(ws) for _ in range(3)]:
+        ws.send(json.dumps({"messageId": m["messageId"]}))
+    admin.post(f"/admin/v2/persistent/public/default/{name}/subscription/sub/resetcursor/0")
+    # the broker closes the subscription's consumers; the session subscribes again
+    again = [base64.b64decode(recv_json(ws)["payload"]) for _ in range(3)]
+    assert again == [b"x0", b"x1", b"x2"]
+
+
 def test_end_of_topic_and_unsubscribe(connect, admin, unique):
     name = f"ws-end-{unique}"
     ws = connect(f"consumer/persistent/public/default/{name}/sub")
