@@ -151,6 +151,19 @@ def test_publishes_not_stored_within_the_send_timeout_fail(connect, admin, uniqu
     assert late["result"] == "send-error:8" and "within given timeout" in late["errorMsg"]
 
 
+def test_websocket_sessions_carry_on_after_the_topic_unloads(connect, admin, unique):
+    name = f"ws-unload-{unique}"
+    ws = connect(f"consumer/persistent/public/default/{name}/sub")
+    producer = connect(f"producer/persistent/public/default/{name}?producerName=u-{unique}")
+    assert publish(producer, b"before")["result"] == "ok"
+    ws.send(json.dumps({"messageId": recv_json(ws)["messageId"]}))
+    admin.put(f"/admin/v2/persistent/public/default/{name}/unload")
+    assert publish(producer, b"after")["result"] == "ok"
+    assert base64.b64decode(recv_json(ws)["payload"]) == b"after"
+    stats = admin.get(f"/admin/v2/persistent/public/default/{name}/stats")
+    assert [p["producerName"] for p in stats["publishers"]] == [f"u-{unique}"]
+
+
 def test_batching_websocket_producer_stores_batches(connect, client, unique):
     topic = f"persistent://public/default/ws-batch-{unique}"
     consumer = client.subscribe(topic, "s")
