@@ -50,6 +50,7 @@ from core.naming import InvalidNameError, NamespaceName, TopicName
 __all__ = [
     "DEFAULT_BATCHING_MAX_BYTES",
     "DEFAULT_RECEIVER_QUEUE_SIZE",
+    "Chunk",
     "ConsumerCommand",
     "ConsumerParams",
     "Delivered",
@@ -64,6 +65,7 @@ __all__ = [
     "WebSocketError",
     "ack_set_without",
     "choose_partition",
+    "chunked_message",
     "consumer_messages",
     "decode_consumer_command",
     "decode_message_id",
@@ -386,18 +388,37 @@ class MessageId:
     partition: int = -1
     batch_index: int = -1
     batch_size: int = 0
+    first_chunk: MessageId | None = None
+    """A chunked message's id is its last chunk's, with its first chunk's id."""
 
 
-def encode_message_id(mid: MessageId) -> str:
-    """Base64 of the ``MessageIdData`` Pulsar's ``toByteArray`` writes: a batch size is
-    always there (0 outside a batch), a partition only on a partitioned topic."""
+def _id_data(mid: MessageId) -> MessageIdData:
     data = MessageIdData(ledgerId=mid.ledger_id % _UINT64, entryId=mid.entry_id % _UINT64,
                          batch_size=mid.batch_size)
     if mid.partition >= 0:
         data.partition = mid.partition
     if mid.batch_index >= 0:
         data.batch_index = mid.batch_index
-    return base64.b64encode(data.SerializeToString()).decode("ascii")
+    if mid.first_chunk is not None:
+        data.first_chunk_message_id.CopyFrom(_id_data(mid.first_chunk))
+    return data
+
+
+def encode_message_id(mid: MessageId) -> str:
+    """Base64 of the ``MessageIdData`` Pulsar's ``toByteArray`` writes: a batch size is
+    always there (0 outside a batch), a partition only on a partitioned topic, a chunked
+    message's first chunk's id (``ChunkMessageIdImpl``)."""
+    return base64.b64encode(_id_data(mid).SerializeToString()).decode("ascii")
+
+
+def _signed(value: int) -> int:
+    return value - _UINT64 if value > _LATEST_LEDGER else value
+
+
+def _message_id(data: MessageIdData) -> MessageId:
+    first = _message_id(data.first_chunk_message_id) if data.HasField("first_chunk_message_id") else None
+    return MessageId(_signed(data.ledgerId), _signed(data.entryId), data.partition, data.batch_index,
+                     data.batch_size, first)
 
 
 def _b64decode(text: str) -> bytes:
@@ -416,9 +437,7 @@ def decode_message_id(text: Any) -> MessageId:
     except Exception as exc:
         raise FrameError(WebSocketError.FailedToDeserializeFromJSON,
                          f"Invalid message id {text!r}: {exc}") from None
-    ledger = data.ledgerId - _UINT64 if data.ledgerId > _LATEST_LEDGER else data.ledgerId
-    entry = data.entryId - _UINT64 if data.entryId > _LATEST_LEDGER else data.entryId
-    return MessageId(ledger, entry, data.partition, data.batch_index, data.batch_size)
+    return _message_id(data)
 
 
 # -- times ------------------------------------------------------------------------------------------
@@ -673,13 +692,48 @@ def _one(mid: MessageId, single: SingleMessageMetadata, payload: bytes, publish_
     return Delivered(mid, _dumps(out))
 
 
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One chunk of a message too large for one entry (its producer's chunking): the
+    consumer puts the chunks of ``uuid`` together, in ``chunk_id`` order, before the
+    message can be read."""
+
+    uuid: str
+    chunk_id: int
+    num_chunks: int
+    metadata: MessageMetadata
+    payload: bytes
+
+
+_CHUNK_FIELDS = ("uuid", "chunk_id", "num_chunks_from_msg", "total_chunk_msg_size")
+
+
+def chunked_message(chunks: list[Chunk], first: MessageId, last: MessageId,
+                    redelivery_count: int) -> Delivered | None:
+    """The message ``chunks`` (all of them, in order) carry, as one ``ConsumerMessage``
+    with the chunked message's id; None when it cannot be read."""
+    whole = MessageMetadata()
+    whole.CopyFrom(chunks[0].metadata)
+    for name in _CHUNK_FIELDS:
+        whole.ClearField(name)
+    try:
+        [single] = iter_batch(whole, b"".join(c.payload for c in chunks))
+    except (EntryFormatError, ValueError):
+        return None
+    mid = MessageId(last.ledger_id, last.entry_id, last.partition, first_chunk=first)
+    return _one(mid, single.metadata, single.payload, whole.publish_time, redelivery_count)
+
+
 def consumer_messages(data: bytes, ledger_id: int, entry_id: int, partition: int,
-                      redelivery_count: int, ack_set: list[int] | None = None) -> list[Delivered]:
+                      redelivery_count: int, ack_set: list[int] | None = None) -> list[Delivered] | Chunk:
     """The messages of a stored entry as Pulsar's ``ConsumerMessage`` frames, a batch's
     one by one with batch message ids; those ``ack_set`` marks acknowledged (a clear bit)
-    left out, and none of an entry that cannot be read (encrypted, or not an entry)."""
+    left out, and none of an entry that cannot be read (encrypted, or not an entry). A
+    chunk of a larger message is returned as such, to be put together with the others."""
     try:
         md, payload = decode_entry(data)
+        if md.num_chunks_from_msg > 1 and md.HasField("uuid"):
+            return Chunk(md.uuid, md.chunk_id, md.num_chunks_from_msg, md, payload)
         singles = iter_batch(md, payload)
     except EntryFormatError:
         return []

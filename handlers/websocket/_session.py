@@ -56,6 +56,7 @@ from core.topic import (
 )
 from handlers.websocket._codec import (
     DEFAULT_BATCHING_MAX_BYTES,
+    Chunk,
     ConsumerParams,
     Delivered,
     Endpoint,
@@ -69,6 +70,7 @@ from handlers.websocket._codec import (
     WebSocketError,
     ack_set_without,
     choose_partition,
+    chunked_message,
     consumer_messages,
     decode_consumer_command,
     decode_message_id,
@@ -93,6 +95,9 @@ OUTBOX_LIMIT = 1024
 DEFAULT_MAX_PENDING_PUBLISHES = 1000
 """Publishes a producer has in flight, when the request names no ``maxPendingMessages``,
 before the session reads no more of the client's frames until some are stored."""
+MAX_PENDING_CHUNKED = 10
+"""Chunked messages a consumer puts together at once (Pulsar's client's
+``maxPendingChunkedMessage``)."""
 ACK_TIMEOUT_TICK = 1.0
 """How often, in seconds at most, unacknowledged messages are checked against
 ``ackTimeoutMillis`` (Pulsar's client checks every second)."""
@@ -561,6 +566,7 @@ class InFlight:
     sent_at: float
     redelivery_count: int
     frame: str
+    chunks: tuple[Position, ...] = ()  # a chunked message's entries
 
 
 _Key = tuple[int, Position, int]  # partition (-1 when not partitioned), entry, batch index
@@ -584,6 +590,8 @@ class ConsumerSession(Session):
         self.in_flight: dict[_Key, InFlight] = {}
         self.end_of_topic: set[int] = set()
         self._dlq_topic: PersistentTopic | None = None
+        # the chunks of messages not complete yet, by partition and uuid
+        self._chunks: dict[tuple[int, str], list[tuple[Position, Chunk]]] = {}
 
     # -- attaching ----------------------------------------------------------------------------------
 
@@ -662,17 +670,50 @@ class ConsumerSession(Session):
         push = not self.params.pull_mode
         for d in deliveries:
             e = d.entry
-            messages = consumer_messages(e.data, e.position.ledger_id, e.position.entry_id,
-                                         partition, d.redelivery_count, d.ack_set)
+            got = consumer_messages(e.data, e.position.ledger_id, e.position.entry_id,
+                                    partition, d.redelivery_count, d.ack_set)
+            chunks: tuple[Position, ...] = ()
+            if isinstance(got, Chunk):
+                # a chunk's permit goes back but for the last one's, which the whole
+                # message holds
+                whole = self._put_together(partition, e.position, got, d.redelivery_count)
+                messages, chunks = ([whole[0]], whole[1]) if whole is not None else ([], ())
+            else:
+                messages = got
             give_back += e.num_messages - len(messages)
             for m in messages:
                 key = (partition, e.position, m.message_id.batch_index)
                 if push and key in self.in_flight:
                     give_back += 1
-                self.in_flight[key] = InFlight(now, d.redelivery_count, m.frame)
+                self.in_flight[key] = InFlight(now, d.redelivery_count, m.frame, chunks)
                 self.sent(m)
         if give_back:
             consumer.flow(give_back)
+
+    def _put_together(self, partition: int, pos: Position, chunk: Chunk, redelivery_count: int
+                      ) -> tuple[Delivered, tuple[Position, ...]] | None:
+        """Keep a chunk until its message's last one came, then that message and its
+        entries. A chunk out of order drops what was kept of its message, as Pulsar's
+        client does; so does a message beyond :data:`MAX_PENDING_CHUNKED` incomplete
+        ones (the oldest goes)."""
+        key = (partition, chunk.uuid)
+        if chunk.chunk_id == 0:
+            self._chunks.pop(key, None)
+            self._chunks[key] = []
+            while len(self._chunks) > MAX_PENDING_CHUNKED:
+                del self._chunks[next(iter(self._chunks))]
+        parts = self._chunks.get(key)
+        if parts is None or len(parts) != chunk.chunk_id:
+            self._chunks.pop(key, None)
+            return None
+        parts.append((pos, chunk))
+        if chunk.chunk_id + 1 < chunk.num_chunks:
+            return None
+        del self._chunks[key]
+        first = parts[0][0]
+        whole = chunked_message([c for _, c in parts], MessageId(first.ledger_id, first.entry_id, partition),
+                                MessageId(pos.ledger_id, pos.entry_id, partition), redelivery_count)
+        return (whole, tuple(p for p, _ in parts)) if whole is not None else None
 
     def sent(self, delivered: Delivered) -> None:
         self.send(delivered.frame)
@@ -746,12 +787,17 @@ class ConsumerSession(Session):
         settled = self._settled(mid)
         if settled is None or settled[0].subscription is None:
             return
-        consumer = settled[0]
+        consumer, record = settled
         pos = Position(mid.ledger_id, mid.entry_id)
         ack_set = ack_set_without(mid.batch_size, mid.batch_index) \
             if mid.batch_index >= 0 and mid.batch_size > 0 else None
+        acks = [(pos, ack_set)]
+        if record is not None and record.chunks:
+            acks = [(p, None) for p in record.chunks]  # every entry of a chunked message
+        elif mid.first_chunk is not None:
+            acks.append((Position(mid.first_chunk.ledger_id, mid.first_chunk.entry_id), None))
         assert consumer.subscription is not None
-        consumer.subscription.ack_individual(consumer, [(pos, ack_set)])
+        consumer.subscription.ack_individual(consumer, acks)
 
     def _nack(self, mid: MessageId) -> None:
         settled = self._settled(mid)
@@ -779,7 +825,8 @@ class ConsumerSession(Session):
         for key, record in dead.items():
             if await self._to_dead_letter(key, record):
                 self._ack(decode_message_id(json.loads(record.frame)["messageId"]))
-        again = sorted({k[1] for k in records if k not in dead})
+        again = sorted({p for k, r in records.items() if k not in dead
+                        for p in ((r.chunks if r is not None else ()) or (k[1],))})
         if again and consumer.subscription is not None:
             consumer.subscription.redeliver(consumer, again)
 
@@ -871,6 +918,7 @@ class ReaderSession(ConsumerSession):
         self.in_flight = {}
         self.end_of_topic = set()
         self._dlq_topic = None
+        self._chunks = {}
         self._unacked = 0
 
     async def subscribe(self, topic: PersistentTopic, consumer: Consumer) -> None:

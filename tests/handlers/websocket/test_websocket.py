@@ -262,6 +262,31 @@ def test_websocket_consumer_of_a_partitioned_topic(connect, client, admin, uniqu
     wait_for(lambda: backlog() == 0, "the acks to reach both partitions")
 
 
+def test_chunked_message_arrives_whole(connect, client, admin, unique):
+    name = f"ws-chunk-{unique}"
+    ws = connect(f"consumer/persistent/public/default/{name}/sub")
+    producer = client.create_producer(f"persistent://public/default/{name}", chunking_enabled=True,
+                                      batching_enabled=False)
+    big = bytes(range(256)) * (6 * 1024 * 1024 // 256)  # over one entry's 5 MB: two chunks
+    producer.send(big, properties={"p": "v"}, partition_key="big")
+    producer.send(b"small")
+    m = recv_json(ws, timeout=60)
+    assert base64.b64decode(m["payload"]) == big and m["properties"] == {"p": "v"} and m["key"] == "big"
+    mid = message_id(m["messageId"])
+    assert mid.HasField("first_chunk_message_id") and mid.first_chunk_message_id.entryId < mid.entryId
+    small = recv_json(ws)
+    assert base64.b64decode(small["payload"]) == b"small"
+
+    def backlog() -> int:
+        stats = admin.get(f"/admin/v2/persistent/public/default/{name}/stats")
+        return int(stats["subscriptions"]["sub"]["msgBacklog"])
+
+    ws.send(json.dumps({"messageId": m["messageId"]}))
+    wait_for(lambda: backlog() == 1, "the chunked message's entries to be acknowledged")
+    ws.send(json.dumps({"messageId": small["messageId"]}))
+    wait_for(lambda: backlog() == 0, "the backlog to empty")
+
+
 def test_shared_subscription_splits_messages_between_two_websocket_consumers(connect, unique):
     base = f"consumer/persistent/public/default/ws-shared-{unique}/sub?subscriptionType=Shared"
     first, second = connect(base + "&receiverQueueSize=2"), connect(base + "&receiverQueueSize=2")
