@@ -4,7 +4,8 @@ consumers and readers at ``/ws/v2/{producer,consumer,reader}/{domain}/{tenant}/{
 
 :class:`WebSocketService` is an ASGI app for WebSocket connections; the gateway hands it
 every WebSocket request its web service receives. :mod:`._codec` is the sans-IO part
-(paths, query parameters, frames); :mod:`._session` the trio drivers.
+(paths, query parameters, frames); :mod:`._session` the trio driver every session shares,
+:mod:`._producer` and :mod:`._consumer` (consumers and readers) the endpoints' own.
 """
 
 from handlers.websocket._service import WebSocketService, deny

@@ -7,19 +7,30 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from handlers.websocket._codec import InvalidParams, Kind, parse_endpoint
-from handlers.websocket._session import (
-    SESSIONS,
-    Receive,
-    Send,
-    handshake_message,
-    handshake_status,
-    open_session,
-)
+from handlers.websocket._codec import Endpoint, InvalidParams, Kind, parse_endpoint
+from handlers.websocket._consumer import ConsumerSession, ReaderSession
+from handlers.websocket._producer import ProducerSession
+from handlers.websocket._session import Receive, Send, Session, handshake_message, handshake_status
 
-__all__ = ["WebSocketService", "deny"]
+__all__ = ["SESSIONS", "WebSocketService", "deny", "open_session"]
 
 log = logging.getLogger(__name__)
+
+SESSIONS: dict[Kind, type[Session]] = {
+    Kind.producer: ProducerSession,
+    Kind.consumer: ConsumerSession,
+    Kind.reader: ReaderSession,
+}
+"""The session class of each endpoint served."""
+
+
+async def open_session(broker: Any, config: Any, scope: dict[str, Any], endpoint: Endpoint,
+                       send: Send) -> Session:
+    """The session an endpoint names, opened (its producer, consumer or reader created);
+    raises what :func:`handshake_status` maps to the upgrade's answer."""
+    session = SESSIONS[endpoint.kind](broker, config, scope, endpoint, send)
+    await session.open()
+    return session
 
 
 async def deny(scope: dict[str, Any], send: Send, status: int, message: str) -> None:
