@@ -17,6 +17,7 @@ from urllib.parse import unquote
 import trio
 
 from core._bridge import NativeBridge
+from core.auth import AuthService
 from core.autorecovery import Auditor
 from core.naming import PARTITION_SUFFIX, NamespaceName, TopicName
 from core.nonpersistent import NonPersistentTopic
@@ -110,6 +111,8 @@ class BrokerService:
         self.metadata = metadata
         self.cluster = str(config.get("clusterName"))
         self.policies = PolicyStore(metadata, self.cluster)
+        #: Who a client is and what it may do (authenticationEnabled, authorizationEnabled).
+        self.auth = AuthService(config, self.policies)
         self.bridge = NativeBridge()
         self.storage: Storage | None = None
         self.topics: dict[str, PersistentTopic] = {}

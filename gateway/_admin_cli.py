@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from ._cli import Command, register_command
+from ._tokens_cli import add_auth_arguments, token_of
 
 __all__ = ["AdminClient", "AdminError", "parse_size", "parse_relative_time", "pretty_json", "NOUNS",
            "main", "completion_script"]
@@ -60,9 +61,11 @@ class Reply:
 class AdminClient:
     """A minimal client of the admin REST API (the standard library's urllib only)."""
 
-    def __init__(self, url: str, timeout: float = REQUEST_TIMEOUT):
+    def __init__(self, url: str, timeout: float = REQUEST_TIMEOUT, token: str | None = None):
         self.url = url.rstrip("/")
         self.timeout = timeout
+        #: Sent as ``Authorization: Bearer <token>`` (Pulsar's token authentication).
+        self.token = token
 
     def request(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Reply:
         url = self.url + path
@@ -70,8 +73,10 @@ class AdminClient:
             url += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v
                                     for k, v in query.items() if v is not None})
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return Reply(resp.status, resp.read(), dict(resp.headers.items()))
@@ -1332,6 +1337,7 @@ def _print(result: Any) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--admin-url", default=os.environ.get("MAGNETAR_ADMIN_URL", DEFAULT_ADMIN_URL),
                    help=f"admin REST URL (default {DEFAULT_ADMIN_URL}, or $MAGNETAR_ADMIN_URL)")
+    add_auth_arguments(p)
     nouns = p.add_subparsers(dest="noun", metavar="NOUN", title="nouns")
     for noun, verbs in NOUNS.items():
         np = nouns.add_parser(noun, help=NOUN_HELP.get(noun, noun), description=NOUN_HELP.get(noun, noun))
@@ -1351,8 +1357,8 @@ def run(args: argparse.Namespace) -> int:
         parser = getattr(args, "_noun_parser", None) or args._admin_parser
         parser.print_help(sys.stderr)
         return 2
-    client = AdminClient(args.admin_url)
     try:
+        client = AdminClient(args.admin_url, token=token_of(args))
         result = v.run(client, args)
         # pulsar-admin prints what a get returns, an unset policy included, as JSON: null.
         _print("null" if result is None and v.name.startswith("get") else result)

@@ -169,6 +169,7 @@ def _run_standalone(args: argparse.Namespace) -> int:
         flags["dataDirectory"] = args.data_dir
     cfg = load_command_config(args, flags)
     check_frame_holds_message(cfg)
+    _check_authentication(cfg)
     _setup_server(cfg)
     # Startup builds tens of thousands of objects that live as long as the process; a
     # collection walking them before they are frozen (settle_garbage_collector, which
@@ -180,6 +181,17 @@ def _run_standalone(args: argparse.Namespace) -> int:
         return int(_standalone.run(cfg, args))
     finally:
         gc.enable()
+
+
+def _check_authentication(cfg: Config) -> None:
+    """Refuse, before anything starts, an authentication configuration the broker cannot
+    serve (another provider than tokens, no key, a key that does not load)."""
+    from core.auth import AuthConfigError, AuthService
+
+    try:
+        AuthService(cfg, None)
+    except AuthConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _bookie_arguments(p: argparse.ArgumentParser) -> None:
@@ -237,6 +249,7 @@ import spark._cli  # noqa: E402, F401  (registers `magnetar spark`)
 from . import (  # noqa: E402
     _admin_cli,  # noqa: F401  (registers `magnetar admin`, `client` and `completion`)
     _perf,  # noqa: F401  (registers `magnetar perf`)
+    _tokens_cli,  # noqa: F401  (registers `magnetar tokens`)
 )
 
 # --------------------------------------------------------------------------------------

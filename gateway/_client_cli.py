@@ -11,6 +11,7 @@ from typing import Any
 
 from ._cli import Command, register_command
 from ._config import SUBSCRIPTION_TYPES
+from ._tokens_cli import add_auth_arguments, token_of
 
 __all__ = ["produce", "consume"]
 
@@ -32,6 +33,7 @@ def _properties(text: str) -> list[tuple[str, str]]:
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=os.environ.get("MAGNETAR_SERVICE_URL", DEFAULT_SERVICE_URL),
                    help=f"Pulsar service URL (default {DEFAULT_SERVICE_URL}, or $MAGNETAR_SERVICE_URL)")
+    add_auth_arguments(p)
     sub = p.add_subparsers(dest="client_command", metavar="COMMAND", title="commands")
 
     prod = sub.add_parser("produce", help="produce messages", description="Produce messages to a topic.")
@@ -76,13 +78,12 @@ def _bodies(args: argparse.Namespace) -> list[bytes]:
 
 
 def produce(args: argparse.Namespace) -> int:
-    import pulsar
 
     bodies = _bodies(args)
     if not bodies:
         print("magnetar client: error: give messages with -m or files with -f", file=sys.stderr)
         return 2
-    client = pulsar.Client(args.url, logger=_quiet_logger())
+    client = _client(args)
     sent = 0
     try:
         producer = client.create_producer(args.topic, batching_enabled=not args.disable_batching)
@@ -120,7 +121,7 @@ def _format(msg: Any, hex_content: bool) -> str:
 def consume(args: argparse.Namespace) -> int:
     import pulsar
 
-    client = pulsar.Client(args.url, logger=_quiet_logger())
+    client = _client(args)
     received = 0
     try:
         consumer = client.subscribe(
@@ -155,6 +156,15 @@ def consume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client(args: argparse.Namespace) -> Any:
+    """The Pulsar client for ``--url``, authenticating with ``--auth-params``' token."""
+    import pulsar
+
+    token = token_of(args)
+    auth = pulsar.AuthenticationToken(token) if token is not None else None
+    return pulsar.Client(args.url, authentication=auth, logger=_quiet_logger())
+
+
 def _quiet_logger() -> Any:
     """The client library's own console logger, errors only (a Python logger would be
     called from the library's threads, also while the interpreter exits)."""
@@ -168,7 +178,11 @@ def run(args: argparse.Namespace) -> int:
     if fn is None:
         args._client_parser.print_help(sys.stderr)
         return 2
-    return int(fn(args))
+    try:
+        return int(fn(args))
+    except argparse.ArgumentTypeError as exc:
+        print(f"magnetar client: error: {exc}", file=sys.stderr)
+        return 2
 
 
 register_command(Command(

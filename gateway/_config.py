@@ -543,6 +543,43 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("maxMessagePublishBufferSizeInMB", 512,
          "Bytes of publishes, from every Pulsar connection, awaiting their receipt before the "
          "broker reads no connection (until half is free); -1 for no limit.", -1),
+    # --- authentication and authorization
+    _bool("authenticationEnabled", False,
+          "Require every client (Pulsar, Kafka, admin REST) to authenticate; with the token "
+          "provider, by a JWT signed with tokenSecretKey or tokenPublicKey's private key "
+          "(Kafka clients by SASL/PLAIN with the password token:<jwt>)."),
+    Key("authenticationProviders", "list", (),
+        "Authentication providers: only "
+        "org.apache.pulsar.broker.authentication.AuthenticationProviderToken (token "
+        "authentication) is available; a broker naming another refuses to start.",
+        "a comma-separated list of provider class names"),
+    _str("tokenSecretKey", "",
+         "The secret key (HS256, HS384, HS512) tokens are verified with: file:///path (the "
+         "key's bytes, as tokens create-secret-key --output writes them), data:;base64,<key> "
+         "or the key in base64."),
+    _str("tokenPublicKey", "",
+         "The public key (RSA or EC, DER or PEM) tokens are verified with, when they are "
+         "signed with a private key; in the same forms as tokenSecretKey."),
+    _enum("tokenPublicAlg", "RS256",
+          "The algorithm family of tokenPublicKey: an RSA algorithm for an RSA key, an ES "
+          "one for an EC key; tokens signed by that family are accepted.",
+          "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"),
+    _str("tokenAuthClaim", "", "The token claim that holds the role; empty: sub."),
+    _str("tokenAudienceClaim", "",
+         "The token claim that holds its audience; when set, a token must name "
+         "tokenAudience there."),
+    _str("tokenAudience", "", "The audience that stands for this broker (see tokenAudienceClaim)."),
+    _str("anonymousUserRole", "",
+         "The role of a client that presents no credentials; empty: such a client is refused."),
+    _bool("authenticateMetricsEndpoint", False,
+          "Require authentication (and, with authorization, a super-user) for /metrics."),
+    _bool("authorizationEnabled", False,
+          "Check what each authenticated role may do: produce and consume need the "
+          "namespace's or the topic's permission, administering a tenant needs its "
+          "adminRoles; super-users may do anything. Needs authenticationEnabled."),
+    Key("superUserRoles", "list", (),
+        "Roles that may do anything: create tenants, administer every namespace, produce "
+        "and consume everywhere.", "a comma-separated list of roles"),
     # --- topics
     _bool("enablePersistentTopics", True,
           "Serve persistent topics; when false, a producer, consumer or admin request that "

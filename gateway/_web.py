@@ -1,6 +1,7 @@
 """The web service on ``webServicePort``: the admin REST API under ``/admin/v2``,
 Prometheus metrics under ``/metrics`` and, with ``webSocketServiceEnabled``, Pulsar's
-WebSocket API under ``/ws`` (:mod:`handlers.websocket`), served by hypercorn's trio worker.
+WebSocket API under ``/ws`` (:mod:`handlers.websocket`), served by hypercorn's trio worker,
+behind Pulsar's authentication and authorization (:func:`gateway.admin.guard`).
 
 The handlers run on the broker's own trio loop, so they read and change live topics and
 subscriptions directly. Unknown paths and methods answer with Pulsar's error shape
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 def build_app(config: Any, broker: Any) -> Any:
     """The ASGI app: admin routes, ``/metrics``, Pulsar-shaped errors."""
     from gateway._metrics import CONTENT_TYPE_LATEST, metrics_registry, render_metrics
-    from gateway.admin import Rates, admin_routes, error_response
+    from gateway.admin import Rates, admin_routes, error_response, guard
 
     rates = Rates()
     registry = metrics_registry(broker, rates)
@@ -53,7 +54,7 @@ def build_app(config: Any, broker: Any) -> Any:
         ],
         exception_handlers={HTTPException: http_error},
     )
-    return _websockets(config, broker, _count_requests(broker, _keep_encoded_slashes(app)))
+    return _websockets(config, broker, _count_requests(broker, _keep_encoded_slashes(guard(broker, app))))
 
 
 def _websockets(config: Any, broker: Any, app: Any) -> Any:

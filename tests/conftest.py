@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._auth import Tokens
 from tests._standalone import Standalone
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -28,6 +29,20 @@ def unique() -> str:
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     data: Path = tmp_path_factory.mktemp("standalone")
     with Standalone(data) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory: pytest.TempPathFactory) -> Tokens:
+    """A secret key and the tokens it signs (:class:`tests._auth.Tokens`)."""
+    return Tokens(tmp_path_factory.mktemp("keys"))
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory, tokens: Tokens) -> Iterator[Standalone]:
+    """A standalone with token authentication and authorization on (super-user
+    :data:`tests._auth.SUPER_USER`)."""
+    with Standalone(tmp_path_factory.mktemp("secured"), conf=tokens.conf()) as s:
         yield s
 
 

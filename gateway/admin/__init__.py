@@ -12,10 +12,11 @@ from typing import Any
 from starlette.routing import BaseRoute, Route
 
 from . import bookies, brokers, clusters, namespaces, schemas, subscriptions, tenants, topics
+from ._access import guard
 from ._common import RestError, error_response, limit_body
 from ._stats import Rates
 
-__all__ = ["admin_routes", "RestError", "Rates", "error_response"]
+__all__ = ["admin_routes", "RestError", "Rates", "error_response", "guard"]
 
 
 def admin_routes(broker: Any, rates: Rates | None = None) -> list[BaseRoute]:

@@ -24,6 +24,7 @@ from ._common import (
     replication_clusters,
     tenant_of,
 )
+from ._permissions import actions_of, auth_policies
 from ._policies import (
     POLICY_SPECS,
     PolicySpec,
@@ -35,7 +36,6 @@ from .tenants import delete_namespace_everything
 
 __all__ = ["routes"]
 
-_ACTIONS = ("produce", "consume", "functions", "sources", "sinks", "packages")
 
 
 def _properties(value: Any) -> dict[str, str]:
@@ -204,14 +204,10 @@ def routes(broker: Any) -> list[Route]:
     async def grant(request: Request) -> Any:
         ns, _ = existing(request)
         role = str(request.path_params["role"])
-        actions = await json_body(request)
-        if not isinstance(actions, list) or not all(a in _ACTIONS for a in actions):
-            raise RestError(400, f"Actions must be a list of: {', '.join(_ACTIONS)}")
+        actions = await actions_of(request)
 
         def apply(p: dict[str, Any]) -> None:
-            auth = p.setdefault("auth_policies", {"namespace_auth": {}, "destination_auth": {},
-                                                  "subscription_auth_roles": {}})
-            auth.setdefault("namespace_auth", {})[role] = sorted(set(actions))
+            auth_policies(p)["namespace_auth"][role] = actions
 
         policies.update_namespace(ns, apply)
         return None

@@ -30,6 +30,7 @@ from ._common import (
     replication_clusters,
     topic_of,
 )
+from ._permissions import topic_routes
 from ._policies import (
     POLICY_SPECS,
     TOPIC_POLICY_SPECS,
@@ -571,6 +572,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
     out: list[Route] = []
     for domain in DOMAINS:
         base = f"/admin/v2/{domain}/{{tenant}}/{{namespace}}"
+        out += topic_routes(broker, base)
         out += [
             Route(base, list_topics, methods=["GET"]),
             Route(f"{base}/partitioned", list_partitioned, methods=["GET"]),

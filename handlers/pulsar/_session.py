@@ -25,6 +25,7 @@ from typing import Any
 import trio
 
 from core._native import NativeError
+from core.auth import AuthenticationError
 from core.broker import (
     BrokerService,
     NamespaceNotFoundError,
@@ -83,6 +84,13 @@ READ_SIZE = 256 * 1024
 TOO_MANY_LOOKUPS = "Failed due to too many pending lookup requests"
 
 E = pb.ServerError
+
+#: The request id of an answer to no request (Java's -1 as an unsigned 64-bit id): the
+#: ERROR that refuses a CONNECT.
+NO_REQUEST = (1 << 64) - 1
+#: What Pulsar tells a client whose credentials do not authenticate it (ServerCnx): the
+#: reason stays in the broker's log.
+UNABLE_TO_AUTHENTICATE = "Unable to authenticate"
 
 
 _CPP_CLIENT = re.compile(r"Pulsar-CPP-v(\d+)\.(\d+)")
@@ -240,6 +248,11 @@ class PulsarSession:
         self.consumer_topics: dict[int, PersistentTopic] = {}
         self.last_received = time.monotonic()
         self.closed = False
+        #: The client's authenticated role (None while authentication is off or pending).
+        self.role: str | None = None
+        # Set when a refused CONNECT's ERROR is queued: nothing more is read, the
+        # connection closes once the ERROR is written.
+        self._refused = False
         self._nursery: trio.Nursery | None = None
         # Publishes read from this client and not yet answered (Pulsar's
         # maxPendingPublishRequestsPerConnection): past it, nothing more is read from it.
@@ -275,8 +288,11 @@ class PulsarSession:
             try:
                 # the answers to what this read brought leave together, in one write
                 with write_batch():
-                    if not self._handle_read(data):
-                        return
+                    more = self._handle_read(data)
+                if not more:
+                    if self._refused:
+                        await self.outbox.flush()
+                    return
             except RemoteProtocolError as exc:
                 log.info("pulsar: closing connection: %s", exc)
                 self._send(ev.CommandError.build(request_id=0, error=exc.code, message=str(exc)))
@@ -310,6 +326,8 @@ class PulsarSession:
                     return False
                 handled += 1
                 self._handle(event)
+                if self._refused:
+                    return False
         finally:
             if handled:
                 self.broker.stats.record_request("pulsar", handled)
@@ -400,11 +418,36 @@ class PulsarSession:
         code = exc if isinstance(exc, int) else _server_error(exc)
         self._send(ev.CommandError.build(request_id=request_id, error=code, message=message or str(exc)))
 
+    def _denied(self, request_id: int, allowed: bool, action: str) -> bool:
+        """Answer ``request_id`` with Pulsar's AuthorizationError unless ``allowed``;
+        whether it was refused."""
+        if allowed:
+            return False
+        log.warning("pulsar: %s not authorized to %s with role %s", self.peer_address, action, self.role)
+        self._error(request_id, E.AuthorizationError, f"Client is not authorized to {action}")
+        return True
+
     def _success(self, request_id: int) -> None:
         self._send(ev.CommandSuccess.build(request_id=request_id))
 
     def _on_CommandConnect(self, event: Any) -> None:
         cmd = event.command
+        auth = self.broker.auth
+        if auth.authentication_enabled:
+            # ServerCnx.handleConnect: the role comes from the CONNECT's credentials; a
+            # client without valid ones gets ERROR(AuthenticationError) and is closed.
+            try:
+                identity = auth.authenticate(
+                    cmd.auth_method_name if cmd.HasField("auth_method_name") else None,
+                    cmd.auth_data if cmd.HasField("auth_data") else None)
+            except AuthenticationError as exc:
+                log.warning("pulsar: %s %s: %s", self.peer_address, UNABLE_TO_AUTHENTICATE, exc)
+                self._send(ev.CommandError.build(request_id=NO_REQUEST, error=E.AuthenticationError,
+                                                 message=UNABLE_TO_AUTHENTICATE))
+                self._refused = True
+                return
+            self.role = identity.role
+            log.info("pulsar: %s authenticated with role %s", self.peer_address, self.role)
         version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
         self._tell_end_of_topic = understands_end_of_topic(cmd.client_version, cmd.protocol_version)
         self.client_version = cmd.client_version
@@ -452,6 +495,11 @@ class PulsarSession:
                 request_id=cmd.request_id, response=pb.CommandLookupTopicResponse.Failed,
                 error=_server_error(exc), message=str(exc)))
             return
+        if not self.broker.auth.can_lookup(name, self.role):
+            self._send(ev.CommandLookupTopicResponse.build(
+                request_id=cmd.request_id, response=pb.CommandLookupTopicResponse.Failed,
+                error=E.AuthorizationError, message="Client is not authorized to Lookup"))
+            return
         wanted = cmd.advertised_listener_name if cmd.HasField("advertised_listener_name") else ""
         urls = self.broker.pulsar_listener(wanted)
         if urls is None:
@@ -474,6 +522,11 @@ class PulsarSession:
         R = pb.CommandPartitionedTopicMetadataResponse
         try:
             name = TopicName.parse(cmd.topic)
+            if not self.broker.auth.can_lookup(name, self.role):
+                self._send(ev.CommandPartitionedTopicMetadataResponse.build(
+                    request_id=cmd.request_id, response=R.Failed, error=E.AuthorizationError,
+                    message="Client is not authorized to Get Partition Metadata"))
+                return
             n = await self.broker.partitioned_metadata(name)
         except Exception as exc:
             self._send(ev.CommandPartitionedTopicMetadataResponse.build(
@@ -489,6 +542,8 @@ class PulsarSession:
         limit = self.codec.peer_max_frame_size
         try:
             ns = NamespaceName.parse(cmd.namespace)
+            if self._denied(cmd.request_id, self.broker.auth.can_list_topics(ns, self.role), "Get Topics"):
+                return
             # sorted: non-persistent:// names come before persistent:// ones
             domains = sorted({0: ["persistent"], 1: ["non-persistent"],
                               2: ["persistent", "non-persistent"]}[cmd.mode])
@@ -531,6 +586,10 @@ class PulsarSession:
             return
         try:
             name = TopicName.parse(cmd.topic)
+            auth = self.broker.auth
+            if self._denied(cmd.request_id, auth.can_produce(name, self.role) and (
+                    not cmd.initial_subscription_name or auth.can_consume(name, self.role)), "Produce"):
+                return
             topic = await self.broker.get_topic(name)
             schema_version = await self.broker.schemas.add_or_check(
                 topic, cmd.schema if cmd.HasField("schema") else None)
@@ -679,6 +738,8 @@ class PulsarSession:
             return
         try:
             name = TopicName.parse(cmd.topic)
+            if self._denied(cmd.request_id, self.broker.auth.can_consume(name, self.role), "subscribe"):
+                return
             topic = await self.broker.get_topic(name, create=not cmd.HasField("force_topic_creation")
                                                 or cmd.force_topic_creation)
             if cmd.HasField("schema"):

@@ -13,6 +13,7 @@ from typing import Any
 import trio
 import trio.testing
 
+from core.auth import AuthService
 from core.format import MessageMetadata, encode_entry
 from core.format import pulsar_api_pb2 as pb
 from core.stats import BrokerStats
@@ -73,8 +74,8 @@ class _Client:
         self.stream, server = trio.testing.memory_stream_pair()
         config = {"maxMessageSize": 5 << 20, "keepAliveIntervalSeconds": 0,
                   "maxPendingPublishRequestsPerConnection": max_pending}
-        handler = SimpleNamespace(broker=SimpleNamespace(stats=BrokerStats()), config=config,
-                                  publish_buffer=buffer)
+        broker = SimpleNamespace(stats=BrokerStats(), auth=AuthService(config, None))
+        handler = SimpleNamespace(broker=broker, config=config, publish_buffer=buffer)
         self.session = PulsarSession(handler, server)
         self.session.producers[1] = Producer(topic, 1, "p", ProducerAccessMode.Shared)  # type: ignore[arg-type]
         self.codec = PulsarConnection(Role.CLIENT)
