@@ -446,20 +446,25 @@ def _ns_unsubscribe(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.post(_ns_path(a.namespace) + f"/unsubscribe/{quote(a.sub, safe='')}")
 
 
-@verb("namespaces", "permissions", "roles and their actions", NS)
-def _ns_permissions(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.get(_ns_path(a.namespace) + "/permissions")
+def _permission_verbs(noun: str, target: tuple[tuple[str, ...], dict[str, Any]], path_of: Callable[[argparse.Namespace], str]) -> None:
+    """``permissions``, ``grant-permission`` and ``revoke-permission`` of ``noun``
+    (namespaces, topics), on the resource whose path ``path_of`` gives."""
+
+    @verb(noun, "permissions", "roles and their actions", target)
+    def _permissions(c: AdminClient, a: argparse.Namespace) -> Any:
+        return c.get(path_of(a) + "/permissions")
+
+    @verb(noun, "grant-permission", "grant actions to a role", target, A("--role", required=True),
+          A("--actions", type=_csv, required=True, help="produce,consume,..."))
+    def _grant(c: AdminClient, a: argparse.Namespace) -> Any:
+        return c.post(path_of(a) + f"/permissions/{quote(a.role, safe='')}", a.actions)
+
+    @verb(noun, "revoke-permission", "revoke a role's actions", target, A("--role", required=True))
+    def _revoke(c: AdminClient, a: argparse.Namespace) -> Any:
+        return c.delete(path_of(a) + f"/permissions/{quote(a.role, safe='')}")
 
 
-@verb("namespaces", "grant-permission", "grant actions to a role", NS, A("--role", required=True),
-      A("--actions", type=_csv, required=True, help="produce,consume,..."))
-def _ns_grant(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.post(_ns_path(a.namespace) + f"/permissions/{quote(a.role, safe='')}", a.actions)
-
-
-@verb("namespaces", "revoke-permission", "revoke a role's actions", NS, A("--role", required=True))
-def _ns_revoke(c: AdminClient, a: argparse.Namespace) -> Any:
-    return c.delete(_ns_path(a.namespace) + f"/permissions/{quote(a.role, safe='')}")
+_permission_verbs("namespaces", NS, lambda a: _ns_path(a.namespace))
 
 
 @verb("namespaces", "set-clusters", "set replication clusters", NS, A("-c", "--clusters", type=_csv, required=True))
@@ -916,6 +921,9 @@ _STATS_ARGS = (
 def _stats_query(a: argparse.Namespace) -> dict[str, Any]:
     return {"getPreciseBacklog": a.get_precise_backlog, "subscriptionBacklogSize": a.get_subscription_backlog_size,
             "getEarliestTimeInBacklog": a.get_earliest_time_in_backlog}
+
+
+_permission_verbs("topics", TOPIC, lambda a: _topic_path(a.topic))
 
 
 @verb("topics", "stats", "a topic's stats", TOPIC, *_STATS_ARGS)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import urllib.error
@@ -164,3 +165,15 @@ def test_broker_refuses_to_start_with_unusable_authentication(tmp_path: Path, co
     done = _magnetar(*args)
     assert done.returncode == 2
     assert message in done.stderr
+
+
+def test_admin_cli_grants_and_revokes_topic_permissions(secured, tokens, unique):
+    base = ["admin", "--admin-url", secured.addresses["web"][0],
+            "--auth-params", f"token:{tokens.token(SUPER_USER)}", "topics"]
+    topic = f"persistent://public/default/cli-perm-{unique}"
+    granted = _magnetar(*base, "grant-permission", topic, "--role", f"r-{unique}", "--actions", "produce,consume")
+    assert granted.returncode == 0, granted.stderr
+    shown = _magnetar(*base, "permissions", topic)
+    assert json.loads(shown.stdout)[f"r-{unique}"] == ["consume", "produce"]
+    assert _magnetar(*base, "revoke-permission", topic, "--role", f"r-{unique}").returncode == 0
+    assert f"r-{unique}" not in json.loads(_magnetar(*base, "permissions", topic).stdout)
