@@ -506,7 +506,10 @@ _KEY_LIST: tuple[Key, ...] = (
         "Protocol handlers to load: pulsar, kafka, or module:Class for your own.",
         "a comma-separated list of protocol names or module:Class"),
     Key("kafkaListeners", "list", ("PLAINTEXT://127.0.0.1:9092",),
-        "Kafka listener URLs.", "a comma-separated list of scheme://host:port", _listeners),
+        "Kafka listener URLs: PLAINTEXT://host:port, or SASL_PLAINTEXT://host:port (with "
+        "authenticationEnabled every Kafka listener requires SASL/PLAIN with the password "
+        "token:<jwt>, whichever its scheme).", "a comma-separated list of scheme://host:port",
+        _listeners),
     Key("kafkaAdvertisedListeners", "list", (),
         "Kafka listener URLs given to clients in metadata; empty means the bound listener.",
         "a comma-separated list of scheme://host:port", _listeners),

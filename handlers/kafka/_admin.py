@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from core.autorecovery import bookies
 from core.broker import TopicNotFoundError
 from core.naming import InvalidNameError, TopicName
+from handlers.kafka import _access
+from handlers.kafka._access import allowed
 from handlers.kafka._codec import Data, RequestReceived, api_versions_table, topic_uuid
 from handlers.kafka._configs import (
     SOURCE_DYNAMIC_TOPIC,
@@ -121,7 +123,7 @@ async def handle_metadata(h: KafkaProtocolHandler, req: RequestReceived) -> Data
     if b.topics is None:
         for name in h.topics.all_topics():
             n = h.topics.partition_count(name)
-            if n:
+            if n and h.broker.auth.allows(name, req.principal, *_access.DESCRIBE):
                 kname = h.topics.kafka_name(name)
                 topics.append(Data(error_code=0, name=kname, topic_id=topic_uuid(str(name)),
                                    is_internal=False, partitions=_partitions(h, range(n))))
@@ -131,6 +133,10 @@ async def handle_metadata(h: KafkaProtocolHandler, req: RequestReceived) -> Data
             if kname is None:
                 topics.append(Data(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=None,
                                    topic_id=t.topic_id, is_internal=False, partitions=[]))
+                continue
+            if not allowed(h, req, kname, _access.DESCRIBE):
+                topics.append(Data(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=kname,
+                                   is_internal=False, partitions=[]))
                 continue
             try:
                 name, n = await h.topics.ensure(kname, create=auto)

@@ -69,6 +69,7 @@ __all__ = [
     "KafkaConnection",
     "NEED_DATA",
     "RequestReceived",
+    "SaslTokenReceived",
     "UnsupportedRequest",
     "DEFAULT_MAX_REQUEST_SIZE",
     "LARGE_FRAME",
@@ -83,6 +84,9 @@ DEFAULT_MAX_REQUEST_SIZE = 100 * 1024 * 1024
 """Largest request frame accepted (Kafka's ``socket.request.max.bytes``)."""
 
 LARGE_FRAME = 64 * 1024
+
+MAX_SASL_TOKEN = 512 * 1024
+"""Largest unframed SASL token accepted (Kafka's ``sasl.server.max.receive.size``)."""
 """A request frame this large is received into a buffer of its own (see
 :class:`KafkaConnection`)."""
 
@@ -524,6 +528,14 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
           F("group_state", "string", "4+"),
           F("group_type", "string", "5+")),
     ]),
+    # KIP-43, KIP-152: after v0 the client sends its SASL tokens unframed (a size and the
+    # bytes: :class:`SaslTokenReceived`), after v1 in SaslAuthenticate. Never flexible.
+    _api(17, "SaslHandshake", "0-1", 2, [
+        F("mechanism", "string"),
+    ], [
+        F("error_code", "int16"),
+        F("mechanisms", "[]string"),
+    ]),
     # v4 (KAFKA-17011) lists supported features whose min version is 0, which v3 leaves out.
     _api(18, "ApiVersions", "0-4", 3, [
         F("client_software_name", "string", "3+"),
@@ -691,6 +703,14 @@ APIS: dict[int, ApiSpec] = {a.key: a for a in [
     ]),
     _api(33, "AlterConfigs", "0-2", 2, _alter_configs_request(incremental=False),
          _ALTER_CONFIGS_RESPONSE),
+    _api(36, "SaslAuthenticate", "0-2", 2, [
+        F("auth_bytes", "bytes"),
+    ], [
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+"),
+        F("auth_bytes", "bytes"),
+        F("session_lifetime_ms", "int64", "1+"),
+    ]),
     _api(37, "CreatePartitions", "0-3", 2, [
         F("topics", "[]", "0+",
           F("name", "string"),
@@ -1465,10 +1485,21 @@ class RequestReceived:
     size: int
     client_host: str = ""
     """The client's address as Kafka names it (``/127.0.0.1``); empty when unknown."""
+    principal: str | None = None
+    """The connection's authenticated role (Kafka's ``RequestContext.principal``), set by
+    the session; None while authentication is off."""
 
     @property
     def api_name(self) -> str:
         return APIS[self.api_key].name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaslTokenReceived:
+    """A SASL token sent unframed, after a SaslHandshake v0 (KIP-43): answered with
+    :meth:`KafkaConnection.send_sasl_token`."""
+
+    token: bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1503,6 +1534,9 @@ class KafkaConnection:
         self._frame: bytearray | None = None
         self._size = 0
         self._filled = 0
+        #: Set by the server once it answered a SaslHandshake v0: the next frame is an
+        #: unframed SASL token, not a request.
+        self.expect_sasl_token = False
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         frame = self._frame
@@ -1537,7 +1571,9 @@ class KafkaConnection:
     def buffered(self) -> int:
         return len(self._buf) + self._filled
 
-    def next_event(self) -> RequestReceived | UnsupportedRequest | Any:
+    def next_event(self) -> RequestReceived | UnsupportedRequest | SaslTokenReceived | Any:
+        if self.expect_sasl_token:
+            return self._next_sasl_token()
         frame = self._frame
         if frame is not None:
             if self._filled < self._size:
@@ -1567,6 +1603,25 @@ class KafkaConnection:
             raise
         del buf[:4 + size]
         return event
+
+    def _next_sasl_token(self) -> SaslTokenReceived | Any:
+        buf = self._buf
+        if len(buf) < 4:
+            return NEED_DATA
+        size = _I32.unpack_from(buf, 0)[0]
+        if not 0 <= size <= MAX_SASL_TOKEN:
+            raise RemoteProtocolError(f"SASL token size {size} outside 0..{MAX_SASL_TOKEN}",
+                                      ErrorCode.ILLEGAL_SASL_STATE)
+        if len(buf) < 4 + size:
+            return NEED_DATA
+        token = bytes(buf[4:4 + size])
+        del buf[:4 + size]
+        self.expect_sasl_token = False
+        return SaslTokenReceived(token=token)
+
+    def send_sasl_token(self, token: bytes) -> bytes:
+        """An unframed SASL token (the answer to a :class:`SaslTokenReceived`)."""
+        return _I32.pack(len(token)) + token
 
     def send_response(self, request: RequestReceived, body: Any) -> bytes:
         return _size_prefixed(_response(request, body))

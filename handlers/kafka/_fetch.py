@@ -37,6 +37,7 @@ import trio
 
 from core.storage import Entry
 from handlers.kafka import _mapping
+from handlers.kafka._access import CONSUME, DESCRIBE, allowed, check
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode
 from handlers.kafka._fetch_session import FetchContext, full_fetch
@@ -76,6 +77,7 @@ async def handle_fetch(h: KafkaProtocolHandler, req: RequestReceived
         logs: dict[tuple[str, int], PartitionLog | BaseException] = {}
         for topic, partition, _, _ in ctx.wanted:
             try:
+                check(h, req, topic, CONSUME)
                 logs[(topic, partition)] = await h.topics.log(topic, partition, create=False)
             except Exception as exc:
                 logs[(topic, partition)] = exc
@@ -154,7 +156,13 @@ async def handle_list_offsets(h: KafkaProtocolHandler, req: RequestReceived) -> 
     out = []
     for t in req.body.topics:
         parts = []
+        permitted = allowed(h, req, t.name, DESCRIBE)
         for p in t.partitions:
+            if not permitted:
+                parts.append(Data(partition_index=p.partition_index,
+                                  error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, old_style_offsets=[],
+                                  timestamp=-1, offset=-1, leader_epoch=-1))
+                continue
             parts.append(await _list_one(h, t.name, p.partition_index, p.timestamp, req.api_version))
         out.append(Data(name=t.name, partitions=parts))
     return Data(throttle_time_ms=0, topics=out)

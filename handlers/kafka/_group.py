@@ -45,6 +45,7 @@ import trio
 
 from core.storage import Position
 from handlers._ticker import Ticker
+from handlers.kafka._access import CONSUME, DESCRIBE, allowed
 from handlers.kafka._admin import GROUP_OPERATIONS, NOT_ASKED
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, LocalProtocolError
@@ -548,7 +549,8 @@ class GroupCoordinator:
             await self._recover_cursors(g)
         error = self._check_commit(b.group_id, b.generation_id_or_member_epoch, b.member_id,
                                    b.group_instance_id)
-        return await self.store_offsets(b.group_id, b.topics, error)
+        denied = frozenset(t.name for t in b.topics if not allowed(self.h, req, t.name, CONSUME))
+        return await self.store_offsets(b.group_id, b.topics, error, denied)
 
     def _check_commit(self, group_id: str, generation: int, member_id: str,
                       instance: str | None, *, transactional: bool = False) -> int:
@@ -596,16 +598,22 @@ class GroupCoordinator:
                     out[(t.name, p.partition_index)] = error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return out
 
-    async def store_offsets(self, group_id: str, topics: list[Any], error: int) -> Data:
+    async def store_offsets(self, group_id: str, topics: list[Any], error: int,
+                            denied: frozenset[str] = frozenset()) -> Data:
         """Record one OffsetCommit (or a committed transaction's offsets) all or nothing:
         the group's new offsets go to the store in one write of its document, and only
         once that write has succeeded do they replace the ones in memory; a failed write
         fails every partition of the request (COORDINATOR_NOT_AVAILABLE, which clients
-        retry) and changes nothing. The subscriptions follow afterwards."""
+        retry) and changes nothing. The subscriptions follow afterwards. The topics in
+        ``denied`` (the role may not consume them) are TOPIC_AUTHORIZATION_FAILED."""
         g = self.group(group_id) if not error else None
         codes: dict[tuple[str, int], int] = {}
         staged: dict[tuple[str, int], tuple[int, str | None]] = {}
         unknown = self.partition_errors(topics) if not error else {}
+        for t in topics:
+            if t.name in denied:
+                unknown.update(dict.fromkeys(((t.name, p.partition_index) for p in t.partitions),
+                                             ErrorCode.TOPIC_AUTHORIZATION_FAILED))
         for t in topics:
             for p in t.partitions:
                 key = (t.name, p.partition_index)
@@ -694,7 +702,14 @@ class GroupCoordinator:
         out = []
         for name, parts in wanted:
             ps = []
+            permitted = allowed(self.h, req, name, DESCRIBE)
+            if not permitted and b.topics is None:
+                continue
             for p in parts:
+                if not permitted:
+                    ps.append(Data(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
+                                   metadata="", error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                    continue
                 if (name, p) in unstable:
                     ps.append(Data(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
                                    metadata="", error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT))

@@ -27,6 +27,7 @@ from handlers.kafka._group import (
     DEFAULT_OFFSETS_RETENTION_MINUTES,
     GroupCoordinator,
 )
+from handlers.kafka._sasl import handle_sasl_disabled
 from handlers.kafka._session import DEFAULT_CONNECTIONS_MAX_IDLE_MS, KafkaSession, Later
 from handlers.kafka._topics import DEFAULT_RETENTION_HOURS, KafkaTopics
 from handlers.kafka._txn import TxnCoordinator
@@ -109,6 +110,7 @@ class KafkaProtocolHandler:
             14: lambda h, r: partial(h.groups.sync, r),
             15: lambda h, r: h.groups.describe(r),
             16: lambda h, r: h.groups.list_groups(r),
+            17: handle_sasl_disabled,
             18: _admin.handle_api_versions,
             19: _admin.handle_create_topics,
             20: _admin.handle_delete_topics,
@@ -124,6 +126,7 @@ class KafkaProtocolHandler:
             32: _configs.handle_describe_configs,
             33: _configs.handle_alter_configs,
             35: _admin.handle_describe_log_dirs,
+            36: handle_sasl_disabled,
             37: _admin.handle_create_partitions,
             42: lambda h, r: partial(h.groups.delete, r),
             43: _admin.handle_elect_leaders,
@@ -159,8 +162,12 @@ class KafkaProtocolHandler:
         bound: list[tuple[str, str, int]] = []
         for item in raw:
             scheme, host, port = _parse_listener(item)
-            if scheme.upper() != "PLAINTEXT":
-                raise ValueError(f"kafkaListeners: {item} uses {scheme}; only PLAINTEXT is served")
+            if scheme.upper() not in ("PLAINTEXT", "SASL_PLAINTEXT"):
+                raise ValueError(f"kafkaListeners: {item} uses {scheme}; only PLAINTEXT and "
+                                 "SASL_PLAINTEXT are served")
+            if scheme.upper() == "SASL_PLAINTEXT" and not self.broker.auth.authentication_enabled:
+                raise ValueError(f"kafkaListeners: {item} needs authenticationEnabled=true (with "
+                                 "it, every Kafka listener requires SASL/PLAIN)")
             opened = await open_listeners(port, host or None, "kafkaListeners")
             listeners.extend(opened)
             bound.append((scheme, host or "0.0.0.0", opened[0].socket.getsockname()[1]))

@@ -37,6 +37,7 @@ from core.naming import InvalidNameError
 from core.storage import Entry, Position, entry_metadata
 from core.topic import MessageTooLargeError, PublishResult
 from handlers.kafka import _mapping
+from handlers.kafka._access import PRODUCE, TopicAuthorizationFailed, allowed
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, RemoteProtocolError
 from handlers.kafka._records import RecordBatch, decode_batches, with_records
@@ -65,6 +66,8 @@ def topic_error(exc: BaseException) -> int:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         case RemoteProtocolError():
             return exc.code
+        case TopicAuthorizationFailed():
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
     log.warning("kafka: request failed: %r", exc)
     return ErrorCode.UNKNOWN_SERVER_ERROR
 
@@ -366,7 +369,11 @@ async def handle_produce(h: KafkaProtocolHandler, req: RequestReceived) -> Produ
     max_size = h.max_message_size
     slots: list[Slot] = []
     for td in body.topic_data:
+        permitted = allowed(h, req, td.name, PRODUCE)
         for pd in td.partition_data:
+            if not permitted:
+                slots.append((td.name, pd.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED, [], None))
+                continue
             error, pendings, plog = await _produce_partition(h, td.name, pd, acks, txn_id,
                                                              max_size)
             slots.append((td.name, pd.index, error, pendings, plog))

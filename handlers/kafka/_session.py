@@ -30,6 +30,7 @@ the clock.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -43,9 +44,11 @@ from handlers.kafka._codec import (
     Data,
     KafkaConnection,
     RequestReceived,
+    SaslTokenReceived,
     UnsupportedRequest,
 )
 from handlers.kafka._errors import RemoteProtocolError
+from handlers.kafka._sasl import SaslReply, SaslServer
 
 if TYPE_CHECKING:
     from handlers.kafka._handler import KafkaProtocolHandler
@@ -90,6 +93,11 @@ class KafkaSession:
         self._room = trio.Semaphore(MAX_IN_FLIGHT)
         self._nursery: trio.Nursery | None = None
         self._active_at = 0.0  # when bytes last arrived or a response was last queued
+        # With authentication on, nothing but SASL (and ApiVersions) is served until the
+        # client authenticated (handlers.kafka._sasl); then every request carries its role.
+        auth = handler.broker.auth
+        self.sasl = SaslServer(auth, self.codec.client_host) if auth.authentication_enabled else None
+        self.principal: str | None = None
 
     async def run(self) -> None:
         try:
@@ -158,7 +166,31 @@ class KafkaSession:
                     log.debug("kafka: unsupported ApiVersions v%d", event.api_version)
                     self._push(_Slot([self.codec.unsupported_response(event)]))
                     continue
+                if self.sasl is not None and not self.sasl.authenticated:
+                    reply = self.sasl.receive(event)
+                    if not reply.serve:
+                        if not self._answer_sasl(event, reply):
+                            await self._answer_open_requests()
+                            return
+                        continue
+                assert isinstance(event, RequestReceived)
                 await self._handle(event)
+
+    def _answer_sasl(self, event: RequestReceived | SaslTokenReceived, reply: SaslReply) -> bool:
+        """Answer ``event``, received before the client authenticated (its room in the
+        queue taken), as ``reply`` says; False when the connection must close (once
+        answered)."""
+        assert self.sasl is not None
+        if isinstance(reply.body, Data):
+            assert isinstance(event, RequestReceived)
+            self._push(_Slot(self.codec.send_response_parts(event, reply.body)))
+        elif isinstance(reply.body, bytes):
+            self._push(_Slot([self.codec.send_sasl_token(reply.body)]))
+        else:
+            self._room.release()
+        self.codec.expect_sasl_token = self.sasl.expects_token
+        self.principal = self.sasl.principal
+        return not reply.close
 
     async def _answer_open_requests(self) -> None:
         """Wait until every request read so far is answered and its response sent (a peer
@@ -171,6 +203,8 @@ class KafkaSession:
 
     async def _handle(self, req: RequestReceived) -> None:
         self.handler.broker.stats.record_request("kafka")
+        if self.principal is not None:
+            req = dataclasses.replace(req, principal=self.principal)
         result = await self.handler.dispatch(req)
         if result is None:
             self._room.release()

@@ -6,14 +6,17 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from core.auth import AuthService
 from core.metadata._memory import MemoryMetadataStore
 from handlers.kafka._codec import Data, RequestReceived
 
 
 def fake_handler(metadata: Any = None, **more: Any) -> Any:
     """A stand-in for the Kafka handler: ``broker.metadata`` (an in-memory store unless
-    given) and any other attributes ``more`` names."""
-    return SimpleNamespace(broker=SimpleNamespace(metadata=metadata or MemoryMetadataStore()),
+    given), ``broker.auth`` (authentication and authorization off) and any other
+    attributes ``more`` names."""
+    return SimpleNamespace(broker=SimpleNamespace(metadata=metadata or MemoryMetadataStore(),
+                                                  auth=AuthService({}, None)),
                            **more)
 
 

@@ -1,0 +1,46 @@
+"""What a Kafka client's role may do, as Kafka-on-Pulsar maps Kafka's operations onto
+Pulsar's permissions: writing a topic (Produce) needs ``produce``, reading it (Fetch,
+offsets of a group) ``consume``, describing it (Metadata, ListOffsets) either; a
+super-user or the tenant's admin may do anything. A refused topic answers
+TOPIC_AUTHORIZATION_FAILED. Everything is allowed while authorization is off."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from core.naming import InvalidNameError
+from handlers.kafka._codec import RequestReceived
+
+if TYPE_CHECKING:
+    from handlers.kafka._handler import KafkaProtocolHandler
+
+__all__ = ["PRODUCE", "CONSUME", "DESCRIBE", "TopicAuthorizationFailed", "allowed", "check"]
+
+PRODUCE = ("produce",)
+CONSUME = ("consume",)
+DESCRIBE = ("produce", "consume")
+
+
+class TopicAuthorizationFailed(Exception):
+    """The request's role may not do this to the topic (TOPIC_AUTHORIZATION_FAILED)."""
+
+
+def allowed(h: KafkaProtocolHandler, req: RequestReceived, kafka_topic: str,
+            actions: tuple[str, ...]) -> bool:
+    """Whether ``req``'s principal may do one of ``actions`` to ``kafka_topic``. A name
+    that is no topic name is allowed here: it fails as it would otherwise."""
+    auth = h.broker.auth
+    if not auth.authorization_enabled:
+        return True
+    try:
+        name = h.topics.topic_name(kafka_topic)
+    except InvalidNameError:
+        return True
+    return bool(auth.allows(name, req.principal, *actions))
+
+
+def check(h: KafkaProtocolHandler, req: RequestReceived, kafka_topic: str,
+          actions: tuple[str, ...]) -> None:
+    """Raise :class:`TopicAuthorizationFailed` unless :func:`allowed`."""
+    if not allowed(h, req, kafka_topic, actions):
+        raise TopicAuthorizationFailed(f"Not authorized to access topic {kafka_topic}")
