@@ -1,8 +1,10 @@
 """What a Kafka client's role may do, as Kafka-on-Pulsar maps Kafka's operations onto
 Pulsar's permissions: writing a topic (Produce) needs ``produce``, reading it (Fetch,
-offsets of a group) ``consume``, describing it (Metadata, ListOffsets) either; a
-super-user or the tenant's admin may do anything. A refused topic answers
-TOPIC_AUTHORIZATION_FAILED. Everything is allowed while authorization is off."""
+offsets of a group) ``consume``, describing it (Metadata, DescribeTopicPartitions,
+ListOffsets) either; creating, deleting, growing or truncating it (CreateTopics,
+DeleteTopics, CreatePartitions, DeleteRecords) the tenant's admin; a super-user or the
+tenant's admin may do anything. A refused topic answers TOPIC_AUTHORIZATION_FAILED.
+Everything is allowed while authorization is off."""
 
 from __future__ import annotations
 
@@ -14,11 +16,13 @@ from handlers.kafka._codec import RequestReceived
 if TYPE_CHECKING:
     from handlers.kafka._handler import KafkaProtocolHandler
 
-__all__ = ["PRODUCE", "CONSUME", "DESCRIBE", "TopicAuthorizationFailed", "allowed", "check"]
+__all__ = ["PRODUCE", "CONSUME", "DESCRIBE", "MANAGE", "TopicAuthorizationFailed", "allowed", "check"]
 
 PRODUCE = ("produce",)
 CONSUME = ("consume",)
 DESCRIBE = ("produce", "consume")
+#: Only the tenant's admin (or a super-user): no permission grants it.
+MANAGE: tuple[str, ...] = ()
 
 
 class TopicAuthorizationFailed(Exception):

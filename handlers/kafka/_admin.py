@@ -193,6 +193,7 @@ def handle_describe_topic_partitions(h: KafkaProtocolHandler, req: RequestReceiv
             break
         try:
             name = h.topics.topic_name(kname)
+            _access.check(h, req, kname, _access.DESCRIBE)
             n = h.topics.partition_count(name)
             error = 0 if n else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         except Exception as exc:
@@ -242,6 +243,7 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
         out.append(res)
         try:
             name = h.topics.topic_name(t.name)
+            _access.check(h, req, t.name, _access.MANAGE)
             h.broker.namespace_policies(name.namespace_name)
         except Exception as exc:
             res.error_code = topic_error(exc)
@@ -373,6 +375,7 @@ async def handle_delete_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
         out.append(res)
         try:
             name = h.topics.topic_name(kname)
+            _access.check(h, req, kname, _access.MANAGE)
             n = h.topics.partition_count(name)
             if n == 0:
                 res.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -405,6 +408,10 @@ async def handle_create_partitions(h: KafkaProtocolHandler, req: RequestReceived
         except InvalidNameError as exc:
             res.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
             res.error_message = str(exc)
+            continue
+        if not allowed(h, req, t.name, _access.MANAGE):
+            res.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            res.error_message = f"Not authorized to access topic {t.name}"
             continue
         current = h.broker.policies.partitions(name)
         if current == 0:
@@ -447,6 +454,7 @@ async def handle_delete_records(h: KafkaProtocolHandler, req: RequestReceived) -
             res = Data(partition_index=p.partition_index, low_watermark=-1, error_code=0)
             parts.append(res)
             try:
+                _access.check(h, req, t.name, _access.MANAGE)
                 plog = await h.topics.log(t.name, p.partition_index, create=False)
                 hw = plog.high_watermark()
                 offset = hw if p.offset == -1 else p.offset

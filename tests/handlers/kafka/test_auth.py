@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import confluent_kafka
 import pytest
+from confluent_kafka.admin import AdminClient as AdminClient_
+from confluent_kafka.admin import NewTopic
 
 with warnings.catch_warnings():
     # kafka-python 3.0 reads its schemas with a deprecated importlib.resources call.
@@ -205,3 +207,19 @@ def kafka_plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     conf = {"kafkaListeners": "PLAINTEXT://127.0.0.1:0"}
     with Standalone(tmp_path_factory.mktemp("kafka-plain"), conf=conf) as s:
         yield bootstrap(s.addresses)
+
+
+def test_creating_and_deleting_topics_needs_the_tenants_admin(boot, tokens, admin, unique):
+    role = f"kcarol-{unique}"
+    admin.post(f"/admin/v2/namespaces/public/default/permissions/{role}", ["produce", "consume"])
+    plain = AdminClient_(_confluent(boot, tokens.token(role)))
+    topic = f"managed-{unique}"
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        plain.create_topics([NewTopic(topic, 1, 1)])[topic].result(WAIT)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    superuser = AdminClient_(_confluent(boot, tokens.token(SUPER_USER)))
+    superuser.create_topics([NewTopic(topic, 1, 1)])[topic].result(WAIT)
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        plain.delete_topics([topic])[topic].result(WAIT)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    superuser.delete_topics([topic])[topic].result(WAIT)
