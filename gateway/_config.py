@@ -574,6 +574,10 @@ _KEY_LIST: tuple[Key, ...] = (
     _str("tokenAudience", "", "The audience that stands for this broker (see tokenAudienceClaim)."),
     _str("anonymousUserRole", "",
          "The role of a client that presents no credentials; empty: such a client is refused."),
+    _int("authenticationRefreshCheckSeconds", 60,
+         "How often a Pulsar connection's credentials are checked for expiry; once expired, "
+         "the client is asked for fresh ones (AUTH_CHALLENGE) and closed if it cannot give "
+         "them by the next check. 0: never checked.", 0),
     _bool("authenticateMetricsEndpoint", False,
           "Require authentication (and, with authorization, a super-user) for /metrics."),
     _bool("authorizationEnabled", False,

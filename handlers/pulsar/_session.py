@@ -25,7 +25,7 @@ from typing import Any
 import trio
 
 from core._native import NativeError
-from core.auth import AuthenticationError
+from core.auth import AuthenticationError, Identity
 from core.broker import (
     BrokerService,
     NamespaceNotFoundError,
@@ -88,9 +88,11 @@ E = pb.ServerError
 #: The request id of an answer to no request (Java's -1 as an unsigned 64-bit id): the
 #: ERROR that refuses a CONNECT.
 NO_REQUEST = (1 << 64) - 1
-#: What Pulsar tells a client whose credentials do not authenticate it (ServerCnx): the
-#: reason stays in the broker's log.
-UNABLE_TO_AUTHENTICATE = "Unable to authenticate"
+#: What Pulsar tells a client whose credentials do not authenticate it, at CONNECT or when
+#: they are refreshed (ServerCnx.authenticationFailed): the reason stays in the broker's log.
+FAILED_TO_AUTHENTICATE = "Failed to authenticate"
+#: The challenge that asks a client for fresh credentials (Pulsar's AuthData.REFRESH_AUTH_DATA).
+REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
 
 
 _CPP_CLIENT = re.compile(r"Pulsar-CPP-v(\d+)\.(\d+)")
@@ -250,6 +252,11 @@ class PulsarSession:
         self.closed = False
         #: The client's authenticated role (None while authentication is off or pending).
         self.role: str | None = None
+        # When the role's credentials expire (None: never), whether the client can refresh
+        # them (FeatureFlags.supports_auth_refresh), and whether a refresh is asked for.
+        self._credentials_expire: float | None = None
+        self._refreshable = False
+        self._refresh_pending = False
         # Set when a refused CONNECT's ERROR is queued: nothing more is read, the
         # connection closes once the ERROR is written.
         self._refused = False
@@ -432,22 +439,21 @@ class PulsarSession:
 
     def _on_CommandConnect(self, event: Any) -> None:
         cmd = event.command
-        auth = self.broker.auth
-        if auth.authentication_enabled:
+        if self.broker.auth.authentication_enabled:
             # ServerCnx.handleConnect: the role comes from the CONNECT's credentials; a
             # client without valid ones gets ERROR(AuthenticationError) and is closed.
-            try:
-                identity = auth.authenticate(
-                    cmd.auth_method_name if cmd.HasField("auth_method_name") else None,
-                    cmd.auth_data if cmd.HasField("auth_data") else None)
-            except AuthenticationError as exc:
-                log.warning("pulsar: %s %s: %s", self.peer_address, UNABLE_TO_AUTHENTICATE, exc)
-                self._send(ev.CommandError.build(request_id=NO_REQUEST, error=E.AuthenticationError,
-                                                 message=UNABLE_TO_AUTHENTICATE))
-                self._refused = True
+            identity = self._authenticate(
+                cmd.auth_method_name if cmd.HasField("auth_method_name") else None,
+                cmd.auth_data if cmd.HasField("auth_data") else None)
+            if identity is None:
                 return
             self.role = identity.role
+            self._credentials_expire = identity.expires_at
+            self._refreshable = cmd.feature_flags.supports_auth_refresh
             log.info("pulsar: %s authenticated with role %s", self.peer_address, self.role)
+            interval = int(self.config.get("authenticationRefreshCheckSeconds", 60))
+            if interval > 0:
+                self._spawn(self._refresh_credentials, interval)
         version = min(cmd.protocol_version, MAX_PROTOCOL_VERSION)
         self._tell_end_of_topic = understands_end_of_topic(cmd.client_version, cmd.protocol_version)
         self.client_version = cmd.client_version
@@ -458,6 +464,59 @@ class PulsarSession:
             feature_flags=pb.FeatureFlags(supports_broker_entry_metadata=True,
                                           supports_partial_producer=True),
         ))
+
+    def _authenticate(self, method: str | None, data: bytes | None) -> Identity | None:
+        """The identity ``method`` and ``data`` prove; None, with the client told
+        AuthenticationError and the connection closing, when they prove none."""
+        try:
+            return self.broker.auth.authenticate(method, data)
+        except AuthenticationError as exc:
+            log.warning("pulsar: %s %s (role %s): %s", self.peer_address, FAILED_TO_AUTHENTICATE,
+                        self.role, exc)
+            self._send(ev.CommandError.build(request_id=NO_REQUEST, error=E.AuthenticationError,
+                                             message=FAILED_TO_AUTHENTICATE))
+            self._refused = True
+            return None
+
+    async def _refresh_credentials(self, interval: int) -> None:
+        """Every ``interval`` seconds (authenticationRefreshCheckSeconds), as Pulsar's
+        ServerCnx: once the role's credentials expired, ask the client for fresh ones
+        (AUTH_CHALLENGE); close the connection of a client that cannot refresh them, or
+        that did not answer the last challenge."""
+        while True:
+            await trio.sleep(interval)
+            expires = self._credentials_expire
+            if self.closed or expires is None or time.time() < expires:
+                continue
+            if not self._refreshable or self._refresh_pending:
+                log.warning("pulsar: %s: closing connection: %s", self.peer_address,
+                            "the client's credentials expired and it cannot refresh them"
+                            if not self._refreshable else
+                            "timeout on refreshing auth credentials")
+                assert self._nursery is not None
+                self._nursery.cancel_scope.cancel()
+                return
+            log.info("pulsar: %s: refreshing the credentials of role %s", self.peer_address, self.role)
+            self._refresh_pending = True
+            self._send(ev.CommandAuthChallenge.build(
+                server_version=SERVER_VERSION, protocol_version=self.codec.protocol_version or 0,
+                challenge=pb.AuthData(auth_method_name="token", auth_data=REFRESH_AUTH_DATA)))
+
+    def _on_CommandAuthResponse(self, event: Any) -> None:
+        """A client's fresh credentials: they must prove the same role (Pulsar:
+        "Principal cannot change during an authentication refresh")."""
+        self._refresh_pending = False
+        response = event.command.response
+        identity = self._authenticate(response.auth_method_name or None, response.auth_data)
+        if identity is None:
+            return
+        if identity.role != self.role:
+            log.warning("pulsar: %s: closing connection: the role cannot change from %s to %s "
+                        "during an authentication refresh", self.peer_address, self.role, identity.role)
+            self._refused = True
+            return
+        self._credentials_expire = identity.expires_at
+        log.info("pulsar: %s: refreshed the credentials of role %s", self.peer_address, self.role)
 
     def _on_CommandPing(self, event: Any) -> None:
         self._send(ev.CommandPong.build())

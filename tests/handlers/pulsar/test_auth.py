@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+
 import pulsar
 import pytest
 
@@ -69,7 +72,7 @@ def test_connect_without_valid_token_gets_authentication_error_and_is_closed(sec
     answer, rest = _connect_answer(secured, method, data)
     assert isinstance(answer, ev.CommandError)
     assert answer.command.error == pb.AuthenticationError
-    assert answer.command.message == "Unable to authenticate"
+    assert answer.command.message == "Failed to authenticate"
     assert answer.command.request_id == (1 << 64) - 1
     assert rest == b""  # and the broker closed the connection
 
@@ -175,3 +178,98 @@ def test_anonymous_role_serves_clients_without_credentials(tmp_path, tokens, uni
             client.close()
         answer, _ = _connect_answer(server, "token", b"garbage")
         assert answer.command.error == pb.AuthenticationError
+
+
+# -- refreshing expired credentials on a live connection (authenticationRefreshCheckSeconds)
+
+TOKEN_SECONDS = 2
+
+
+@pytest.fixture(scope="module")
+def refreshing(tmp_path_factory: pytest.TempPathFactory, tokens: Tokens) -> Iterator[Standalone]:
+    conf = tokens.conf(authenticationRefreshCheckSeconds=1)
+    with Standalone(tmp_path_factory.mktemp("refreshing"), conf=conf) as s:
+        yield s
+
+
+def _connected(server: Standalone, token: str, *, refreshable: bool) -> RawClient:
+    raw = RawClient(server.pulsar_url)
+    raw.send(ev.CommandConnect.build(client_version="raw-test", protocol_version=21,
+                                     auth_method_name="token", auth_data=token.encode(),
+                                     feature_flags=pb.FeatureFlags(supports_auth_refresh=refreshable)))
+    assert isinstance(raw.next_event(), ev.CommandConnected)
+    return raw
+
+
+def _next_not_ping(raw: RawClient):
+    while isinstance(event := raw.next_event(), ev.CommandPing):
+        raw.send(ev.CommandPong.build())
+    return event
+
+
+def test_expired_credentials_are_refreshed_with_a_challenge(refreshing, tokens):
+    raw = _connected(refreshing, tokens.token(SUPER_USER, expires_in=TOKEN_SECONDS), refreshable=True)
+    try:
+        challenge = _next_not_ping(raw)
+        assert isinstance(challenge, ev.CommandAuthChallenge)
+        assert challenge.command.challenge.auth_method_name == "token"
+        assert challenge.command.challenge.auth_data == b"PulsarAuthRefresh"
+        raw.send(ev.CommandAuthResponse.build(response=pb.AuthData(
+            auth_method_name="token", auth_data=tokens.token(SUPER_USER, expires_in=3600).encode())))
+        raw.send(ev.CommandProducer.build(topic="persistent://public/default/refreshed", producer_id=1,
+                                          request_id=1))
+        assert isinstance(_next_not_ping(raw), ev.CommandProducerSuccess)
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("answer", ["expired", "other role"])
+def test_refresh_with_bad_credentials_closes_the_connection(refreshing, tokens, answer):
+    raw = _connected(refreshing, tokens.token(SUPER_USER, expires_in=TOKEN_SECONDS), refreshable=True)
+    try:
+        assert isinstance(_next_not_ping(raw), ev.CommandAuthChallenge)
+        token = tokens.token(SUPER_USER, expires_in=-60) if answer == "expired" else tokens.token("someone-else")
+        raw.send(ev.CommandAuthResponse.build(response=pb.AuthData(auth_method_name="token",
+                                                                   auth_data=token.encode())))
+        if answer == "expired":
+            error = raw.next_event()
+            assert (error.command.error, error.command.message) == \
+                (pb.AuthenticationError, "Failed to authenticate")
+        assert raw.read_raw_until_closed() == b""
+    finally:
+        raw.close()
+
+
+def test_client_that_cannot_refresh_is_closed_once_its_token_expires(refreshing, tokens):
+    raw = _connected(refreshing, tokens.token(SUPER_USER, expires_in=TOKEN_SECONDS), refreshable=False)
+    try:
+        assert raw.read_raw_until_closed() == b""
+    finally:
+        raw.close()
+
+
+def test_official_client_with_a_token_supplier_outlives_its_tokens(refreshing, tokens, unique):
+    issued: list[str] = []
+
+    def supplier() -> str:
+        issued.append(tokens.token(SUPER_USER, expires_in=TOKEN_SECONDS))
+        return issued[-1]
+
+    client = pulsar.Client(refreshing.pulsar_url, authentication=pulsar.AuthenticationToken(supplier),
+                           operation_timeout_seconds=10)
+    try:
+        topic = f"supplied-{unique}"
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic, batching_enabled=False)
+        first = len(issued)
+        deadline = time.monotonic() + 30
+        sent = 0
+        while len(issued) < first + 2 and time.monotonic() < deadline:
+            producer.send(f"m{sent}".encode())
+            sent += 1
+            time.sleep(0.2)
+        assert len(issued) >= first + 2, "the broker never asked for fresh credentials"
+        got = [consumer.receive(timeout_millis=RECEIVE_MS).data() for _ in range(sent)]
+        assert got == [f"m{i}".encode() for i in range(sent)]
+    finally:
+        client.close()
