@@ -37,7 +37,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from core.naming import NamespaceName, TopicName
+from core.naming import NamespaceName, TopicName, is_valid_name
 
 __all__ = [
     "AuthConfigError",
@@ -368,8 +368,10 @@ class AuthService:
         """Whether ``role`` administers ``tenant``: a super-user, or one of its adminRoles."""
         if self.is_super_user(role):
             return True
+        if role is None or not is_valid_name(tenant):
+            return False  # no such tenant can exist: nothing to look up
         info = self.policies.get_tenant(tenant) or {}
-        return role is not None and role in (info.get("adminRoles") or ())
+        return role in (info.get("adminRoles") or ())
 
     def _granted(self, topic: TopicName, role: str) -> set[str]:
         """The actions the namespace's and the topic's permissions grant ``role``."""

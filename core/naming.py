@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote
 
-__all__ = ["InvalidNameError", "NamespaceName", "TopicName", "PARTITION_SUFFIX"]
+__all__ = ["InvalidNameError", "NamespaceName", "TopicName", "PARTITION_SUFFIX", "is_valid_name"]
 
 PARTITION_SUFFIX = "-partition-"
 DEFAULT_TENANT = "public"
@@ -26,6 +26,11 @@ _PARTITION = re.compile(r"^(.*)-partition-(\d+)$")
 
 class InvalidNameError(ValueError):
     """A tenant, namespace or topic name Pulsar would refuse."""
+
+
+def is_valid_name(value: str) -> bool:
+    """Whether ``value`` may name a tenant, namespace or (local) topic part."""
+    return bool(value) and _NAME_PART.match(value) is not None
 
 
 def _check_part(kind: str, value: str) -> str:

@@ -73,6 +73,7 @@ __all__ = [
     "UnsupportedRequest",
     "DEFAULT_MAX_REQUEST_SIZE",
     "LARGE_FRAME",
+    "MAX_SASL_TOKEN",
     "decode_body",
     "encode_body",
     "encode_request",

@@ -40,6 +40,7 @@ import trio
 
 from handlers._serve import Outbox, Reader
 from handlers.kafka._codec import (
+    MAX_SASL_TOKEN,
     NEED_DATA,
     Data,
     KafkaConnection,
@@ -98,6 +99,10 @@ class KafkaSession:
         auth = handler.broker.auth
         self.sasl = SaslServer(auth, self.codec.client_host) if auth.authentication_enabled else None
         self.principal: str | None = None
+        if self.sasl is not None:
+            # Before it authenticates, a client may send no more than a SASL exchange needs
+            # (Kafka's sasl.server.max.receive.size).
+            self.codec.max_request_size = MAX_SASL_TOKEN
 
     async def run(self) -> None:
         try:
@@ -190,6 +195,8 @@ class KafkaSession:
             self._room.release()
         self.codec.expect_sasl_token = self.sasl.expects_token
         self.principal = self.sasl.principal
+        if self.sasl.authenticated:
+            self.codec.max_request_size = self.handler.max_request_size
         return not reply.close
 
     async def _answer_open_requests(self) -> None:

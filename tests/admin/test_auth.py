@@ -177,3 +177,33 @@ def test_admin_cli_grants_and_revokes_topic_permissions(secured, tokens, unique)
     assert json.loads(shown.stdout)[f"r-{unique}"] == ["consume", "produce"]
     assert _magnetar(*base, "revoke-permission", topic, "--role", f"r-{unique}").returncode == 0
     assert f"r-{unique}" not in json.loads(_magnetar(*base, "permissions", topic).stdout)
+
+
+def test_authenticated_metrics_endpoint_needs_a_super_user(tmp_path, tokens):
+    with Standalone(tmp_path, conf=tokens.conf(authenticateMetricsEndpoint=True)) as server:
+        metrics = server.addresses["web"][0] + "/metrics"
+        for token, status in ((None, 401), ("someone", 401), (SUPER_USER, 200)):
+            headers = {"Authorization": f"Bearer {tokens.token(token)}"} if token else {}
+            try:
+                with urllib.request.urlopen(urllib.request.Request(metrics, headers=headers), timeout=30) as resp:
+                    got = resp.status
+            except urllib.error.HTTPError as exc:
+                got = exc.code
+            assert got == status, token
+
+
+@pytest.mark.parametrize("header", ["Bearer", "Bearer ", "Bearer a.b.c", "Bearer é.é.é", "bearer x",
+                                    "Bearer " + "x" * 10000, "Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhZG1pbiJ9."])
+def test_malformed_authorization_headers_are_401_never_500(secured, header):
+    request = urllib.request.Request(secured.addresses["web"][0] + "/admin/v2/tenants",
+                                     headers={"Authorization": header})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=30)
+    assert err.value.code == 401
+
+
+def test_tenant_paths_with_impossible_names_are_refused_not_500(secured, tokens):
+    plain = _admin(secured, tokens.token("someone"))
+    for path in ("/admin/v2/namespaces/%00bad", "/admin/v2/persistent/a%2Fb/ns/t", "/admin/v2/tenants/%20"):
+        status, _ = status_of(plain.get, path)
+        assert status == 401, path

@@ -223,3 +223,9 @@ def test_creating_and_deleting_topics_needs_the_tenants_admin(boot, tokens, admi
         plain.delete_topics([topic])[topic].result(WAIT)
     assert refused.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
     superuser.delete_topics([topic])[topic].result(WAIT)
+
+
+def test_a_large_request_before_authenticating_closes_the_connection(boot):
+    with Wire(boot) as wire:
+        wire.send_raw(struct.pack(">i", 50 * 1024 * 1024) + b"\0" * 1024)
+        assert _closed(wire)
