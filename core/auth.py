@@ -16,7 +16,9 @@ Authorization answers what a role may do, as Pulsar's ``PulsarAuthorizationProvi
 a super-user (``superUserRoles``) may do anything; a tenant's admin (its ``adminRoles``)
 anything within the tenant; any other role what the namespace's permissions
 (``namespaces grant-permission``) or the topic's (``topics grant-permission``) grant it:
-``produce``, ``consume``, and a lookup with either.
+``produce``, ``consume``, and a lookup with either; a subscription granted to roles
+(``grant-subscription-permission``) is theirs alone, and a namespace whose
+``subscription_auth_mode`` is Prefix lets a role use only subscriptions named after it.
 
 The handlers and the web service call :class:`AuthService`; nothing here knows a protocol.
 """
@@ -414,6 +416,27 @@ class AuthService:
 
     def can_consume(self, topic: TopicName, role: str | None) -> bool:
         return self.allows(topic, role, "consume")
+
+    def subscribe_refusal(self, topic: TopicName, role: str | None, subscription: str) -> str | None:
+        """Why ``role`` may not consume ``topic`` with ``subscription`` (Pulsar's words),
+        or None when it may: it needs ``consume``; a subscription granted to some roles
+        (``grant-subscription-permission``) only to them; in a namespace whose
+        ``subscription_auth_mode`` is Prefix, a subscription named after the role."""
+        if not self.authorization_enabled:
+            return None
+        if not self.can_consume(topic, role):
+            return "Client is not authorized to subscribe"
+        assert role is not None
+        if self.is_tenant_admin(topic.tenant, role):
+            return None
+        pol = self.policies.get_namespace(topic.namespace_name) or {}
+        roles = ((pol.get("auth_policies") or {}).get("subscription_auth_roles") or {}).get(subscription)
+        if roles and role not in roles:
+            return "Client is not authorized to subscribe"
+        if pol.get("subscription_auth_mode") == "Prefix" and not subscription.startswith(role):
+            return (f"Failed to create consumer - The subscription name needs to be prefixed by "
+                    f"the authentication role, like {role}-xxxx for topic: {topic}")
+        return None
 
     def can_lookup(self, topic: TopicName, role: str | None) -> bool:
         """A lookup (and a topic's metadata) needs either produce or consume, as Pulsar's

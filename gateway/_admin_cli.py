@@ -467,6 +467,31 @@ def _permission_verbs(noun: str, target: tuple[tuple[str, ...], dict[str, Any]],
 _permission_verbs("namespaces", NS, lambda a: _ns_path(a.namespace))
 
 
+@verb("namespaces", "grant-subscription-permission", "let only these roles consume with a subscription",
+      NS, A("--subscription", required=True), A("--roles", type=_csv, required=True, help="role1,role2"))
+def _ns_grant_subscription(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_ns_path(a.namespace) + f"/permissions/subscription/{quote(a.subscription, safe='')}",
+                  a.roles)
+
+
+@verb("namespaces", "revoke-subscription-permission", "revoke a role's use of a subscription", NS,
+      A("--subscription", required=True), A("--role", required=True))
+def _ns_revoke_subscription(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.delete(_ns_path(a.namespace) + f"/permissions/{quote(a.subscription, safe='')}/"
+                    f"{quote(a.role, safe='')}")
+
+
+@verb("namespaces", "set-subscription-auth-mode", "require subscription names prefixed by the role (Prefix)",
+      NS, A("-m", "--subscription-auth-mode", required=True, choices=["None", "Prefix"]))
+def _ns_set_subscription_auth_mode(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.post(_ns_path(a.namespace) + "/subscriptionAuthMode", a.subscription_auth_mode)
+
+
+@verb("namespaces", "get-subscription-auth-mode", "the subscription auth mode", NS)
+def _ns_get_subscription_auth_mode(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(_ns_path(a.namespace) + "/subscriptionAuthMode")
+
+
 @verb("namespaces", "set-clusters", "set replication clusters", NS, A("-c", "--clusters", type=_csv, required=True))
 def _ns_set_clusters(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.post(_ns_path(a.namespace) + "/replication", a.clusters)

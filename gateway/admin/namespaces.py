@@ -24,7 +24,7 @@ from ._common import (
     replication_clusters,
     tenant_of,
 )
-from ._permissions import actions_of, auth_policies
+from ._permissions import actions_of, auth_policies, namespace_routes
 from ._policies import (
     POLICY_SPECS,
     PolicySpec,
@@ -326,6 +326,7 @@ def routes(broker: Any) -> list[Route]:
         Route(f"{base}/backlogQuotaMap", get_backlog_quotas, methods=["GET"]),
         Route(f"{base}/backlogQuota", set_backlog_quota, methods=["POST"]),
         Route(f"{base}/backlogQuota", remove_backlog_quota, methods=["DELETE"]),
+        *namespace_routes(broker, base, existing),
         Route(f"{base}/permissions", get_permissions, methods=["GET"]),
         Route(f"{base}/permissions/{{role}}", grant, methods=["POST"]),
         Route(f"{base}/permissions/{{role}}", revoke, methods=["DELETE"]),

@@ -797,7 +797,11 @@ class PulsarSession:
             return
         try:
             name = TopicName.parse(cmd.topic)
-            if self._denied(cmd.request_id, self.broker.auth.can_consume(name, self.role), "subscribe"):
+            refusal = self.broker.auth.subscribe_refusal(name, self.role, cmd.subscription)
+            if refusal is not None:
+                log.warning("pulsar: %s not authorized to subscribe to %s with role %s: %s",
+                            self.peer_address, name, self.role, refusal)
+                self._error(cmd.request_id, E.AuthorizationError, refusal)
                 return
             topic = await self.broker.get_topic(name, create=not cmd.HasField("force_topic_creation")
                                                 or cmd.force_topic_creation)

@@ -207,3 +207,19 @@ def test_tenant_paths_with_impossible_names_are_refused_not_500(secured, tokens)
     for path in ("/admin/v2/namespaces/%00bad", "/admin/v2/persistent/a%2Fb/ns/t", "/admin/v2/tenants/%20"):
         status, _ = status_of(plain.get, path)
         assert status == 401, path
+
+
+def test_admin_cli_subscription_permissions_and_auth_mode(secured, tokens):
+    base = ["admin", "--admin-url", secured.addresses["web"][0],
+            "--auth-params", f"token:{tokens.token(SUPER_USER)}", "namespaces"]
+    ns = "public/default"
+    done = _magnetar(*base, "grant-subscription-permission", ns, "--subscription", "cli-sub",
+                     "--roles", "r1,r2")
+    assert done.returncode == 0, done.stderr
+    assert _magnetar(*base, "revoke-subscription-permission", ns, "--subscription", "cli-sub",
+                     "--role", "r1").returncode == 0
+    admin = _admin(secured, tokens.token(SUPER_USER))
+    assert admin.get(f"/admin/v2/namespaces/{ns}/permissions/subscription")["cli-sub"] == ["r2"]
+    assert _magnetar(*base, "set-subscription-auth-mode", ns, "-m", "Prefix").returncode == 0
+    assert _magnetar(*base, "get-subscription-auth-mode", ns).stdout.strip() == "Prefix"
+    assert _magnetar(*base, "set-subscription-auth-mode", ns, "-m", "None").returncode == 0

@@ -273,3 +273,32 @@ def test_official_client_with_a_token_supplier_outlives_its_tokens(refreshing, t
         assert got == [f"m{i}".encode() for i in range(sent)]
     finally:
         client.close()
+
+
+def test_subscription_permissions_and_prefix_mode(secured, tokens, admin, unique):
+    tenant, role = f"st-{unique}", f"erin-{unique}"
+    ns = f"{tenant}/ns"
+    admin.put(f"/admin/v2/tenants/{tenant}", {"adminRoles": [], "allowedClusters": ["standalone"]})
+    admin.put(f"/admin/v2/namespaces/{ns}")
+    admin.post(f"/admin/v2/namespaces/{ns}/permissions/{role}", ["consume"])
+    topic = f"persistent://{ns}/t"
+    client = _client(secured, tokens.token(role))
+    try:
+        client.subscribe(topic, "anything").close()
+        admin.post(f"/admin/v2/namespaces/{ns}/permissions/subscription/reserved", ["someone-else"])
+        assert admin.get(f"/admin/v2/namespaces/{ns}/permissions/subscription") == {"reserved": ["someone-else"]}
+        with pytest.raises(pulsar.AuthorizationError):
+            client.subscribe(topic, "reserved")
+        admin.post(f"/admin/v2/namespaces/{ns}/permissions/subscription/reserved", [role])
+        client.subscribe(topic, "reserved").close()
+        admin.delete(f"/admin/v2/namespaces/{ns}/permissions/reserved/{role}")
+        with pytest.raises(pulsar.AuthorizationError):
+            client.subscribe(topic, "reserved")
+
+        admin.post(f"/admin/v2/namespaces/{ns}/subscriptionAuthMode", "Prefix")
+        assert admin.get(f"/admin/v2/namespaces/{ns}/subscriptionAuthMode") == "Prefix"
+        with pytest.raises(pulsar.AuthorizationError):
+            client.subscribe(topic, "not-prefixed")
+        client.subscribe(topic, f"{role}-mine").close()
+    finally:
+        client.close()
