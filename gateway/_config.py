@@ -868,6 +868,8 @@ _NOT_APPLICABLE = {
     "maxBatchSize": "a producer setting: set it in the client (batching_max_messages)",
     "delayedDeliveryTickTimeMillis": "the granularity of Pulsar's delayed-delivery tracker; "
                                      "Magnetar keeps each delivery time exactly",
+    "brokerClient*": "the credentials a Pulsar broker presents when it calls other brokers "
+                     "as a client; a Magnetar broker makes no such calls",
     "maxConcurrentNonPersistentMessagePerConnection":
         "Pulsar's bound on a connection's non-persistent publishes in flight, past which it "
         "drops them; Magnetar hands each one to the subscriptions before it answers it or "

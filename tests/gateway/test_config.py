@@ -171,6 +171,7 @@ def test_keys_of_pulsar_that_mean_nothing_here_say_why(tmp_path, caplog):
                             "loadBalancerEnabled=true\n"
                             "batchingMaxMessages=1000\n"
                             "maxConcurrentNonPersistentMessagePerConnection=1000\n"
+                            "brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken\n"
                             "someFuturePulsarKey=1\n")
     with caplog.at_level(logging.WARNING, logger="magnetar.config"):
         cfg = load_config(path, environ={})
@@ -181,6 +182,7 @@ def test_keys_of_pulsar_that_mean_nothing_here_say_why(tmp_path, caplog):
     assert "no load balancer" in lines["loadBalancerEnabled"]
     assert "set it in the client" in lines["batchingMaxMessages"]
     assert "none is ever in flight" in lines["maxConcurrentNonPersistentMessagePerConnection"]
+    assert "makes no such calls" in lines["brokerClientAuthenticationPlugin"]
     assert lines["someFuturePulsarKey"] == "unknown configuration key 'someFuturePulsarKey' ignored"
     assert "unknown" not in lines["PULSAR_MEM"]
     assert cfg.unknown["dbStorage_writeCacheMaxSizeMb"] == "1024"
