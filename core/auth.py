@@ -213,7 +213,10 @@ def create_token(key: bytes, subject: str, *, private_key: bool = False,
     alg = algorithm or "HS256"
     if alg not in HMAC_ALGORITHMS:
         raise ValueError(f"{alg} is not one of {', '.join(HMAC_ALGORITHMS)}")
-    return jwt.encode(payload, key, algorithm=alg)
+    try:
+        return jwt.encode(payload, key, algorithm=alg)
+    except jwt.PyJWTError as exc:
+        raise ValueError(f"the key cannot sign {alg} tokens: {exc}") from None
 
 
 def show_token(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -282,6 +285,13 @@ class TokenVerifier:
 # The service
 
 
+def _names(value: Any) -> list[str]:
+    """A list key's value: as the configuration parsed it, or a comma-separated string."""
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return list(value or ())
+
+
 def _key_from_config(name: str, value: str) -> bytes:
     try:
         return read_key(value)
@@ -299,7 +309,7 @@ class AuthService:
         self.policies = policies
         self.authentication_enabled = bool(config.get("authenticationEnabled", False))
         self.authorization_enabled = bool(config.get("authorizationEnabled", False))
-        self.super_users = frozenset(config.get("superUserRoles") or ())
+        self.super_users = frozenset(_names(config.get("superUserRoles")))
         self.anonymous_role = str(config.get("anonymousUserRole") or "") or None
         self.verifier: TokenVerifier | None = None
         if self.authorization_enabled and not self.authentication_enabled:
@@ -307,7 +317,7 @@ class AuthService:
                                   "(roles come from authentication)")
         if not self.authentication_enabled:
             return
-        for provider in config.get("authenticationProviders") or ():
+        for provider in _names(config.get("authenticationProviders")):
             if provider != TOKEN_PROVIDER:
                 raise AuthConfigError(
                     f"authenticationProviders: {provider} is not available; only token "

@@ -128,13 +128,14 @@ def _create(args: argparse.Namespace) -> int:
         if not sep:
             raise argparse.ArgumentTypeError(f"--claim: expected name=value, got {item!r}")
         claims[name] = value
-    key = _key(args.secret_key or args.private_key, "--secret-key" if args.secret_key else "--private-key")
+    flag, value = ("--secret-key", args.secret_key) if args.secret_key else ("--private-key", args.private_key)
+    key = _key(value, flag)
     try:
         token = create_token(key, args.subject, private_key=bool(args.private_key),
                              algorithm=args.signature_algorithm, expires_in=expires_in,
                              claims=claims)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise argparse.ArgumentTypeError(f"{flag} {value}: {exc}") from None
     print(token)
     return 0
 
@@ -176,7 +177,8 @@ def _validate(args: argparse.Namespace) -> int:
             public_key=_key(args.public_key, "--public-key") if args.public_key else None,
             public_alg=args.signature_algorithm)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        which = f"--secret-key {args.secret_key}" if args.secret_key else f"--public-key {args.public_key}"
+        raise argparse.ArgumentTypeError(f"{which}: {exc}") from None
     token = _token_arg(args)
     try:
         identity = verifier.verify(token)
