@@ -1,8 +1,9 @@
 """What a Kafka client's role may do, as Kafka-on-Pulsar maps Kafka's operations onto
 Pulsar's permissions: writing a topic (Produce) needs ``produce``, reading it (Fetch,
 offsets of a group) ``consume``, describing it (Metadata, DescribeTopicPartitions,
-ListOffsets) either; creating, deleting, growing or truncating it (CreateTopics,
-DeleteTopics, CreatePartitions, DeleteRecords) the tenant's admin; a super-user or the
+ListOffsets, DescribeConfigs) either; creating, deleting, growing, truncating or
+reconfiguring it (CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
+AlterConfigs, IncrementalAlterConfigs) the tenant's admin; a super-user or the
 tenant's admin may do anything. A refused topic answers TOPIC_AUTHORIZATION_FAILED.
 Everything is allowed while authorization is off."""
 

@@ -88,6 +88,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.naming import TopicName
 from core.policies import RETENTION_EXACT, exact_retention
+from handlers.kafka import _access
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, ProtocolError
 from handlers.kafka._produce import topic_error
@@ -508,9 +509,11 @@ def _resource_error(res: Data, code: int, message: str) -> None:
     res.error_message = message
 
 
-def _topic_of(h: KafkaProtocolHandler, r: Any, res: Data) -> TopicName | None:
+def _topic_of(h: KafkaProtocolHandler, req: RequestReceived, r: Any, res: Data,
+              actions: tuple[str, ...]) -> TopicName | None:
     """The existing topic a config resource names; None (and an error on ``res``)
-    when the resource is not a topic, or no such topic exists."""
+    when the resource is not a topic, the request's role may not do ``actions`` to it
+    (handlers.kafka._access), or no such topic exists."""
     if r.resource_type == RESOURCE_BROKER:
         _resource_error(res, ErrorCode.INVALID_REQUEST,
                         "Broker configs are static in Magnetar (set them in the broker's conf)")
@@ -520,6 +523,7 @@ def _topic_of(h: KafkaProtocolHandler, r: Any, res: Data) -> TopicName | None:
         return None
     try:
         name = h.topics.topic_name(r.resource_name)
+        _access.check(h, req, r.resource_name, actions)
     except Exception as exc:
         _resource_error(res, topic_error(exc), str(exc))
         return None
@@ -539,7 +543,7 @@ async def _alter(h: KafkaProtocolHandler, req: RequestReceived,
         res = Data(error_code=0, error_message=None, resource_type=r.resource_type,
                    resource_name=r.resource_name)
         out.append(res)
-        name = _topic_of(h, r, res)
+        name = _topic_of(h, req, r, res, _access.MANAGE)
         if name is None:
             continue
         try:
@@ -615,7 +619,7 @@ async def handle_describe_configs(h: KafkaProtocolHandler, req: RequestReceived)
             # broker configs are all static, so there are none.
             items = _broker_configs(h) if r.resource_name else []
         else:
-            name = _topic_of(h, r, res)
+            name = _topic_of(h, req, r, res, _access.DESCRIBE)
             if name is None:
                 continue
             items = h.configs.values(name)

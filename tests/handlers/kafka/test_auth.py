@@ -11,7 +11,13 @@ from collections.abc import Iterator
 import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient as AdminClient_
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 with warnings.catch_warnings():
     # kafka-python 3.0 reads its schemas with a deprecated importlib.resources call.
@@ -229,3 +235,19 @@ def test_a_large_request_before_authenticating_closes_the_connection(boot):
     with Wire(boot) as wire:
         wire.send_raw(struct.pack(">i", 50 * 1024 * 1024) + b"\0" * 1024)
         assert _closed(wire)
+
+
+def test_altering_topic_configs_needs_the_tenants_admin(boot, tokens, admin, unique):
+    role, topic = f"kdan-{unique}", f"configs-{unique}"
+    admin.put(f"/admin/v2/persistent/public/default/{topic}")
+    admin.post(f"/admin/v2/namespaces/public/default/permissions/{role}", ["produce", "consume"])
+    plain = AdminClient_(_confluent(boot, tokens.token(role)))
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        plain.incremental_alter_configs([resource])[resource].result(WAIT)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    described = plain.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
+    assert "retention.ms" in next(iter(described.values())).result(WAIT)
+    superuser = AdminClient_(_confluent(boot, tokens.token(SUPER_USER)))
+    superuser.incremental_alter_configs([resource])[resource].result(WAIT)
