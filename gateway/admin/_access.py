@@ -8,7 +8,10 @@ invalid one is answered 401 ``Authentication required``, as Pulsar's
 rules (``PulsarWebResource``), else 401 with Pulsar's reason:
 
 * a tenant's resources (its namespaces, their topics and schemas, the tenant itself to
-  read) need the tenant's admin (one of its ``adminRoles``) or a super-user;
+  read) need the tenant's admin (one of its ``adminRoles``) or a super-user, but for a
+  topic's stats, partitions, last message id and subscriptions, which a role that may
+  produce or consume the topic may read too (Pulsar's LOOKUP, GET_STATS and
+  GET_SUBSCRIPTIONS topic operations);
 * creating, changing or deleting tenants, listing them, and the broker-wide resources
   (brokers, bookies, clusters but to read them, /metrics) need a super-user;
 * reading clusters and asking whether the broker is ready need only authentication.
@@ -23,6 +26,7 @@ from urllib.parse import unquote
 from starlette.datastructures import Headers
 
 from core.auth import AuthenticationError
+from core.naming import DOMAINS, InvalidNameError, TopicName
 
 from ._common import error_response
 
@@ -36,6 +40,20 @@ TENANT_ADMIN_REQUIRED = "Don't have permission to administrate resources on this
 
 #: Path segments after /admin/v2 whose next segment names a tenant.
 _TENANT_SCOPED = frozenset({"namespaces", "persistent", "non-persistent", "schemas"})
+#: What a role that may look a topic up may read of it: the path's segment after the topic.
+_TOPIC_READS = frozenset({"stats", "partitioned-stats", "internalStats", "partitions",
+                          "lastMessageId", "subscriptions"})
+
+
+def _topic_read(auth: Any, method: str, resource: str, rest: list[str], role: str) -> bool:
+    """Whether this is a read of a topic (:data:`_TOPIC_READS`) that ``role`` may look up."""
+    if method != "GET" or resource not in DOMAINS or len(rest) != 4 or rest[3] not in _TOPIC_READS:
+        return False
+    try:
+        topic = TopicName.parse(f"{resource}://{rest[0]}/{rest[1]}/{rest[2]}")
+    except InvalidNameError:
+        return False
+    return bool(auth.can_lookup(topic, role))
 
 
 def _refusal(auth: Any, method: str, path: str, role: str) -> str | None:
@@ -47,7 +65,9 @@ def _refusal(auth: Any, method: str, path: str, role: str) -> str | None:
         return None  # not a resource (answered 404)
     resource, rest = segments[2], segments[3:]
     if resource in _TENANT_SCOPED and rest or resource == "tenants" and rest and method == "GET":
-        return None if auth.is_tenant_admin(rest[0], role) else TENANT_ADMIN_REQUIRED
+        if auth.is_tenant_admin(rest[0], role) or _topic_read(auth, method, resource, rest, role):
+            return None
+        return TENANT_ADMIN_REQUIRED
     if resource == "clusters" and method == "GET" or resource == "brokers" and rest == ["ready"]:
         return None
     return None if auth.is_super_user(role) else SUPER_USER_REQUIRED

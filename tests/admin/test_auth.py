@@ -223,3 +223,17 @@ def test_admin_cli_subscription_permissions_and_auth_mode(secured, tokens):
     assert _magnetar(*base, "set-subscription-auth-mode", ns, "-m", "Prefix").returncode == 0
     assert _magnetar(*base, "get-subscription-auth-mode", ns).stdout.strip() == "Prefix"
     assert _magnetar(*base, "set-subscription-auth-mode", ns, "-m", "None").returncode == 0
+
+
+def test_a_role_that_may_use_a_topic_may_read_its_stats_not_administer_it(secured, tokens, unique):
+    admin = _admin(secured, tokens.token(SUPER_USER))
+    topic = f"/admin/v2/persistent/public/default/readable-{unique}"
+    admin.put(topic)
+    reader, stranger = f"reader-{unique}", f"stranger-{unique}"
+    admin.post(f"/admin/v2/persistent/public/default/readable-{unique}/permissions/{reader}", ["consume"])
+    plain = _admin(secured, tokens.token(reader))
+    assert "msgRateIn" in plain.get(f"{topic}/stats")
+    assert plain.get(f"{topic}/subscriptions") == []
+    assert status_of(plain.delete, topic) == (401, "Don't have permission to administrate resources on this tenant")
+    assert status_of(plain.get, "/admin/v2/persistent/public/default/other/stats")[0] == 401
+    assert status_of(_admin(secured, tokens.token(stranger)).get, f"{topic}/stats")[0] == 401
