@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import parse_qs
 
+from starlette.datastructures import Headers
+
+from core.auth import AuthenticationError
 from handlers.websocket._codec import Endpoint, InvalidParams, Kind, parse_endpoint
 from handlers.websocket._consumer import ConsumerSession, ReaderSession
 from handlers.websocket._producer import ProducerSession
@@ -51,6 +55,42 @@ class WebSocketService:
         self.config = config
         self.broker = broker
 
+    def _access_refusal(self, scope: dict[str, Any], endpoint: Endpoint) -> str | None:
+        """Why the upgrade is refused (401) under ``authenticationEnabled``, or None: the
+        token comes as ``Authorization: Bearer <token>`` or, for browsers, which cannot
+        set headers on a WebSocket, as the ``token`` query parameter, as Pulsar's
+        WebSocket service takes it. With ``authorizationEnabled`` a producer needs
+        ``produce`` on the topic, a reader ``consume``, and a consumer what a subscribe
+        needs (its subscription's permissions and auth mode included)."""
+        auth = self.broker.auth
+        if not auth.authentication_enabled:
+            return None
+        header = Headers(scope=scope).get("authorization")
+        if header is None:
+            token = parse_qs((scope.get("query_string") or b"").decode("latin-1")).get("token")
+            if token:
+                header = f"Bearer {token[0]}"
+        try:
+            role = auth.authenticate_http(header).role
+        except AuthenticationError as exc:
+            log.warning("websocket: %s refused: %s", endpoint.kind.value, exc)
+            return "Authentication required"
+        topic = endpoint.topic
+        assert topic is not None
+        if endpoint.kind is Kind.producer:
+            allowed = auth.can_produce(topic, role)
+        elif endpoint.kind is Kind.reader:
+            allowed = auth.can_consume(topic, role)
+        else:
+            reason = auth.subscribe_refusal(topic, role, endpoint.subscription)
+            if reason is not None:
+                log.warning("websocket: role %s refused on %s: %s", role, topic, reason)
+            return reason
+        if allowed:
+            return None
+        log.warning("websocket: role %s may not %s on %s", role, endpoint.kind.value, topic)
+        return "Client is not authorized to perform operation"
+
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         assert scope["type"] == "websocket"
         if (await receive())["type"] != "websocket.connect":
@@ -69,6 +109,10 @@ class WebSocketService:
             await send({"type": "websocket.accept"})
             while (await receive())["type"] != "websocket.disconnect":
                 pass
+            return
+        refusal = self._access_refusal(scope, endpoint)
+        if refusal is not None:
+            await deny(scope, send, 401, refusal)
             return
         try:
             session = await open_session(self.broker, self.config, scope, endpoint, send)

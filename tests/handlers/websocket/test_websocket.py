@@ -587,3 +587,36 @@ def test_idle_sessions_and_oversized_frames_are_closed(tmp_path: Path):
         assert publish(fine, b"after")["result"] == "ok"
         for ws in (idle, big, fine):
             ws.close()
+
+
+def _upgrade_status(url: str, **headers: str) -> int:
+    """The HTTP status a refused WebSocket upgrade answers with (0 when it is accepted)."""
+    try:
+        ws = websocket.create_connection(url, timeout=TIMEOUT, header=[f"{k}: {v}" for k, v in headers.items()])
+    except websocket.WebSocketBadStatusException as exc:
+        return int(exc.status_code)
+    ws.close()
+    return 0
+
+
+def test_websocket_sessions_need_a_token_and_the_roles_permissions(secured, tokens, unique):
+    """With authentication on, an upgrade without a valid token (a Bearer header, or the
+    ``token`` query parameter browsers use) is refused 401; with authorization, a role
+    produces or consumes only what it was granted."""
+    from tests._auth import SUPER_USER
+
+    admin = AdminClient(secured.addresses["web"][0], timeout=30, token=tokens.token(SUPER_USER))
+    tenant = f"ws-{unique}"
+    admin.put(f"/admin/v2/tenants/{tenant}", {"adminRoles": [], "allowedClusters": ["standalone"]})
+    admin.put(f"/admin/v2/namespaces/{tenant}/ns")
+    admin.post(f"/admin/v2/namespaces/{tenant}/ns/permissions/writer", ["produce"])
+    base = f"{ws_base(secured)}/producer/persistent/{tenant}/ns/t"
+    assert _upgrade_status(base) == 401
+    assert _upgrade_status(base, Authorization="Bearer not-a-token") == 401
+    assert _upgrade_status(f"{base}?token={tokens.token('reader')}") == 401  # not granted produce
+    ws = websocket.create_connection(f"{base}?token={tokens.token('writer')}", timeout=TIMEOUT)
+    assert publish(ws, b"hello")["result"] == "ok"
+    ws.close()
+    consumer = f"{ws_base(secured)}/consumer/persistent/{tenant}/ns/t/s"
+    assert _upgrade_status(consumer, Authorization=f"Bearer {tokens.token('writer')}") == 401
+    assert _upgrade_status(consumer, Authorization=f"Bearer {tokens.token(SUPER_USER)}") == 0
