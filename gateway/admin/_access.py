@@ -56,11 +56,26 @@ def _topic_read(auth: Any, method: str, resource: str, rest: list[str], role: st
     return bool(auth.can_lookup(topic, role))
 
 
+def _lookup_allowed(auth: Any, rest: list[str], role: str) -> bool:
+    """Whether ``role`` may look up the topic ``rest`` names (domain, tenant, namespace,
+    topic); a path that names none is answered 404 by the route."""
+    if len(rest) != 4 or rest[0] not in DOMAINS:
+        return True
+    try:
+        topic = TopicName.parse(f"{rest[0]}://{rest[1]}/{rest[2]}/{rest[3]}")
+    except InvalidNameError:
+        return True  # the route answers the bad name
+    return bool(auth.can_lookup(topic, role))
+
+
 def _refusal(auth: Any, method: str, path: str, role: str) -> str | None:
     """Why ``role`` may not make this call (Pulsar's reason), or None when it may."""
     segments = [unquote(s) for s in path.strip("/").split("/")]
     if path.rstrip("/") == "/metrics":
         return None if auth.is_super_user(role) else SUPER_USER_REQUIRED
+    if segments[:3] == ["lookup", "v2", "topic"]:
+        # an HTTP lookup needs what a binary one does: produce or consume on the topic
+        return None if _lookup_allowed(auth, segments[3:], role) else "Client is not authorized to Lookup"
     if segments[:2] != ["admin", "v2"] or len(segments) < 3:
         return None  # not a resource (answered 404)
     resource, rest = segments[2], segments[3:]

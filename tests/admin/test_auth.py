@@ -237,3 +237,13 @@ def test_a_role_that_may_use_a_topic_may_read_its_stats_not_administer_it(secure
     assert status_of(plain.delete, topic) == (401, "Don't have permission to administrate resources on this tenant")
     assert status_of(plain.get, "/admin/v2/persistent/public/default/other/stats")[0] == 401
     assert status_of(_admin(secured, tokens.token(stranger)).get, f"{topic}/stats")[0] == 401
+
+
+def test_an_http_lookup_needs_produce_or_consume_on_the_topic(secured, tokens, unique):
+    admin = _admin(secured, tokens.token(SUPER_USER))
+    admin.put(f"/admin/v2/persistent/public/default/looked-up-{unique}")
+    admin.post(f"/admin/v2/persistent/public/default/looked-up-{unique}/permissions/user-{unique}", ["produce"])
+    lookup = f"/lookup/v2/topic/persistent/public/default/looked-up-{unique}"
+    assert _admin(secured, tokens.token(f"user-{unique}")).get(lookup)["brokerUrl"].startswith("pulsar://")
+    assert status_of(_admin(secured, tokens.token(f"other-{unique}")).get, lookup) == \
+        (401, "Client is not authorized to Lookup")
