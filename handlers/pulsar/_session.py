@@ -124,8 +124,14 @@ def understands_end_of_topic(client_version: str, protocol_version: int) -> bool
     return m is None or (int(m[1]), int(m[2])) > LAST_CPP_WITHOUT_END_OF_TOPIC
 
 
+class _NotAuthorized(Exception):
+    """A request the connection's role may not make (Pulsar's AuthorizationError)."""
+
+
 def _server_error(exc: BaseException) -> int:
     match exc:
+        case _NotAuthorized():
+            return E.AuthorizationError
         case InvalidNameError():
             return E.InvalidTopicName
         case TopicNotFoundError() | NamespaceNotFoundError() | NotFoundError():
@@ -1078,6 +1084,9 @@ class PulsarSession:
         cmd = event.command
         try:
             name = TopicName.parse(cmd.topic)
+            if not self.broker.auth.can_lookup(name, self.role):
+                # a schema is read by those who may produce or consume the topic
+                raise _NotAuthorized("Client is not authorized to Get Schema")
             found = self.broker.schemas.get(name, cmd.schema_version if cmd.HasField("schema_version") else None)
         except Exception as exc:
             self._send(ev.CommandGetSchemaResponse.build(request_id=cmd.request_id, error_code=_server_error(exc),
@@ -1096,7 +1105,10 @@ class PulsarSession:
 
     async def _get_or_create_schema(self, cmd: Any) -> None:
         try:
-            topic = await self.broker.get_topic(TopicName.parse(cmd.topic))
+            name = TopicName.parse(cmd.topic)
+            if not self.broker.auth.can_produce(name, self.role):
+                raise _NotAuthorized("Client is not authorized to Produce")
+            topic = await self.broker.get_topic(name)
             version = await self.broker.schemas.add_or_check(topic, cmd.schema)
         except Exception as exc:
             self._send(ev.CommandGetOrCreateSchemaResponse.build(

@@ -302,3 +302,24 @@ def test_subscription_permissions_and_prefix_mode(secured, tokens, admin, unique
         client.subscribe(topic, f"{role}-mine").close()
     finally:
         client.close()
+
+
+def test_schemas_are_read_and_registered_only_with_the_topics_permissions(secured, tokens, unique):
+    """GET_SCHEMA needs produce or consume on the topic, GET_OR_CREATE_SCHEMA produce:
+    otherwise any authenticated role could read any topic's schema or register one."""
+    raw = RawClient(secured.pulsar_url)
+    topic = f"persistent://public/default/schema-{unique}"
+    try:
+        raw.send(ev.CommandConnect.build(client_version="raw-test", protocol_version=21,
+                                         auth_method_name="token",
+                                         auth_data=tokens.token(f"dave-{unique}").encode()))
+        assert isinstance(raw.next_event(), ev.CommandConnected)
+        raw.send(ev.CommandGetSchema.build(topic=topic, request_id=1))
+        got = raw.next_event().command
+        assert (got.error_code, got.error_message) == (pb.AuthorizationError, "Client is not authorized to Get Schema")
+        schema = pb.Schema(name="s", schema_data=b"", type=pb.Schema.String)
+        raw.send(ev.CommandGetOrCreateSchema.build(topic=topic, request_id=2, schema=schema))
+        got = raw.next_event().command
+        assert (got.error_code, got.error_message) == (pb.AuthorizationError, "Client is not authorized to Produce")
+    finally:
+        raw.close()
