@@ -45,7 +45,7 @@ from core.format import (
     entry_from_messages,
     iter_batch,
 )
-from core.naming import InvalidNameError, NamespaceName, TopicName
+from core.naming import InvalidNameError, NamespaceName, TopicName, is_valid_name
 
 __all__ = [
     "DEFAULT_BATCHING_MAX_BYTES",
@@ -164,37 +164,48 @@ class Kind(enum.Enum):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Endpoint:
     """What a request path names: the kind of handler, its topic and (a consumer) its
-    subscription."""
+    subscription. A v1 path names its topic with a cluster (``v1_topic``, Pulsar's
+    ``persistent://tenant/cluster/namespace/topic``) and has no ``topic``: this broker
+    keeps no namespaces under a cluster (see :mod:`core.naming`), so such a topic cannot
+    exist here and the handshake is refused as Pulsar refuses a topic of a namespace that
+    does not exist."""
 
     kind: Kind
     topic: TopicName | None = None
     subscription: str = ""
+    v1_topic: str | None = None
 
 
 def parse_endpoint(raw_path: str) -> Endpoint | None:
     """The endpoint of a request path as sent (percent-encoding intact); None for a path
-    that names no WebSocket endpoint. Pulsar's v2 paths:
+    that names no WebSocket endpoint. Pulsar's paths
+    (``AbstractWebSocketHandler.extractTopicName``), v2:
     ``/ws/v2/{producer,reader}/{domain}/{tenant}/{namespace}/{topic...}`` and
-    ``/ws/v2/consumer/{domain}/{tenant}/{namespace}/{topic...}/{subscription}``, the topic
-    name's own ``/`` joined back and percent-decoded once; and ``/ws/pingpong`` (or
-    ``/ws/v2/pingpong``).
+    ``/ws/v2/consumer/{domain}/{tenant}/{namespace}/{topic...}/{subscription}``; v1, the
+    same without ``v2`` and with the cluster after the tenant:
+    ``/ws/{producer,reader}/{domain}/{tenant}/{cluster}/{namespace}/{topic...}`` and
+    ``/ws/consumer/{domain}/{tenant}/{cluster}/{namespace}/{topic...}/{subscription}``. The
+    topic name's own ``/`` are joined back and percent-decoded once. And ``/ws/pingpong``
+    (or ``/ws/v2/pingpong``).
 
     Raises :class:`InvalidParams` for a path under an endpoint that names its topic wrongly
     (too few parts, another domain, an empty subscription, an invalid name)."""
     parts = raw_path.split("?", 1)[0].split("/")
     if parts in (["", "ws", "pingpong"], ["", "ws", "v2", "pingpong"]):
         return Endpoint(kind=Kind.pingpong)
-    if len(parts) < 4 or parts[1] != "ws" or parts[2] != "v2":
+    if len(parts) < 3 or parts[1] != "ws":
         return None
+    v2 = parts[2] == "v2"
+    at = 3 if v2 else 2  # where the kind is; the domain follows it
     try:
-        kind = Kind(parts[3])
-    except ValueError:
+        kind = Kind(parts[at])
+    except (ValueError, IndexError):
         return None
     if kind is Kind.pingpong:
         return None
     if len(parts) < 8:
         raise InvalidParams("Invalid topic name format")
-    domain = parts[4]
+    domain = parts[at + 1]
     if domain not in ("persistent", "non-persistent"):
         raise InvalidParams(f"Invalid topic domain: {unquote(domain)}")
     subscription = ""
@@ -207,11 +218,19 @@ def parse_endpoint(raw_path: str) -> Endpoint | None:
             raise InvalidParams("Empty subscription name")
         end -= 1
     # as Pulsar joins the topic name's segments: empty ones (a doubled /) are skipped
-    local = "/".join([parts[7], *(p for p in parts[8:end] if p)])
+    local = unquote("/".join([parts[7], *(p for p in parts[8:end] if p)]))
+    names = [unquote(p) for p in parts[at + 2:7]]  # tenant, namespace; v1: tenant, cluster, namespace
     try:
-        ns = NamespaceName(unquote(parts[5]), unquote(parts[6]))
+        if not v2:
+            for what, name in zip(("tenant", "cluster", "namespace"), names, strict=True):
+                if not is_valid_name(name):
+                    raise InvalidNameError(f"Invalid {what} name: {name!r}")
+            TopicName.parse(f"{domain}://{names[0]}/{names[2]}/{local}")  # the same rules for the rest
+            return Endpoint(kind=kind, subscription=subscription,
+                            v1_topic=f"{domain}://{'/'.join(names)}/{local}")
+        ns = NamespaceName(*names)
         NamespaceName.parse(str(ns))
-        topic = TopicName.parse(f"{domain}://{ns}/{unquote(local)}")
+        topic = TopicName.parse(f"{domain}://{ns}/{local}")
     except InvalidNameError as exc:
         raise InvalidParams(str(exc)) from None
     return Endpoint(kind=kind, topic=topic, subscription=subscription)

@@ -11,6 +11,7 @@ from urllib.parse import parse_qs
 from starlette.datastructures import Headers
 
 from core.auth import AuthenticationError
+from core.broker import NamespaceNotFoundError
 from handlers.websocket._codec import Endpoint, InvalidParams, Kind, parse_endpoint
 from handlers.websocket._consumer import ConsumerSession, ReaderSession
 from handlers.websocket._producer import ProducerSession
@@ -31,7 +32,12 @@ SESSIONS: dict[Kind, type[Session]] = {
 async def open_session(broker: Any, config: Any, scope: dict[str, Any], endpoint: Endpoint,
                        send: Send) -> Session:
     """The session an endpoint names, opened (its producer, consumer or reader created);
-    raises what :func:`handshake_status` maps to the upgrade's answer."""
+    raises what :func:`handshake_status` maps to the upgrade's answer. A v1 topic's
+    namespace (``tenant/cluster/namespace``) is one this broker cannot hold: not found,
+    as Pulsar answers a topic of a namespace that does not exist."""
+    if endpoint.v1_topic is not None:
+        namespace = endpoint.v1_topic.split("://", 1)[1].rsplit("/", 1)[0]
+        raise NamespaceNotFoundError(f"Namespace {namespace} does not exist")
     session = SESSIONS[endpoint.kind](broker, config, scope, endpoint, send)
     await session.open()
     return session
@@ -76,7 +82,15 @@ class WebSocketService:
             log.warning("websocket: %s refused: %s", endpoint.kind.value, exc)
             return "Authentication required"
         topic = endpoint.topic
-        assert topic is not None
+        if topic is None:
+            # a v1 topic: no permission can be granted on a namespace under a cluster, so
+            # only the tenant's admins (and super-users) get as far as its "not found"
+            assert endpoint.v1_topic is not None
+            tenant = endpoint.v1_topic.split("://", 1)[1].split("/", 1)[0]
+            if not auth.authorization_enabled or auth.is_tenant_admin(tenant, role):
+                return None
+            log.warning("websocket: role %s may not %s on %s", role, endpoint.kind.value, endpoint.v1_topic)
+            return "Client is not authorized to perform operation"
         if endpoint.kind is Kind.producer:
             allowed = auth.can_produce(topic, role)
         elif endpoint.kind is Kind.reader:

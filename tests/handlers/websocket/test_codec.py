@@ -47,6 +47,20 @@ def test_endpoints_as_pulsar_reads_their_paths(path, kind, topic, subscription):
     assert (endpoint.kind, str(endpoint.topic), endpoint.subscription) == (kind, topic, subscription)
 
 
+@pytest.mark.parametrize(("path", "kind", "topic", "subscription"), [
+    ("/ws/producer/persistent/my-tenant/my-cluster/my-ns/my-topic", Kind.producer,
+     "persistent://my-tenant/my-cluster/my-ns/my-topic", ""),
+    ("/ws/consumer/persistent/my-tenant/my-cluster/my-ns/my-topic/my-sub", Kind.consumer,
+     "persistent://my-tenant/my-cluster/my-ns/my-topic", "my-sub"),
+    ("/ws/reader/non-persistent/my-tenant/global/my-ns/a%2Fb", Kind.reader,
+     "non-persistent://my-tenant/global/my-ns/a/b", ""),
+])
+def test_v1_paths_name_a_topic_with_a_cluster(path, kind, topic, subscription):
+    endpoint = parse_endpoint(path)
+    assert endpoint is not None and endpoint.topic is None
+    assert (endpoint.kind, endpoint.v1_topic, endpoint.subscription) == (kind, topic, subscription)
+
+
 @pytest.mark.parametrize("path", ["/ws/pingpong", "/ws/v2/pingpong"])
 def test_pingpong_endpoint(path):
     endpoint = parse_endpoint(path)
@@ -65,6 +79,9 @@ def test_paths_of_no_endpoint(path):
     "/ws/v2/consumer/persistent/public/default/t",
     "/ws/v2/consumer/persistent/public/default/t/",
     "/ws/v2/producer/persistent/pub%2Flic/default/t",
+    "/ws/producer/persistent/my-tenant/my-cluster/my-ns",
+    "/ws/consumer/persistent/my-tenant/my-cluster/my-ns/t/",
+    "/ws/producer/persistent/my-tenant/bad%20cluster/my-ns/t",
 ])
 def test_paths_pulsar_refuses(path):
     with pytest.raises(InvalidParams):

@@ -539,6 +539,27 @@ def test_handshake_errors_answer_with_pulsars_statuses(standalone, connect, admi
     assert publish(connect(f"producer/persistent/public/default/ws-busy-{unique}"), b"ok")["result"] == "ok"
 
 
+def test_v1_paths_are_refused_as_a_namespace_that_does_not_exist(standalone, unique):
+    """Pulsar's v1 paths name a topic with a cluster (``persistent://tenant/cluster/ns/t``);
+    this broker keeps no namespaces under a cluster, so the handshake is answered as
+    Pulsar answers a topic of a namespace that does not exist (a reader, 500 whatever
+    the cause); a v1 path Pulsar cannot read is 400."""
+    v1 = ws_base(standalone).removesuffix("/v2")
+    expected = {
+        f"producer/persistent/public/standalone/default/t-{unique}": 404,
+        f"consumer/persistent/public/standalone/default/t-{unique}/s": 404,
+        f"reader/persistent/public/global/default/t-{unique}": 500,
+        "producer/persistent/public/standalone/default": 400,
+        "consumer/persistent/public/standalone/default/t/": 400,
+    }
+    for path, status in expected.items():
+        with pytest.raises(websocket.WebSocketBadStatusException) as info:
+            websocket.create_connection(f"{v1}/{path}", timeout=TIMEOUT)
+        assert info.value.status_code == status, path
+        if status != 400:
+            assert "Namespace public/" in (info.value.resp_body or b"").decode()
+
+
 def test_disabling_the_websocket_service_leaves_ws_paths_unserved(tmp_path: Path):
     with Standalone(tmp_path, conf={"webSocketServiceEnabled": False}) as s:
         status, _ = handshake_status(s, "producer/persistent/public/default/t")
@@ -620,3 +641,15 @@ def test_websocket_sessions_need_a_token_and_the_roles_permissions(secured, toke
     consumer = f"{ws_base(secured)}/consumer/persistent/{tenant}/ns/t/s"
     assert _upgrade_status(consumer, Authorization=f"Bearer {tokens.token('writer')}") == 401
     assert _upgrade_status(consumer, Authorization=f"Bearer {tokens.token(SUPER_USER)}") == 0
+
+
+def test_v1_paths_need_a_token_too(secured, tokens, unique):
+    """A v1 path is authenticated as a v2 one; under authorization only a tenant's admin
+    (or a super-user) gets as far as its namespace not being found."""
+    from tests._auth import SUPER_USER
+
+    base = f"{ws_base(secured).removesuffix('/v2')}/producer/persistent/public/standalone/default/t-{unique}"
+    assert _upgrade_status(base) == 401
+    assert _upgrade_status(base, Authorization="Bearer not-a-token") == 401
+    assert _upgrade_status(f"{base}?token={tokens.token('nobody')}") == 401
+    assert _upgrade_status(base, Authorization=f"Bearer {tokens.token(SUPER_USER)}") == 404
