@@ -63,6 +63,7 @@ __all__ = [
     "ProducerParams",
     "ReaderParams",
     "WebSocketError",
+    "Undecryptable",
     "ack_set_without",
     "choose_partition",
     "chunked_message",
@@ -71,6 +72,7 @@ __all__ = [
     "decode_message_id",
     "decode_producer_message",
     "encode_message_id",
+    "encryption_context",
     "end_of_topic",
     "format_time",
     "java_string_hash",
@@ -272,6 +274,15 @@ ROUTING_MODES = ("RoundRobinPartition", "SinglePartition", "CustomPartition")
 HASHING_SCHEMES = ("JavaStringHash", "Murmur3_32Hash")
 SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
 SUBSCRIPTION_MODES = ("Durable", "NonDurable")
+CRYPTO_FAILURE_ACTIONS = ("FAIL", "DISCARD", "CONSUME")
+
+
+def _crypto_failure_action(p: Mapping[str, str]) -> str:
+    """``cryptoFailureAction``: what a consumer or reader does with a message its
+    producer encrypted, which it has no key to open (the broker holds none). Pulsar's
+    handlers log a value they do not know and keep the default, FAIL."""
+    raw = p.get("cryptoFailureAction", "FAIL")
+    return raw if raw in CRYPTO_FAILURE_ACTIONS else "FAIL"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -339,6 +350,7 @@ class ConsumerParams:
     max_redeliver_count: int = 0
     dead_letter_topic: str | None = None
     pull_mode: bool = False
+    crypto_failure_action: str = "FAIL"
 
     @classmethod
     def parse(cls, query_string: bytes | str, topic: TopicName, subscription: str) -> ConsumerParams:
@@ -369,6 +381,7 @@ class ConsumerParams:
             max_redeliver_count=max_redeliver if dlq is not None else 0,
             dead_letter_topic=dlq,
             pull_mode=p.get("pullMode", "").lower() == "true",
+            crypto_failure_action=_crypto_failure_action(p),
         )
 
 
@@ -377,6 +390,7 @@ class ReaderParams:
     reader_name: str | None = None
     receiver_queue_size: int = DEFAULT_RECEIVER_QUEUE_SIZE
     start: str | MessageId = "latest"
+    crypto_failure_action: str = "FAIL"
 
     @classmethod
     def parse(cls, query_string: bytes | str) -> ReaderParams:
@@ -391,7 +405,8 @@ class ReaderParams:
             except FrameError as exc:
                 raise InvalidParams(exc.message or "Invalid messageId") from None
         return cls(reader_name=p.get("readerName") or None,
-                   receiver_queue_size=_receiver_queue_size(p), start=start)
+                   receiver_queue_size=_receiver_queue_size(p), start=start,
+                   crypto_failure_action=_crypto_failure_action(p))
 
 
 # -- message ids ---------------------------------------------------------------------------------
@@ -696,7 +711,7 @@ class Delivered:
 
 
 def _one(mid: MessageId, single: SingleMessageMetadata, payload: bytes, publish_time: int,
-         redelivery_count: int) -> Delivered:
+         redelivery_count: int, encryption_context: dict[str, Any] | None = None) -> Delivered:
     out: dict[str, Any] = {
         "messageId": encode_message_id(mid),
         "payload": base64.b64encode(payload).decode("ascii"),
@@ -708,7 +723,56 @@ def _one(mid: MessageId, single: SingleMessageMetadata, payload: bytes, publish_
         out["eventTime"] = format_time(single.event_time)
     if single.HasField("partition_key"):
         out["key"] = single.partition_key
+    if encryption_context is not None:
+        out["encryptionContext"] = encryption_context
     return Delivered(mid, _dumps(out))
+
+
+_COMPRESSION_NAMES = {v: k for k, v in _COMPRESSION.items()}
+
+
+def encryption_context(md: MessageMetadata) -> dict[str, Any]:
+    """What Pulsar's consumer tells of an encrypted message it could not open
+    (``EncryptionContext``, as its ``createEncryptionContext`` fills it): the data key
+    encrypted under each of the producer's keys, the cipher's parameter (the IV), the
+    algorithm, the compression applied before encryption, the size uncompressed, and the
+    number of messages in an encrypted batch (null outside a batch). Bytes are base64, as
+    Jackson writes a ``byte[]``."""
+    return {
+        "keys": {k.key: {"keyValue": base64.b64encode(k.value).decode("ascii"),
+                         "metadata": {kv.key: kv.value for kv in k.metadata}}
+                 for k in md.encryption_keys},
+        "param": base64.b64encode(md.encryption_param).decode("ascii") if md.HasField("encryption_param") else None,
+        "algorithm": md.encryption_algo if md.HasField("encryption_algo") else None,
+        "compressionType": _COMPRESSION_NAMES.get(md.compression, "NONE"),
+        "uncompressedMessageSize": md.uncompressed_size,
+        "batchSize": md.num_messages_in_batch if md.HasField("num_messages_in_batch") else None,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Undecryptable:
+    """An entry its producer encrypted, which a consumer with ``cryptoFailureAction``
+    FAIL or DISCARD is not given: DISCARD acknowledges it, as Pulsar's consumer discards
+    it (an acknowledgement with a decryption error); FAIL leaves it unacknowledged in the
+    subscription's backlog."""
+
+    discard: bool
+
+
+def _encrypted(md: MessageMetadata, payload: bytes, mid: MessageId, redelivery_count: int,
+               crypto_failure_action: str) -> list[Delivered] | Undecryptable:
+    if crypto_failure_action != "CONSUME":
+        return Undecryptable(discard=crypto_failure_action == "DISCARD")
+    # as Pulsar's consumer delivers what it cannot open: the payload as stored (still
+    # compressed, a batch still whole) under the entry's id, with its context
+    single = SingleMessageMetadata(payload_size=len(payload))
+    single.properties.extend(md.properties)
+    if md.HasField("partition_key"):
+        single.partition_key = md.partition_key
+    if md.event_time:
+        single.event_time = md.event_time
+    return [_one(mid, single, payload, md.publish_time, redelivery_count, encryption_context(md))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -744,13 +808,19 @@ def chunked_message(chunks: list[Chunk], first: MessageId, last: MessageId,
 
 
 def consumer_messages(data: bytes, ledger_id: int, entry_id: int, partition: int,
-                      redelivery_count: int, ack_set: list[int] | None = None) -> list[Delivered] | Chunk:
+                      redelivery_count: int, ack_set: list[int] | None = None,
+                      crypto_failure_action: str = "FAIL") -> list[Delivered] | Chunk | Undecryptable:
     """The messages of a stored entry as Pulsar's ``ConsumerMessage`` frames, a batch's
     one by one with batch message ids; those ``ack_set`` marks acknowledged (a clear bit)
-    left out, and none of an entry that cannot be read (encrypted, or not an entry). A
-    chunk of a larger message is returned as such, to be put together with the others."""
+    left out, and none of an entry that cannot be read. A chunk of a larger message is
+    returned as such, to be put together with the others. An encrypted entry (each chunk
+    of a chunked message is encrypted on its own) is one message with its encryption
+    context under ``cryptoFailureAction`` CONSUME, else :class:`Undecryptable`."""
     try:
         md, payload = decode_entry(data)
+        if len(md.encryption_keys):
+            return _encrypted(md, payload, MessageId(ledger_id, entry_id, partition), redelivery_count,
+                              crypto_failure_action)
         if md.num_chunks_from_msg > 1 and md.HasField("uuid"):
             return Chunk(md.uuid, md.chunk_id, md.num_chunks_from_msg, md, payload)
         singles = iter_batch(md, payload)

@@ -36,6 +36,7 @@ from handlers.websocket._codec import (
     MessageId,
     ProducerMessage,
     ReaderParams,
+    Undecryptable,
     WebSocketError,
     ack_set_without,
     chunked_message,
@@ -173,9 +174,14 @@ class ConsumerSession(Session):
         for d in deliveries:
             e = d.entry
             got = consumer_messages(e.data, e.position.ledger_id, e.position.entry_id,
-                                    partition, d.redelivery_count, d.ack_set)
+                                    partition, d.redelivery_count, d.ack_set,
+                                    self.params.crypto_failure_action)
             chunks: tuple[Position, ...] = ()
-            if isinstance(got, Chunk):
+            if isinstance(got, Undecryptable):
+                messages: list[Delivered] = []
+                if got.discard and consumer.subscription is not None:
+                    consumer.subscription.ack_individual(consumer, [(e.position, None)])
+            elif isinstance(got, Chunk):
                 # a chunk's permit goes back but for the last one's, which the whole
                 # message holds
                 whole = self._put_together(partition, e.position, got, d.redelivery_count)
@@ -413,7 +419,8 @@ class ReaderSession(ConsumerSession):
                  send: Send):
         Session.__init__(self, broker, config, scope, endpoint, send)
         self.reader_params = ReaderParams.parse(self.query)
-        self.params = ConsumerParams(receiver_queue_size=self.reader_params.receiver_queue_size)
+        self.params = ConsumerParams(receiver_queue_size=self.reader_params.receiver_queue_size,
+                                     crypto_failure_action=self.reader_params.crypto_failure_action)
         self.subscription = "reader-" + secrets.token_hex(5)
         self.consumers = {}
         self.consumer_name = self.reader_params.reader_name or secrets.token_hex(3)[:5]

@@ -189,3 +189,13 @@ def test_ack_sets_are_signed_longs_with_the_message_cleared():
 def test_consumer_commands():
     assert decode_consumer_command('{"type":"permit","permitMessages":"3"}').permit_messages == 3
     assert decode_consumer_command('{"messageId":"CAMQADAA"}').type is None
+
+
+@pytest.mark.parametrize(("query", "action"), [
+    ("", "FAIL"), ("cryptoFailureAction=CONSUME", "CONSUME"), ("cryptoFailureAction=DISCARD", "DISCARD"),
+    ("cryptoFailureAction=consume", "FAIL"),  # Pulsar logs a value it does not know and keeps FAIL
+])
+def test_crypto_failure_action_as_pulsars_handlers_take_it(query, action):
+    topic = TopicName.parse("persistent://public/default/t")
+    assert ConsumerParams.parse(query, topic, "s").crypto_failure_action == action
+    assert ReaderParams.parse(query).crypto_failure_action == action

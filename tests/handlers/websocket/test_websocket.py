@@ -242,6 +242,76 @@ def test_pulsar_client_batched_and_plain_messages_reach_a_websocket_consumer(con
     wait_for(lambda: stats()["consumers"] == [], "the closed session's consumer to leave")
 
 
+def _open_sealed(message: dict[str, Any]) -> bytes:
+    """What a key holder reads from an encrypted message a consumer was given as is: the
+    data key under the test private key (RSA-OAEP), the payload under it (AES-GCM, the
+    context's param as IV), then decompressed."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from core.format import LZ4, decompress
+    from tests.handlers.pulsar._keys import KEYS
+
+    ctx = message["encryptionContext"]
+    private = serialization.load_pem_private_key((KEYS / "test-private.pem").read_bytes(), None)
+    data_key = private.decrypt(base64.b64decode(ctx["keys"]["app-key"]["keyValue"]),  # type: ignore[union-attr]
+                               padding.OAEP(padding.MGF1(hashes.SHA1()), hashes.SHA1(), None))
+    sealed = AESGCM(data_key).decrypt(base64.b64decode(ctx["param"]), base64.b64decode(message["payload"]), None)
+    assert ctx["compressionType"] == "LZ4"
+    return decompress(LZ4, sealed, ctx["uncompressedMessageSize"])
+
+
+def test_encrypted_messages_reach_websocket_consumers_per_crypto_failure_action(connect, client, admin,
+                                                                               unique):
+    """The broker holds no key: with ``cryptoFailureAction=CONSUME`` an encrypted message
+    arrives as stored, with its encryption context (a batch whole); with FAIL (the
+    default) it is not delivered and stays in the backlog; with DISCARD it is not
+    delivered and is acknowledged."""
+    from tests.handlers.pulsar._keys import key_reader
+
+    name = f"ws-sealed-{unique}"
+    path = f"consumer/persistent/public/default/{name}"
+    consume = connect(f"{path}/consume?cryptoFailureAction=CONSUME")
+    fail = connect(f"{path}/fail")
+    discard = connect(f"{path}/discard?cryptoFailureAction=DISCARD")
+    topic = f"persistent://public/default/{name}"
+    sealed = client.create_producer(topic, batching_enabled=False, encryption_key="app-key",
+                                    crypto_key_reader=key_reader(), compression_type=pulsar.CompressionType.LZ4)
+    sealed.send(b"secret " * 20, partition_key="k", properties={"p": "1"})
+    batched = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=50,
+                                     encryption_key="app-key", crypto_key_reader=key_reader(),
+                                     compression_type=pulsar.CompressionType.LZ4)
+    for i in range(2):
+        batched.send_async(f"in a batch {i}".encode(), None)
+    batched.flush()
+    client.create_producer(topic, batching_enabled=False).send(b"plain")
+
+    one, batch, plain = (recv_json(consume) for _ in range(3))
+    ctx = one["encryptionContext"]
+    assert base64.b64decode(one["payload"]) != b"secret " * 20
+    assert (one["key"], one["properties"]) == ("k", {"p": "1"})
+    assert set(ctx) == {"keys", "param", "algorithm", "compressionType", "uncompressedMessageSize", "batchSize"}
+    assert list(ctx["keys"]) == ["app-key"] and ctx["batchSize"] is None
+    assert ctx["uncompressedMessageSize"] == len(b"secret " * 20)
+    assert _open_sealed(one) == b"secret " * 20
+    assert batch["encryptionContext"]["batchSize"] == 2
+    assert not message_id(batch["messageId"]).HasField("batch_index")
+    assert base64.b64decode(plain["payload"]) == b"plain" and "encryptionContext" not in plain
+
+    def backlog(sub: str) -> int:
+        return int(admin.get(f"/admin/v2/persistent/public/default/{name}/stats")["subscriptions"][sub]["msgBacklog"])
+
+    for ws, sub, left in ((fail, "fail", 2), (discard, "discard", 0)):
+        first = recv_json(ws)
+        assert base64.b64decode(first["payload"]) == b"plain", sub
+        ws.send(json.dumps({"messageId": first["messageId"]}))
+        wait_for(lambda sub=sub, left=left: backlog(sub) == left, f"{sub}'s backlog of {left}")  # type: ignore[misc]
+    for m in (one, batch, plain):
+        consume.send(json.dumps({"messageId": m["messageId"]}))
+    wait_for(lambda: backlog("consume") == 0, "the encrypted messages' acks")
+
+
 def test_websocket_consumer_of_a_partitioned_topic(connect, client, admin, unique):
     name = f"ws-pcons-{unique}"
     admin.put(f"/admin/v2/persistent/public/default/{name}/partitions", 2)
