@@ -463,6 +463,27 @@ class BrokerService:
         self.policies.delete_topic_policies(topic.name)
         log.info("%s: deleted after %d s inactive (%s)", topic.name,
                  int(policy.get("maxInactiveDurationSeconds") or 0), mode)
+        if topic.name.partition_index >= 0 and self.config.get(
+                "brokerDeleteInactivePartitionedTopicMetadataEnabled", False):
+            self._delete_partitioned_if_no_partitions(topic.name.partitioned_topic)
+
+    def _delete_partitioned_if_no_partitions(self, name: TopicName) -> None:
+        """Delete the partitioned topic `name` (its metadata and its own policies) once
+        none of its partitions exists any more, as Pulsar's
+        ``PersistentTopic.tryToDeletePartitionedMetadata`` does after an inactive
+        partition is deleted: each partition goes when it is found inactive, and the
+        last one to go takes the partitioned topic with it."""
+        partitions = self.policies.partitions(name)
+        if not partitions or any(self.topic_exists(name.partition(i)) for i in range(partitions)):
+            return
+        self.delete_partitioned_metadata(name)
+        log.info("%s: partitioned topic deleted, none of its %d partitions is left", name, partitions)
+
+    def delete_partitioned_metadata(self, name: TopicName) -> None:
+        """Delete what the partitioned topic `name` itself holds: its metadata (the
+        partition count) and its topic policies. Its partitions are not touched."""
+        self.policies.delete_partitioned(name)
+        self.policies.delete_topic_policies(name)
 
     # -- administration ------------------------------------------------------------------------------
 

@@ -633,6 +633,11 @@ _KEY_LIST: tuple[Key, ...] = (
                    "Magnetar's is false, because Kafka clients and Spark jobs hold no producer or "
                    "subscription on a topic between uses, so Pulsar's rule would delete their "
                    "topics and data.")),
+    _dynamic(_bool("brokerDeleteInactivePartitionedTopicMetadataEnabled", False,
+                   "When inactive topic deletion deletes a partition, also delete the "
+                   "partitioned topic (its metadata and policies) once none of its partitions "
+                   "is left. Off, a partitioned topic whose partitions were all deleted stays, "
+                   "and its partitions are created again on use.")),
     _float("brokerDeleteInactiveTopicsFrequencySeconds", 60.0,
            "How often loaded topics are checked for inactivity (read at start).", 0.001),
     _dynamic(_enum("brokerDeleteInactiveTopicsMode", "delete_when_no_subscriptions",

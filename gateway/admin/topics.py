@@ -270,8 +270,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
             part = name.partition(i)
             if broker.topic_exists(part):
                 await broker.delete_topic(part, force=force)
-        policies.delete_partitioned(name)
-        policies.delete_topic_policies(name)
+        broker.delete_partitioned_metadata(name)
         return None
 
     # -- stats -------------------------------------------------------------------------------------

@@ -187,3 +187,35 @@ def test_the_brokers_setting_deletes_topics_where_no_policy_says(tmp_path: Path)
             assert _listed(admin, kept)
         finally:
             client.close()
+
+
+def _partitioned(admin: AdminClient, ns: str) -> list[str]:
+    return admin.get(f"/admin/v2/persistent/{ns}/partitioned")
+
+
+def test_a_partitioned_topic_goes_with_its_last_inactive_partition_when_configured(
+        admin: AdminClient, ns: str, client: pulsar.Client, dynamic: Callable[[str, str], None]) -> None:
+    dynamic("brokerDeleteInactivePartitionedTopicMetadataEnabled", "true")
+    admin.post(f"/admin/v2/namespaces/{ns}/inactiveTopicPolicies", NO_SUBSCRIPTIONS)
+    topic, idle = f"persistent://{ns}/p", f"persistent://{ns}/idle"
+    admin.put(f"/admin/v2/persistent/{ns}/p/partitions", 2)
+    _publish(client, topic)
+    producer = client.create_producer(f"{topic}-partition-1")  # one partition stays in use
+    _publish(client, idle)
+    _gone(admin, idle)
+    assert _partitioned(admin, ns) == [topic]
+
+    producer.close()
+    wait_for(lambda: not _partitioned(admin, ns), timeout=15.0)
+    assert not _listed(admin, f"{topic}-partition-0") and not _listed(admin, f"{topic}-partition-1")
+
+
+def test_a_partitioned_topic_outlives_its_inactive_partitions_by_default(
+        admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    admin.post(f"/admin/v2/namespaces/{ns}/inactiveTopicPolicies", NO_SUBSCRIPTIONS)
+    topic, idle = f"persistent://{ns}/p", f"persistent://{ns}/idle"
+    admin.put(f"/admin/v2/persistent/{ns}/p/partitions", 2)
+    _publish(client, topic)
+    _publish(client, idle)
+    _gone(admin, idle)  # the partitions, inactive since before, went no later
+    assert _partitioned(admin, ns) == [topic]
