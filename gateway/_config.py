@@ -543,9 +543,10 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("maxPendingPublishRequestsPerConnection", 1000,
          "Publishes of one Pulsar connection awaiting their receipt before the broker reads "
          "nothing more from it (until half are answered); 0 for no limit.", 0),
-    _int("maxMessagePublishBufferSizeInMB", 512,
-         "Bytes of publishes, from every Pulsar connection, awaiting their receipt before the "
-         "broker reads no connection (until half is free); -1 for no limit.", -1),
+    _dynamic(_int("maxMessagePublishBufferSizeInMB", 512,
+                  "Bytes of publishes, from every Pulsar connection, awaiting their receipt "
+                  "before the broker reads no connection (until half is free); -1 for no "
+                  "limit. A change applies at the next read from any connection.", -1)),
     # --- authentication and authorization
     _bool("authenticationEnabled", False,
           "Require every client (Pulsar, Kafka, admin REST) to authenticate; with the token "
@@ -658,9 +659,10 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("compactionServiceThreads", 1,
          "Topics compacted at once, on request or by threshold; the others wait their "
          "turn.", 1),
-    _int("maxConcurrentLookupRequest", 50000,
-         "Pulsar lookups and partitioned-metadata requests being answered at once, over "
-         "every connection; past it one fails with TooManyRequests.", 1),
+    _dynamic(_int("maxConcurrentLookupRequest", 50000,
+                  "Pulsar lookups and partitioned-metadata requests being answered at once, "
+                  "over every connection; past it one fails with TooManyRequests. Checked at "
+                  "each request.", 1)),
     _dynamic(_int("maxConcurrentTopicLoadRequest", 5000,
                   "Topics being loaded (their storage opened and state recovered) at once; "
                   "the others wait their turn.", 1)),

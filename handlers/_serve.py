@@ -147,11 +147,17 @@ scheduler: other tasks run, and a cancellation is delivered."""
 class ReadLimit:
     """Work read from clients and not yet answered (requests, or their bytes): once it
     reaches ``limit``, the sessions it covers read nothing more until it is down to half.
-    ``limit`` <= 0 is no limit. ``announce``, when given, is logged at each pause."""
+    ``limit`` <= 0 is no limit. ``announce``, when given, is logged at each pause.
 
-    def __init__(self, limit: int, announce: str | None = None) -> None:
+    ``source``, when given, says what the limit is now (a dynamic configuration key):
+    :meth:`refresh` takes it again, at the sessions' natural points (before each read from
+    a socket), rather than at each :meth:`take`."""
+
+    def __init__(self, limit: int, announce: str | None = None,
+                 source: Callable[[], int] | None = None) -> None:
         self.limit = limit
         self.announce = announce
+        self._source = source
         self.used = 0
         self.paused = False
         self._resumed = trio.Event()
@@ -167,6 +173,18 @@ class ReadLimit:
     def give(self, n: int) -> None:
         self.used -= n
         if self.paused and self.used <= self.limit // 2:
+            self.paused = False
+            self._resumed.set()
+
+    def refresh(self) -> None:
+        """Take the limit from ``source`` again. A lower limit pauses at the next
+        :meth:`take` past it; a higher one (or none) ends a pause it no longer calls for
+        (sessions that are paused read nothing, so a pause in place when the limit changes
+        ends as the old limit says, or when a session that still reads refreshes it)."""
+        if self._source is None:
+            return
+        self.limit = self._source()
+        if self.paused and (self.limit <= 0 or self.used <= self.limit // 2):
             self.paused = False
             self._resumed.set()
 

@@ -37,15 +37,25 @@ class PulsarProtocolHandler:
         self.service_url = ""
         self._producer_names = itertools.count()
         self.sessions: set[PulsarSession] = set()
-        #: Lookups and partitioned-metadata requests being answered, over every connection,
-        #: and how many may be (maxConcurrentLookupRequest).
+        #: Lookups and partitioned-metadata requests being answered, over every connection
+        #: (at most :attr:`max_lookups`).
         self.pending_lookups = 0
-        self.max_lookups = int(config.get("maxConcurrentLookupRequest"))
         # Bytes of publishes read from every connection and not yet answered (Pulsar's
-        # maxMessagePublishBufferSizeInMB): past it, no connection is read.
+        # maxMessagePublishBufferSizeInMB, dynamic: each session refreshes it before it
+        # reads): past it, no connection is read.
+        def publish_buffer_bytes() -> int:
+            return int(config.get("maxMessagePublishBufferSizeInMB")) << 20
+
         self.publish_buffer = ReadLimit(
-            int(config.get("maxMessagePublishBufferSizeInMB")) << 20,
-            "pulsar: reading no connection until half of maxMessagePublishBufferSizeInMB is free")
+            publish_buffer_bytes(),
+            "pulsar: reading no connection until half of maxMessagePublishBufferSizeInMB is free",
+            source=publish_buffer_bytes)
+
+    @property
+    def max_lookups(self) -> int:
+        """How many lookups may be answered at once (maxConcurrentLookupRequest, dynamic:
+        read at each lookup)."""
+        return int(self.config.get("maxConcurrentLookupRequest"))
 
     def new_producer_name(self) -> str:
         return f"{self.broker.cluster}-0-{next(self._producer_names)}"

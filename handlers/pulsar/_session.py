@@ -292,6 +292,7 @@ class PulsarSession:
 
     async def _reader(self) -> None:
         while True:
+            self.handler.publish_buffer.refresh()
             if self._sends.paused or self.handler.publish_buffer.paused:
                 await self._wait_reads_resumed()
             data = await self._read.receive(READ_SIZE)

@@ -13,12 +13,15 @@ from pathlib import Path
 import pulsar
 import pytest
 
+from core.format import pulsar_api_pb2 as pb
 from core.metadata import open_metadata_store
 from gateway._admin_cli import AdminClient
 from gateway._config import load_config
 from gateway._runtime_config import RuntimeConfig
+from handlers.pulsar import _events as ev
 from tests._standalone import Standalone
 from tests.admin.conftest import status_of, wait_for
+from tests.handlers.pulsar._raw import RawClient
 
 CONFIG = "/admin/v2/brokers/configuration"
 CLI_TIMEOUT = 60
@@ -113,6 +116,30 @@ def test_publish_rate_changes_at_runtime(admin: AdminClient, client: pulsar.Clie
     send(20)
     assert limited() == before
     producer.close()
+
+
+def test_lookup_limit_changes_at_runtime(server: Standalone, admin: AdminClient, ns: str,
+                                         dynamic: Callable[[str, str], None]) -> None:
+    topic = f"persistent://{ns}/lookups"
+
+    def refused() -> list[int]:
+        """The requests refused of three lookups sent in one write: the first is taken in
+        before the others are read."""
+        raw = RawClient(server.pulsar_url)
+        try:
+            raw.connect()
+            raw.send_raw(b"".join(raw.codec.send(ev.CommandLookupTopic.build(topic=topic, request_id=i))
+                                  for i in range(3)))
+            answers = [raw.next_event().command for _ in range(3)]
+        finally:
+            raw.close()
+        return sorted(c.request_id for c in answers if c.HasField("error") and c.error == pb.TooManyRequests)
+
+    assert refused() == []
+    dynamic("maxConcurrentLookupRequest", "1")
+    assert refused() == [1, 2]
+    admin.delete(f"{CONFIG}/maxConcurrentLookupRequest")
+    assert refused() == []
 
 
 def test_refusals(admin: AdminClient) -> None:

@@ -22,6 +22,7 @@ from core.topic import Producer, ProducerAccessMode, PublishResult
 from handlers._serve import ReadLimit
 from handlers.pulsar import _events as ev
 from handlers.pulsar._codec import NEED_DATA, PulsarConnection, Role
+from handlers.pulsar._handler import PulsarProtocolHandler
 from handlers.pulsar._session import PulsarSession
 
 LIMIT = 4
@@ -141,4 +142,33 @@ async def test_the_publish_buffer_past_its_limit_pauses_every_connection() -> No
         assert not buffer.paused and buffer.used == 0
         assert _kinds(b.got) == ["CommandConnected", "CommandPong", "CommandPong"]
         assert _kinds(a.got) == ["CommandConnected", "CommandSendReceipt"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_publish_buffer_limit_changed_at_runtime_applies_at_the_next_read() -> None:
+    topic = _HeldTopic()
+    config: dict[str, Any] = {"maxMessagePublishBufferSizeInMB": -1}
+    buffer = PulsarProtocolHandler(config, SimpleNamespace()).publish_buffer
+    a = _Client(topic, buffer)
+    big = b"x" * (3 << 19)  # 1.5 MB
+    async with trio.open_nursery() as nursery:
+        await a.start(nursery)
+        await a.send(_send(a.codec, 0, big))
+        assert not buffer.paused and len(topic.callbacks) == 1  # no limit
+        config["maxMessagePublishBufferSizeInMB"] = 1  # as a dynamic configuration update does
+        await a.send(_send(a.codec, 1, big))
+        assert buffer.paused and len(topic.callbacks) == 2
+        await a.send(a.ping())
+        assert _kinds(a.got) == ["CommandConnected"]  # read no further
+        config["maxMessagePublishBufferSizeInMB"] = -1
+        topic.callbacks[0](PublishResult(Position(1, 0), 0, 0))
+        await trio.testing.wait_all_tasks_blocked()
+        # still 1.5 MB pending, past half of the limit the pause began under; the next
+        # answer ends it, and the read that follows takes the limit away again
+        assert buffer.paused
+        topic.callbacks[1](PublishResult(Position(1, 1), 1, 0))
+        await trio.testing.wait_all_tasks_blocked()
+        assert not buffer.paused and buffer.limit < 0
+        assert _kinds(a.got) == ["CommandConnected", "CommandSendReceipt", "CommandSendReceipt",
+                                 "CommandPong"]
         nursery.cancel_scope.cancel()
