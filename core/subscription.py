@@ -22,6 +22,10 @@ attached to it. One trio task per subscription moves entries from storage to con
   on past them, as Pulsar's does, until the replay set holds
   ``keySharedLookAheadMsgInReplayThresholdPerConsumer`` messages per consumer (at most
   ``...PerSubscription``).
+* How much one pass reads (``dispatcherMaxReadBatchSize``, ``dispatcherMaxReadSizeBytes``)
+  and the look-ahead limits are broker settings that may change while the broker runs
+  (dynamic configuration): each pass reads them anew, so a change applies to every
+  subscription from its next pass.
 * Entries whose ``deliver_at_time`` is in the future wait in a timer heap (delayed
   delivery works on every subscription type).
 * On Shared and Key_Shared subscriptions, a consumer holding
@@ -389,13 +393,8 @@ class Subscription(Activity):
         self._wake = trio.Event()
         self._idle = False  # the dispatcher task waits for a wake-up, with no timer armed
         self._avg_messages_per_entry = 1.0
-        config = topic.broker.config
-        self._max_read_entries, self._max_read_bytes = (
-            max(1, int(config.get(key, default) or default)) for key, default in READ_LIMITS)
-        self._look_ahead_per_consumer, self._look_ahead_in_all = (
-            max(0, int(config.get(key, default))) for key, default in LOOK_AHEAD_LIMITS)
-        # Until entries were seen, as large as a read may be: the first reads one.
-        self._avg_entry_bytes = float(self._max_read_bytes)
+        # Until entries were seen, larger than any read may be: the first reads one.
+        self._avg_entry_bytes = float("inf")
         self._closed = False
         # Held by a dispatch pass (its reads, the cursor moves they make, and the sending
         # of what they read) and by a cursor reset, so that neither overtakes the other: a
@@ -672,8 +671,9 @@ class Subscription(Activity):
         ranges = self.cursor.individually_deleted()
         pos = Position(md.ledger_id, md.entry_id + 1)
         out: list[Entry] = []
+        max_entries = self._read_limits()[0]
         while len(out) < limit:
-            got = await self.topic.ml.read_entries(pos, min(self._max_read_entries, limit - len(out) + len(ranges)))
+            got = await self.topic.ml.read_entries(pos, min(max_entries, limit - len(out) + len(ranges)))
             if not got:
                 break
             out.extend(e for e in got if not self._is_acked(e.position, md, ranges))
@@ -688,7 +688,7 @@ class Subscription(Activity):
         positions: list[Position] = []
         while skipped < messages:
             taken = set(positions)
-            got = [e for e in await self.unacked_entries(self._max_read_entries) if e.position not in taken]
+            got = [e for e in await self.unacked_entries(self._read_limits()[0]) if e.position not in taken]
             if not got:
                 break
             for e in got:
@@ -893,11 +893,20 @@ class Subscription(Activity):
 
     def _may_look_ahead(self) -> bool:
         """Whether the replay set holds few enough messages for the dispatcher to read new
-        entries past it (``keySharedLookAheadMsgInReplayThreshold...``; 0 turns a limit
-        off)."""
-        limits = [limit for limit in (self._look_ahead_per_consumer * len(self.consumers),
-                                      self._look_ahead_in_all) if limit > 0]
+        entries past it (``keySharedLookAheadMsgInReplayThreshold...``, as the broker's
+        configuration says now; 0 turns a limit off)."""
+        config = self.topic.broker.config
+        per_consumer, in_all = (max(0, int(config.get(key, default))) for key, default in LOOK_AHEAD_LIMITS)
+        limits = [limit for limit in (per_consumer * len(self.consumers), in_all) if limit > 0]
         return not limits or self.replay.messages < min(limits)
+
+    def _read_limits(self) -> tuple[int, int]:
+        """The most entries, and bytes, one read may take (``dispatcherMaxReadBatchSize``,
+        ``dispatcherMaxReadSizeBytes``), as the broker's configuration says now: read once
+        per dispatch pass, so a change applies from the next pass."""
+        config = self.topic.broker.config
+        entries, size = (max(1, int(config.get(key, default) or default)) for key, default in READ_LIMITS)
+        return entries, size
 
     def _dispatch_budget(self) -> int:
         """How many entries the next dispatch may read: 0 when no consumer can take one
@@ -913,8 +922,9 @@ class Subscription(Activity):
         permits = sum(c.permits for c in receivers)
         if self._unacked_room is not None:
             permits = min(permits, self._unacked_room)
-        budget = max(1, min(self._max_read_entries, int(permits / self._avg_messages_per_entry),
-                            int(self._max_read_bytes / self._avg_entry_bytes)))
+        max_entries, max_bytes = self._read_limits()
+        budget = max(1, min(max_entries, int(permits / self._avg_messages_per_entry),
+                            int(max_bytes / self._avg_entry_bytes)))
         for allowed, until in (self.topic.dispatch_allowance(), self._dispatch_allowance()):
             if allowed is not None:
                 if allowed == 0:

@@ -684,17 +684,20 @@ _KEY_LIST: tuple[Key, ...] = (
     _dynamic(_int("dispatchThrottlingRatePerSubscriptionInByte", 0,
                   "Bytes per second dispatched to one subscription, likewise; 0 for no "
                   "limit.", 0)),
-    _int("dispatcherMaxReadBatchSize", 100,
-         "Most entries a subscription's dispatcher reads at once.", 1),
-    _int("dispatcherMaxReadSizeBytes", 5 * 1024 * 1024,
-         "Most bytes of entries a subscription's dispatcher reads at once (from the sizes "
-         "of the entries it read before).", 1),
-    _int("keySharedLookAheadMsgInReplayThresholdPerConsumer", 2000,
-         "Messages a Key_Shared subscription's replay set may hold per consumer while its "
-         "dispatcher reads new entries past replays no consumer can take now; 0 for no "
-         "limit of this kind.", 0),
-    _int("keySharedLookAheadMsgInReplayThresholdPerSubscription", 20000,
-         "Likewise, in all for the subscription; 0 for no limit of this kind.", 0),
+    _dynamic(_int("dispatcherMaxReadBatchSize", 100,
+                  "Most entries a subscription's dispatcher reads at once. A change applies "
+                  "from each dispatcher's next read.", 1)),
+    _dynamic(_int("dispatcherMaxReadSizeBytes", 5 * 1024 * 1024,
+                  "Most bytes of entries a subscription's dispatcher reads at once (from the "
+                  "sizes of the entries it read before). A change applies from each "
+                  "dispatcher's next read.", 1)),
+    _dynamic(_int("keySharedLookAheadMsgInReplayThresholdPerConsumer", 2000,
+                  "Messages a Key_Shared subscription's replay set may hold per consumer while "
+                  "its dispatcher reads new entries past replays no consumer can take now; 0 "
+                  "for no limit of this kind. A change applies at each dispatcher's next such "
+                  "read.", 0)),
+    _dynamic(_int("keySharedLookAheadMsgInReplayThresholdPerSubscription", 20000,
+                  "Likewise, in all for the subscription; 0 for no limit of this kind.", 0)),
     _dynamic(_int("maxPublishRatePerTopicInMessages", 0,
                   "Messages per second one topic accepts, where its namespace sets no "
                   "publish rate; 0 for no limit.", 0)),

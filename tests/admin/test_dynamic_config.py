@@ -22,6 +22,7 @@ from handlers.pulsar import _events as ev
 from tests._standalone import Standalone
 from tests.admin.conftest import status_of, wait_for
 from tests.handlers.pulsar._raw import RawClient
+from tests.handlers.pulsar._receive import receive_until_idle
 
 CONFIG = "/admin/v2/brokers/configuration"
 CLI_TIMEOUT = 60
@@ -140,6 +141,31 @@ def test_lookup_limit_changes_at_runtime(server: Standalone, admin: AdminClient,
     assert refused() == [1, 2]
     admin.delete(f"{CONFIG}/maxConcurrentLookupRequest")
     assert refused() == []
+
+
+def test_key_shared_look_ahead_limit_changes_at_runtime(client: pulsar.Client, ns: str,
+                                                        dynamic: Callable[[str, str], None]) -> None:
+    """`a` takes one message and no more; under the default limits (2000 messages per
+    consumer) the dispatcher reads on past `a`'s keys to the end for `b`. Lowered at
+    runtime to 50 in all, it stops short: `b` gets the rest only once `a` has read."""
+    topic = f"persistent://{ns}/ks-look-ahead"
+    a = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                         consumer_name="a", receiver_queue_size=1)
+    b = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared,
+                         consumer_name="b", receiver_queue_size=1000)
+    # changed for the subscription already running
+    dynamic("keySharedLookAheadMsgInReplayThresholdPerConsumer", "0")
+    dynamic("keySharedLookAheadMsgInReplayThresholdPerSubscription", "50")
+    producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+    keys = [f"k{k}" for k in range(16)]
+    for i in range(1600):
+        producer.send_async(f"{i}".encode(), None, partition_key=keys[i % 16])
+    producer.flush()
+    before = receive_until_idle(b, idle_ms=1500)
+    after_a = receive_until_idle(a, idle_ms=1500)
+    rest = receive_until_idle(b, idle_ms=1500)
+    assert sorted(int(m.data()) for m in before + after_a + rest) == list(range(1600))
+    assert before and after_a and rest
 
 
 def test_refusals(admin: AdminClient) -> None:
