@@ -552,6 +552,10 @@ async def handle_describe_log_dirs(h: KafkaProtocolHandler, req: RequestReceived
     replica). As Kafka's, the partitions asked about (all when topics is null) that do
     not exist are left out; the directory's total and usable bytes are unknown (-1), its
     ledgers being on the bookies."""
+    auth = h.broker.auth
+    if auth.authorization_enabled and not auth.is_super_user(req.principal):
+        # Kafka: DESCRIBE on the cluster, which a super-user holds here
+        return Data(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
     wanted: list[tuple[str, list[int]]] = []
     if req.body.topics is None:
         for name in h.topics.all_topics():

@@ -825,6 +825,10 @@ class GroupCoordinator:
             subscribed = _subscribed_topics(g)
         codes: dict[tuple[str, int], int] = {}
         for t in b.topics:
+            if not allowed(self.h, req, t.name, CONSUME):  # Kafka: READ on the topic
+                codes.update(((t.name, p.partition_index), ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                             for p in t.partitions)
+                continue
             try:
                 _, n = await self.h.topics.ensure(t.name, create=False)
             except Exception:

@@ -37,7 +37,7 @@ from core.naming import InvalidNameError
 from core.storage import Entry, Position, entry_metadata
 from core.topic import MessageTooLargeError, PublishResult
 from handlers.kafka import _mapping
-from handlers.kafka._access import PRODUCE, TopicAuthorizationFailed, allowed
+from handlers.kafka._access import CONSUME, PRODUCE, TopicAuthorizationFailed, allowed
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, RemoteProtocolError
 from handlers.kafka._records import RecordBatch, decode_batches, with_records
@@ -340,10 +340,14 @@ async def handle_describe_producers(h: KafkaProtocolHandler, req: RequestReceive
     topics = []
     for t in req.body.topics:
         partitions = []
+        permitted = allowed(h, req, t.name, CONSUME)  # Kafka: READ on the topic
         for index in t.partition_indexes:
             res = Data(partition_index=index, error_code=0, error_message=None,
                        active_producers=[])
             partitions.append(res)
+            if not permitted:
+                res.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             try:
                 plog = await h.topics.log(t.name, index, create=False)
                 await recovered(plog)

@@ -251,3 +251,41 @@ def test_altering_topic_configs_needs_the_tenants_admin(boot, tokens, admin, uni
     assert "retention.ms" in next(iter(described.values())).result(WAIT)
     superuser = AdminClient_(_confluent(boot, tokens.token(SUPER_USER)))
     superuser.incremental_alter_configs([resource])[resource].result(WAIT)
+
+
+def test_describing_producers_log_dirs_and_deleting_offsets_are_authorized(boot, tokens, admin, unique):
+    """DescribeProducers and OffsetDelete need consume on the topic (Kafka: READ), and
+    DescribeLogDirs, which lists every topic and its size, a super-user (Kafka: DESCRIBE
+    on the cluster)."""
+    role, topic = f"kdave-{unique}", f"described-{unique}"
+    producer = KafkaProducer(**_kafka_python(boot, tokens.token(SUPER_USER)))
+    producer.send(topic, b"m").get(timeout=WAIT)
+    producer.close()
+    with Wire(boot) as wire:  # a group with a committed offset, for OffsetDelete to find
+        wire.call(17, 1, Data(mechanism="PLAIN"))
+        assert wire.call(36, 1, Data(auth_bytes=_plain(tokens.token(SUPER_USER)))).error_code == 0
+        committed = wire.call(8, 2, Data(group_id=f"g-{unique}", generation_id_or_member_epoch=-1,
+                                         member_id="", topics=[Data(name=topic, partitions=[
+                                             Data(partition_index=0, committed_offset=1,
+                                                  committed_metadata="")])]))
+        assert committed.topics[0].partitions[0].error_code == 0
+
+    def ask(token: str) -> tuple[int, int, int]:
+        with Wire(boot) as wire:
+            wire.call(17, 1, Data(mechanism="PLAIN"))
+            assert wire.call(36, 1, Data(auth_bytes=_plain(token))).error_code == 0
+            producers = wire.call(61, 0, Data(topics=[Data(name=topic, partition_indexes=[0])]))
+            dirs = wire.call(35, 4, Data(topics=None))
+            deleted = wire.call(47, 0, Data(group_id=f"g-{unique}", topics=[
+                Data(name=topic, partitions=[Data(partition_index=0)])]))
+            offsets_error = deleted.error_code or deleted.topics[0].partitions[0].error_code
+            return producers.topics[0].partitions[0].error_code, dirs.error_code, offsets_error
+
+    assert ask(tokens.token(role)) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                       ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                       ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    admin.post(f"/admin/v2/namespaces/public/default/permissions/{role}", ["consume"])
+    got = ask(tokens.token(role))
+    assert got[0] == 0 and got[1] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert got[2] == 0  # the offset is deleted
+    assert ask(tokens.token(SUPER_USER))[:2] == (0, 0)
