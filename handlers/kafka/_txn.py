@@ -32,6 +32,7 @@ from urllib.parse import quote, unquote
 import trio
 
 from handlers._ticker import Ticker
+from handlers.kafka._access import CONSUME, PRODUCE, allowed
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode
 from handlers.kafka._produce import (
@@ -230,11 +231,17 @@ class TxnCoordinator:
     async def add_partitions(self, req: RequestReceived) -> Data:
         b = req.body
         error, txn = self._check_request(req)
+        # Kafka: WRITE on every topic, else nothing is added: the refused topics answer
+        # TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED
+        refused = {t.name for t in b.topics if not allowed(self.h, req, t.name, PRODUCE)}
         results = []
         for t in b.topics:
             parts = []
             for p in t.partitions:
                 code = error
+                if not code and refused:
+                    code = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if t.name in refused
+                            else ErrorCode.OPERATION_NOT_ATTEMPTED)
                 if not code:
                     try:
                         await self.h.topics.log(t.name, p, create=self.h.auto_create_on_produce)
@@ -264,6 +271,9 @@ class TxnCoordinator:
             error = self.h.groups.check_txn_commit(b.group_id, b.generation_id, b.member_id,
                                                    b.group_instance_id)
         unknown = self.h.groups.partition_errors(b.topics) if not error else {}
+        # Kafka: READ on each topic; a refused one's offsets are not committed
+        unknown.update(((t.name, p.partition_index), ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                       for t in b.topics if not allowed(self.h, req, t.name, CONSUME) for p in t.partitions)
         if not error and txn is not None:
             txn.offsets.append((b.group_id, [
                 Data(name=t.name, partitions=[p for p in t.partitions

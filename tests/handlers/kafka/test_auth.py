@@ -289,3 +289,32 @@ def test_describing_producers_log_dirs_and_deleting_offsets_are_authorized(boot,
     assert got[0] == 0 and got[1] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     assert got[2] == 0  # the offset is deleted
     assert ask(tokens.token(SUPER_USER))[:2] == (0, 0)
+
+
+def test_a_transaction_adds_and_commits_only_what_the_role_may(boot, tokens, admin, unique):
+    """AddPartitionsToTxn needs produce on every topic (Kafka: WRITE), else it adds none:
+    the refused topic answers TOPIC_AUTHORIZATION_FAILED and the others
+    OPERATION_NOT_ATTEMPTED; TxnOffsetCommit needs consume on each topic (Kafka: READ)."""
+    role, mine, other = f"ktx-{unique}", f"mine-{unique}", f"other-{unique}"
+    producer = KafkaProducer(**_kafka_python(boot, tokens.token(SUPER_USER)))
+    for topic in (mine, other):
+        producer.send(topic, b"m").get(timeout=WAIT)
+    producer.close()
+    admin.post(f"/admin/v2/persistent/public/default/{mine}/permissions/{role}", ["produce"])
+    with Wire(boot) as wire:
+        wire.call(17, 1, Data(mechanism="PLAIN"))
+        assert wire.call(36, 1, Data(auth_bytes=_plain(tokens.token(role)))).error_code == 0
+        init = wire.call(22, 1, Data(transactional_id=f"tx-{unique}", transaction_timeout_ms=60000))
+        assert init.error_code == 0
+        ids = dict(transactional_id=f"tx-{unique}", producer_id=init.producer_id,
+                   producer_epoch=init.producer_epoch)
+        added = wire.call(24, 1, Data(**ids, topics=[Data(name=mine, partitions=[0]),
+                                                     Data(name=other, partitions=[0])]))
+        assert {r.name: r.results[0].error_code for r in added.results} == {
+            mine: ErrorCode.OPERATION_NOT_ATTEMPTED, other: ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+        assert wire.call(24, 1, Data(**ids, topics=[Data(name=mine, partitions=[0])])).results[0] \
+            .results[0].error_code == 0
+        assert wire.call(25, 1, Data(**ids, group_id=f"g-{unique}")).error_code == 0
+        committed = wire.call(28, 2, Data(**ids, group_id=f"g-{unique}", topics=[Data(name=mine, partitions=[
+            Data(partition_index=0, committed_offset=1, committed_metadata="")])]))
+        assert committed.topics[0].partitions[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
