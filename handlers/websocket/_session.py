@@ -19,6 +19,7 @@ stays open.
 
 from __future__ import annotations
 
+import abc
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -178,9 +179,11 @@ def _user_agent(scope: dict[str, Any]) -> str:
     return ""
 
 
-class Session:
+class Session(abc.ABC):
     """What the three endpoints share: the socket, the topic's partitions, and the loop
-    reading the client's text frames."""
+    reading the client's text frames. Each endpoint's session opens its producer,
+    consumer or reader (:meth:`open`), reads the client's frames (:meth:`on_text`) and
+    lets go of what it opened (:meth:`release`)."""
 
     def __init__(self, broker: Any, config: Any, scope: dict[str, Any], endpoint: Endpoint,
                  send: Send):
@@ -205,8 +208,10 @@ class Session:
     async def resolve_partitions(self) -> None:
         self.partitions = await self.broker.partitioned_metadata(self.name)
 
+    @abc.abstractmethod
     async def open(self) -> None:
-        raise NotImplementedError
+        """Create the endpoint's producer, consumer or reader; raises what the upgrade
+        is refused with."""
 
     async def run(self, receive: Receive) -> None:
         try:
@@ -242,6 +247,7 @@ class Session:
             self.socket.closed = True  # answers still due (stored publishes) have no one to go to
             self.release()
 
+    @abc.abstractmethod
     def started(self, nursery: trio.Nursery) -> None:
         """Start the session's own tasks, once its socket is open."""
 
@@ -258,14 +264,16 @@ class Session:
         log.info("websocket %s: closing session on %s: %s", self.peer_address, self.name, reason)
         self.socket.close(CLOSE_PROTOCOL_ERROR, reason)
 
-    def wake_all(self) -> None:
-        pass
+    def wake_all(self) -> None:  # noqa: B027 (a hook; a producer has nothing to wake)
+        """The socket has room again: resume what waited for it (a consumer's dispatch)."""
 
+    @abc.abstractmethod
     async def on_text(self, text: str) -> None:
-        raise NotImplementedError
+        """Handle one text frame from the client."""
 
+    @abc.abstractmethod
     def release(self) -> None:
-        raise NotImplementedError
+        """Let go of what :meth:`open` created (the session is over)."""
 
 
 # -- producer ----------------------------------------------------------------------------------------
