@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from core._throttle import RateWindow, rate_limits, window_allowance
-from core.format import EntryFormatError
+from core.format import EntryFormatError, ack_set
 from core.naming import TopicName
 from core.policies import (
     INACTIVE_TOPIC_POLICIES,
@@ -94,13 +94,6 @@ disconnected them: the reader subscribes again and must find the position it sou
 start over where it first began. Unclaimed by then, it is dropped."""
 
 
-def _ack_set(indexes: set[int], size: int) -> list[int]:
-    """Pulsar's ack set for a batch of ``size`` messages of which ``indexes`` are still to
-    be delivered: 64-bit words, least significant bit first, as signed int64."""
-    words = [0] * ((size + 63) // 64)
-    for i in indexes:
-        words[i // 64] |= 1 << (i % 64)
-    return [w - (1 << 64) if w >= 1 << 63 else w for w in words]
 
 
 class ProducerAccessMode(enum.IntEnum):
@@ -1197,7 +1190,7 @@ class PersistentTopic:
         kept: dict[Position, tuple[set[int], int]] = {p: ({0}, 1) for p in opaque}
         for p, index, size in latest.values():
             kept.setdefault(p, (set(), size))[0].add(index)
-        masks = {p: _ack_set(indexes, size) for p, (indexes, size) in kept.items()
+        masks = {p: ack_set(indexes, size) for p, (indexes, size) in kept.items()
                  if len(indexes) < size}
         return sorted(kept), masks, removed, horizon
 

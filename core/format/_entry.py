@@ -52,6 +52,7 @@ from google.protobuf.message import DecodeError
 from . import pulsar_api_pb2 as pb
 
 __all__ = [
+    "ack_set",
     "DEFAULT_MAX_UNCOMPRESSED_SIZE",
     "ENTRY_HEADER_SIZE",
     "MAGIC_BROKER_ENTRY_METADATA",
@@ -617,3 +618,11 @@ def messages_from_entry(
             )
         )
     return out
+
+def ack_set(indexes: set[int], size: int) -> list[int]:
+    """Pulsar's ack set for a batch of ``size`` messages of which ``indexes`` are still to
+    be delivered: 64-bit words, least significant bit first, as signed int64."""
+    words = [0] * ((size + 63) // 64)
+    for i in indexes:
+        words[i // 64] |= 1 << (i % 64)
+    return [w - (1 << 64) if w >= 1 << 63 else w for w in words]

@@ -39,6 +39,7 @@ from core.format import (
     MessageIdData,
     MessageMetadata,
     SingleMessageMetadata,
+    ack_set,
     compress,
     decode_entry,
     encode_entry,
@@ -840,11 +841,4 @@ def consumer_messages(data: bytes, ledger_id: int, entry_id: int, partition: int
 def ack_set_without(batch_size: int, index: int) -> list[int]:
     """A batch's ack set with every message still to acknowledge but ``index``: words of
     64 bits, lowest first, as the signed longs Pulsar sends."""
-    words = []
-    for w in range((batch_size + 63) // 64):
-        bits = min(64, batch_size - w * 64)
-        word = (1 << bits) - 1
-        if index // 64 == w:
-            word &= ~(1 << (index % 64))
-        words.append(word - (1 << 64) if word >= 1 << 63 else word)
-    return words
+    return ack_set(set(range(batch_size)) - {index}, batch_size)

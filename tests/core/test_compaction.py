@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.topic import _ack_set
+from core.format import ack_set
 
 
 @pytest.mark.parametrize("indexes, size, words", [
@@ -15,4 +15,4 @@ from core.topic import _ack_set
     (set(), 130, [0, 0, 0]),
 ])
 def test_ack_set_bits_are_the_messages_still_delivered(indexes, size, words):
-    assert _ack_set(indexes, size) == words
+    assert ack_set(indexes, size) == words
