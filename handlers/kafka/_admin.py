@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from core.autorecovery import bookies
 from core.broker import TopicNotFoundError
-from core.naming import InvalidNameError, TopicName
+from core.naming import InvalidNameError
 from handlers.kafka import _access
 from handlers.kafka._access import allowed
 from handlers.kafka._codec import Data, RequestReceived, api_versions_table, topic_uuid
@@ -230,10 +230,6 @@ def handle_find_coordinator(h: KafkaProtocolHandler, req: RequestReceived) -> Da
                 coordinators=coordinators)
 
 
-def _partitioned_path(name: TopicName) -> str:
-    return f"/admin/partitioned-topics/{name.storage_name}"
-
-
 async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
     b = req.body
     out = []
@@ -388,8 +384,9 @@ async def handle_delete_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
                 except TopicNotFoundError:
                     pass  # a partition never written to has no storage yet
             if partitioned:
-                h.broker.metadata.delete(_partitioned_path(name))
-            h.broker.policies.delete_topic_policies(name)
+                h.broker.delete_partitioned_metadata(name)
+            else:
+                h.broker.policies.delete_topic_policies(name)
             h.groups.forget_topic(kname)
         except Exception as exc:
             res.error_code = topic_error(exc)
@@ -442,7 +439,7 @@ async def handle_create_partitions(h: KafkaProtocolHandler, req: RequestReceived
                 res.error_message = refused
                 continue
         if not b.validate_only:
-            h.broker.metadata.put(_partitioned_path(name), json.dumps({"partitions": t.count}).encode())
+            h.broker.policies.update_partitions(name, t.count)  # the topic's properties stay
     return Data(throttle_time_ms=0, results=out)
 
 

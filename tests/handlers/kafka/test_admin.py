@@ -181,3 +181,17 @@ def test_group_offsets_and_deletion_while_the_group_has_members(boot: str, uniqu
     altered = admin.alter_consumer_group_offsets(move)[group].result(DEADLINE)
     assert [tp.error for tp in altered.topic_partitions] == [None]
     admin.delete_consumer_groups([group])[group].result(DEADLINE)
+
+
+def test_growing_a_partitioned_topic_keeps_its_properties(kafka_broker, boot: str, unique: str) -> None:
+    """CreatePartitions raises the count in the partitioned topic's metadata, which also
+    holds the properties pulsar-admin set on it: they stay."""
+    from gateway._admin_cli import AdminClient as PulsarAdmin
+
+    web = PulsarAdmin(kafka_broker.addresses["web"][0], timeout=30)
+    path = f"/admin/v2/persistent/public/default/props-{unique}"
+    web.put(f"{path}/partitions", {"partitions": 2, "properties": {"owner": "billing"}})
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_partitions([NewPartitions(f"props-{unique}", 4)])[f"props-{unique}"].result(DEADLINE)
+    assert _partitions(admin, f"props-{unique}") == 4
+    assert web.get(f"{path}/properties") == {"owner": "billing"}
