@@ -45,27 +45,29 @@ _TOPIC_READS = frozenset({"stats", "partitioned-stats", "internalStats", "partit
                           "lastMessageId", "subscriptions"})
 
 
+def _path_topic(domain: str, tenant: str, namespace: str, local: str) -> TopicName | None:
+    """The topic a path's segments name, or None where they name none (the route answers)."""
+    if domain not in DOMAINS:
+        return None
+    try:
+        return TopicName.parse(f"{domain}://{tenant}/{namespace}/{local}")
+    except InvalidNameError:
+        return None
+
+
 def _topic_read(auth: Any, method: str, resource: str, rest: list[str], role: str) -> bool:
     """Whether this is a read of a topic (:data:`_TOPIC_READS`) that ``role`` may look up."""
-    if method != "GET" or resource not in DOMAINS or len(rest) != 4 or rest[3] not in _TOPIC_READS:
+    if method != "GET" or len(rest) != 4 or rest[3] not in _TOPIC_READS:
         return False
-    try:
-        topic = TopicName.parse(f"{resource}://{rest[0]}/{rest[1]}/{rest[2]}")
-    except InvalidNameError:
-        return False
-    return bool(auth.can_lookup(topic, role))
+    topic = _path_topic(resource, *rest[:3])
+    return topic is not None and bool(auth.can_lookup(topic, role))
 
 
 def _lookup_allowed(auth: Any, rest: list[str], role: str) -> bool:
     """Whether ``role`` may look up the topic ``rest`` names (domain, tenant, namespace,
     topic); a path that names none is answered 404 by the route."""
-    if len(rest) != 4 or rest[0] not in DOMAINS:
-        return True
-    try:
-        topic = TopicName.parse(f"{rest[0]}://{rest[1]}/{rest[2]}/{rest[3]}")
-    except InvalidNameError:
-        return True  # the route answers the bad name
-    return bool(auth.can_lookup(topic, role))
+    topic = _path_topic(*rest) if len(rest) == 4 else None
+    return topic is None or bool(auth.can_lookup(topic, role))
 
 
 def _refusal(auth: Any, method: str, path: str, role: str) -> str | None:
