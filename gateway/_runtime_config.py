@@ -90,15 +90,17 @@ class RuntimeConfig:
         self._base = base
         self._fixed = dict(fixed or {})
         self._dynamic: dict[str, Any] = {}
+        # what get answers before the static configuration: the fixed values with the
+        # dynamic ones over them, kept in step by _set_dynamic (one lookup per get)
+        self._over: dict[str, Any] = dict(self._fixed)
         self._store: MetadataStore | None = None
 
     # -- reading ----------------------------------------------------------------------------
 
     def get(self, key: str, default: Any = None) -> Any:
-        if key in self._dynamic:
-            return self._dynamic[key]
-        if key in self._fixed:
-            return self._fixed[key]
+        over = self._over
+        if key in over:
+            return over[key]
         return self._base.get(key, default)
 
     def __getattr__(self, name: str) -> Any:
@@ -136,7 +138,7 @@ class RuntimeConfig:
                 applied[name] = _dynamic_value(name, raw)
             except ConfigError as exc:
                 log.warning("ignoring the stored dynamic configuration %s=%r: %s", name, raw, exc)
-        self._dynamic = applied
+        self._set_dynamic(applied)
 
     def stored(self) -> dict[str, str]:
         """The dynamic values stored, as given (Pulsar's ``configuration/values``)."""
@@ -147,15 +149,19 @@ class RuntimeConfig:
         :class:`NotDynamicError` or :class:`ConfigError` (the value does not parse)."""
         value = _dynamic_value(name, raw)
         self._change(lambda values: values.__setitem__(name, raw))
-        self._dynamic[name] = value
+        self._set_dynamic({**self._dynamic, name: value})
         log.info("dynamic configuration %s set to %r", name, raw)
 
     def delete(self, name: str) -> None:
         """Take ``name`` back to its static value. Raises :class:`NotDynamicError`."""
         _dynamic_key(name)
         self._change(lambda values: values.pop(name, None))
-        self._dynamic.pop(name, None)
+        self._set_dynamic({k: v for k, v in self._dynamic.items() if k != name})
         log.info("dynamic configuration %s deleted: back to %r", name, self.get(name))
+
+    def _set_dynamic(self, values: dict[str, Any]) -> None:
+        self._dynamic = values
+        self._over = {**self._fixed, **values}
 
     def _read(self) -> tuple[dict[str, str], int | None]:
         """The stored values and the entry's version (None when there is no entry)."""
