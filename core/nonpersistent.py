@@ -43,6 +43,7 @@ from core.topic import (
     PersistentTopic,
     PublishCallback,
     PublishResult,
+    PublishRun,
     TopicClosedError,
 )
 
@@ -284,6 +285,22 @@ class NonPersistentTopic(PersistentTopic):
         if self._closed:
             callback(PublishResult(None, error=TopicClosedError(f"Topic {self.name} is closed")))
             return
+        callback(PublishResult(NON_PERSISTENT_POSITION, -1, self._push(entry, num_messages)))
+
+    def publish_run(self, run: PublishRun, *, hold: bool = False) -> bool:
+        """Hand each entry of ``run`` to every subscription now, as :meth:`publish` does,
+        and answer them together; False on a closed topic (whose refusal :meth:`publish`
+        answers)."""
+        if self._closed:
+            return False
+        ledger_id, entry_id = NON_PERSISTENT_POSITION
+        rows = [(ledger_id, entry_id, -1, self._push(entry, n))
+                for entry, n in zip(run.entries, run.num_messages, strict=True)]
+        run.done(run, rows, None)
+        return True
+
+    def _push(self, entry: bytes, num_messages: int) -> int:
+        """Deliver one entry to the subscriptions that take it now; its publish time."""
         now = int(time.time() * 1000)
         self.msg_in += num_messages
         self.bytes_in += len(entry)
@@ -294,7 +311,7 @@ class NonPersistentTopic(PersistentTopic):
         for sub in list(self.subscriptions.values()):
             if isinstance(sub, NonPersistentSubscription) and not sub.push(item):
                 self.msg_dropped += num_messages
-        callback(PublishResult(NON_PERSISTENT_POSITION, -1, now))
+        return now
 
     async def subscribe(self, name: str, consumer: Consumer, sub_type: SubType, *,
                         earliest: bool = False, durable: bool = True,

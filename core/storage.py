@@ -138,15 +138,13 @@ class ManagedLedger:
         return _added(await self.bridge.call(self.native.add_entries, entries, num_messages))
 
     def start_add_entries(self, entries: list[bytes], num_messages: list[int],
-                          done: Callable[[list[tuple[Position, int, int]] | BaseException], None]
+                          done: Callable[[list[tuple[int, int, int, int]] | BaseException], None]
                           ) -> None:
-        """Append a batch without a waiting task: ``done`` gets what :meth:`add_entries`
-        returns, or the exception it would raise."""
-
-        def finished(ok: bool, value: Any) -> None:
-            done(_added(value) if ok else value)
-
-        self.bridge.start(self.native.add_entries, entries, num_messages, done=finished)
+        """Append a batch without a waiting task: ``done`` gets a (ledger id, entry id,
+        index, publish time) row per entry, in order, or the exception
+        :meth:`add_entries` would raise."""
+        self.bridge.start(self.native.add_entries, entries, num_messages,
+                          done=lambda ok, value: done(value))
 
     async def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
         raw = await self.bridge.call(self.native.read_entries, start.ledger_id, start.entry_id, max_entries)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import itertools
 import json
 import logging
 import time
@@ -169,8 +170,48 @@ class PublishResult:
 
 
 PublishCallback = Callable[[PublishResult], None]
-#: A publish waiting to be stored: entry, messages, producer name, sequence id, callback.
-Queued = tuple[bytes, int, str | None, int, PublishCallback]
+#: Where the entries of a run were stored, one (ledger id, entry id, index, publish time)
+#: row per entry, in order.
+StoredRows = list[tuple[int, int, int, int]]
+RunCallback = Callable[["PublishRun", "StoredRows | None", "BaseException | None"], None]
+
+
+@dataclass(slots=True, eq=False)
+class PublishRun:
+    """Entries one producer published back to back (a read's run of SENDs, or a single
+    publish), queued, stored and answered together, with no call per entry on the way.
+
+    ``sequence_ids`` are what deduplication compares; ``context`` is the publisher's own,
+    one item per entry. A run stored in two batches is split in two (:meth:`split`), each
+    part keeping its own entries' items, and ``done(part, rows, None)`` is called once per
+    part as it is stored (``done(part, None, error)`` when it failed), in publish order."""
+
+    entries: list[bytes]
+    num_messages: list[int]
+    producer_name: str | None
+    sequence_ids: list[int]
+    context: list[Any]
+    done: RunCallback
+
+    def split(self, n: int) -> PublishRun:
+        """Take the first ``n`` entries off this run, as a run of their own."""
+        head = PublishRun(self.entries[:n], self.num_messages[:n], self.producer_name,
+                          self.sequence_ids[:n], self.context[:n], self.done)
+        del self.entries[:n], self.num_messages[:n], self.sequence_ids[:n], self.context[:n]
+        return head
+
+
+def _single(callback: PublishCallback) -> RunCallback:
+    """The run callback of a single publish: its outcome as a :class:`PublishResult`."""
+
+    def done(run: PublishRun, rows: StoredRows | None, error: BaseException | None) -> None:
+        if rows is None:
+            callback(PublishResult(None, error=error))
+        else:
+            ledger_id, entry_id, index, publish_time = rows[0]
+            callback(PublishResult(Position(ledger_id, entry_id), index, publish_time))
+
+    return done
 
 
 @dataclass(eq=False)
@@ -234,7 +275,8 @@ class PersistentTopic:
         # that reconnects with an older epoch was fenced meanwhile. None until the first.
         self.topic_epoch: int | None = None
         self.subscriptions: dict[str, Subscription] = {}
-        self._pending: list[Queued] = []
+        self._pending: collections.deque[PublishRun] = collections.deque()
+        self._pending_entries = 0  # entries in the runs of _pending
         self._flush_wanted = trio.Event()
         # WaitForExclusive producers queued for the topic, first come first served: each
         # with the event set once it holds the topic (or gave up waiting)
@@ -685,7 +727,24 @@ class PersistentTopic:
                 callback(PublishResult(None))
                 return
             self.dedup_pushed[producer_name] = sequence_id
-        self._pending.append((entry, num_messages, producer_name, sequence_id, callback))
+        self._queue(PublishRun([entry], [num_messages], producer_name, [sequence_id], [None],
+                               _single(callback)), hold)
+
+    def publish_run(self, run: PublishRun, *, hold: bool = False) -> bool:
+        """Queue a run of entries from one named producer as :meth:`publish` queues one
+        each; False, with nothing queued, when one of them needs what only that does (a
+        refusal to answer, deduplication, a ``max_message_size`` policy): the caller then
+        publishes them one by one."""
+        if (self._closed or self.terminated_at is not None or self.dedup_enabled
+                or self.policies.get("max_message_size")
+                or max(map(len, run.entries)) > self.max_entry_size):
+            return False
+        self._queue(run, hold)
+        return True
+
+    def _queue(self, run: PublishRun, hold: bool) -> None:
+        self._pending.append(run)
+        self._pending_entries += len(run.entries)
         if self._room() and not hold:
             self._flush_wanted.set()
 
@@ -720,14 +779,14 @@ class PersistentTopic:
         started = time.monotonic()
         self._in_flight += 1
         try:
-            self.ml.start_add_entries([b[0] for b in batch], [b[1] for b in batch],
+            self.ml.start_add_entries([e for run in batch for e in run.entries],
+                                      [n for run in batch for n in run.num_messages],
                                       lambda got: self._stored(batch, started, got))
         except Exception as exc:
             self._stored(batch, started, exc)
         return True
 
-    def _stored(self, batch: list[Queued], started: float,
-                results: list[tuple[Position, int, int]] | BaseException) -> None:
+    def _stored(self, batch: list[PublishRun], started: float, results: StoredRows | BaseException) -> None:
         self._in_flight -= 1
         self._batch_done.set()
         try:
@@ -744,35 +803,40 @@ class PersistentTopic:
         """Whether another batch may go to the ledger now."""
         return self._in_flight < (1 if self.dedup_enabled else MAX_PUBLISH_BATCHES_IN_FLIGHT)
 
-    def _failed(self, batch: list[Queued], exc: BaseException) -> None:
+    def _failed(self, batch: list[PublishRun], exc: BaseException) -> None:
         log.warning("publish to %s failed: %s", self.name, exc)
         # What queued behind the failed entries fails with them, as the managed ledger fails
         # the adds it had queued behind them: a producer resends from its first failed
         # message on, in order, and nothing it sent after that may be stored ahead of the
         # resend.
-        behind, self._pending = self._pending, []
-        for _, _, pname, seq, cb in batch + behind:
-            if pname is not None and self.dedup_pushed.get(pname) == seq:
+        behind, self._pending, self._pending_entries = list(self._pending), collections.deque(), 0
+        for run in batch + behind:
+            pname = run.producer_name
+            if pname is not None and self.dedup_pushed.get(pname) in run.sequence_ids:
                 self.dedup_pushed[pname] = self.dedup_persisted.get(pname, -1)
-            self._deliver(cb, PublishResult(None, error=exc))
+            self._deliver(run, None, exc)
 
-    def _answer(self, batch: list[Queued], started: float,
-                results: list[tuple[Position, int, int]]) -> None:
+    def _answer(self, batch: list[PublishRun], started: float, rows: StoredRows) -> None:
         self.last_publish_time = int(time.time() * 1000)
-        messages = size = 0
+        messages = size = at = 0
         persisted = self.dedup_persisted
-        for (entry, nmsg, pname, seq, cb), (pos, index, ts) in zip(batch, results, strict=True):
-            messages += nmsg
-            size += len(entry)
+        for run in batch:
+            n = len(run.entries)
+            messages += sum(run.num_messages)
+            size += sum(map(len, run.entries))
+            pname = run.producer_name
             if pname is not None:
-                persisted[pname] = max(seq, persisted.get(pname, -1))
-            self._deliver(cb, PublishResult(pos, index, ts))
+                persisted[pname] = max(max(run.sequence_ids), persisted.get(pname, -1))
+            self._deliver(run, rows[at:at + n], None)
+            at += n
+        if at != len(rows):
+            log.error("%s: the ledger answered %d entries of %d", self.name, len(rows), at)
         self.msg_in += messages
         self.bytes_in += size
-        self.broker.stats.record_publish(len(batch), messages, size)
+        self.broker.stats.record_publish(at, messages, size)
         self.broker.stats.record_publish_latency((time.monotonic() - started) * 1000.0)
         if self.dedup_enabled:
-            self._entries_since_snapshot += len(batch)
+            self._entries_since_snapshot += at
             if self._entries_since_snapshot >= self._dedup_snapshot_entries:
                 self._snapshot_dedup()
         for sub in self.subscriptions.values():
@@ -780,11 +844,11 @@ class PersistentTopic:
         for listener in list(self._entry_listeners):
             listener()
 
-    def _deliver(self, callback: PublishCallback, result: PublishResult) -> None:
-        """Hand a publish its outcome. One protocol's callback failing must not stop the
+    def _deliver(self, run: PublishRun, rows: StoredRows | None, error: BaseException | None) -> None:
+        """Hand a run its outcome. One protocol's callback failing must not stop the
         topic's storing: the failure is logged and the flusher goes on."""
         try:
-            callback(result)
+            run.done(run, rows, error)
         except Exception:
             log.exception("a publish callback on %s failed", self.name)
 
@@ -796,18 +860,19 @@ class PersistentTopic:
     def remove_entry_listener(self, listener: Callable[[], None]) -> None:
         self._entry_listeners.discard(listener)
 
-    def _take_batch(self) -> list[Queued]:
+    def _take_batch(self) -> list[PublishRun]:
         """The next entries to store: up to MAX_PUBLISH_BATCH, and no more than the
         publish rate policy leaves in the current window (empty when it leaves none:
         the receipts, and so the producers, wait - Pulsar's publish throttling)."""
-        n = min(len(self._pending), MAX_PUBLISH_BATCH)
+        n = min(self._pending_entries, MAX_PUBLISH_BATCH)
         limits = self.rate_policy("publishMaxMessageRate", "publishThrottlingRateInMsg",
                                   "publishThrottlingRateInByte", "maxPublishRatePerTopicInMessages",
                                   "maxPublishRatePerTopicInBytes")
         if limits is not None:
             msgs_left, bytes_left, until = self._publish_window.allowance(*limits, now=trio.current_time())
             take = msgs = size = 0
-            for entry, nmsg, _, _, _ in self._pending[:n]:
+            queued = ((e, m) for run in self._pending for e, m in zip(run.entries, run.num_messages, strict=True))
+            for entry, nmsg in itertools.islice(queued, n):
                 over = (msgs_left is not None and msgs + nmsg > msgs_left) or \
                        (bytes_left is not None and size + len(entry) > bytes_left)
                 # A window with any room left takes at least one entry, however large.
@@ -822,8 +887,17 @@ class PersistentTopic:
                 return []
             self._publish_window.add(msgs, size)
             n = take
-        batch = self._pending[:n]
-        del self._pending[:n]
+        batch = []
+        pending = self._pending
+        self._pending_entries -= n
+        while n:
+            run = pending[0]
+            if len(run.entries) <= n:
+                batch.append(pending.popleft())
+                n -= len(run.entries)
+            else:
+                batch.append(run.split(n))
+                n = 0
         return batch
 
     def dispatch_allowance(self) -> tuple[int | None, float]:

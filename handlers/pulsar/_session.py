@@ -59,6 +59,8 @@ from core.topic import (
     ProducerBusyError,
     ProducerFencedError,
     PublishResult,
+    PublishRun,
+    StoredRows,
     TopicClosedError,
     TopicTerminatedError,
 )
@@ -67,6 +69,7 @@ from handlers._serve import Outbox, Reader, ReadLimit
 from handlers.pulsar import _events as ev
 from handlers.pulsar._codec import (
     NEED_DATA,
+    PlainSend,
     ProtocolError,
     PulsarConnection,
     RemoteProtocolError,
@@ -330,9 +333,9 @@ class PulsarSession:
             while True:
                 # the run of plain SENDs a producer mostly sends, decoded in one call
                 sends = self.codec.next_sends()
-                handled += len(sends)
-                for pid, seq, num, highest, entry, checksum_ok, delayed in sends:
-                    self._publish(pid, seq, num, highest, entry, checksum_ok, delayed, encrypted=False)
+                if sends:
+                    handled += len(sends)
+                    self._publish_sends(sends)
                 event = self.codec.next_event()
                 if event is NEED_DATA:
                     return True
@@ -725,6 +728,71 @@ class PulsarSession:
                       encrypted=md is not None and bool(md.encryption_keys),
                       chunked=md is not None and md.num_chunks_from_msg > 1)
 
+    def _publish_sends(self, sends: list[PlainSend]) -> None:
+        """Store the plain SENDs of a read: each producer's run of them, back to back, as
+        one :class:`PublishRun` when nothing in it needs a look of its own (see
+        :meth:`_publish_run`), else one by one."""
+        start, n = 0, len(sends)
+        while start < n:
+            pid = sends[start][0]
+            end = start + 1
+            while end < n and sends[end][0] == pid:
+                end += 1
+            run = sends[start:end] if start or end < n else sends
+            if not self._publish_run(pid, run):
+                for _, seq, num, highest, entry, checksum_ok, delayed in run:
+                    self._publish(pid, seq, num, highest, entry, checksum_ok, delayed, encrypted=False)
+            start = end
+
+    def _publish_run(self, pid: int, sends: list[PlainSend]) -> bool:
+        """Store ``sends`` (plain SENDs of producer ``pid``) as one run, answered with a
+        receipt each as :meth:`_publish` answers one; False, with nothing done, when one of
+        them needs an answer or a look of its own (no such producer, a bad checksum, a
+        delivery time, a topic that wants encryption, or one the run cannot go to)."""
+        producer = self.producers.get(pid)
+        if producer is None:
+            return False
+        _, seqs, nums, highs, entries, checksums_ok, delayed = zip(*sends, strict=True)
+        topic = producer.topic
+        if not all(checksums_ok) or any(delayed) or topic.encryption_required:
+            return False
+        # a receipt names the batch's highest sequence id, never one below the SEND's own
+        highest = [h if h > s else s for s, h in zip(seqs, highs, strict=True)]
+        size = sum(map(len, entries))
+        partition = topic.partition_index
+
+        def done(part: PublishRun, rows: StoredRows | None, error: BaseException | None) -> None:
+            self._sends.give(len(part.entries))
+            self.handler.publish_buffer.give(sum(map(len, part.entries)))
+            if rows is None:
+                for seq in part.context:
+                    self._publish_failed(pid, seq, error)
+                return
+            receipts = self._receipts
+            first = not receipts
+            receipts.extend([(pid, seq, row[0], row[1], partition, hi)
+                             for seq, hi, row in zip(part.context, part.sequence_ids, rows, strict=True)])
+            if first and not flush_at_end(self._put_receipts):
+                self._put_receipts()  # not inside a write batch: at once
+
+        run = PublishRun(list(entries), list(nums), producer.name, highest, list(seqs), done)
+        # pending from the moment the topic has them: a topic may answer at once
+        self._sends.take(len(sends))
+        self.handler.publish_buffer.take(size)
+        if not topic.publish_run(run, hold=True):
+            self._sends.give(len(sends))
+            self.handler.publish_buffer.give(size)
+            return False
+        producer.msg_in += sum(nums)
+        producer.bytes_in += size
+        self._held.add(topic)
+        return True
+
+    def _publish_failed(self, pid: int, seq: int, error: BaseException | None) -> None:
+        """SEND_ERROR for a SEND that could not be stored."""
+        code = _server_error(error) if error is not None else E.UnknownError
+        self._send_error(pid, seq, E.PersistenceError if code == E.UnknownError else code, str(error))
+
     def _publish(self, pid: int, seq: int, num: int, highest: int, entry: bytes, checksum_ok: bool,
                  delayed: bool, *, encrypted: bool, chunked: bool = False) -> None:
         """Store a SEND's ``entry`` and answer it: the receipt once it is durable, or
@@ -766,9 +834,7 @@ class PulsarSession:
             self._sends.give(1)
             self.handler.publish_buffer.give(size)
             if result.error is not None:
-                code = _server_error(result.error)
-                self._send_error(pid, seq, E.PersistenceError if code == E.UnknownError else code,
-                                 str(result.error))
+                self._publish_failed(pid, seq, result.error)
                 return
             pos = result.position
             ledger, entry_id = (pos.ledger_id, pos.entry_id) if pos else (_EARLIEST_LEDGER, _EARLIEST_LEDGER)

@@ -8,19 +8,23 @@ import json
 import logging
 from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import trio
+import trio.lowlevel
 
 from core.naming import TopicName
 from core.stats import BrokerStats
 from core.storage import Position
 from core.topic import (
+    MAX_PUBLISH_BATCH,
     MAX_PUBLISH_BATCHES_IN_FLIGHT,
     MessageTooLargeError,
     NotAllowedError,
     PersistentTopic,
     PublishResult,
+    PublishRun,
 )
 
 
@@ -43,7 +47,7 @@ class _Ledger:
     def last_confirmed(self) -> Position | None:
         return Position(1, self.next - 1) if self.next else None
 
-    def _store(self, entries: list[bytes]) -> list[tuple[Position, int, int]]:
+    def _store(self, entries: list[bytes]) -> list[tuple[int, int, int, int]]:
         assert all(len(e) <= self.max_entry_size for e in entries), "an entry too large was handed over"
         if self.fail or self.fail_once:
             self.fail_once = False
@@ -51,16 +55,16 @@ class _Ledger:
         self.batches.append(len(entries))
         out = []
         for _ in entries:
-            out.append((Position(1, self.next), self.next, 0))
+            out.append((1, self.next, self.next, 0))
             self.next += 1
         return out
 
     def start_add_entries(self, entries: list[bytes], num_messages: list[int],
-                          done: Callable[[list[tuple[Position, int, int]] | BaseException], None]
+                          done: Callable[[list[tuple[int, int, int, int]] | BaseException], None]
                           ) -> None:
         # Completes later, from the run loop, as the native bridge does.
         try:
-            got: list[tuple[Position, int, int]] | BaseException = self._store(entries)
+            got: list[tuple[int, int, int, int]] | BaseException = self._store(entries)
         except OSError as exc:
             got = exc
         trio.lowlevel.current_trio_token().run_sync_soon(done, got)
@@ -466,3 +470,42 @@ def test_dedup_state_is_dropped_only_for_producers_disconnected_past_the_timeout
     assert topic.purge_inactive_dedup_producers(now_ms=61_001) == ["left-early"]
     assert topic.dedup_pushed == topic.dedup_persisted == {"left-late": 4, "connected": 5}
     assert topic.purge_inactive_dedup_producers(now_ms=61_002) == []
+
+
+async def test_a_run_is_stored_with_the_single_publishes_and_answered_part_by_part() -> None:
+    """A run (a read's SENDs from one producer) queues behind the publishes before it and
+    goes to the ledger with them; a run longer than one batch takes is split, and each
+    part is answered once, in order, with its own entries' context and positions."""
+    topic, ledger = _topic("run")
+    single = _Answers(1)
+    parts: list[tuple[list[Any], list[tuple[int, int, int, int]]]] = []
+    answered = trio.Event()
+
+    def done(part: PublishRun, rows: list[tuple[int, int, int, int]] | None,
+             error: BaseException | None) -> None:
+        assert rows is not None and error is None
+        parts.append((part.context, rows))
+        if sum(len(c) for c, _ in parts) == n:
+            answered.set()
+
+    n = MAX_PUBLISH_BATCH + 4
+    topic.publish(b"first", 1, "p", 0, single, hold=True)
+    run = PublishRun([b"m%d" % i for i in range(n)], [1] * n, "p", list(range(1, n + 1)),
+                     [f"seq-{i}" for i in range(n)], done)
+    assert topic.publish_run(run, hold=True)
+    topic.flush()
+    with trio.fail_after(5):
+        while len(ledger.batches) < 2:  # the second batch starts once there is room
+            topic.flush()
+            await trio.lowlevel.checkpoint()
+        await answered.wait()
+    assert ledger.batches == [MAX_PUBLISH_BATCH, 5]
+    assert [len(c) for c, _ in parts] == [MAX_PUBLISH_BATCH - 1, 5]
+    assert [x for c, _ in parts for x in c] == [f"seq-{i}" for i in range(n)]
+    assert [row[1] for _, rows in parts for row in rows] == list(range(1, n + 1))
+    assert (await single.wait())[0].position == Position(1, 0)
+    assert topic.dedup_persisted["p"] == n
+    # deduplication looks at each entry: a run is refused whole, the caller goes one by one
+    topic._dedup, topic._dedup_decided_for = True, topic.policies
+    refused = PublishRun([b"x"], [1], "p", [n + 1], [None], done)
+    assert not topic.publish_run(refused) and not topic._pending

@@ -18,7 +18,7 @@ from core.format import MessageMetadata, encode_entry
 from core.format import pulsar_api_pb2 as pb
 from core.stats import BrokerStats
 from core.storage import Position
-from core.topic import Producer, ProducerAccessMode, PublishResult
+from core.topic import Producer, ProducerAccessMode, PublishResult, PublishRun
 from handlers._serve import ReadLimit
 from handlers.pulsar import _events as ev
 from handlers.pulsar._codec import NEED_DATA, PulsarConnection, Role
@@ -41,6 +41,11 @@ class _HeldTopic:
                 callback: Callable[[PublishResult], None], *, hold: bool = False) -> None:
         self.callbacks.append(callback)
 
+    def publish_run(self, run: PublishRun, *, hold: bool = False) -> bool:
+        while run.entries:  # held one by one, as single publishes are
+            self.callbacks.append(_answering(run.split(1)))
+        return True
+
     def flush(self) -> None:
         pass
 
@@ -49,6 +54,19 @@ class _HeldTopic:
 
     def remove_producer(self, producer: Producer) -> None:
         pass
+
+
+def _answering(part: PublishRun) -> Callable[[PublishResult], None]:
+    """A single publish's callback that answers ``part``, a run of one entry."""
+
+    def answer(result: PublishResult) -> None:
+        if result.position is None:
+            part.done(part, None, result.error)
+        else:
+            pos = result.position
+            part.done(part, [(pos.ledger_id, pos.entry_id, result.index, result.publish_time)], None)
+
+    return answer
 
 
 def _send(codec: PulsarConnection, seq: int, payload: bytes = b"") -> bytes:
