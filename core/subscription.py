@@ -50,8 +50,7 @@ import heapq
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import trio
 from sortedcontainers import SortedSet
@@ -176,11 +175,18 @@ class ReplaySet(SortedSet):  # type: ignore[misc]
         return key_hash in self._keys
 
 
-@dataclass(slots=True)
-class Delivery:
+class Delivery(NamedTuple):
+    """An entry on its way to a consumer; made through ``tuple.__new__`` where the
+    dispatch makes one per entry."""
+
     entry: Entry
     redelivery_count: int
     ack_set: list[int] | None = None
+
+
+_tuple_new = tuple.__new__
+_dict_set = dict.__setitem__
+_dict_pop = dict.pop
 
 
 class ConsumerSink(Protocol):
@@ -596,9 +602,10 @@ class Subscription(Activity):
             only = self.consumers[0]
             unacked, acked = only.unacked, 0
             for pos in positions:
-                item = unacked.pop(pos, None)
+                item = _dict_pop(unacked, pos, None)  # UnackedEntries.pop, without its call
                 if item is not None:
                     acked += item[0]
+            unacked.messages -= acked
             only.acked += acked
             self.acked += acked
             return
@@ -1078,11 +1085,17 @@ class Subscription(Activity):
             # Only Shared and Key_Shared tell a message's redeliveries, as in Pulsar: a
             # single active consumer's client would otherwise send it to its dead letter
             # topic, a policy Pulsar gives those two types alone.
-            delivery = Delivery(entry, redelivery_counts.get(pos, 0) if redelivery_counts and per_type_counts else 0,
-                                batch_ack_sets.get(pos) if batch_ack_sets else None)
+            delivery = _tuple_new(Delivery, (
+                entry, redelivery_counts.get(pos, 0) if redelivery_counts and per_type_counts else 0,
+                batch_ack_sets.get(pos) if batch_ack_sets else None))
             n, size = entry.num_messages, len(entry.data)
             target.permits -= n
-            target.unacked[pos] = (n, h)
+            unacked = target.unacked
+            if pos in unacked:
+                unacked[pos] = (n, h)
+            else:  # UnackedEntries.__setitem__ for a new entry, without its call
+                _dict_set(unacked, pos, (n, h))
+                unacked.messages += n
             if per_consumer and target.unacked.messages >= per_consumer:
                 target.blocked_on_unacked = True
             if h >= 0:
