@@ -18,7 +18,7 @@ __all__ = [
     "MetadataError", "NativeError", "NoSuchLedgerError", "NotEnoughBookiesError",
     "kafka_batch_from_entry", "kafka_entry_from_batch",
     "encode_pulsar_messages", "encode_pulsar_send_receipts", "scan_pulsar_send",
-    "scan_pulsar_sends",
+    "scan_pulsar_sends", "scan_pulsar_acks",
     "allocator_options", "log_to_stderr",
 ]
 
@@ -219,6 +219,15 @@ def scan_pulsar_sends(
     after them: ``(producer_id, sequence_id, num_messages, highest_sequence_id, entry,
     checksum_ok, delayed)`` each (``delayed``: the metadata holds ``deliver_at_time``).
     Stops at the first frame that is incomplete, over ``max_frame``, or not a plain SEND."""
+
+def scan_pulsar_acks(
+    buf: bytes | bytearray, start: int, max_frame: int
+) -> tuple[list[tuple[int, int | None, list[tuple[int, int]], list[list[int] | None] | None]], int]:
+    """The plain individual ACK frames from ``buf[start:]`` on, one after another, and the
+    position after them: ``(consumer_id, request_id or None, ids, ack_sets)`` each, ``ids``
+    the ``(ledger_id, entry_id)`` pairs (those past a signed 64-bit range left out) and
+    ``ack_sets`` None when no id has one, else one list or None per id. Stops at the first
+    frame that is incomplete, over ``max_frame``, or not a plain individual ACK."""
 
 def allocator_options() -> dict[str, int]:
     """The native allocator's settings that Magnetar changes (``purge_delay_ms``: -1, freed

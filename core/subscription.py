@@ -545,7 +545,20 @@ class Subscription(Activity):
 
     def ack_individual(self, consumer: Consumer | None, acks: list[tuple[Position, list[int] | None]]) -> None:
         self._acked_at(consumer)
-        done = self._merge_batch_acks(acks)
+        self._acked_entries(self._merge_batch_acks(acks))
+
+    def ack_entries(self, consumer: Consumer | None, positions: list[Position]) -> None:
+        """:meth:`ack_individual` of whole entries (no ack sets), the common case, without
+        the look at each for an ack set to merge."""
+        self._acked_at(consumer)
+        if self.batch_ack_sets:
+            pop = self.batch_ack_sets.pop
+            for pos in positions:
+                pop(pos, None)
+        self._acked_entries(positions)
+
+    def _acked_entries(self, done: list[Position]) -> None:
+        """Entries now wholly acknowledged: off the cursor and the consumers' books."""
         if not done:
             return
         self.cursor.delete(done)
@@ -703,7 +716,7 @@ class Subscription(Activity):
                     break
                 positions.append(e.position)
                 skipped += e.num_messages
-            self.ack_individual(None, [(p, None) for p in positions])
+            self.ack_entries(None, positions)
             await self.cursor.flush()
         return skipped
 

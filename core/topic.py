@@ -1408,7 +1408,7 @@ class PersistentTopic:
                     extra = sub.backlog() - allowed
                     if extra > 0:
                         entries = await sub.unacked_entries(extra)
-                        sub.ack_individual(None, [(e.position, None) for e in entries])
+                        sub.ack_entries(None, [e.position for e in entries])
                         await sub.cursor.flush()
             return
         for p in list(self.producers):

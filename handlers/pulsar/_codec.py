@@ -123,6 +123,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "FRAME_HEADER_ALLOWANCE",
     "NEED_DATA",
+    "PlainAck",
     "PlainSend",
     "SERVER_COMMANDS",
     "TRANSITIONS",
@@ -150,6 +151,12 @@ PlainSend = tuple[int, int, int, int, bytes, bool, bool]
 num_messages, highest_sequence_id, entry, checksum_ok, delayed)``, the entry being every
 byte after the command and ``delayed`` whether its metadata holds ``deliver_at_time``
 (a plain SEND's metadata holds no encryption keys)."""
+
+PlainAck = tuple[int, int | None, list[tuple[int, int]], list[list[int] | None] | None]
+"""A plain individual ACK from :meth:`PulsarConnection.next_acks`: ``(consumer_id,
+request_id or None, ids, ack_sets)``, ``ids`` the acknowledged ``(ledger_id, entry_id)``
+pairs (those past a signed 64-bit range, which name no entry, left out) and ``ack_sets``
+None when no id carries a batch-index ack set, else one list or None per id."""
 
 
 class _Sentinel:
@@ -386,6 +393,16 @@ class PulsarConnection:
         if self._their_moves.get(_T.SEND) is not self._state:
             return []
         rows, self._pos = _native.scan_pulsar_sends(self._buf, self._pos, self.max_frame_size)
+        return rows
+
+    def next_acks(self) -> list[PlainAck]:
+        """The plain individual ACK frames buffered next, all decoded in one native call:
+        what a consuming client mostly sends, without a protobuf object per message id.
+        Empty when the next frame is anything else or incomplete, or when the peer may not
+        send an ACK now; :meth:`next_event` decodes that frame (and refuses it if it must)."""
+        if self._their_moves.get(_T.ACK) is not self._state:
+            return []
+        rows, self._pos = _native.scan_pulsar_acks(self._buf, self._pos, self.max_frame_size)
         return rows
 
     def _next_event(self) -> Event | _Sentinel:

@@ -20,6 +20,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
+from itertools import repeat
 from typing import Any
 
 import trio
@@ -338,6 +339,12 @@ class PulsarSession:
                 if sends:
                     handled += len(sends)
                     self._publish_sends(sends)
+                # and the run of individual ACKs a consumer mostly sends
+                acks = self.codec.next_acks()
+                if acks:
+                    handled += len(acks)
+                    for consumer_id, request_id, ids, ack_sets in acks:
+                        self._ack_individual(consumer_id, request_id, ids, ack_sets)
                 event = self.codec.next_event()
                 if event is NEED_DATA:
                     return True
@@ -965,21 +972,52 @@ class PulsarSession:
         if consumer is not None:
             consumer.flow(event.command.messagePermits)
 
-    def _on_CommandAck(self, event: Any) -> None:
-        cmd = event.command
-        consumer = self.consumers.get(cmd.consumer_id)
+    def _acking(self, consumer_id: int, request_id: int | None) -> Consumer | None:
+        """The attached consumer an ACK names; None, answered ConsumerNotFound when the
+        client asked for a response, when there is none."""
+        consumer = self.consumers.get(consumer_id)
         if consumer is None or consumer.subscription is None:
-            if cmd.HasField("request_id"):
-                self._send(ev.CommandAckResponse.build(consumer_id=cmd.consumer_id, request_id=cmd.request_id,
+            if request_id is not None:
+                self._send(ev.CommandAckResponse.build(consumer_id=consumer_id, request_id=request_id,
                                                        error=E.ConsumerNotFound, message="Consumer not found"))
+            return None
+        return consumer
+
+    def _ack_individual(self, consumer_id: int, request_id: int | None, ids: list[tuple[int, int]],
+                        ack_sets: list[list[int] | None] | None) -> None:
+        """An individual ACK (see :data:`PlainAck`): whole entries, or with ``ack_sets``
+        batch indexes too; ACK_RESPONSE when ``request_id`` asks for one."""
+        consumer = self._acking(consumer_id, request_id)
+        if consumer is None:
             return
         sub = consumer.subscription
+        assert sub is not None
+        positions = list(map(_tuple_new, repeat(Position), ids))
+        if ack_sets is None:
+            sub.ack_entries(consumer, positions)
+        else:
+            sub.ack_individual(consumer, list(zip(positions, ack_sets, strict=True)))
+        if request_id is not None:
+            self._send(ev.CommandAckResponse.build(consumer_id=consumer_id, request_id=request_id))
+
+    def _on_CommandAck(self, event: Any) -> None:
+        """An ACK in a shape :meth:`PulsarConnection.next_acks` leaves to the general
+        decoder: a cumulative one, or one with properties or a transaction."""
+        cmd = event.command
+        request_id = cmd.request_id if cmd.HasField("request_id") else None
         if cmd.ack_type != pb.CommandAck.Cumulative:
             top = _LATEST_LEDGER  # ids past a long's range name no entry (_entry_of)
-            sub.ack_individual(consumer, [
-                (_tuple_new(Position, (m.ledgerId, m.entryId)), list(m.ack_set) if m.ack_set else None)
-                for m in cmd.message_id if m.ledgerId <= top and m.entryId <= top])
-        elif len(cmd.message_id) != 1 or sub.sub_type in (SubType.Shared, SubType.Key_Shared):
+            named = [m for m in cmd.message_id if m.ledgerId <= top and m.entryId <= top]
+            sets = [list(m.ack_set) if m.ack_set else None for m in named]
+            self._ack_individual(cmd.consumer_id, request_id, [(m.ledgerId, m.entryId) for m in named],
+                                 sets if any(a is not None for a in sets) else None)
+            return
+        consumer = self._acking(cmd.consumer_id, request_id)
+        if consumer is None:
+            return
+        sub = consumer.subscription
+        assert sub is not None
+        if len(cmd.message_id) != 1 or sub.sub_type in (SubType.Shared, SubType.Key_Shared):
             # Pulsar's broker ignores these too: a cumulative ack names one message, and on
             # a subscription whose consumers share the messages it would acknowledge theirs.
             log.warning("pulsar: ignoring a cumulative ack of %d message ids on %s subscription %s",
@@ -991,8 +1029,8 @@ class PulsarSession:
                 pos = Position(mid.ledgerId, mid.entryId - 1)
             if pos.entry_id >= 0:
                 sub.ack_cumulative(consumer, pos)
-        if cmd.HasField("request_id"):
-            self._send(ev.CommandAckResponse.build(consumer_id=cmd.consumer_id, request_id=cmd.request_id))
+        if request_id is not None:
+            self._send(ev.CommandAckResponse.build(consumer_id=cmd.consumer_id, request_id=request_id))
 
     def _on_CommandRedeliverUnacknowledgedMessages(self, event: Any) -> None:
         cmd = event.command

@@ -1,4 +1,5 @@
-//! The Pulsar binary protocol's hot frames, written (and SEND scanned, see [`scan_send`])
+//! The Pulsar binary protocol's hot frames, written (and SEND and ACK scanned, see
+//! [`scan_send`] and [`scan_ack`])
 //! without building protobuf objects.
 //!
 //! A broker sends one MESSAGE frame per delivered entry and one SEND_RECEIPT per stored
@@ -29,9 +30,32 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod ack;
 pub mod control;
 mod send;
 
+/// Protobuf bytes for the scanners' tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    pub(crate) fn varint(mut v: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+        out
+    }
+
+    pub(crate) fn len_field(field: u64, body: &[u8]) -> Vec<u8> {
+        let mut out = varint((field << 3) | crate::WIRE_LEN);
+        out.extend(varint(body.len() as u64));
+        out.extend_from_slice(body);
+        out
+    }
+}
+
+pub use ack::{scan_ack, scan_acks, AckScan, AckedId, TYPE_ACK};
 pub use send::{scan_send, scan_sends, FoundSend, SendFields, SendScan};
 
 /// `BaseCommand.Type` values (PulsarApi.proto); a command's body is the field of the same

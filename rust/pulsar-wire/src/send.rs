@@ -140,17 +140,17 @@ fn utf8(buf: &[u8]) -> Option<()> {
 
 /// The field numbers (1 to 63) seen, as bits.
 #[derive(Default)]
-struct Seen(u64);
+pub(crate) struct Seen(u64);
 
 impl Seen {
-    fn add(&mut self, number: u64) {
+    pub(crate) fn add(&mut self, number: u64) {
         if number < 64 {
             self.0 |= 1 << number;
         }
     }
 
     /// Whether every field in `numbers` was seen.
-    fn all(&self, numbers: &[u64]) -> Option<()> {
+    pub(crate) fn all(&self, numbers: &[u64]) -> Option<()> {
         numbers.iter().all(|&n| self.0 & (1 << n) != 0).then_some(())
     }
 }
@@ -263,6 +263,17 @@ pub fn scan_sends(buf: &[u8], max_frame: usize, found: &mut Vec<FoundSend>) -> u
 
 /// The plain SEND frame at `pos` in `buf` and where it ends.
 fn next_plain_send(buf: &[u8], pos: usize, max_frame: usize) -> Option<(FoundSend, usize)> {
+    let (command, entry) = frame_at(buf, pos, max_frame)?;
+    let scan = scan_send(&buf[command], &buf[entry.clone()])?;
+    let end = entry.end;
+    Some((FoundSend { scan, entry }, end))
+}
+
+/// The complete frame at `pos` in `buf`: where its command lies, and where every byte
+/// after the command up to the frame's end lies. None when the frame is incomplete, its
+/// sizes do not agree, or it is larger than `max_frame` (counting what follows its
+/// total-size field).
+pub(crate) fn frame_at(buf: &[u8], pos: usize, max_frame: usize) -> Option<(Range<usize>, Range<usize>)> {
     let word = |at: usize| -> Option<usize> {
         let b = buf.get(at..at.checked_add(4)?)?;
         usize::try_from(u32::from_be_bytes([b[0], b[1], b[2], b[3]])).ok()
@@ -280,31 +291,15 @@ fn next_plain_send(buf: &[u8], pos: usize, max_frame: usize) -> Option<(FoundSen
         return None;
     }
     let split = pos + 8 + command_size;
-    let scan = scan_send(&buf[pos + 8..split], &buf[split..end])?;
-    Some((FoundSend { scan, entry: split..end }, end))
+    Some((pos + 8..split, split..end))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{len_field, varint};
     use magnetar_format::entry::MAGIC_CRC32C;
 
-    fn varint(mut v: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
-        out
-    }
-
-    fn len_field(field: u64, body: &[u8]) -> Vec<u8> {
-        let mut out = varint((field << 3) | WIRE_LEN);
-        out.extend(varint(body.len() as u64));
-        out.extend_from_slice(body);
-        out
-    }
 
     fn entry(metadata: &[u8], payload: &[u8]) -> Vec<u8> {
         let mut body = (metadata.len() as u32).to_be_bytes().to_vec();

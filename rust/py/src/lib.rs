@@ -72,5 +72,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pulsar_codec::encode_pulsar_send_receipts, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_codec::scan_pulsar_send, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_codec::scan_pulsar_sends, m)?)?;
+    m.add_function(wrap_pyfunction!(pulsar_codec::scan_pulsar_acks, m)?)?;
     Ok(())
 }

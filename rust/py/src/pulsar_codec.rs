@@ -1,11 +1,11 @@
 //! The Pulsar protocol's hot frames for handlers/pulsar: many MESSAGE frames in one call
 //! and SEND_RECEIPT frames, written by `magnetar-pulsar-wire` around the stored entry bytes
 //! (one copy of each entry, straight from the Python bytes object it is stored in into the
-//! bytes object returned), and the scan that picks out plain SEND frames.
+//! bytes object returned), and the scans that pick out plain SEND and ACK frames.
 
 use magnetar_pulsar_wire::{
-    message_frame_len, scan_send, scan_sends, write_message, write_send_receipt, BrokerEntry, Delivery,
-    Receipt,
+    message_frame_len, scan_acks, scan_send, scan_sends, write_message, write_send_receipt, BrokerEntry,
+    Delivery, Receipt,
 };
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
@@ -133,12 +133,8 @@ pub fn scan_pulsar_sends<'py>(
     start: usize,
     max_frame: usize,
 ) -> PyResult<(Vec<FoundSendRow<'py>>, usize)> {
-    let view = PyBuffer::<u8>::get(buf)?;
-    if !view.is_c_contiguous() {
-        return Err(PyValueError::new_err("the buffer is not contiguous"));
-    }
-    let bytes = exported_bytes(&view);
-    let rest = bytes.get(start..).ok_or_else(|| PyValueError::new_err("start is past the buffer"))?;
+    let view = contiguous(buf)?;
+    let rest = exported_bytes(&view).get(start..).ok_or_else(|| PyValueError::new_err("start is past the buffer"))?;
     let mut found = Vec::new();
     let used = scan_sends(rest, max_frame, &mut found);
     let rows = found
@@ -150,6 +146,53 @@ pub fn scan_pulsar_sends<'py>(
         })
         .collect();
     Ok((rows, start + used))
+}
+
+/// One plain ACK found by [`scan_pulsar_acks`]: `(consumer_id, request_id or None, ids,
+/// ack_sets or None)`.
+type FoundAckRow = (u64, Option<u64>, Vec<(u64, i64)>, Option<Vec<Option<Vec<i64>>>>);
+
+/// The plain individual ACK frames from `buf[start:]` on, one after another, and the
+/// position after the last of them: a row `(consumer_id, request_id or None, ids, ack_sets)`
+/// each, `ids` the acknowledged `(ledger_id, entry_id)` pairs and `ack_sets` None when no
+/// id carries an ack set, else one list or None per id. Ids past a signed 64-bit range
+/// name no entry and are left out, with their ack sets. The run stops at the first frame
+/// that is incomplete, larger than `max_frame`, or not a plain individual ACK, for the
+/// general decoder.
+#[pyfunction]
+pub fn scan_pulsar_acks(buf: &Bound<'_, PyAny>, start: usize, max_frame: usize) -> PyResult<(Vec<FoundAckRow>, usize)> {
+    let view = contiguous(buf)?;
+    let rest = exported_bytes(&view).get(start..).ok_or_else(|| PyValueError::new_err("start is past the buffer"))?;
+    let mut found = Vec::new();
+    let used = scan_acks(rest, max_frame, &mut found);
+    let rows = found
+        .into_iter()
+        .map(|ack| {
+            let named = ack.ids.into_iter().filter_map(|id| {
+                i64::try_from(id.ledger_id).ok()?;
+                let entry = i64::try_from(id.entry_id).ok()?;
+                Some((id.ledger_id, entry, id.ack_set))
+            });
+            let mut ids = Vec::new();
+            let mut sets = Vec::new();
+            for (ledger, entry, set) in named {
+                ids.push((ledger, entry));
+                sets.push((!set.is_empty()).then_some(set));
+            }
+            let ack_sets = sets.iter().any(Option::is_some).then_some(sets);
+            (ack.consumer_id, ack.request_id, ids, ack_sets)
+        })
+        .collect();
+    Ok((rows, start + used))
+}
+
+/// A contiguous byte export of `buf`.
+fn contiguous(buf: &Bound<'_, PyAny>) -> PyResult<PyBuffer<u8>> {
+    let view = PyBuffer::<u8>::get(buf)?;
+    if !view.is_c_contiguous() {
+        return Err(PyValueError::new_err("the buffer is not contiguous"));
+    }
+    Ok(view)
 }
 
 /// The bytes of a contiguous buffer export, read in place.

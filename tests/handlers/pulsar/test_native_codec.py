@@ -228,3 +228,108 @@ def test_sends_lacking_required_fields_are_left_to_the_general_decoder() -> None
         assert plain is None
         assert isinstance(general, Exception) and "required" in str(general)
     assert _both_ways(frame(good_send, good_meta))[0] is not None
+
+
+# --------------------------------------------------------------------------- ACK scan
+
+
+def _ack_frame(ack: pb.CommandAck) -> bytes:
+    return _frame(pb.BaseCommand(type=pb.BaseCommand.ACK, ack=ack), b"")
+
+
+def _random_ack(rng: random.Random) -> pb.CommandAck:
+    ack = pb.CommandAck(consumer_id=rng.randrange(1 << 20), ack_type=pb.CommandAck.Individual)
+    for _ in range(rng.randrange(0, 6)):
+        mid = ack.message_id.add(ledgerId=rng.choice([0, 7, 1 << 40, U64]), entryId=rng.choice([0, 5, 1 << 63, U64]))
+        if rng.random() < 0.4:
+            mid.partition = rng.choice([-1, 0, 3])
+        if rng.random() < 0.4:
+            mid.batch_index, mid.batch_size = rng.choice([(-1, 0), (2, 10)])
+        if rng.random() < 0.4:
+            mid.ack_set.extend(rng.choice([[], [0], [-1], [5, -2, 1 << 62]]))
+    if rng.random() < 0.5:
+        ack.request_id = rng.randrange(1 << 30)
+    return ack
+
+
+def _ack_row_of(event: Any) -> tuple[Any, ...]:
+    """What ``next_acks`` should give for an individual ACK the general decoder decoded."""
+    cmd = event.command
+    top = (1 << 63) - 1
+    named = [m for m in cmd.message_id if m.ledgerId <= top and m.entryId <= top]
+    sets = [list(m.ack_set) or None for m in named]
+    return (cmd.consumer_id, cmd.request_id if cmd.HasField("request_id") else None,
+            [(m.ledgerId, m.entryId) for m in named], sets if any(sets) else None)
+
+
+def test_plain_acks_decode_as_the_general_decoder_does() -> None:
+    rng = random.Random(0xAC4)
+    for _ in range(300):
+        raws = [_ack_frame(_random_ack(rng)) for _ in range(rng.randrange(1, 4))]
+        server = _server()
+        server.receive_data(b"".join(raws))
+        rows = server.next_acks()
+        assert server.buffered == 0
+        general = _server()
+        general.receive_data(b"".join(raws))
+        assert rows == [_ack_row_of(general.next_event()) for _ in raws]
+
+
+def test_mutated_acks_decode_the_same_or_fall_back() -> None:
+    from tests.handlers.pulsar.test_codec import _mutate
+
+    rng = random.Random(0xAC5)
+    fast = 0
+    for _ in range(3000):
+        raw = _mutate(rng, _ack_frame(_random_ack(rng)))
+        if len(raw) < 8 or struct.unpack_from(">I", raw, 4)[0] > len(raw) - 8:
+            continue
+        raw = struct.pack(">I", len(raw) - 4) + raw[4:]
+        server = _server()
+        server.receive_data(raw)
+        rows = server.next_acks()
+        if not rows:
+            continue
+        fast += 1
+        general = _server()
+        general.receive_data(raw)
+        event = general.next_event()
+        assert type(event).__name__ == "CommandAck", raw
+        assert event.command.ack_type == pb.CommandAck.Individual
+        assert rows == [_ack_row_of(event)], raw
+    assert fast > 100
+
+
+def test_acks_the_scan_does_not_take_are_left_to_the_general_decoder() -> None:
+    mid = pb.MessageIdData(ledgerId=1, entryId=2)
+    cumulative = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Cumulative, message_id=[mid])
+    with_txn = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual, message_id=[mid],
+                             txnid_most_bits=1)
+    with_property = pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual, message_id=[mid])
+    with_property.properties.add(key="k", value=1)
+    plain = _ack_frame(pb.CommandAck(consumer_id=9, ack_type=pb.CommandAck.Individual, message_id=[mid]))
+    for other in (cumulative, with_txn, with_property):
+        server = _server()
+        # the plain ACK before it is taken, and the scan stops at it
+        server.receive_data(plain + _ack_frame(other))
+        assert [row[0] for row in server.next_acks()] == [9]
+        assert server.next_acks() == []
+        event = server.next_event()
+        assert type(event).__name__ == "CommandAck" and event.command == other
+    # an ACK lacking a required field is refused by the general decoder, as before
+    server = _server()
+    partial = pb.BaseCommand(type=pb.BaseCommand.ACK)
+    partial.ack.consumer_id = 1
+    command = partial.SerializePartialToString()
+    server.receive_data(struct.pack(">II", 4 + len(command), len(command)) + command)
+    assert server.next_acks() == []
+    with pytest.raises(Exception, match="required"):
+        server.next_event()
+
+
+def test_no_acks_are_taken_before_the_connection_is_up() -> None:
+    server = PulsarConnection(Role.SERVER)
+    mid = pb.MessageIdData(ledgerId=1, entryId=2)
+    server.receive_data(_ack_frame(pb.CommandAck(consumer_id=1, ack_type=pb.CommandAck.Individual, message_id=[mid])))
+    assert server.next_acks() == []
+    assert server.buffered > 0
