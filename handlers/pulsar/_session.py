@@ -363,9 +363,14 @@ class PulsarSession:
                     topic.flush()
 
     async def _keepalive(self) -> None:
+        """keepAliveIntervalSeconds, as Pulsar's keep-alive: each interval, a connection
+        that has not completed its CONNECT is closed; one that has sent nothing since the
+        PING of the interval before is closed; one idle for an interval gets a PING. While
+        this side has stopped reading (publish limits), nothing counts against the client."""
         interval = float(self.config.get("keepAliveIntervalSeconds"))
         if interval <= 0:
             return
+        ping_sent_at: float | None = None
         while True:
             await trio.sleep(interval)
             idle = time.monotonic() - self.last_received
@@ -374,13 +379,18 @@ class PulsarSession:
                 assert self._nursery is not None
                 self._nursery.cancel_scope.cancel()
                 return
-            if idle >= 2 * interval:
-                log.info("pulsar: closing connection idle for %.0fs", idle)
+            if self._sends.paused or self.handler.publish_buffer.paused:
+                ping_sent_at = None
+                continue
+            if ping_sent_at is not None and self.last_received < ping_sent_at:
+                log.info("pulsar: closing connection that did not answer a ping for %.0fs", idle)
                 assert self._nursery is not None
                 self._nursery.cancel_scope.cancel()
                 return
+            ping_sent_at = None
             if idle >= interval:
                 self._send(ev.CommandPing.build())
+                ping_sent_at = time.monotonic()
 
     def _send(self, event: Any) -> None:
         """Queue one frame (see :meth:`_queue`)."""

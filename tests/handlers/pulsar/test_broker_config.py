@@ -693,3 +693,31 @@ def test_retention_keeps_what_a_compacted_read_needs(tmp_path):
         reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
         assert _read_until_idle(reader) == expected
         client.close()
+
+
+def test_keep_alive_pings_idle_clients_and_closes_the_silent_ones(tmp_path):
+    """keepAliveIntervalSeconds, as Pulsar's: the broker answers a PING, PINGs a client it
+    has heard nothing from for an interval, keeps one that answers, closes one that stays
+    silent for two intervals, and closes a connection that sent no CONNECT after one."""
+    interval = 1
+    with Standalone(tmp_path, conf={"keepAliveIntervalSeconds": interval}) as s:
+        live = RawClient(s.pulsar_url)
+        live.connect()
+        live.send(ev.CommandPing.build())
+        assert isinstance(live.next_event(), ev.CommandPong)
+        for _ in range(3):  # past two intervals: answered, it stays open
+            assert isinstance(live.next_event(), ev.CommandPing)
+            live.send(ev.CommandPong.build())
+
+        silent = RawClient(s.pulsar_url)
+        silent.connect()
+        connected_at = time.monotonic()
+        assert isinstance(silent.next_event(), ev.CommandPing)
+        assert isinstance(silent.next_event(), ev.ConnectionClosed)
+        assert time.monotonic() - connected_at >= 2 * interval - 0.2
+
+        mute = RawClient(s.pulsar_url)  # never sends CONNECT
+        assert mute.read_raw_until_closed() == b""
+
+        for raw in (live, silent, mute):
+            raw.close()
