@@ -299,7 +299,7 @@ class PulsarSession:
     async def _reader(self) -> None:
         while True:
             self.handler.publish_buffer.refresh()
-            if self._sends.paused or self.handler.publish_buffer.paused:
+            if self._reads_paused():
                 await self._wait_reads_resumed()
             data = await self._read.receive(READ_SIZE)
             if not data:
@@ -319,6 +319,11 @@ class PulsarSession:
                 self.closed = True
                 await self.outbox.flush()
                 return
+
+    def _reads_paused(self) -> bool:
+        """Whether this side has stopped reading the client: this connection's publishes
+        or every connection's are past their limit."""
+        return self._sends.paused or self.handler.publish_buffer.paused
 
     async def _wait_reads_resumed(self) -> None:
         """Wait until neither this connection's publishes nor every connection's are past
@@ -375,22 +380,22 @@ class PulsarSession:
             await trio.sleep(interval)
             idle = time.monotonic() - self.last_received
             if self.codec.state is not State.CONNECTED and idle >= interval:
-                log.info("pulsar: closing connection that sent no CONNECT for %.0fs", idle)
-                assert self._nursery is not None
-                self._nursery.cancel_scope.cancel()
-                return
-            if self._sends.paused or self.handler.publish_buffer.paused:
+                why = "sent no CONNECT"
+            elif self._reads_paused():
                 ping_sent_at = None
                 continue
-            if ping_sent_at is not None and self.last_received < ping_sent_at:
-                log.info("pulsar: closing connection that did not answer a ping for %.0fs", idle)
-                assert self._nursery is not None
-                self._nursery.cancel_scope.cancel()
-                return
-            ping_sent_at = None
-            if idle >= interval:
-                self._send(ev.CommandPing.build())
-                ping_sent_at = time.monotonic()
+            elif ping_sent_at is not None and self.last_received < ping_sent_at:
+                why = "did not answer a ping"
+            else:
+                ping_sent_at = None
+                if idle >= interval:
+                    self._send(ev.CommandPing.build())
+                    ping_sent_at = time.monotonic()
+                continue
+            log.info("pulsar: closing connection that %s for %.0fs", why, idle)
+            assert self._nursery is not None
+            self._nursery.cancel_scope.cancel()
+            return
 
     def _send(self, event: Any) -> None:
         """Queue one frame (see :meth:`_queue`)."""
@@ -987,11 +992,14 @@ class PulsarSession:
         client asked for a response, when there is none."""
         consumer = self.consumers.get(consumer_id)
         if consumer is None or consumer.subscription is None:
-            if request_id is not None:
-                self._send(ev.CommandAckResponse.build(consumer_id=consumer_id, request_id=request_id,
-                                                       error=E.ConsumerNotFound, message="Consumer not found"))
+            self._ack_response(consumer_id, request_id, error=E.ConsumerNotFound, message="Consumer not found")
             return None
         return consumer
+
+    def _ack_response(self, consumer_id: int, request_id: int | None, **error: Any) -> None:
+        """ACK_RESPONSE, when the ACK asked for one (``request_id``)."""
+        if request_id is not None:
+            self._send(ev.CommandAckResponse.build(consumer_id=consumer_id, request_id=request_id, **error))
 
     def _ack_individual(self, consumer_id: int, request_id: int | None, ids: list[tuple[int, int]],
                         ack_sets: list[list[int] | None] | None) -> None:
@@ -1007,8 +1015,7 @@ class PulsarSession:
             sub.ack_entries(consumer, positions)
         else:
             sub.ack_individual(consumer, list(zip(positions, ack_sets, strict=True)))
-        if request_id is not None:
-            self._send(ev.CommandAckResponse.build(consumer_id=consumer_id, request_id=request_id))
+        self._ack_response(consumer_id, request_id)
 
     def _on_CommandAck(self, event: Any) -> None:
         """An ACK in a shape :meth:`PulsarConnection.next_acks` leaves to the general
@@ -1020,7 +1027,7 @@ class PulsarSession:
             named = [m for m in cmd.message_id if m.ledgerId <= top and m.entryId <= top]
             sets = [list(m.ack_set) if m.ack_set else None for m in named]
             self._ack_individual(cmd.consumer_id, request_id, [(m.ledgerId, m.entryId) for m in named],
-                                 sets if any(a is not None for a in sets) else None)
+                                 sets if any(sets) else None)
             return
         consumer = self._acking(cmd.consumer_id, request_id)
         if consumer is None:
@@ -1039,8 +1046,7 @@ class PulsarSession:
                 pos = Position(mid.ledgerId, mid.entryId - 1)
             if pos.entry_id >= 0:
                 sub.ack_cumulative(consumer, pos)
-        if request_id is not None:
-            self._send(ev.CommandAckResponse.build(consumer_id=cmd.consumer_id, request_id=request_id))
+        self._ack_response(cmd.consumer_id, request_id)
 
     def _on_CommandRedeliverUnacknowledgedMessages(self, event: Any) -> None:
         cmd = event.command

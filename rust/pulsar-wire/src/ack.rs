@@ -17,11 +17,8 @@
 //! `MessageIdData` has `ledgerId = 1`, `entryId = 2`, `partition = 3`, `batch_index = 4`,
 //! `ack_set = 5`, `batch_size = 6`, `first_chunk_message_id = 7`.
 
-use crate::send::{frame_at, Reader, Seen};
-use crate::{WIRE_LEN, WIRE_VARINT};
-
-/// `BaseCommand.Type.ACK`, and the number of the `ack` field.
-pub const TYPE_ACK: u64 = 10;
+use crate::read::{frame_at, plain_body, Reader, Seen};
+use crate::{TYPE_ACK, WIRE_LEN, WIRE_VARINT};
 
 /// One acknowledged message id of a plain ACK.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,17 +108,7 @@ fn plain_ack(buf: &[u8]) -> Option<AckScan> {
 
 /// Scan a command that should be a plain individual ACK; see the module docs.
 pub fn scan_ack(command: &[u8]) -> Option<AckScan> {
-    let mut r = Reader::new(command);
-    let (mut is_ack, mut body) = (false, None);
-    while !r.done() {
-        match r.tag()? {
-            (1, WIRE_VARINT) if !is_ack => is_ack = r.varint()? == TYPE_ACK,
-            (TYPE_ACK, WIRE_LEN) if body.is_none() => body = Some(r.bytes()?),
-            _ => return None,
-        }
-    }
-    let body = body.filter(|_| is_ack)?;
-    plain_ack(&command[body])
+    plain_ack(&command[plain_body(command, TYPE_ACK)?])
 }
 
 /// The plain ACK frames at the start of `buf`, one after another, into `found`; returns
@@ -210,7 +197,7 @@ mod tests {
         let chunked = command(&[field(1, 1), field(2, 0), len_field(3, &message_id(1, 2, &len_field(7, &id)))].concat());
         let flow = [field(1, 11), len_field(11, &[field(1, 1), field(2, 100)].concat())].concat();
         let truncated = {
-            let mut c = individual(1, &[id.clone()], None);
+            let mut c = individual(1, std::slice::from_ref(&id), None);
             c.pop();
             c
         };

@@ -19,7 +19,7 @@ use std::ops::Range;
 
 use bytes::BufMut;
 
-use crate::send::Reader;
+use crate::read::Reader;
 use crate::{field_len, len_field_len, put_field, put_sizes, put_tag, put_varint, WireError, WIRE_LEN, WIRE_VARINT};
 
 /// `BaseCommand.Type` values of the control commands (PulsarApi.proto).

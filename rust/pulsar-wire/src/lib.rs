@@ -32,6 +32,7 @@
 
 mod ack;
 pub mod control;
+mod read;
 mod send;
 
 /// Protobuf bytes for the scanners' tests.
@@ -55,7 +56,7 @@ pub(crate) mod testing {
     }
 }
 
-pub use ack::{scan_ack, scan_acks, AckScan, AckedId, TYPE_ACK};
+pub use ack::{scan_ack, scan_acks, AckScan, AckedId};
 pub use send::{scan_send, scan_sends, FoundSend, SendFields, SendScan};
 
 /// `BaseCommand.Type` values (PulsarApi.proto); a command's body is the field of the same
@@ -63,6 +64,7 @@ pub use send::{scan_send, scan_sends, FoundSend, SendFields, SendScan};
 pub const TYPE_SEND: u64 = 6;
 pub const TYPE_SEND_RECEIPT: u64 = 7;
 pub const TYPE_MESSAGE: u64 = 9;
+pub const TYPE_ACK: u64 = 10;
 use bytes::BufMut;
 use magnetar_format::entry::MAGIC_BROKER_ENTRY_METADATA;
 

@@ -17,6 +17,7 @@ use std::ops::Range;
 
 use magnetar_format::entry::{checksum_ok, ENTRY_HEADER_SIZE};
 
+use crate::read::{frame_at, plain_body, Reader, Seen};
 use crate::{TYPE_SEND, WIRE_LEN, WIRE_VARINT};
 
 /// What [`scan_send`] found in a plain SEND.
@@ -53,65 +54,6 @@ pub struct FoundSend {
     pub entry: Range<usize>,
 }
 
-/// A protobuf reader over a byte slice that gives up (None) on anything malformed.
-pub(crate) struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    pub(crate) fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, pos: 0 }
-    }
-
-    pub(crate) fn done(&self) -> bool {
-        self.pos >= self.buf.len()
-    }
-
-    /// A varint of at most ten bytes that fits in 64 bits.
-    pub(crate) fn varint(&mut self) -> Option<u64> {
-        let mut value = 0u64;
-        for i in 0..10 {
-            let b = *self.buf.get(self.pos)?;
-            self.pos += 1;
-            if i == 9 && b > 1 {
-                return None;
-            }
-            value |= u64::from(b & 0x7f) << (7 * i);
-            if b < 0x80 {
-                return Some(value);
-            }
-        }
-        None
-    }
-
-    /// The next field's number and wire type.
-    pub(crate) fn tag(&mut self) -> Option<(u64, u64)> {
-        let tag = self.varint()?;
-        let field = tag >> 3;
-        (field != 0).then_some((field, tag & 7))
-    }
-
-    /// Step over `n` bytes (a fixed32 or fixed64 value); None when fewer are left.
-    pub(crate) fn skip(&mut self, n: usize) -> Option<()> {
-        let end = self.pos.checked_add(n).filter(|&end| end <= self.buf.len())?;
-        self.pos = end;
-        Some(())
-    }
-
-    /// A length-delimited value: where it lies in the buffer.
-    pub(crate) fn bytes(&mut self) -> Option<Range<usize>> {
-        let len = usize::try_from(self.varint()?).ok()?;
-        let end = self.pos.checked_add(len)?;
-        if end > self.buf.len() {
-            return None;
-        }
-        let range = self.pos..end;
-        self.pos = end;
-        Some(range)
-    }
-}
-
 /// How a plain `MessageMetadata` may hold each field.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -136,23 +78,6 @@ fn metadata_field(number: u64) -> Option<Kind> {
 
 fn utf8(buf: &[u8]) -> Option<()> {
     std::str::from_utf8(buf).ok().map(|_| ())
-}
-
-/// The field numbers (1 to 63) seen, as bits.
-#[derive(Default)]
-pub(crate) struct Seen(u64);
-
-impl Seen {
-    pub(crate) fn add(&mut self, number: u64) {
-        if number < 64 {
-            self.0 |= 1 << number;
-        }
-    }
-
-    /// Whether every field in `numbers` was seen.
-    pub(crate) fn all(&self, numbers: &[u64]) -> Option<()> {
-        numbers.iter().all(|&n| self.0 & (1 << n) != 0).then_some(())
-    }
 }
 
 /// A `KeyValue` of two strings, nothing else.
@@ -194,7 +119,7 @@ fn plain_metadata(buf: &[u8]) -> Option<bool> {
         }
     }
     seen.all(&[1, 2, 3])?;
-    Some(seen.0 & (1 << DELIVER_AT_TIME) != 0)
+    Some(seen.has(DELIVER_AT_TIME))
 }
 
 /// A `CommandSend` of scalar fields (1-8) only, and a `num_messages` that fits its
@@ -226,16 +151,7 @@ fn plain_send(buf: &[u8]) -> Option<SendFields> {
 /// Scan a frame that should be a plain SEND: its `command` and the `entry` after it; see
 /// the module docs.
 pub fn scan_send(command: &[u8], entry: &[u8]) -> Option<SendScan> {
-    let mut r = Reader::new(command);
-    let (mut is_send, mut body) = (false, None);
-    while !r.done() {
-        match r.tag()? {
-            (1, WIRE_VARINT) if !is_send => is_send = r.varint()? == TYPE_SEND,
-            (TYPE_SEND, WIRE_LEN) if body.is_none() => body = Some(r.bytes()?),
-            _ => return None,
-        }
-    }
-    let body = body.filter(|_| is_send)?;
+    let body = plain_body(command, TYPE_SEND)?;
     let send = plain_send(&command[body.clone()])?;
     if !checksum_ok(entry) {
         return Some(SendScan { body, send, checksum_ok: false, metadata: 0..0, delayed: false });
@@ -269,35 +185,10 @@ fn next_plain_send(buf: &[u8], pos: usize, max_frame: usize) -> Option<(FoundSen
     Some((FoundSend { scan, entry }, end))
 }
 
-/// The complete frame at `pos` in `buf`: where its command lies, and where every byte
-/// after the command up to the frame's end lies. None when the frame is incomplete, its
-/// sizes do not agree, or it is larger than `max_frame` (counting what follows its
-/// total-size field).
-pub(crate) fn frame_at(buf: &[u8], pos: usize, max_frame: usize) -> Option<(Range<usize>, Range<usize>)> {
-    let word = |at: usize| -> Option<usize> {
-        let b = buf.get(at..at.checked_add(4)?)?;
-        usize::try_from(u32::from_be_bytes([b[0], b[1], b[2], b[3]])).ok()
-    };
-    let total = word(pos)?;
-    if total > max_frame || total < 4 {
-        return None;
-    }
-    let end = pos.checked_add(4)?.checked_add(total)?;
-    if end > buf.len() {
-        return None;
-    }
-    let command_size = word(pos + 4)?;
-    if command_size > total - 4 {
-        return None;
-    }
-    let split = pos + 8 + command_size;
-    Some((pos + 8..split, split..end))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{len_field, varint};
+    use crate::testing::len_field;
     use magnetar_format::entry::MAGIC_CRC32C;
 
 

@@ -4,7 +4,7 @@
 //! bytes object returned), and the scans that pick out plain SEND and ACK frames.
 
 use magnetar_pulsar_wire::{
-    message_frame_len, scan_acks, scan_send, scan_sends, write_message, write_send_receipt, BrokerEntry,
+    message_frame_len, scan_acks, scan_send, scan_sends, write_message, write_send_receipt, AckScan, BrokerEntry,
     Delivery, Receipt,
 };
 use pyo3::buffer::PyBuffer;
@@ -133,19 +133,19 @@ pub fn scan_pulsar_sends<'py>(
     start: usize,
     max_frame: usize,
 ) -> PyResult<(Vec<FoundSendRow<'py>>, usize)> {
-    let view = contiguous(buf)?;
-    let rest = exported_bytes(&view).get(start..).ok_or_else(|| PyValueError::new_err("start is past the buffer"))?;
-    let mut found = Vec::new();
-    let used = scan_sends(rest, max_frame, &mut found);
-    let rows = found
-        .into_iter()
-        .map(|f| {
-            let s = f.scan.send;
-            let entry = PyBytes::new(py, &rest[f.entry]);
-            (s.producer_id, s.sequence_id, s.num_messages, s.highest_sequence_id, entry, f.scan.checksum_ok, f.scan.delayed)
-        })
-        .collect();
-    Ok((rows, start + used))
+    scan_from(buf, start, |rest| {
+        let mut found = Vec::new();
+        let used = scan_sends(rest, max_frame, &mut found);
+        let rows = found
+            .into_iter()
+            .map(|f| {
+                let s = f.scan.send;
+                let entry = PyBytes::new(py, &rest[f.entry]);
+                (s.producer_id, s.sequence_id, s.num_messages, s.highest_sequence_id, entry, f.scan.checksum_ok, f.scan.delayed)
+            })
+            .collect();
+        (rows, used)
+    })
 }
 
 /// One plain ACK found by [`scan_pulsar_acks`]: `(consumer_id, request_id or None, ids,
@@ -161,38 +161,40 @@ type FoundAckRow = (u64, Option<u64>, Vec<(u64, i64)>, Option<Vec<Option<Vec<i64
 /// general decoder.
 #[pyfunction]
 pub fn scan_pulsar_acks(buf: &Bound<'_, PyAny>, start: usize, max_frame: usize) -> PyResult<(Vec<FoundAckRow>, usize)> {
-    let view = contiguous(buf)?;
-    let rest = exported_bytes(&view).get(start..).ok_or_else(|| PyValueError::new_err("start is past the buffer"))?;
-    let mut found = Vec::new();
-    let used = scan_acks(rest, max_frame, &mut found);
-    let rows = found
-        .into_iter()
-        .map(|ack| {
-            let named = ack.ids.into_iter().filter_map(|id| {
-                i64::try_from(id.ledger_id).ok()?;
-                let entry = i64::try_from(id.entry_id).ok()?;
-                Some((id.ledger_id, entry, id.ack_set))
-            });
-            let mut ids = Vec::new();
-            let mut sets = Vec::new();
-            for (ledger, entry, set) in named {
-                ids.push((ledger, entry));
-                sets.push((!set.is_empty()).then_some(set));
-            }
-            let ack_sets = sets.iter().any(Option::is_some).then_some(sets);
-            (ack.consumer_id, ack.request_id, ids, ack_sets)
-        })
-        .collect();
-    Ok((rows, start + used))
+    scan_from(buf, start, |rest| {
+        let mut found = Vec::new();
+        let used = scan_acks(rest, max_frame, &mut found);
+        (found.into_iter().map(ack_row).collect(), used)
+    })
 }
 
-/// A contiguous byte export of `buf`.
-fn contiguous(buf: &Bound<'_, PyAny>) -> PyResult<PyBuffer<u8>> {
+/// A scanned ACK as [`scan_pulsar_acks`] gives it.
+fn ack_row(ack: AckScan) -> FoundAckRow {
+    let named = ack.ids.into_iter().filter_map(|id| {
+        i64::try_from(id.ledger_id).ok()?;
+        let entry = i64::try_from(id.entry_id).ok()?;
+        Some((id.ledger_id, entry, id.ack_set))
+    });
+    let mut ids = Vec::new();
+    let mut sets = Vec::new();
+    for (ledger, entry, set) in named {
+        ids.push((ledger, entry));
+        sets.push((!set.is_empty()).then_some(set));
+    }
+    let ack_sets = sets.iter().any(Option::is_some).then_some(sets);
+    (ack.consumer_id, ack.request_id, ids, ack_sets)
+}
+
+/// Run a frame scan over `buf[start:]` (a contiguous buffer, read in place): `scan` gives
+/// what it found and the bytes it took; returns that and the position after them.
+fn scan_from<R>(buf: &Bound<'_, PyAny>, start: usize, scan: impl FnOnce(&[u8]) -> (R, usize)) -> PyResult<(R, usize)> {
     let view = PyBuffer::<u8>::get(buf)?;
     if !view.is_c_contiguous() {
         return Err(PyValueError::new_err("the buffer is not contiguous"));
     }
-    Ok(view)
+    let rest = exported_bytes(&view).get(start..).ok_or_else(|| PyValueError::new_err("start is past the buffer"))?;
+    let (found, used) = scan(rest);
+    Ok((found, start + used))
 }
 
 /// The bytes of a contiguous buffer export, read in place.
