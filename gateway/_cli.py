@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -23,7 +24,8 @@ from typing import Any
 
 from ._config import Config, ConfigError, check_frame_holds_message, load_config
 
-__all__ = ["COMMANDS", "Command", "main", "register_command", "version_string", "load_command_config"]
+__all__ = ["COMMANDS", "COMMAND_MODULES", "Command", "build_parser", "load_commands", "main",
+           "register_command", "version_string", "load_command_config"]
 
 PROG = "magnetar"
 
@@ -62,6 +64,21 @@ def version_string() -> str:
 
         version = getattr(gateway, "__version__", "0+unknown")
     return f"{PROG} {version}"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: prints :func:`version_string` and exits. The version is looked up only
+    when asked for: reading the installed distributions' metadata takes tens of
+    milliseconds, which every other command would pay at start."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: Any = argparse.SUPPRESS, help: str = "show program's version number and exit"):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(version_string())
+        parser.exit()
 
 
 def _default_conf(name: str) -> str | None:
@@ -243,27 +260,48 @@ register_command(Command(
 ))
 register_command(Command("version", "print the version", _version_arguments, _run_version))
 
-# Commands defined in their own modules register themselves when imported.
-import spark._cli  # noqa: E402, F401  (registers `magnetar spark`)
+#: The commands defined in their own modules, by name: the module that registers each when
+#: imported. A command line naming one imports that module only, so ``magnetar
+#: standalone`` loads none of the admin, client, perf, token or Spark code, nor builds
+#: their parsers; ``--help``, an unknown command and shell completion load them all.
+#: (``gateway._admin_cli`` imports ``_tokens_cli`` first and ``_client_cli`` after
+#: itself, so the listing order stays spark, tokens, admin, client, completion, perf.)
+COMMAND_MODULES: dict[str, str] = {
+    "spark": "spark._cli",
+    "tokens": "gateway._tokens_cli",
+    "admin": "gateway._admin_cli",
+    "client": "gateway._admin_cli",
+    "completion": "gateway._admin_cli",
+    "perf": "gateway._perf",
+}
 
-from . import (  # noqa: E402
-    _admin_cli,  # noqa: F401  (registers `magnetar admin`, `client` and `completion`)
-    _perf,  # noqa: F401  (registers `magnetar perf`)
-    _tokens_cli,  # noqa: F401  (registers `magnetar tokens`)
-)
+
+def load_commands(name: str | None = None) -> None:
+    """Register the command ``name`` (importing its module), or with None every command."""
+    if name is not None:
+        if name in COMMAND_MODULES:
+            importlib.import_module(COMMAND_MODULES[name])
+        return
+    for module in dict.fromkeys(COMMAND_MODULES.values()):
+        importlib.import_module(module)
+
 
 # --------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with one sub-parser per registered command."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with one sub-parser per command; with ``only``, the sub-parser
+    of that command alone (what parsing a command line that names it needs)."""
+    load_commands(only)
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="One broker for Pulsar and Kafka clients.",
     )
-    parser.add_argument("--version", action="version", version=version_string())
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for command in COMMANDS.values():
+        if only is not None and command.name != only:
+            continue
         p = sub.add_parser(command.name, help=command.help,
                            description=command.description or command.help)
         command.add_arguments(p)
@@ -273,7 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``magnetar`` with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # The command is the first word that is no option (the top level takes no values).
+    named = next((a for a in argv if not a.startswith("-")), None)
+    known = named is not None and (named in COMMANDS or named in COMMAND_MODULES)
+    parser = build_parser(only=named if known else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
