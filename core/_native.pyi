@@ -16,7 +16,7 @@ __all__ = [
     "BookieError", "BookieServer", "CompletionQueue", "Cursor", "CursorNotFoundError",
     "FencedError", "LedgerClosedError", "LedgerRangeReader", "ManagedLedger", "ManagedLedgerFactory",
     "MetadataError", "NativeError", "NoSuchLedgerError", "NotEnoughBookiesError",
-    "kafka_batch_from_entry", "kafka_entry_from_batch",
+    "crc32c", "kafka_batch_from_entry", "kafka_entry_from_batch",
     "encode_pulsar_messages", "encode_pulsar_send_receipts", "scan_pulsar_send",
     "scan_pulsar_sends", "scan_pulsar_acks",
     "allocator_options", "log_to_stderr",
@@ -238,3 +238,6 @@ def log_to_stderr(level: str, fmt: str) -> None:
     """Write the native core's log records to stderr at `level` and above (a level name
     of gateway._logging) as `fmt` ("text" or "json") lines, as gateway._logging writes
     them. ValueError for an unknown level or format."""
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    """The CRC-32C (Castagnoli) of a contiguous bytes-like object, read in place."""

@@ -299,7 +299,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    for command in COMMANDS.values():
+    # Listed in one order whatever imported the command modules first: the built-in
+    # commands, those of COMMAND_MODULES, then any other in registration order.
+    order = {name: i for i, name in enumerate(["standalone", "bookie", "version", *COMMAND_MODULES])}
+    for command in sorted(COMMANDS.values(), key=lambda c: order.get(c.name, len(order))):
         if only is not None and command.name != only:
             continue
         p = sub.add_parser(command.name, help=command.help,
@@ -374,4 +377,8 @@ def _exit_code(code: Any) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as ``python -m gateway._cli``: the command modules register with the imported
+    # ``gateway._cli``, not with this ``__main__`` copy, so its ``main`` is the one to run.
+    from gateway._cli import main as _main
+
+    sys.exit(_main())

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from handlers._serve import listen_error
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
 
 __all__ = ["WebService", "build_app"]
 
@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 
 def build_app(config: Any, broker: Any) -> Any:
     """The ASGI app: admin routes, ``/metrics``, Pulsar-shaped errors."""
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.responses import Response
+    from starlette.routing import Route
+
     from gateway._metrics import CONTENT_TYPE_LATEST, metrics_registry, render_metrics
     from gateway.admin import Rates, admin_routes, error_response, guard
 
@@ -105,6 +110,23 @@ def _keep_encoded_slashes(app: Any) -> Any:
     return wrapped
 
 
+def _built_at_first_request(build: Callable[[], Any]) -> Any:
+    """The app ``build`` makes, made when the first request (HTTP or WebSocket) comes rather
+    than at start: its hundreds of admin routes (a compiled pattern each), the metrics
+    registry and the WebSocket API take about 100 ms to set up, which the broker's start,
+    and its Pulsar and Kafka clients, need not wait for. The first request waits for it
+    instead, once."""
+    app: Any = None
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal app
+        if app is None:
+            app = build()
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 def _without_lifespan(app: Any) -> Any:
     """Answer ASGI lifespan events here: the app has no startup or shutdown work, and a
     cancelled broker must stop the server without a lifespan error."""
@@ -151,7 +173,7 @@ class WebService:
         hc.errorlog = logging.getLogger("hypercorn.error")
         url = f"http://{self.config.get('advertisedAddress') or host}:{port}"
         self.broker.web_service_url = url
-        app = _without_lifespan(build_app(self.config, self.broker))
+        app = _without_lifespan(_built_at_first_request(lambda: build_app(self.config, self.broker)))
         async with trio.open_nursery() as nursery:
             await nursery.start(serve, app, hc)  # type: ignore[arg-type]
             task_status.started([url])

@@ -43,11 +43,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import crc32c as _crc32c
 import lz4.block
 import snappy
 import zstandard
 from google.protobuf.message import DecodeError
+
+from core._native import crc32c
 
 from . import pulsar_api_pb2 as pb
 
@@ -176,7 +177,7 @@ def encode_entry(metadata: pb.MessageMetadata, payload: bytes | memoryview) -> b
     except Exception as exc:  # missing required fields
         raise EntryFormatError(f"metadata cannot be encoded: {exc}") from exc
     body = b"".join((_U32.pack(len(meta)), meta, payload))
-    return _MAGIC_CRC.pack(MAGIC_CRC32C, _crc32c.crc32c(body)) + body
+    return _MAGIC_CRC.pack(MAGIC_CRC32C, crc32c(body)) + body
 
 
 def verify_checksum(buf: bytes | bytearray | memoryview) -> bool:
@@ -185,7 +186,7 @@ def verify_checksum(buf: bytes | bytearray | memoryview) -> bool:
     if len(view) < ENTRY_HEADER_SIZE:
         return False
     magic, checksum = _MAGIC_CRC.unpack_from(view, 0)
-    return magic == MAGIC_CRC32C and _crc32c.crc32c(view[6:]) == checksum
+    return magic == MAGIC_CRC32C and crc32c(view[6:]) == checksum
 
 
 def decode_broker_entry_metadata(
@@ -233,7 +234,7 @@ def decode_entry(buf: bytes | bytearray | memoryview) -> tuple[pb.MessageMetadat
     magic, checksum = _MAGIC_CRC.unpack_from(view, 0)
     if magic != MAGIC_CRC32C:
         raise EntryFormatError(f"bad magic 0x{magic:04x}, expected 0x{MAGIC_CRC32C:04x}")
-    actual = _crc32c.crc32c(view[6:])
+    actual = crc32c(view[6:])
     if actual != checksum:
         raise EntryFormatError(
             f"checksum mismatch: stored 0x{checksum:08x}, computed 0x{actual:08x}"

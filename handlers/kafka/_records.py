@@ -40,11 +40,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import crc32c as _crc32c
 import lz4.frame
 import snappy
 import zstandard
 
+from core._native import crc32c
 from handlers.kafka._errors import ErrorCode, RemoteProtocolError
 
 __all__ = [
@@ -261,7 +261,14 @@ def _varint_slow(n: int) -> bytes:
 
 
 _SMALL = 1 << 14
-_SMALL_VARINTS = [_varint_slow(n) for n in range(_SMALL)]
+# The varints of 0 .. _SMALL-1, whose zigzag values (2n) take one to three bytes, built
+# byte by byte rather than by _varint_slow: the table is made at every start.
+_SMALL_VARINTS = [
+    bytes((z,)) if z < 0x80
+    else bytes(((z & 0x7F) | 0x80, z >> 7)) if z < 0x4000
+    else bytes(((z & 0x7F) | 0x80, ((z >> 7) & 0x7F) | 0x80, z >> 14))
+    for z in range(0, 2 * _SMALL, 2)
+]
 _MINUS_ONE = _varint_slow(-1)
 
 
@@ -329,7 +336,7 @@ def _decode_one(buf: bytes, start: int, end: int, limit: int, with_records: bool
      producer_id, producer_epoch, base_seq, count) = _HEAD.unpack_from(buf, start)
     # Without its records, a batch is checked by whoever reads them (with_records, or the
     # native converter): the CRC covers them, and is computed once.
-    if with_records and _crc32c.crc32c(memoryview(buf)[start + _CRC_FROM:end]) != crc:
+    if with_records and crc32c(memoryview(buf)[start + _CRC_FROM:end]) != crc:
         raise _corrupt("record batch CRC-32C mismatch")
     if count < 0 or count > MAX_RECORDS_PER_BATCH:
         raise _corrupt(f"record count {count} out of range")
@@ -513,7 +520,7 @@ def encode_batch(records: Sequence[Record], *, base_offset: int, compression: in
         last_offset_delta = records[-1].offset_delta
     tail = struct.pack(">hiqqqhii", attributes, last_offset_delta, base_ts, max_ts,
                        producer_id, producer_epoch, base_sequence, len(records)) + body
-    crc = _crc32c.crc32c(tail)
+    crc = crc32c(tail)
     batch_length = 4 + 1 + 4 + len(tail)
     return struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, 2, crc) + tail
 
@@ -530,7 +537,7 @@ def with_log_append_time(batch: bytes, append_time: int) -> bytes:
     _I16.pack_into(out, _CRC_FROM, _I16.unpack_from(out, _CRC_FROM)[0] | TIMESTAMP_TYPE_BIT)
     _I64.pack_into(out, _MAX_TIMESTAMP_AT, append_time)
     with memoryview(out) as view:
-        crc = _crc32c.crc32c(view[_CRC_FROM:])
+        crc = crc32c(view[_CRC_FROM:])
     _U32.pack_into(out, _CRC_AT, crc)
     return bytes(out)
 

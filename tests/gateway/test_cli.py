@@ -264,6 +264,44 @@ def test_console_entry_point_runs_as_a_module():
     assert proc.stdout.decode().startswith("magnetar ")
 
 
+def test_a_command_module_run_directly_still_finds_every_command():
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.run([sys.executable, "-m", "gateway._cli", "admin", "--help"], env=env,
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode().startswith("usage: magnetar admin")
+
+
+def test_the_standalone_loads_no_code_it_does_not_run():
+    """What ``magnetar standalone`` imports before it is ready: none of the other commands'
+    modules, no token cryptography while authentication is off, no distribution metadata,
+    and no web framework (built at the first HTTP request). Each cost tens of ms of start."""
+    probe = (
+        "import sys\n"
+        "from gateway import _cli\n"
+        "_cli.build_parser('standalone').parse_args(['standalone'])\n"
+        "import gateway._standalone, handlers.pulsar, handlers.kafka\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], env=dict(os.environ, PYTHONPATH=REPO),
+                          capture_output=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(proc.stdout.decode().split())
+    assert "gateway._standalone" in loaded and "trio" in loaded
+    unwanted = {"gateway._admin_cli", "gateway._client_cli", "gateway._perf", "gateway._tokens_cli",
+                "spark._cli", "jwt", "cryptography", "importlib.metadata", "starlette",
+                "gateway.admin", "crc32c"}
+    assert not unwanted & loaded
+
+
+def test_help_lists_every_command_in_registration_order(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    names = ["standalone", "bookie", "version", "spark", "tokens", "admin", "client", "completion", "perf"]
+    at = [out.index(f"\n    {name}") for name in names]
+    assert at == sorted(at)
+
+
 # --- logging -----------------------------------------------------------------------------
 
 

@@ -40,6 +40,7 @@ fn allocator_options() -> std::collections::BTreeMap<&'static str, std::os::raw:
 }
 
 mod bookie;
+mod checksum;
 mod completions;
 mod errors;
 mod kafka;
@@ -73,5 +74,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pulsar_codec::scan_pulsar_send, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_codec::scan_pulsar_sends, m)?)?;
     m.add_function(wrap_pyfunction!(pulsar_codec::scan_pulsar_acks, m)?)?;
+    m.add_function(wrap_pyfunction!(checksum::crc32c, m)?)?;
     Ok(())
 }

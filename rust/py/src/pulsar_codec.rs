@@ -199,7 +199,7 @@ fn scan_from<R>(buf: &Bound<'_, PyAny>, start: usize, scan: impl FnOnce(&[u8]) -
 
 /// The bytes of a contiguous buffer export, read in place.
 #[allow(unsafe_code)]
-fn exported_bytes(view: &PyBuffer<u8>) -> &[u8] {
+pub(crate) fn exported_bytes(view: &PyBuffer<u8>) -> &[u8] {
     // SAFETY: `view` holds the export, which keeps its object from being resized or freed
     // until it drops (a bytearray refuses to resize while exported), and the export is
     // contiguous, `len_bytes` long from `buf_ptr`. The slice lives no longer than `view`.

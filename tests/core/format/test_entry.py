@@ -161,6 +161,21 @@ def test_decompress_never_exceeds_the_declared_size(compression: int) -> None:
     assert len(decompress(compression, bomb, 1_000_000)) == 1_000_000
 
 
+def test_native_crc32c_is_castagnolis() -> None:
+    from core._native import crc32c as native_crc32c
+
+    assert native_crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    assert native_crc32c(b"") == 0
+    rng = random.Random(7)
+    for size in (1, 7, 64, 1000, 65537):
+        data = rng.randbytes(size)
+        assert native_crc32c(data) == crc32c.crc32c(data)
+        assert native_crc32c(bytearray(data)) == crc32c.crc32c(data)
+        assert native_crc32c(memoryview(data)[1:]) == crc32c.crc32c(data[1:])
+    with pytest.raises(ValueError, match="contiguous"):
+        native_crc32c(memoryview(b"abcdef")[::2])
+
+
 def test_encode_entry_layout() -> None:
     metadata = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2)
     raw = encode_entry(metadata, b"payload")
