@@ -69,9 +69,12 @@ impl CompletionQueue {
     /// Every waiting completion as `(token, ok, value)`; `value` is the result when `ok`,
     /// else the exception instance.
     fn drain<'py>(&mut self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        // Empty the wake-up socket: a read that does not fill the buffer took all there was
+        // (one byte per empty-to-non-empty change), which spares a read that would only
+        // answer "would block".
         let mut buf = [0u8; 256];
         while let Ok(n) = self.reader.read(&mut buf) {
-            if n == 0 {
+            if n < buf.len() {
                 break;
             }
         }
