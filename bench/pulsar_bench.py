@@ -19,6 +19,13 @@ For 100 B and 1 KiB messages, batching on and off, journal fsync on, each broker
   :func:`bench.storage_bench.raw_open_loop`). A broker that fsyncs before it answers
   pays both, so the larger of the two is a floor for its p99.
 
+Beside the table, what one wake-up costs on this machine (:func:`wake_costs`): the CPU a
+thread spends to take one byte from a socket after sleeping 1 or 10 ms, as a trio task
+(what each of the broker's protocol and completion wake-ups is) and as a plain blocking
+read. With batching, the broker's Python thread wakes one to two times per stored entry and
+sleeps in between, so on a machine where a wake-up after a sleep is costly, that cost, not
+the work per message, sets its CPU per entry.
+
 Durability differs: Magnetar acknowledges a publish once its journal has fdatasync'ed it;
 pulsar-lite (0.2.0) has no setting for syncing and never calls fsync or fdatasync (its
 RocksDB write-ahead log is written, not synced), so its publish latency carries no disk
@@ -50,6 +57,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from bench._proc import (
     combine_rounds,
@@ -129,6 +138,54 @@ def _first_line(stream: Any, timeout: float) -> str:
     """The first line of a child's output, waiting at most ``timeout`` seconds for it."""
     ready, _, _ = select.select([stream], [], [], timeout)
     return stream.readline().decode(errors="replace") if ready else ""
+
+
+WAKE_INTERVALS_MS = (1, 10)
+WAKES = 150
+
+
+def wake_costs() -> dict[str, float]:
+    """CPU microseconds per wake-up, after sleeps of each of :data:`WAKE_INTERVALS_MS`:
+    ``trio_<N>ms_us`` for a trio task receiving from a socket, ``blocking_<N>ms_us`` for a
+    thread blocked in ``recv``. Another thread sends one byte every N ms, :data:`WAKES`
+    times; the receiving thread's own CPU time (``time.thread_time``) is divided by them."""
+    costs: dict[str, float] = {}
+    for ms in WAKE_INTERVALS_MS:
+        costs[f"trio_{ms}ms_us"] = _wake_cost(ms / 1000, use_trio=True)
+        costs[f"blocking_{ms}ms_us"] = _wake_cost(ms / 1000, use_trio=False)
+    return costs
+
+
+def _wake_cost(interval: float, use_trio: bool) -> float:
+    sender, receiver = socket.socketpair()
+
+    def send() -> None:
+        for _ in range(WAKES):
+            time.sleep(interval)
+            sender.send(b"x")
+
+    async def receive_trio() -> None:
+        sock = trio.socket.from_stdlib_socket(receiver)
+        got = 0
+        while got < WAKES:
+            got += len(await sock.recv(4096))
+
+    def receive_blocking() -> None:
+        got = 0
+        while got < WAKES:
+            got += len(receiver.recv(4096))
+
+    with sender, receiver:
+        thread = threading.Thread(target=send, name="bench-waker", daemon=True)
+        start = time.thread_time()
+        thread.start()
+        if use_trio:
+            trio.run(receive_trio)
+        else:
+            receive_blocking()
+        spent = time.thread_time() - start
+        thread.join()
+    return spent / WAKES * 1e6
 
 
 def floors(size: int, batching: bool, rate: float, workdir: Path) -> dict[str, float]:
@@ -346,6 +403,10 @@ def run() -> dict[str, Any]:
             contextlib.ExitStack() as stack:
         root = Path(tmp)
         fsync = raw_fsync(root)
+        wakes = wake_costs()
+        print("  CPU per wake-up after a sleep of " + ", ".join(
+            f"{ms} ms: trio task {wakes[f'trio_{ms}ms_us']:.0f} us, blocking read "
+            f"{wakes[f'blocking_{ms}ms_us']:.0f} us" for ms in WAKE_INTERVALS_MS), flush=True)
         # Both brokers run for the whole bench and take turns case by case, so a busy
         # moment of the machine falls on both alike.
         brokers: dict[str, tuple[str, int]] = {}
@@ -387,7 +448,7 @@ def run() -> dict[str, Any]:
     _print_table(results, fsync)
     print(f"  load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on "
           f"{os.cpu_count()} CPUs (other work on the machine skews the figures)", flush=True)
-    return {"raw_fsync": fsync, "load_average": load, **results}
+    return {"raw_fsync": fsync, "wake_cpu_us": wakes, "load_average": load, **results}
 
 
 def _print_table(results: dict[str, Any], fsync: dict[str, float]) -> None:
