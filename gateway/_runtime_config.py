@@ -90,18 +90,21 @@ class RuntimeConfig:
         self._base = base
         self._fixed = dict(fixed or {})
         self._dynamic: dict[str, Any] = {}
-        # what get answers before the static configuration: the fixed values with the
-        # dynamic ones over them, kept in step by _set_dynamic (one lookup per get)
-        self._over: dict[str, Any] = dict(self._fixed)
+        # what get answers for every known key: the static values, the fixed ones over
+        # them and the dynamic ones over those, kept in step by _set_dynamic (the static
+        # configuration never changes), so that a get, made on the publish and dispatch
+        # paths, is one lookup and no further call
+        self._view: dict[str, Any] = {}
+        self._set_dynamic({})
         self._store: MetadataStore | None = None
 
     # -- reading ----------------------------------------------------------------------------
 
     def get(self, key: str, default: Any = None) -> Any:
-        over = self._over
-        if key in over:
-            return over[key]
-        return self._base.get(key, default)
+        view = self._view
+        if key in view:
+            return view[key]
+        return self._base.get(key, default)  # an unknown key's raw value, or default
 
     def __getattr__(self, name: str) -> Any:
         if name in KEYS:
@@ -161,7 +164,7 @@ class RuntimeConfig:
 
     def _set_dynamic(self, values: dict[str, Any]) -> None:
         self._dynamic = values
-        self._over = {**self._fixed, **values}
+        self._view = {**self._base.as_dict(), **self._fixed, **values}
 
     def _read(self) -> tuple[dict[str, str], int | None]:
         """The stored values and the entry's version (None when there is no entry)."""
