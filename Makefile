@@ -14,26 +14,35 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/magnetar/target
 SYSTEM_PACKAGES := zookeeper
 APT_ENV := DEBIAN_FRONTEND=noninteractive
 
-.PHONY: standalone test bench build venv sysdeps cargo-test lint pytest clean
+.PHONY: standalone test bench build venv test-deps sysdeps cargo-test lint pytest clean
 
 standalone: build
 	$(VENV)/bin/magnetar standalone --config conf/standalone.conf
 
-test: build sysdeps
+test: build test-deps sysdeps
 	$(MAKE) --no-print-directory cargo-test lint pytest
 
-bench: build
+bench: build test-deps
 	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"]))' > $(VENV)/bench-requirements.txt
 	$(PY) -m pip install -q -r $(VENV)/bench-requirements.txt
 	$(PY) -m bench
 
+# What the broker needs (make standalone), and on top of it what the tests, Spark and the
+# benches need (make test, make bench): a first `make standalone` fetches no PySpark.
 venv: $(VENV)/.deps
+
+test-deps: $(VENV)/.test-deps
 
 $(VENV)/.deps: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip 'maturin>=1.7,<2'
-	$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))' > $(VENV)/requirements.txt
+	$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"]))' > $(VENV)/requirements.txt
 	$(PY) -m pip install -q -r $(VENV)/requirements.txt
+	touch $@
+
+$(VENV)/.test-deps: $(VENV)/.deps
+	$(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["optional-dependencies"]["test"] + p["optional-dependencies"]["spark"]))' > $(VENV)/test-requirements.txt
+	$(PY) -m pip install -q -r $(VENV)/test-requirements.txt
 	touch $@
 
 build: venv

@@ -42,6 +42,12 @@ def run_job(name: str, argv: list[str], master: str | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print("magnetar: error: magnetar spark needs PySpark and a Java runtime: "
+              "pip install 'magnetar[spark]' (make test installs both)", file=sys.stderr)
+        return 1
     from spark.jobs import JOBS
 
     if args.spark_command == "list":

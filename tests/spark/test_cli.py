@@ -30,6 +30,15 @@ def test_spark_submit_passes_arguments_to_the_job(capsys: pytest.CaptureFixture[
     assert "--topics" in capsys.readouterr().out
 
 
+def test_spark_without_pyspark_says_what_to_install(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # as when it is not installed
+    assert main(["spark", "list"]) == 1
+    assert "pip install 'magnetar[spark]'" in capsys.readouterr().err
+
+
 def test_pyspark_finds_the_shim_package() -> None:
     """Spark registers the DefaultSource of every importable ``pyspark_*`` module (SPARK-45917)."""
     import pkgutil
