@@ -17,7 +17,7 @@
 //! `MessageIdData` has `ledgerId = 1`, `entryId = 2`, `partition = 3`, `batch_index = 4`,
 //! `ack_set = 5`, `batch_size = 6`, `first_chunk_message_id = 7`.
 
-use crate::read::{frame_at, plain_body, Reader, Seen};
+use crate::read::{plain_body, scan_frames, Reader, Seen};
 use crate::{TYPE_ACK, WIRE_LEN, WIRE_VARINT};
 
 /// One acknowledged message id of a plain ACK.
@@ -116,16 +116,7 @@ pub fn scan_ack(command: &[u8]) -> Option<AckScan> {
 /// than `max_frame` (counting what follows its total-size field), has bytes after its
 /// command, or is not a plain ACK: the caller decodes that one the general way.
 pub fn scan_acks(buf: &[u8], max_frame: usize, found: &mut Vec<AckScan>) -> usize {
-    let mut pos = 0;
-    while let Some((command, rest)) = frame_at(buf, pos, max_frame) {
-        if !rest.is_empty() {
-            break;
-        }
-        let Some(ack) = scan_ack(&buf[command]) else { break };
-        found.push(ack);
-        pos = rest.end;
-    }
-    pos
+    scan_frames(buf, max_frame, found, |command, rest| if rest.is_empty() { scan_ack(&buf[command]) } else { None })
 }
 
 #[cfg(test)]

@@ -113,6 +113,26 @@ pub(crate) fn frame_at(buf: &[u8], pos: usize, max_frame: usize) -> Option<(Rang
     Some((pos + 8..split, split..end))
 }
 
+/// The frames at the start of `buf` that `scan` takes, one after another, into `found`;
+/// returns how many bytes they take. `scan` gets a complete frame's command and the bytes
+/// after it (see [`frame_at`]); the run stops at the first frame that is incomplete,
+/// larger than `max_frame`, or that `scan` refuses, for the caller's general decoder.
+pub(crate) fn scan_frames<T>(
+    buf: &[u8],
+    max_frame: usize,
+    found: &mut Vec<T>,
+    mut scan: impl FnMut(Range<usize>, Range<usize>) -> Option<T>,
+) -> usize {
+    let mut pos = 0;
+    while let Some((command, rest)) = frame_at(buf, pos, max_frame) {
+        let end = rest.end;
+        let Some(item) = scan(command, rest) else { break };
+        found.push(item);
+        pos = end;
+    }
+    pos
+}
+
 /// Where the body of a plain `kind` command lies in `command`: a `BaseCommand` holding
 /// just `type = kind` and the body in the field of that number, each once. None for
 /// anything else.

@@ -17,7 +17,7 @@ use std::ops::Range;
 
 use magnetar_format::entry::{checksum_ok, ENTRY_HEADER_SIZE};
 
-use crate::read::{frame_at, plain_body, Reader, Seen};
+use crate::read::{plain_body, scan_frames, Reader, Seen};
 use crate::{TYPE_SEND, WIRE_LEN, WIRE_VARINT};
 
 /// What [`scan_send`] found in a plain SEND.
@@ -169,20 +169,9 @@ pub fn scan_send(command: &[u8], entry: &[u8]) -> Option<SendScan> {
 /// plain SEND (see [`scan_send`]): the caller decodes that one the general way, which also
 /// says what is wrong with it.
 pub fn scan_sends(buf: &[u8], max_frame: usize, found: &mut Vec<FoundSend>) -> usize {
-    let mut pos = 0;
-    while let Some((send, end)) = next_plain_send(buf, pos, max_frame) {
-        found.push(send);
-        pos = end;
-    }
-    pos
-}
-
-/// The plain SEND frame at `pos` in `buf` and where it ends.
-fn next_plain_send(buf: &[u8], pos: usize, max_frame: usize) -> Option<(FoundSend, usize)> {
-    let (command, entry) = frame_at(buf, pos, max_frame)?;
-    let scan = scan_send(&buf[command], &buf[entry.clone()])?;
-    let end = entry.end;
-    Some((FoundSend { scan, entry }, end))
+    scan_frames(buf, max_frame, found, |command, entry| {
+        Some(FoundSend { scan: scan_send(&buf[command], &buf[entry.clone()])?, entry })
+    })
 }
 
 #[cfg(test)]

@@ -2,18 +2,14 @@
 //! record batches carry, computed by the same crate the native core checks them with.
 
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::pulsar_codec::exported_bytes;
+use crate::pulsar_codec::contiguous_bytes;
 
 /// The CRC-32C (Castagnoli) of a contiguous bytes-like object (bytes, bytearray,
 /// memoryview), read in place.
 #[pyfunction]
 pub fn crc32c(data: &Bound<'_, PyAny>) -> PyResult<u32> {
     let view = PyBuffer::<u8>::get(data)?;
-    if !view.is_c_contiguous() {
-        return Err(PyValueError::new_err("the buffer is not contiguous"));
-    }
-    Ok(::crc32c::crc32c(exported_bytes(&view)))
+    Ok(::crc32c::crc32c(contiguous_bytes(&view)?))
 }

@@ -189,17 +189,22 @@ fn ack_row(ack: AckScan) -> FoundAckRow {
 /// what it found and the bytes it took; returns that and the position after them.
 fn scan_from<R>(buf: &Bound<'_, PyAny>, start: usize, scan: impl FnOnce(&[u8]) -> (R, usize)) -> PyResult<(R, usize)> {
     let view = PyBuffer::<u8>::get(buf)?;
-    if !view.is_c_contiguous() {
-        return Err(PyValueError::new_err("the buffer is not contiguous"));
-    }
-    let rest = exported_bytes(&view).get(start..).ok_or_else(|| PyValueError::new_err("start is past the buffer"))?;
+    let rest = contiguous_bytes(&view)?.get(start..).ok_or_else(|| PyValueError::new_err("start is past the buffer"))?;
     let (found, used) = scan(rest);
     Ok((found, start + used))
 }
 
+/// The bytes of a buffer export read in place; a ValueError when they are not contiguous.
+pub(crate) fn contiguous_bytes(view: &PyBuffer<u8>) -> PyResult<&[u8]> {
+    if !view.is_c_contiguous() {
+        return Err(PyValueError::new_err("the buffer is not contiguous"));
+    }
+    Ok(exported_bytes(view))
+}
+
 /// The bytes of a contiguous buffer export, read in place.
 #[allow(unsafe_code)]
-pub(crate) fn exported_bytes(view: &PyBuffer<u8>) -> &[u8] {
+fn exported_bytes(view: &PyBuffer<u8>) -> &[u8] {
     // SAFETY: `view` holds the export, which keeps its object from being resized or freed
     // until it drops (a bytearray refuses to resize while exported), and the export is
     // contiguous, `len_bytes` long from `buf_ptr`. The slice lives no longer than `view`.
