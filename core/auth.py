@@ -70,13 +70,6 @@ RSA_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
 EC_ALGORITHMS = ("ES256", "ES384", "ES512")
 #: The curve of each EC algorithm (a key pair created for it), by its name in cryptography.
 _EC_CURVES = {"ES256": "secp256r1", "ES384": "secp384r1", "ES512": "secp521r1"}
-
-
-def _ec_curve(algorithm: str) -> ec.EllipticCurve:
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    curve: ec.EllipticCurve = getattr(ec, _EC_CURVES[algorithm].upper())()  # SECP256R1, ...
-    return curve
 #: HMAC key sizes, as jjwt's ``Keys.secretKeyFor``: the hash's output length.
 _SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
 
@@ -142,6 +135,14 @@ def create_secret_key(algorithm: str = "HS256") -> bytes:
     if algorithm not in _SECRET_BYTES:
         raise ValueError(f"{algorithm} is not one of {', '.join(_SECRET_BYTES)}")
     return secrets.token_bytes(_SECRET_BYTES[algorithm])
+
+
+def _ec_curve(algorithm: str) -> ec.EllipticCurve:
+    """The curve an EC algorithm signs on (its class is named as the curve, in capitals)."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    curve: ec.EllipticCurve = getattr(ec, _EC_CURVES[algorithm].upper())()
+    return curve
 
 
 def create_key_pair(algorithm: str = "RS256") -> tuple[bytes, bytes]:

@@ -259,13 +259,13 @@ register_command(Command(
     "Run a bookie that registers itself in the metadata store.",
 ))
 register_command(Command("version", "print the version", _version_arguments, _run_version))
+_BUILT_IN = list(COMMANDS)
 
-#: The commands defined in their own modules, by name: the module that registers each when
-#: imported. A command line naming one imports that module only, so ``magnetar
-#: standalone`` loads none of the admin, client, perf, token or Spark code, nor builds
-#: their parsers; ``--help``, an unknown command and shell completion load them all.
-#: (``gateway._admin_cli`` imports ``_tokens_cli`` first and ``_client_cli`` after
-#: itself, so the listing order stays spark, tokens, admin, client, completion, perf.)
+#: The commands defined in their own modules, by name, in the order ``--help`` lists them:
+#: the module that registers each when imported. A command line naming one imports that
+#: module only, so ``magnetar standalone`` loads none of the admin, client, perf, token or
+#: Spark code, nor builds their parsers; ``--help``, an unknown command and shell
+#: completion load them all.
 COMMAND_MODULES: dict[str, str] = {
     "spark": "spark._cli",
     "tokens": "gateway._tokens_cli",
@@ -301,7 +301,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     # Listed in one order whatever imported the command modules first: the built-in
     # commands, those of COMMAND_MODULES, then any other in registration order.
-    order = {name: i for i, name in enumerate(["standalone", "bookie", "version", *COMMAND_MODULES])}
+    order = {name: i for i, name in enumerate([*_BUILT_IN, *COMMAND_MODULES])}
     for command in sorted(COMMANDS.values(), key=lambda c: order.get(c.name, len(order))):
         if only is not None and command.name != only:
             continue

@@ -128,7 +128,7 @@ class RuntimeConfig:
 
     def as_dict(self) -> dict[str, Any]:
         """Every known key's current value, dynamic values included."""
-        return {name: self.get(name) for name in self._base}
+        return dict(self._view)
 
     # -- dynamic values ---------------------------------------------------------------------
 

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from google.protobuf.message import DecodeError, EncodeError
@@ -390,19 +390,22 @@ class PulsarConnection:
         producing client mostly sends, without an event object each. Empty when the next
         frame is anything else or incomplete, or when the peer may not send a SEND now;
         :meth:`next_event` decodes that frame (and refuses it if it must)."""
-        if self._their_moves.get(_T.SEND) is not self._state:
-            return []
-        rows, self._pos = _native.scan_pulsar_sends(self._buf, self._pos, self.max_frame_size)
-        return rows
+        return self._scan_run(_T.SEND, _native.scan_pulsar_sends)
 
     def next_acks(self) -> list[PlainAck]:
         """The plain individual ACK frames buffered next, all decoded in one native call:
         what a consuming client mostly sends, without a protobuf object per message id.
         Empty when the next frame is anything else or incomplete, or when the peer may not
         send an ACK now; :meth:`next_event` decodes that frame (and refuses it if it must)."""
-        if self._their_moves.get(_T.ACK) is not self._state:
+        return self._scan_run(_T.ACK, _native.scan_pulsar_acks)
+
+    def _scan_run(self, command_type: int,
+                  scan: Callable[[bytearray, int, int], tuple[list[Any], int]]) -> list[Any]:
+        """The rows ``scan`` (a native scanner) takes from the buffered frames of
+        ``command_type``, consumed; none while the peer may not send that command."""
+        if self._their_moves.get(command_type) is not self._state:
             return []
-        rows, self._pos = _native.scan_pulsar_acks(self._buf, self._pos, self.max_frame_size)
+        rows, self._pos = scan(self._buf, self._pos, self.max_frame_size)
         return rows
 
     def _next_event(self) -> Event | _Sentinel:
