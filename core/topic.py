@@ -250,6 +250,15 @@ def _is_chunk(entry: bytes) -> bool:
         return False
 
 
+def _chunk_before_last(entry: bytes) -> bool:
+    """Whether an entry is a chunk of a large message other than its last."""
+    try:
+        md = entry_metadata(entry)
+    except EntryFormatError:
+        return False
+    return md.num_chunks_from_msg > 1 and md.chunk_id < md.num_chunks_from_msg - 1
+
+
 def _metadata_path(root: str, name: TopicName) -> str:
     return f"{root}/{name.storage_name}"
 
@@ -410,6 +419,8 @@ class PersistentTopic:
             md = entry_metadata(entry.data)
         except EntryFormatError:
             return
+        if md.num_chunks_from_msg > 1 and md.chunk_id < md.num_chunks_from_msg - 1:
+            return  # the message is stored once its last chunk is
         seq = md.highest_sequence_id if md.HasField("highest_sequence_id") and md.highest_sequence_id > md.sequence_id else md.sequence_id
         if seq > self.dedup_pushed.get(md.producer_name, -1):
             self.dedup_pushed[md.producer_name] = seq
@@ -691,7 +702,8 @@ class PersistentTopic:
         return self.ml.max_entry_size
 
     def publish(self, entry: bytes, num_messages: int, producer_name: str | None,
-                sequence_id: int, callback: PublishCallback, *, hold: bool = False) -> None:
+                sequence_id: int, callback: PublishCallback, *, hold: bool = False,
+                chunked: bool = False) -> None:
         """Queue one entry (Pulsar entry format) for storage; `callback` runs once it is
         durable, or failed, in publish order. With `hold`, the caller has more to publish
         in this step and calls :meth:`flush` once it is done (a session does, at the end of
@@ -700,7 +712,12 @@ class PersistentTopic:
         An entry larger than :attr:`max_entry_size`, or one from a named producer larger
         than the topic's ``maxMessageSize`` policy, fails at once, with
         :class:`MessageTooLargeError`, ahead of what is still being stored (as Pulsar answers
-        one over a topic's maximum message size); it is not stored and holds nothing up."""
+        one over a topic's maximum message size); it is not stored and holds nothing up.
+
+        ``chunked`` says the entry is a chunk of a large message. Every chunk of a message
+        carries the message's sequence id, so deduplication (as Pulsar's) looks at the last
+        chunk alone: the ones before it are stored as they come, and the consumer's client
+        drops a chunk it already has."""
         if self._closed:
             callback(PublishResult(None, error=TopicClosedError(f"Topic {self.name} is closed")))
             return
@@ -723,10 +740,13 @@ class PersistentTopic:
             callback(PublishResult(None, error=MessageTooLargeError("Exceed maximum message size")))
             return
         if producer_name is not None and self.dedup_enabled:
-            if sequence_id <= self.dedup_pushed.get(producer_name, -1):
+            if chunked and _chunk_before_last(entry):
+                producer_name = None  # nothing to compare, nothing to record
+            elif sequence_id <= self.dedup_pushed.get(producer_name, -1):
                 callback(PublishResult(None))
                 return
-            self.dedup_pushed[producer_name] = sequence_id
+            else:
+                self.dedup_pushed[producer_name] = sequence_id
         self._queue(PublishRun([entry], [num_messages], producer_name, [sequence_id], [None],
                                _single(callback)), hold)
 

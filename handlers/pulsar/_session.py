@@ -867,7 +867,7 @@ class PulsarSession:
             if len(receipts) == 1 and not flush_at_end(self._put_receipts):
                 self._put_receipts()  # not inside a write batch: at once
 
-        topic.publish(entry, num, producer.name, highest, done, hold=True)
+        topic.publish(entry, num, producer.name, highest, done, hold=True, chunked=chunked)
         self._held.add(topic)
 
     def _send_error(self, producer_id: int, sequence_id: int, code: int, message: str) -> None:

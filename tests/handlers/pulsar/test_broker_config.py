@@ -81,6 +81,36 @@ def test_deduplication_drops_resent_sequence_ids_across_restart(tmp_path):
         client.close()
 
 
+def test_deduplication_keeps_chunked_messages_whole(tmp_path):
+    """Every chunk of a large message carries the message's sequence id: deduplication
+    looks at the last chunk only, so the chunks after the first are stored, and the
+    producer's last sequence id is its last whole message's, after a restart too."""
+    topic = "persistent://public/default/dedup-chunks"
+    conf = {"brokerDeduplicationEnabled": True}
+    bigs = [bytes([i]) * (6 * 1024 * 1024 + i) for i in range(3)]  # two chunks each
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url)
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic, producer_name="big", batching_enabled=False,
+                                          chunking_enabled=True)
+        ids = [producer.send(big) for big in bigs[:2]]
+        assert [consumer.receive(timeout_millis=RECEIVE_MS).data() for _ in range(2)] == bigs[:2]
+        assert ids[0] != ids[1]
+        client.close()
+    with Standalone(tmp_path / "data", conf=conf) as s:
+        client = pulsar.Client(s.pulsar_url)
+        producer = client.create_producer(topic, producer_name="big", batching_enabled=False,
+                                          chunking_enabled=True)
+        assert producer.last_sequence_id() == 1
+        producer.send(bigs[2])
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        got = []
+        while reader.has_message_available():
+            got.append(reader.read_next(RECEIVE_MS).data())
+        assert got == bigs
+        client.close()
+
+
 def test_deduplication_state_of_a_producer_long_gone_is_dropped(tmp_path):
     """brokerDeduplicationProducerInactivityTimeoutMinutes: a producer disconnected past it
     starts its sequence anew (its resent ids are stored again); one connected keeps its
