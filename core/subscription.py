@@ -485,7 +485,12 @@ class Subscription(Activity):
         self.consumers.remove(consumer)
         self._last_seen = now_ms()
         consumer.subscription = None
-        self._return_unacked(consumer, list(consumer.unacked))
+        # As Pulsar's dispatchers: what the consumer held goes to the others without
+        # counting as a redelivery (it closed or lost its connection; it refused nothing),
+        # and once no consumer is left the counts start anew, as the cursor does.
+        self._return_unacked(consumer, list(consumer.unacked), count=False)
+        if not self.consumers:
+            self.redelivery_counts.clear()
         # its chunked messages start again, from their first chunks, with other consumers
         for uuid in [u for u, c in self._chunk_owners.items() if c is consumer]:
             del self._chunk_owners[uuid]

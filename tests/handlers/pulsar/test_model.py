@@ -367,7 +367,34 @@ def test_an_unacknowledged_message_of_a_shared_subscription_goes_to_another_cons
                              consumer_name="other")
     slow.close()  # without acknowledging
     msg = other.receive(timeout_millis=RECEIVE_MS)
-    assert (msg.data(), msg.redelivery_count()) == (b"work", 1)
+    # as in Pulsar, a consumer leaving is no redelivery the message's count shows
+    assert (msg.data(), msg.redelivery_count()) == (b"work", 0)
+
+
+def test_redelivery_counts_start_anew_once_every_consumer_has_left(client, unique):
+    """A consumer restarted with messages in its receive queue does not push them towards
+    its dead letter topic: Pulsar counts only what was given back (nack, ack timeout), and
+    forgets the counts when the subscription has no consumer left."""
+    topic = f"shared-restart-{unique}"
+
+    def subscribe():
+        return client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                                negative_ack_redelivery_delay_ms=100,
+                                dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(max_redeliver_count=1))
+
+    consumer = subscribe()
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(3):
+        producer.send(f"m{i}".encode())
+    first = consumer.receive(timeout_millis=RECEIVE_MS)
+    consumer.negative_acknowledge(first)
+    again = [consumer.receive(timeout_millis=RECEIVE_MS) for _ in range(3)]
+    assert max(m.redelivery_count() for m in again) == 1
+    for _ in range(2):  # restarts, never acknowledging
+        consumer.close()
+        consumer = subscribe()
+    got = sorted((m.data(), m.redelivery_count()) for m in receive_until_idle(consumer))
+    assert got == [(b"m0", 0), (b"m1", 0), (b"m2", 0)]
 
 
 def test_a_consumer_of_several_topics_gets_each_ones_messages(client, unique):
