@@ -105,6 +105,10 @@ def _partition_names(name: TopicName, n: int) -> Iterator[str]:
         yield f"{prefix}{i}"
 
 
+COUNTERS_ROOT = "/counters"
+"""Where the metadata store keeps the numbers a broker claims (:meth:`BrokerService.claim_number`)."""
+
+
 class BrokerService:
     def __init__(self, config: Any, metadata: Any):
         self.config = config
@@ -134,6 +138,23 @@ class BrokerService:
         #: How many topics load at once (``maxConcurrentTopicLoadRequest``, a dynamic key:
         #: see :meth:`_topic_load_slots`).
         self.topic_load_limiter = trio.CapacityLimiter(self._topic_load_slots())
+
+    def claim_number(self, counter: str) -> int:
+        """The next number (0 first) of the counter ``counter`` in the metadata store:
+        never the same twice, across restarts and brokers sharing the store. Pulsar names
+        the producers it names with one such number per broker start (the counters under
+        ``/counters``), so that a name never comes back."""
+        from core.metadata import AlreadyExistsError, BadVersionError
+
+        path = f"{COUNTERS_ROOT}/{counter}"
+        while True:
+            got = self.metadata.get(path)
+            number = 0 if got is None else int(got[0]) + 1
+            try:
+                self.metadata.put(path, str(number).encode(), -1 if got is None else got[1])
+            except (AlreadyExistsError, BadVersionError):
+                continue  # another broker took one meanwhile
+            return number
 
     def _topic_load_slots(self) -> int:
         """``maxConcurrentTopicLoadRequest`` as it is now; the limiter follows it at each

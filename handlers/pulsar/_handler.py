@@ -36,6 +36,7 @@ class PulsarProtocolHandler:
         self.broker = broker
         self.service_url = ""
         self._producer_names = itertools.count()
+        self._producer_name_prefix: str | None = None
         self.sessions: set[PulsarSession] = set()
         #: Lookups and partitioned-metadata requests being answered, over every connection
         #: (at most :attr:`max_lookups`).
@@ -58,7 +59,13 @@ class PulsarProtocolHandler:
         return int(self.config.get("maxConcurrentLookupRequest"))
 
     def new_producer_name(self) -> str:
-        return f"{self.broker.cluster}-0-{next(self._producer_names)}"
+        """A name for a producer that gave none, as Pulsar makes one: the cluster, a
+        number this broker claimed from the metadata store when it first named one (so that
+        no name comes back after a restart, nor from another broker), and a count."""
+        if self._producer_name_prefix is None:
+            number = self.broker.claim_number("producer-name")
+            self._producer_name_prefix = f"{self.broker.cluster}-{number}-"
+        return f"{self._producer_name_prefix}{next(self._producer_names)}"
 
     async def serve(self, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         host = str(self.config.get("bindAddress"))

@@ -111,6 +111,21 @@ def test_deduplication_keeps_chunked_messages_whole(tmp_path):
         client.close()
 
 
+def test_generated_producer_names_never_come_back_after_a_restart(tmp_path):
+    """A name the broker gave stays that producer's: after a restart the broker names new
+    producers differently, so one from before that reconnects is not refused as busy, nor
+    handed another producer's deduplication state."""
+    topic = "persistent://public/default/named"
+    names = []
+    for _ in range(2):
+        with Standalone(tmp_path / "data") as s:
+            client = pulsar.Client(s.pulsar_url)
+            names += [client.create_producer(topic).producer_name() for _ in range(2)]
+            client.close()
+    assert len(set(names)) == 4, names
+    assert all(name.startswith("standalone-") for name in names)
+
+
 def test_deduplication_state_of_a_producer_long_gone_is_dropped(tmp_path):
     """brokerDeduplicationProducerInactivityTimeoutMinutes: a producer disconnected past it
     starts its sequence anew (its resent ids are stored again); one connected keeps its
