@@ -279,9 +279,11 @@ class NonPersistentTopic(PersistentTopic):
             sub.close()
 
     def publish(self, entry: bytes, num_messages: int, producer_name: str | None,
-                sequence_id: int, callback: PublishCallback, *, hold: bool = False) -> None:
+                sequence_id: int, callback: PublishCallback, *, hold: bool = False,
+                chunked: bool = False) -> None:
         """Hand the entry to every subscription now and answer at once (so there is never
-        anything for :meth:`flush` to start)."""
+        anything for :meth:`flush` to start); a chunk like any entry (nothing here
+        deduplicates)."""
         if self._closed:
             callback(PublishResult(None, error=TopicClosedError(f"Topic {self.name} is closed")))
             return

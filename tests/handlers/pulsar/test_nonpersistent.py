@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import pulsar
 import pytest
 
+from core.format import MessageMetadata, encode_entry
+from core.format import pulsar_api_pb2 as pb
 from core.naming import TopicName
 from core.nonpersistent import NON_PERSISTENT_POSITION, NonPersistentTopic, NotAllowedError
 from core.stats import BrokerStats
@@ -19,7 +21,9 @@ from core.storage import Position
 from core.subscription import Consumer, SubType
 from core.topic import PublishResult
 from gateway._admin_cli import AdminClient, AdminError
+from handlers.pulsar import _events as ev
 from tests._standalone import Standalone
+from tests.handlers.pulsar._raw import RawClient
 from tests.handlers.pulsar._receive import receive_until_idle as _drain
 from tests.handlers.pulsar._receive import wait_until
 
@@ -143,6 +147,29 @@ def test_every_subscription_gets_its_copy(client, unique):
     producer.send(b"one")
     assert a.receive(timeout_millis=RECEIVE_MS).data() == b"one"
     assert b.receive(timeout_millis=RECEIVE_MS).data() == b"one"
+
+
+def test_chunks_sent_to_a_non_persistent_topic_are_answered(standalone, client, unique):
+    """The official client chunks only on persistent topics; a client that sends chunks
+    to a non-persistent one gets each answered, and its consumer each chunk."""
+    topic = f"non-persistent://{NS}/np-chunk-{unique}"
+    consumer = client.subscribe(topic, "s")
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        raw.connect()
+        raw.send(ev.CommandProducer.build(topic=topic, producer_id=1, request_id=1))
+        assert isinstance(raw.next_event(), ev.CommandProducerSuccess)
+        for chunk_id in range(2):
+            md = MessageMetadata(producer_name="raw", sequence_id=0, publish_time=int(time.time() * 1000),
+                                 uuid="raw-0", num_chunks_from_msg=2, total_chunk_msg_size=4,
+                                 chunk_id=chunk_id)
+            raw.send(ev.CommandSend(command=pb.CommandSend(producer_id=1, sequence_id=0, num_messages=1),
+                                    entry=encode_entry(md, b"ab" if chunk_id == 0 else b"cd")))
+            receipt = raw.next_event()
+            assert isinstance(receipt, ev.CommandSendReceipt), receipt
+    finally:
+        raw.close()
+    assert consumer.receive(timeout_millis=RECEIVE_MS).data() == b"abcd"
 
 
 def test_message_produced_without_consumer_is_not_delivered_later(client, unique):
