@@ -894,6 +894,9 @@ class PulsarSession:
             return
         try:
             name = TopicName.parse(cmd.topic)
+            if not cmd.subscription.strip():
+                # Pulsar's clients refuse it before they send; a subscription is stored by name
+                raise NotAllowedError("Empty subscription name")
             refusal = self.broker.auth.subscribe_refusal(name, self.role, cmd.subscription)
             if refusal is not None:
                 log.warning("pulsar: %s not authorized to subscribe to %s with role %s: %s",

@@ -280,6 +280,25 @@ def test_read_compacted_only_on_exclusive_or_failover_persistent_subscriptions(
         raw.close()
 
 
+@pytest.mark.parametrize("subscription", ["", "  "])
+def test_a_blank_subscription_name_is_refused_and_the_connection_lives_on(
+        standalone: Standalone, unique, subscription: str):
+    raw = RawClient(standalone.pulsar_url)
+    try:
+        raw.connect()
+        topic = f"persistent://public/default/blank-{unique}"
+        raw.send(ev.CommandSubscribe.build(topic=topic, subscription=subscription,
+                                           subType=pb.CommandSubscribe.Shared, consumer_id=1, request_id=1))
+        reply = raw.next_event()
+        assert isinstance(reply, ev.CommandError)
+        assert (reply.command.error, reply.command.message) == (pb.NotAllowedError, "Empty subscription name")
+        raw.send(ev.CommandSubscribe.build(topic=topic, subscription="s", subType=pb.CommandSubscribe.Shared,
+                                           consumer_id=2, request_id=2))
+        assert isinstance(raw.next_event(), ev.CommandSuccess)
+    finally:
+        raw.close()
+
+
 def test_a_shared_subscription_serves_its_highest_priority_consumers_first(
         standalone: Standalone, unique):
     # The Python client has no priority_level; Pulsar's Java client does.
