@@ -7,11 +7,15 @@ new version when the namespace's compatibility strategy accepts it against the l
 version (or every version, for the ``*_TRANSITIVE`` strategies); otherwise it is refused
 with IncompatibleSchema. Byte payloads (schema type NONE) are never registered.
 
-Compatibility for AVRO and JSON follows Avro's schema resolution on record fields: a
-reader can read a writer's data when every reader field missing from the writer has a
-default, and the fields both have are of the same type (or a type Avro promotes).
-BACKWARD means the new schema reads data of the old; FORWARD the old reads the new; FULL
-both. Other schema types are compatible only with an identical schema.
+Compatibility for AVRO and JSON (whose definitions are Avro schemas too) follows Avro's
+schema resolution, as Pulsar's Avro SchemaValidator does: a reader can read a writer's data
+when every reader field missing from the writer has a default, and the types both have
+resolve, down through arrays, maps, unions and nested records (Avro's promotions allowed;
+enums and fixed types matched by unqualified name or alias, enums keeping every writer
+symbol unless the reader has a default; record names, as in that validator, not
+compared). BACKWARD means the new schema reads data of the old; FORWARD the old reads the
+new; FULL both. A definition that is not an Avro schema, and other schema types, are
+compatible only with an identical one.
 """
 
 from __future__ import annotations
@@ -48,39 +52,128 @@ class IncompatibleSchemaError(Exception):
     pass
 
 
-def _fields(definition: bytes) -> dict[str, dict[str, Any]] | None:
-    try:
-        doc = json.loads(definition)
-    except ValueError:
-        return None
-    if not isinstance(doc, dict) or doc.get("type") != "record":
-        return None
-    return {f["name"]: f for f in doc.get("fields", []) if isinstance(f, dict) and "name" in f}
+_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+_NAMED = {"record": "record", "error": "record", "enum": "enum", "fixed": "fixed"}
 
 
-def _type_key(t: Any) -> str:
+class _NotAvroError(ValueError):
+    """A definition that is not an Avro schema."""
+
+
+def _full_name(name: str, namespace: str) -> str:
+    """`name` qualified by `namespace` unless it is already a full name."""
+    return name if "." in name or not namespace else f"{namespace}.{name}"
+
+
+def _parse(t: Any, namespace: str, names: dict[str, dict[str, Any]]) -> Any:
+    """Avro schema `t` (decoded JSON) in the enclosing `namespace`, its named types
+    resolved: a primitive as its name, a union as a list of branches, any other type as a
+    dict of its parsed parts. `names` holds the named types defined so far by full name; a
+    reference (recursive ones included) is the very dict of its definition."""
+    if isinstance(t, str):
+        if t in _PRIMITIVES:
+            return t
+        for full in (_full_name(t, namespace), t):
+            if full in names:
+                return names[full]
+        raise _NotAvroError(f"undefined name {t}")
     if isinstance(t, list):
-        return "union:" + ",".join(sorted(_type_key(x) for x in t))
-    if isinstance(t, dict):
-        return str(t.get("type")) + ":" + str(t.get("name", ""))
-    return str(t)
+        return [_parse(branch, namespace, names) for branch in t]
+    if not isinstance(t, dict):
+        raise _NotAvroError(f"not a schema: {t!r}")
+    kind = t.get("type")
+    if isinstance(kind, str) and kind in _NAMED:
+        name = t["name"]
+        full = _full_name(name, str(t.get("namespace", namespace) or ""))
+        space = full.rpartition(".")[0]
+        node: dict[str, Any] = {
+            "type": _NAMED[kind], "name": full.rpartition(".")[2], "full_name": full,
+            "aliases": {_full_name(a, space) for a in t.get("aliases", [])},
+        }
+        names[full] = node
+        if kind == "enum":
+            node["symbols"] = list(t["symbols"])
+            node["default"] = t.get("default")
+        elif kind == "fixed":
+            node["size"] = int(t["size"])
+        else:
+            node["fields"] = {f["name"]: {
+                "aliases": list(f.get("aliases", [])), "has_default": "default" in f,
+                "type": _parse(f["type"], space, names),
+            } for f in t["fields"]}
+        return node
+    if kind == "array":
+        return {"type": "array", "items": _parse(t["items"], namespace, names)}
+    if kind == "map":
+        return {"type": "map", "values": _parse(t["values"], namespace, names)}
+    return _parse(kind, namespace, names)
+
+
+def _kind(t: Any) -> str:
+    """The Avro type of parsed schema `t`: a primitive's name, "union", or its ``type``."""
+    if isinstance(t, list):
+        return "union"
+    return t if isinstance(t, str) else str(t["type"])
+
+
+def _names_match(reader: dict[str, Any], writer: dict[str, Any]) -> bool:
+    """Whether enum or fixed types match: the same unqualified name, or a reader alias naming
+    the writer. (Avro's validator, which Pulsar uses, never compares record names.)"""
+    return bool(reader["name"] == writer["name"] or writer["full_name"] in reader["aliases"])
+
+
+def _readable(reader: Any, writer: Any, seen: dict[tuple[int, int], bool]) -> bool:
+    """Whether data written with parsed schema `writer` can be read with parsed schema
+    `reader`, by Avro's schema resolution. `seen` holds the record pairs already compared,
+    a pair still being compared (a recursive record) counting as readable."""
+    if isinstance(writer, list):
+        return all(_readable(reader, branch, seen) for branch in writer)
+    if isinstance(reader, list):
+        return any(_readable(branch, writer, seen) for branch in reader)
+    rk, wk = _kind(reader), _kind(writer)
+    if rk != wk:
+        return rk in _PROMOTIONS.get(wk, set())
+    if rk in _PRIMITIVES:
+        return True
+    if rk == "array":
+        return _readable(reader["items"], writer["items"], seen)
+    if rk == "map":
+        return _readable(reader["values"], writer["values"], seen)
+    if rk == "record":
+        pair = (id(reader), id(writer))
+        if pair not in seen:
+            seen[pair] = True
+            seen[pair] = _fields_readable(reader["fields"], writer["fields"], seen)
+        return seen[pair]
+    if not _names_match(reader, writer):
+        return False
+    if rk == "fixed":
+        return bool(reader["size"] == writer["size"])
+    return reader["default"] in reader["symbols"] or set(writer["symbols"]) <= set(reader["symbols"])
+
+
+def _fields_readable(reader: dict[str, Any], writer: dict[str, Any],
+                     seen: dict[tuple[int, int], bool]) -> bool:
+    """Whether a record with `reader` fields reads one with `writer` fields: each reader field
+    is in the writer (by its name or an alias) with a readable type, or has a default."""
+    for name, field in reader.items():
+        match = next((writer[n] for n in [name, *field["aliases"]] if n in writer), None)
+        if match is None:
+            if not field["has_default"]:
+                return False
+        elif not _readable(field["type"], match["type"], seen):
+            return False
+    return True
 
 
 def _can_read(reader: bytes, writer: bytes) -> bool:
-    rf, wf = _fields(reader), _fields(writer)
-    if rf is None or wf is None:
+    """Whether schema `reader` can read data written with schema `writer` (Avro definitions;
+    one that is not an Avro schema reads only data of an identical definition)."""
+    try:
+        parsed = [_parse(json.loads(d), "", {}) for d in (reader, writer)]
+    except (ValueError, KeyError, TypeError, AttributeError):
         return reader == writer
-    for name, field in rf.items():
-        if name not in wf:
-            if "default" not in field:
-                return False
-            continue
-        rt, wt = _type_key(field.get("type")), _type_key(wf[name].get("type"))
-        if rt != wt and rt not in _PROMOTIONS.get(wt, set()):
-            # A union reader accepts a writer type that is one of its branches.
-            if not (rt.startswith("union:") and wt in rt[6:].split(",")):
-                return False
-    return True
+    return _readable(parsed[0], parsed[1], {})
 
 
 def _protobuf_root(definition: bytes) -> str | None:

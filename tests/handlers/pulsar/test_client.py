@@ -440,3 +440,18 @@ def test_avro_schema_round_trip(client, unique):
     producer = client.create_producer(topic, schema=AvroSchema(Event))
     producer.send(Event(kind="click"))
     assert consumer.receive(timeout_millis=RECEIVE_MS).value().kind == "click"
+
+
+def test_a_schema_changing_a_nested_type_is_refused(client, unique):
+    from pulsar.schema import Array, AvroSchema, Integer, Record, String
+
+    class Tags(Record):
+        tags = Array(Integer())
+
+    class TagNames(Record):  # the array's items change type
+        tags = Array(String())
+
+    topic = f"schema-nested-{unique}"
+    client.create_producer(topic, schema=AvroSchema(Tags)).send(Tags(tags=[1]))
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=AvroSchema(TagNames))
