@@ -272,7 +272,14 @@ class KafkaTopics:
         if not kafka_name or len(kafka_name) > MAX_TOPIC_NAME or not _LEGAL.match(kafka_name) \
                 or kafka_name in (".", ".."):
             raise InvalidNameError(f"Invalid Kafka topic name {kafka_name!r}")
-        return TopicName("persistent", self.tenant, self.namespace, kafka_name)
+        name = TopicName("persistent", self.tenant, self.namespace, kafka_name)
+        if name.partition_index >= 0:
+            # Kafka partition N of topic x is stored as x-partition-N: a Kafka topic of that
+            # name would be another topic's partition.
+            raise InvalidNameError(
+                f"Invalid Kafka topic name {kafka_name!r}: a name ending in -partition-N names a "
+                f"partition of topic {name.partitioned_topic.local_name!r} here")
+        return name
 
     def kafka_name(self, name: TopicName) -> str:
         if name.tenant == self.tenant and name.namespace == self.namespace and name.persistent:

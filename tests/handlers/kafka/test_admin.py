@@ -145,6 +145,23 @@ def test_create_topics_refuses_a_non_positive_count_in_kafkas_words(boot: str, u
                             "Number of partitions was set to an invalid non-positive value.")
 
 
+def test_a_topic_named_like_a_partition_is_refused_and_the_topic_it_names_stays_free(
+        boot: str, unique: str) -> None:
+    """Kafka partition N of topic x is stored as x-partition-N, so a Kafka topic of that
+    name is refused (INVALID_TOPIC_EXCEPTION, saying why), and x can still be created."""
+    base = f"orders-{unique}"
+
+    def create(name: str) -> tuple[int, str]:
+        topic = Data(name=name, num_partitions=3, replication_factor=-1, assignments=[], configs=[])
+        with Wire(boot) as w:
+            res = w.call(19, 7, Data(topics=[topic], timeout_ms=1000, validate_only=False)).topics[0]
+        return res.error_code, res.error_message
+
+    code, message = create(f"{base}-partition-0")
+    assert code == ErrorCode.INVALID_TOPIC_EXCEPTION and "partition of topic" in message
+    assert create(base)[0] == 0
+
+
 def test_create_topics_names_every_config_without_a_value(boot: str, unique: str) -> None:
     topic = Data(name=f"nulls-{unique}", num_partitions=1, replication_factor=-1, assignments=[],
                  configs=[Data(name="retention.ms", value=None), Data(name="max.message.bytes", value="10"),
