@@ -49,7 +49,7 @@ from ._stats import (
     topic_stats,
 )
 
-__all__ = ["routes", "DOMAINS", "load_topic", "partition_targets"]
+__all__ = ["routes", "DOMAINS", "load_topic", "partition_targets", "policy_topic"]
 
 DOMAINS = ("persistent", "non-persistent")
 
@@ -89,6 +89,41 @@ def existing_namespace(broker: Any, ns: NamespaceName) -> None:
         raise RestError(404, "Tenant does not exist")
     if broker.policies.get_namespace(ns) is None:
         raise RestError(404, "Namespace does not exist")
+
+
+def policy_topic(broker: Any, name: TopicName) -> TopicName:
+    """The topic whose topic-level policies a request names, checked as Pulsar's
+    ``preValidation`` checks it for every get, set and remove of one: a partition's name
+    is refused (412: a partitioned topic's policies are set on its base name), and the
+    topic must exist, as a partitioned topic or a non-partitioned one (404 otherwise, so
+    that no policy is left waiting for a topic of that name to be created)."""
+    existing_namespace(broker, name.namespace_name)
+    if name.partition_index >= 0:
+        raise RestError(412, "Not allowed to set/get topic policy for a partition")
+    if not broker.policies.partitions(name) and not broker.topic_exists(name):
+        raise RestError(404, "Topic not found")
+    return name
+
+
+def check_non_partitioned_name(broker: Any, name: TopicName) -> None:
+    """Refuse to create the non-partitioned topic `name` where its name is a partition's,
+    as Pulsar's ``validateNonPartitionTopicName`` does: ``X-partition-N`` only names a
+    partition of the partitioned topic ``X``, so it cannot be created when ``X`` is not
+    partitioned or has no partition ``N`` (412), and a partition that ``X`` has already
+    exists (409)."""
+    index = name.partition_index
+    if index < 0:
+        return
+    base = name.partitioned_topic
+    n = broker.policies.partitions(base)
+    prefix = f'Can\'t create topic {name.local_name} with "-partition-" followed by'
+    if not n:
+        raise RestError(412, f"{prefix} numeric value if there isn't a partitioned topic "
+                             f"{base.local_name} created.")
+    if index >= n:
+        raise RestError(412, f"{prefix} a number smaller than the number of partitions of partitioned topic "
+                             f"{base.local_name}")
+    raise RestError(409, "This topic already exists")
 
 
 async def load_topic(broker: Any, name: TopicName) -> Any:
@@ -152,6 +187,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
     async def create_topic(request: Request) -> Any:
         name = topic_of(request)
         existing_namespace(broker, name.namespace_name)
+        check_non_partitioned_name(broker, name)
         if name.partition_index < 0 and policies.partitions(name):
             raise RestError(409, "This topic already exists")
         properties = _properties(await json_body(request, required=False))
@@ -424,8 +460,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
     def policy_routes(base: str, spec: PolicySpec) -> list[Route]:
         @endpoint
         async def get(request: Request) -> Any:
-            name = topic_of(request)
-            existing_namespace(broker, name.namespace_name)
+            name = policy_topic(broker, topic_of(request))
             if not query_bool(request, "applied"):
                 return JSONResponse(policies.topic_policies(name).get(spec.key))
             value = applied(name, spec.key)
@@ -435,8 +470,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
 
         @endpoint
         async def put(request: Request) -> Any:
-            name = topic_of(request)
-            existing_namespace(broker, name.namespace_name)
+            name = policy_topic(broker, topic_of(request))
             value = spec.parse(await read_body(request), request)
             if spec.key == "retention_policies" and not quota_within_retention(
                     broker.config, applied(name, "backlog_quota_map").get("destination_storage"), value):
@@ -448,8 +482,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
 
         @endpoint
         async def delete(request: Request) -> Any:
-            name = topic_of(request)
-            existing_namespace(broker, name.namespace_name)
+            name = policy_topic(broker, topic_of(request))
             store_policy(name, spec.key, lambda p: p.pop(spec.key, None))
             await changed(name, spec)
             return None
@@ -480,8 +513,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
 
     @endpoint
     async def get_backlog_quotas(request: Request) -> Any:
-        name = topic_of(request)
-        existing_namespace(broker, name.namespace_name)
+        name = policy_topic(broker, topic_of(request))
         value = policies.topic_policies(name).get("backlog_quota_map")
         if not value and query_bool(request, "applied"):
             value = (policies.get_namespace(name.namespace_name) or {}).get("backlog_quota_map") or \
@@ -490,8 +522,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
 
     @endpoint
     async def set_backlog_quota(request: Request) -> Any:
-        name = topic_of(request)
-        existing_namespace(broker, name.namespace_name)
+        name = policy_topic(broker, topic_of(request))
         kind, quota = backlog_quota_body(await json_body(request), request)
         retention = applied(name, "retention_policies") or {
             "retentionTimeInMinutes": int(broker.config.get("defaultRetentionTimeInMinutes")),
@@ -509,8 +540,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
 
     @endpoint
     async def remove_backlog_quota(request: Request) -> Any:
-        name = topic_of(request)
-        existing_namespace(broker, name.namespace_name)
+        name = policy_topic(broker, topic_of(request))
         kind = request.query_params.get("backlogQuotaType", "destination_storage")
 
         def apply(p: dict[str, Any]) -> None:
@@ -526,8 +556,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
 
     @endpoint
     async def get_replication(request: Request) -> Any:
-        name = topic_of(request)
-        existing_namespace(broker, name.namespace_name)
+        name = policy_topic(broker, topic_of(request))
         value = policies.topic_policies(name).get("replication_clusters")
         if value is None and query_bool(request, "applied"):
             value = (policies.get_namespace(name.namespace_name) or {}).get("replication_clusters")
@@ -535,8 +564,7 @@ def routes(broker: Any, rates: Rates) -> list[Route]:
 
     @endpoint
     async def set_replication(request: Request) -> Any:
-        name = topic_of(request)
-        existing_namespace(broker, name.namespace_name)
+        name = policy_topic(broker, topic_of(request))
         clusters = replication_clusters(policies, name.tenant, await json_body(request))
         policies.update_topic_policies(name, lambda p: p.__setitem__("replication_clusters", clusters))
         return None

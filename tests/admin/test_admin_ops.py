@@ -82,6 +82,7 @@ def test_delayed_delivery_verbs_set_what_the_broker_follows(cli: Cli, ns: str, c
     assert first_messages(client, f"persistent://{ns}/off", timedelta(minutes=5)) == [b"later", b"now"]
 
     topic = f"persistent://{ns}/on"
+    cli("topics", "create", topic)  # topic policies are set on a topic that exists
     cli("topics", "set-delayed-delivery", topic, "-e", "-t", "2s", "--maxDelay", "1h")
     assert _out(cli("topics", "get-delayed-delivery", topic)) == \
         {"active": True, "tickTime": 2000, "maxDeliveryDelayInMillis": 3_600_000}
@@ -125,6 +126,7 @@ def test_max_message_size_verbs_bound_what_a_producer_may_send(cli: Cli, ns: str
 
 
 def test_a_negative_max_message_size_is_refused(admin: AdminClient, ns: str) -> None:
+    admin.put(f"/admin/v2/persistent/{ns}/t")
     status, reason = status_of(admin.post, f"/admin/v2/persistent/{ns}/t/maxMessageSize", -1)
     assert status == 412 and reason
 

@@ -305,6 +305,8 @@ def test_delayed_delivery_policy_turns_delays_off_and_on(admin: AdminClient, ns:
     # off in the namespace: a delayed message comes at once, in order
     assert first_two(f"persistent://{ns}/off") == [b"later", b"now"]
     # the topic's own policy wins over the namespace's
+    admin.put(f"/admin/v2/persistent/{ns}/on")
+    admin.put(f"/admin/v2/persistent/{ns}/other")
     admin.post(f"/admin/v2/persistent/{ns}/on/delayedDelivery", {"active": True})
     assert first_two(f"persistent://{ns}/on") == [b"now"]
     admin.delete(policy)

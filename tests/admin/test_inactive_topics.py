@@ -68,6 +68,8 @@ def test_a_namespace_policy_deletes_its_topics_once_unused(admin: AdminClient, n
 
     _gone(admin, idle)
     assert _listed(admin, with_producer) and _listed(admin, subscribed)
+    assert status_of(admin.get, f"/admin/v2/persistent/{ns}/idle/maxProducers") == (404, "Topic not found")
+    admin.put(f"/admin/v2/persistent/{ns}/idle")  # a topic of that name created again has none
     assert admin.get(f"/admin/v2/persistent/{ns}/idle/maxProducers") is None
 
     producer.close()

@@ -181,6 +181,7 @@ def test_replication_clusters_must_be_allowed_for_the_tenant(admin: AdminClient,
         assert status_of(admin.post, base, [other]) == (403, reason)
         assert admin.get(base) == ["standalone"]
         topic = f"/admin/v2/persistent/{ns}/t/replication"
+        admin.put(f"/admin/v2/persistent/{ns}/t")
         assert status_of(admin.post, topic, [other]) == (403, reason)
         assert admin.get(topic) is None
         # once the tenant allows it, the same calls succeed

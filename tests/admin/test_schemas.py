@@ -173,6 +173,7 @@ def test_topic_level_schema_policies_override_the_namespaces(
         admin: AdminClient, ns: str, server: Standalone) -> None:
     topic_path = f"/admin/v2/persistent/{ns}/own"
     base = f"/admin/v2/schemas/{ns}/own/schema"
+    admin.put(topic_path)  # topic policies are set on a topic that exists
     admin.post(base, _avro([{"name": "id", "type": "int"}]))
     breaking = _avro([{"name": "other", "type": "string"}])
     # the namespace says FULL; the topic's own ALWAYS_COMPATIBLE wins

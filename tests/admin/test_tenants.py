@@ -110,6 +110,7 @@ def test_recreated_namespace_starts_without_old_topic_policies(admin: AdminClien
     admin.post(f"/admin/v2/persistent/{t}/ns/topic/messageTTL", messageTTL=5)
     admin.delete(f"/admin/v2/namespaces/{t}/ns", force="true")
     admin.put(f"/admin/v2/namespaces/{t}/ns")
+    admin.put(f"/admin/v2/persistent/{t}/ns/topic")
     assert admin.get(f"/admin/v2/persistent/{t}/ns/topic/messageTTL") is None
 
 

@@ -419,6 +419,7 @@ def test_persistence_policies_set_the_replication_of_new_ledgers(tmp_path):
         admin.post("/admin/v2/namespaces/public/default/persistence", {
             "bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2,
             "managedLedgerMaxMarkDeleteRate": 0})
+        admin.put("/admin/v2/persistent/public/default/pairs")  # a topic's policy needs the topic
         admin.post("/admin/v2/persistent/public/default/pairs/persistence", {
             "bookkeeperEnsemble": 2, "bookkeeperWriteQuorum": 2, "bookkeeperAckQuorum": 1})
         assert quorums("triples") == (3, 3, 2)  # the loaded topic took the policy at once
