@@ -290,6 +290,8 @@ class PersistentTopic:
         # WaitForExclusive producers queued for the topic, first come first served: each
         # with the event set once it holds the topic (or gave up waiting)
         self._waiting_exclusive: collections.deque[tuple[Producer, trio.Event]] = collections.deque()
+        #: Waiting producers an ExclusiveWithFencing producer fenced out, until told so.
+        self._fenced_waiters: set[Producer] = set()
         self._closed = False
         self.has_delayed_messages = False
         self.has_chunked_messages = False
@@ -509,6 +511,12 @@ class PersistentTopic:
                 raise ProducerFencedError(
                     f"Topic has existing shared producers or an exclusive producer: {self.producers[0].name}")
         elif mode == ProducerAccessMode.ExclusiveWithFencing:
+            # as Pulsar: the producers waiting for the topic are fenced out first, so that
+            # none of them is handed the topic as the ones holding it are fenced
+            while self._waiting_exclusive:
+                waiter, granted = self._waiting_exclusive.popleft()
+                self._fenced_waiters.add(waiter)
+                granted.set()
             for p in list(self.producers):
                 self.remove_producer(p)
                 if p.on_fenced is not None:
@@ -551,6 +559,9 @@ class PersistentTopic:
                 self.remove_producer(producer)
             raise
         if producer not in self.producers:
+            if producer in self._fenced_waiters:
+                self._fenced_waiters.discard(producer)
+                raise ProducerFencedError("Fenced out")
             if self._closed:
                 raise TopicClosedError(f"Topic {self.name} is closing")
             raise ProducerBusyError(f"Producer '{producer.name}' was closed while it waited")

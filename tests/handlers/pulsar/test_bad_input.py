@@ -556,6 +556,35 @@ def test_wait_for_exclusive_producers_are_told_they_wait_and_get_the_topic_in_tu
             raw.close()
 
 
+def test_a_fencing_producer_fences_out_the_ones_waiting_too(standalone, admin, unique):
+    # As Pulsar's broker: an ExclusiveWithFencing producer first fails every queued
+    # WaitForExclusive producer (ProducerFenced), then fences the one holding the topic;
+    # it alone holds the topic after.
+    topic = f"fence-waiters-{unique}"
+    raws = [RawClient(standalone.pulsar_url) for _ in range(3)]
+    holder, waiter, fencer = raws
+    try:
+        for raw in raws:
+            raw.connect()
+
+        def produce(raw, mode: int, name: str):
+            raw.send(ev.CommandProducer.build(topic=topic, producer_id=1, request_id=1,
+                                              producer_name=name, producer_access_mode=mode))
+            return raw.next_event()
+
+        assert produce(holder, pb.Exclusive, "holder").command.producer_ready
+        assert not produce(waiter, pb.WaitForExclusive, "waiter").command.producer_ready
+        assert produce(fencer, pb.ExclusiveWithFencing, "fencer").command.producer_ready
+        told = waiter.next_event()
+        assert isinstance(told, ev.CommandError) and told.command.error == pb.ProducerFenced
+        assert isinstance(holder.next_event(), ev.CommandCloseProducer)
+        stats = admin.get(f"/admin/v2/persistent/public/default/{topic}/stats")
+        assert [p["producerName"] for p in stats["publishers"]] == ["fencer"]
+    finally:
+        for raw in raws:
+            raw.close()
+
+
 def test_a_wait_for_exclusive_producer_whose_client_goes_away_holds_nothing(standalone, admin, unique):
     topic = f"wait-gone-{unique}"
     holder, waiter = RawClient(standalone.pulsar_url), RawClient(standalone.pulsar_url)
