@@ -5,15 +5,22 @@ One record batch is one entry; each record one message of it:
 * value ↔ payload (a null value is a message with ``null_value``),
 * key ↔ partition key (UTF-8 text as is; other bytes base64 with ``partition_key_b64_encoded``,
   as Pulsar clients write binary keys),
-* headers ↔ properties (values are text; a header whose value is not UTF-8 is carried
-  base64-encoded under the same name, a null header value as the empty string),
+* headers ↔ properties, one property per header, in order, repeated names kept. A header
+  value that is UTF-8 text is the property value as is; when any header of a record is not
+  (a non-UTF-8 value is written base64-encoded, a null value as the empty string), one more
+  property follows them, ``__kafka_header_kinds``, with one letter per header in order: ``t``
+  text, ``b`` base64 of the bytes, ``n`` null. Records whose headers are all text carry no
+  such property (nor do entries written by Pulsar producers or before it existed): their
+  properties read back as text headers. (A record whose last header is itself named
+  ``__kafka_header_kinds`` always gets the marker, so that it reads back as a header.)
+  Pulsar consumers see the text forms as a map (one value per name: pulsar-client keeps
+  the first of a repeated name), the marker among them,
 * CreateTime ↔ event time; LogAppendTime (and any record without an event time) ↔ the
   entry's publish time.
 
 A Kafka consumer reading a batch shortly after it was produced through Kafka is served the
-producer's own bytes from the batch cache (only the base offset rewritten), so what the
-mapping cannot carry (binary or null header values, duplicate header names) reaches it
-intact; from storage it reads the mapped form.
+producer's own bytes from the batch cache (only the base offset rewritten); from storage it
+reads the mapped form, which gives the headers back byte for byte.
 
 An uncompressed, non-transactional batch is converted by the native core in one pass
 (:func:`native_entry`), writing the same bytes :func:`entry_from_batch` writes; the others
@@ -36,20 +43,18 @@ from core.format import (
     NONE,
     ZLIB,
     ZSTD,
-    Message,
     MessageMetadata,
     compress,
     decode_entry,
     encode_entry,
-    entry_from_messages,
     iter_batch,
 )
 from core.format import SNAPPY as P_SNAPPY
 from handlers.kafka import _records as rb
 from handlers.kafka._errors import ErrorCode, RemoteProtocolError
 
-__all__ = ["entry_from_batch", "batch_from_entry", "messages_from_batch", "records_from_entry",
-           "native_entry", "producer_name_of"]
+__all__ = ["entry_from_batch", "batch_from_entry", "records_from_entry", "native_entry",
+           "producer_name_of", "HEADER_KINDS", "header_properties", "headers_of"]
 
 # Kafka codec -> the entry compression it is stored with.
 _TO_PULSAR = {rb.NONE: NONE, rb.GZIP: ZLIB, rb.SNAPPY: P_SNAPPY, rb.LZ4: LZ4, rb.ZSTD: ZSTD}
@@ -62,33 +67,57 @@ def _key_text(key: bytes) -> tuple[str, bool]:
         return base64.b64encode(key).decode("ascii"), True
 
 
-def _header_text(value: bytes | None) -> str:
-    if value is None:
-        return ""
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return base64.b64encode(value).decode("ascii")
+HEADER_KINDS = "__kafka_header_kinds"
+"""The property that follows a record's headers when they are not all text: one letter per
+header, ``t`` text as is, ``b`` base64 of the bytes, ``n`` null."""
 
 
-def messages_from_batch(batch: rb.RecordBatch) -> list[Message]:
-    out = []
-    use_time = not batch.log_append_time
-    for rec in batch.records:
-        key = None
-        b64 = False
-        if rec.key is not None:
-            key, b64 = _key_text(rec.key)
-        props = {name: _header_text(value) for name, value in rec.headers} if rec.headers else {}
-        out.append(Message(
-            payload=rec.value if rec.value is not None else b"",
-            key=key,
-            key_b64_encoded=b64,
-            properties=props,
-            event_time=rec.timestamp if use_time and rec.timestamp > 0 else None,
-            null_value=rec.value is None,
-        ))
-    return out
+def header_properties(headers: Sequence[tuple[str, bytes | None]]) -> list[tuple[str, str]]:
+    """A record's headers as the properties that store them, in order: each header's text
+    form, then :data:`HEADER_KINDS` when one is needed (a header that is not text, or a
+    last header itself named so)."""
+    props: list[tuple[str, str]] = []
+    kinds = ""
+    text = True
+    for name, value in headers:
+        if value is None:
+            props.append((name, ""))
+            kinds += "n"
+            text = False
+            continue
+        try:
+            props.append((name, value.decode("utf-8")))
+            kinds += "t"
+        except UnicodeDecodeError:
+            props.append((name, base64.b64encode(value).decode("ascii")))
+            kinds += "b"
+            text = False
+    if not text or (props and props[-1][0] == HEADER_KINDS):
+        props.append((HEADER_KINDS, kinds))
+    return props
+
+
+def headers_of(props: Sequence[tuple[str, str]]) -> tuple[tuple[str, bytes | None], ...]:
+    """The headers stored as ``props`` (the inverse of :func:`header_properties`); without a
+    well-formed :data:`HEADER_KINDS` last, every property is a text header."""
+    n = len(props)
+    if n and props[-1][0] == HEADER_KINDS:
+        kinds = props[-1][1]
+        if len(kinds) == n - 1 and not kinds.strip("tbn"):
+            return tuple((name, _header_value(value, kind))
+                         for (name, value), kind in zip(props, kinds, strict=False))
+    return tuple((name, value.encode("utf-8")) for name, value in props)
+
+
+def _header_value(text: str, kind: str) -> bytes | None:
+    if kind == "n":
+        return None
+    if kind == "b":
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            pass
+    return text.encode("utf-8")
 
 
 def _uv(n: int) -> bytes:
@@ -111,9 +140,9 @@ def _single_metadata(rec: rb.Record, use_time: bool) -> bytes:
     1, partition_key 2, payload_size 3, event_time 5, partition_key_b64_encoded 6,
     null_value 9), written directly: one per record is the hot path of a produce."""
     parts: list[bytes] = []
-    for name, value in rec.headers:
+    for name, text in header_properties(rec.headers) if rec.headers else ():
         k = name.encode("utf-8")
-        v = _header_text(value).encode("utf-8")
+        v = text.encode("utf-8")
         kv = b"\x0a" + _uv(len(k)) + k + b"\x12" + _uv(len(v)) + v
         parts.append(b"\x0a" + _uv(len(kv)) + kv)
     b64 = False
@@ -142,21 +171,32 @@ def entry_from_batch(batch: rb.RecordBatch, *, publish_time: int, producer_name:
     is a plain entry; more are a Pulsar batch."""
     records = batch.records
     compression = _TO_PULSAR.get(batch.compression, NONE)
-    if len(records) == 1:
-        return entry_from_messages(messages_from_batch(batch), producer_name=producer_name,
-                                   sequence_id=sequence_id, publish_time=publish_time,
-                                   compression=compression)
     use_time = not batch.log_append_time
-    parts: list[bytes] = []
-    for rec in records:
-        meta = _single_metadata(rec, use_time)
-        parts.append(_U32.pack(len(meta)))
-        parts.append(meta)
-        if rec.value:
-            parts.append(rec.value)
-    raw = b"".join(parts)
     metadata = MessageMetadata(producer_name=producer_name, sequence_id=sequence_id,
-                               publish_time=publish_time, num_messages_in_batch=len(records))
+                               publish_time=publish_time)
+    if len(records) == 1:
+        rec = records[0]
+        for name, value in header_properties(rec.headers) if rec.headers else ():
+            metadata.properties.add(key=name, value=value)
+        if rec.key is not None:
+            metadata.partition_key, b64 = _key_text(rec.key)
+            if b64:
+                metadata.partition_key_b64_encoded = True
+        if use_time and rec.timestamp > 0:
+            metadata.event_time = rec.timestamp
+        if rec.value is None:
+            metadata.null_value = True
+        raw = rec.value or b""
+    else:
+        parts: list[bytes] = []
+        for rec in records:
+            meta = _single_metadata(rec, use_time)
+            parts.append(_U32.pack(len(meta)))
+            parts.append(meta)
+            if rec.value:
+                parts.append(rec.value)
+        raw = b"".join(parts)
+        metadata.num_messages_in_batch = len(records)
     if compression != NONE:
         metadata.compression = compression  # type: ignore[assignment]
         metadata.uncompressed_size = len(raw)
@@ -197,7 +237,7 @@ def records_from_entry(data: bytes, publish_time: int) -> list[rb.Record]:
         key = None
         if meta.HasField("partition_key"):
             key = _key_of(meta.partition_key, meta.partition_key_b64_encoded)
-        headers = tuple((kv.key, kv.value.encode("utf-8")) for kv in meta.properties) \
+        headers = headers_of([(kv.key, kv.value) for kv in meta.properties]) \
             if len(meta.properties) else ()
         out.append(rb.Record(i, meta.event_time or default_ts, key,
                              None if meta.null_value else single.payload, headers))

@@ -29,6 +29,10 @@ const SM_NULL_VALUE: u8 = 0x48; // 9, varint
 const KV_KEY: u8 = 0x0a;
 const KV_VALUE: u8 = 0x12;
 
+/// The property that follows a record's headers when they are not all text: one letter per
+/// header, `t` text as is, `b` base64 of the bytes, `n` null (`handlers/kafka/_mapping.py`).
+pub const HEADER_KINDS: &[u8] = b"__kafka_header_kinds";
+
 /// What only the entry carries, the same for all of its messages.
 #[derive(Debug, Clone, Copy)]
 pub struct EntryFields<'a> {
@@ -169,10 +173,16 @@ fn put_key(out: &mut Vec<u8>, tag: u8, key: &[u8]) -> bool {
 }
 
 /// One header as a `KeyValue` message, under `tag`: a value that is not UTF-8 goes
-/// base64-encoded, a null one as the empty string.
-fn put_property(out: &mut Vec<u8>, tag: u8, name: &[u8], value: Option<&[u8]>) {
+/// base64-encoded, a null one as the empty string. Returns the header's kind letter
+/// (`t`, `b` or `n`, as [`HEADER_KINDS`] spells them).
+fn put_property(out: &mut Vec<u8>, tag: u8, name: &[u8], value: Option<&[u8]>) -> u8 {
+    let kind = match value {
+        None => b'n',
+        Some(v) if std::str::from_utf8(v).is_ok() => b't',
+        Some(_) => b'b',
+    };
     let value = value.unwrap_or_default();
-    let text = std::str::from_utf8(value).is_ok();
+    let text = kind != b'b';
     let value_len = if text {
         value.len()
     } else {
@@ -189,6 +199,22 @@ fn put_property(out: &mut Vec<u8>, tag: u8, name: &[u8], value: Option<&[u8]>) {
         out.extend_from_slice(value);
     } else {
         put_base64(out, value);
+    }
+    kind
+}
+
+/// A record's headers as properties under `tag`, one each, in order (repeated names
+/// kept), then [`HEADER_KINDS`] when a header is not text or the last one is itself named
+/// so. `kinds` is scratch space.
+fn put_headers(out: &mut Vec<u8>, tag: u8, view: &RecordView<'_>, kinds: &mut Vec<u8>) {
+    kinds.clear();
+    let mut last: &[u8] = &[];
+    for (name, v) in headers(view) {
+        kinds.push(put_property(out, tag, name, v));
+        last = name;
+    }
+    if last == HEADER_KINDS || kinds.iter().any(|&k| k != b't') {
+        put_property(out, tag, HEADER_KINDS, Some(kinds));
     }
 }
 
@@ -232,24 +258,14 @@ fn put_common(out: &mut Vec<u8>, fields: &EntryFields<'_>) {
     put_uvarint(out, fields.publish_time);
 }
 
-/// One record: a plain entry whose metadata carries the message's own fields. Headers
-/// become a map first, as the broker's mapping does: a repeated name keeps its first
-/// place and its last value.
+/// One record: a plain entry whose metadata carries the message's own fields (its headers
+/// as in a batch entry: one property each, in order, repeated names kept).
 fn plain_entry(view: &RecordView<'_>, use_time: bool, fields: &EntryFields<'_>) -> Vec<u8> {
     let value = view.value.unwrap_or_default();
     let mut out =
         begin(view.headers.len() * 2 + view.key.map_or(0, <[u8]>::len) * 2 + value.len() + 64);
     put_common(&mut out, fields);
-    let mut props: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(view.header_count);
-    for (name, v) in headers(view) {
-        match props.iter_mut().find(|(n, _)| *n == name) {
-            Some(slot) => slot.1 = v,
-            None => props.push((name, v)),
-        }
-    }
-    for (name, v) in props {
-        put_property(&mut out, MM_PROPERTIES, name, v);
-    }
+    put_headers(&mut out, MM_PROPERTIES, view, &mut Vec::new());
     let b64 = view
         .key
         .is_some_and(|k| put_key(&mut out, MM_PARTITION_KEY, k));
@@ -284,12 +300,11 @@ fn batch_entry(views: &[RecordView<'_>], use_time: bool, fields: &EntryFields<'_
     out.push(MM_NUM_MESSAGES);
     put_uvarint(&mut out, views.len() as u64);
     let meta_end = out.len();
+    let mut kinds = Vec::new();
     for view in views {
         let size_at = out.len();
         out.extend_from_slice(&[0u8; 4]);
-        for (name, v) in headers(view) {
-            put_property(&mut out, SM_PROPERTIES, name, v);
-        }
+        put_headers(&mut out, SM_PROPERTIES, view, &mut kinds);
         let b64 = view
             .key
             .is_some_and(|k| put_key(&mut out, SM_PARTITION_KEY, k));
@@ -312,4 +327,163 @@ fn batch_entry(views: &[RecordView<'_>], use_time: bool, fields: &EntryFields<'_
         }
     }
     finish(out, meta_end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch_from_entry;
+    use magnetar_format::parse_entry;
+
+    type Header<'a> = (&'a [u8], Option<&'a [u8]>);
+    type OwnedHeaders = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+    /// Headers as a record holds them: zigzag varint lengths, -1 for a null value.
+    fn header_bytes(headers: &[Header<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let varint = |out: &mut Vec<u8>, v: i64| put_uvarint(out, ((v << 1) ^ (v >> 63)) as u64);
+        for (name, value) in headers {
+            varint(&mut out, name.len() as i64);
+            out.extend_from_slice(name);
+            match value {
+                None => varint(&mut out, -1),
+                Some(v) => {
+                    varint(&mut out, v.len() as i64);
+                    out.extend_from_slice(v);
+                }
+            }
+        }
+        out
+    }
+
+    fn view<'a>(raw: &'a [u8], count: usize) -> RecordView<'a> {
+        RecordView {
+            timestamp: 1_000,
+            key: None,
+            value: Some(b"v"),
+            headers: raw,
+            header_count: count,
+        }
+    }
+
+    const FIELDS: EntryFields<'static> = EntryFields {
+        producer_name: "p",
+        sequence_id: 0,
+        publish_time: 5,
+    };
+
+    /// The properties of every message of `entry`, as text.
+    fn properties(entry: &[u8]) -> Vec<Vec<(String, String)>> {
+        let parsed = parse_entry(entry).expect("an entry");
+        let data = parsed.payload().expect("a payload");
+        let text = |b: &[u8]| String::from_utf8(b.to_vec()).expect("UTF-8");
+        parsed
+            .messages(&data)
+            .expect("messages")
+            .iter()
+            .map(|m| {
+                m.properties
+                    .iter()
+                    .map(|(k, v)| (text(k), text(v)))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The headers of every record of the batch a fetch makes of `entry`.
+    fn fetched_headers(entry: &[u8], n: usize) -> Vec<OwnedHeaders> {
+        let batch = batch_from_entry(entry, 9, n as i64, 1).expect("converted");
+        let mut r = crate::wire::Reader::new(&batch[BATCH_HEADER_SIZE..]);
+        let end = batch.len() - BATCH_HEADER_SIZE;
+        (0..n)
+            .map(|_| {
+                r.varint().expect("length");
+                r.byte().expect("attributes");
+                r.varint().expect("timestamp");
+                r.varint().expect("offset");
+                r.blob(end, "key").expect("key");
+                r.blob(end, "value").expect("value");
+                let count = r.varint().expect("count");
+                (0..count)
+                    .map(|_| {
+                        let k = r.blob(end, "k").expect("k").expect("a name");
+                        let v = r.blob(end, "v").expect("v");
+                        (k.to_vec(), v.map(<[u8]>::to_vec))
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    const MIXED: [Header<'static>; 5] = [
+        (b"bin", Some(&[0xff, 0xfe, 0x00, 0x01])),
+        (b"null", None),
+        (b"dup", Some(b"1")),
+        (b"empty", Some(b"")),
+        (b"dup", Some(b"2")),
+    ];
+
+    fn owned(h: &[Header<'_>]) -> OwnedHeaders {
+        h.iter()
+            .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+            .collect()
+    }
+
+    #[test]
+    fn headers_that_are_not_text_are_marked_and_duplicates_kept() {
+        let raw = header_bytes(&MIXED);
+        let want = pairs(&[
+            ("bin", "//4AAQ=="),
+            ("null", ""),
+            ("dup", "1"),
+            ("empty", ""),
+            ("dup", "2"),
+            ("__kafka_header_kinds", "bnttt"),
+        ]);
+        let plain = plain_entry(&view(&raw, MIXED.len()), true, &FIELDS);
+        assert_eq!(properties(&plain), vec![want.clone()]);
+        let text = header_bytes(&[(b"a", Some(b"x"))]);
+        let views = [view(&raw, MIXED.len()), view(&text, 1)];
+        let batch = batch_entry(&views, true, &FIELDS);
+        assert_eq!(properties(&batch), vec![want, pairs(&[("a", "x")])]);
+    }
+
+    #[test]
+    fn text_headers_carry_no_marker_unless_the_last_is_named_like_it() {
+        let text: [Header<'_>; 3] = [(b"a", Some(b"1")), (b"a", Some(b"2")), (b"e", Some(b""))];
+        let raw = header_bytes(&text);
+        let plain = plain_entry(&view(&raw, 3), true, &FIELDS);
+        assert_eq!(
+            properties(&plain),
+            vec![pairs(&[("a", "1"), ("a", "2"), ("e", "")])]
+        );
+        let named: [Header<'_>; 1] = [(HEADER_KINDS, Some(b""))];
+        let raw = header_bytes(&named);
+        let plain = plain_entry(&view(&raw, 1), true, &FIELDS);
+        assert_eq!(
+            properties(&plain),
+            vec![pairs(&[
+                ("__kafka_header_kinds", ""),
+                ("__kafka_header_kinds", "t")
+            ])]
+        );
+        assert_eq!(fetched_headers(&plain, 1), vec![owned(&named)]);
+    }
+
+    #[test]
+    fn headers_read_back_exactly_from_plain_and_batch_entries() {
+        let raw = header_bytes(&MIXED);
+        let plain = plain_entry(&view(&raw, MIXED.len()), true, &FIELDS);
+        assert_eq!(fetched_headers(&plain, 1), vec![owned(&MIXED)]);
+        let none = header_bytes(&[]);
+        let views = [view(&none, 0), view(&raw, MIXED.len())];
+        let batch = batch_entry(&views, true, &FIELDS);
+        assert_eq!(fetched_headers(&batch, 2), vec![vec![], owned(&MIXED)]);
+    }
 }

@@ -4,15 +4,18 @@
 //! batch slots); a plain entry is one record, a batch entry one record per slot
 //! (compacted-out slots are left out, their offsets stay taken). The record's fields
 //! (`handlers/kafka/_mapping.py`): timestamp = event time, else the entry's publish time;
-//! key = the partition key (base64 decoded when so flagged); headers = properties; value =
-//! the payload, or null.
+//! key = the partition key (base64 decoded when so flagged); headers = properties (as text,
+//! or as the [`HEADER_KINDS`] property that follows them says: text, base64 or null);
+//! value = the payload, or null.
 //!
-//! Entries that reader refuses (encrypted, chunks, markers, damaged) and keys flagged
-//! base64 that are not canonical base64 are [`BatchError::NotConverted`]: the broker reads
-//! those itself.
+//! Entries that reader refuses (encrypted, chunks, markers, damaged) and keys or header
+//! values flagged base64 that are not canonical base64 are [`BatchError::NotConverted`]:
+//! the broker reads those itself.
 
+use magnetar_format::proto::Property;
 use magnetar_format::{parse_entry, Message};
 
+use crate::entry::HEADER_KINDS;
 use crate::wire::decode_base64;
 use crate::BatchError;
 
@@ -44,6 +47,21 @@ pub fn batch_from_entry(
         num_messages,
         default_ts,
     )
+}
+
+/// The headers among a message's properties, and what kind each is: with a well-formed
+/// [`HEADER_KINDS`] last (one `t`, `b` or `n` per other property), the properties before
+/// it and its letters; otherwise all of them, as text.
+fn split_kinds<'p, 'a>(props: &'p [Property<'a>]) -> (&'p [Property<'a>], Option<&'a [u8]>) {
+    if let Some((&(name, kinds), rest)) = props.split_last() {
+        if name == HEADER_KINDS
+            && kinds.len() == rest.len()
+            && kinds.iter().all(|k| matches!(k, b't' | b'b' | b'n'))
+        {
+            return (rest, Some(kinds));
+        }
+    }
+    (props, None)
 }
 
 fn put_varint(out: &mut Vec<u8>, v: i64) {
@@ -134,10 +152,18 @@ fn encode(
         };
         put_blob(&mut body, key);
         put_blob(&mut body, if m.null_value { None } else { Some(data) });
-        put_varint(&mut body, m.properties.len() as i64);
-        for (k, v) in &m.properties {
+        let (headers, kinds) = split_kinds(&m.properties);
+        put_varint(&mut body, headers.len() as i64);
+        for (i, &(k, v)) in headers.iter().enumerate() {
             put_blob(&mut body, Some(k));
-            put_blob(&mut body, Some(v));
+            match kinds.map_or(b't', |ks| ks[i]) {
+                b'n' => put_blob(&mut body, None),
+                b'b' => {
+                    let raw = decode_base64(v).ok_or_else(|| not_converted("base64 header"))?;
+                    put_blob(&mut body, Some(&raw));
+                }
+                _ => put_blob(&mut body, Some(v)),
+            }
         }
         put_varint(&mut out, body.len() as i64);
         out.extend_from_slice(&body);
@@ -148,4 +174,109 @@ fn encode(
     let crc = crc32c::crc32c(&out[21..]);
     out[17..21].copy_from_slice(&crc.to_be_bytes());
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{put_bytes_field, put_uvarint};
+    use magnetar_format::entry::MAGIC_CRC32C;
+
+    #[test]
+    fn a_well_formed_marker_splits_off_the_kinds() {
+        let p: [Property<'_>; 3] = [(b"a", b"x"), (b"b", b""), (HEADER_KINDS, b"tn")];
+        assert_eq!(split_kinds(&p), (&p[..2], Some(&b"tn"[..])));
+        assert_eq!(split_kinds(&[]), (&[][..], None));
+        // Anything else reads as text, the marker included.
+        for bad in [&b"t"[..], b"tnt", b"tx", b"TN"] {
+            let p: [Property<'_>; 3] = [(b"a", b"x"), (b"b", b""), (HEADER_KINDS, bad)];
+            assert_eq!(split_kinds(&p), (&p[..], None), "{bad:?}");
+        }
+        let first: [Property<'_>; 2] = [(HEADER_KINDS, b"b"), (b"a", b"AA==")];
+        assert_eq!(split_kinds(&first), (&first[..], None));
+    }
+
+    /// A plain entry of one message with `props` (as a Pulsar producer may write it).
+    fn plain(props: &[(&[u8], &[u8])]) -> Vec<u8> {
+        let mut meta = Vec::new();
+        put_bytes_field(&mut meta, 0x0a, b"p");
+        meta.extend_from_slice(&[0x10, 0, 0x18, 1]);
+        for (k, v) in props {
+            let mut kv = Vec::new();
+            put_bytes_field(&mut kv, 0x0a, k);
+            put_bytes_field(&mut kv, 0x12, v);
+            put_bytes_field(&mut meta, 0x22, &kv);
+        }
+        let mut body = (meta.len() as u32).to_be_bytes().to_vec();
+        body.extend_from_slice(&meta);
+        body.extend_from_slice(b"payload");
+        let mut out = MAGIC_CRC32C.to_be_bytes().to_vec();
+        out.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// The header section of the one record `batch` holds.
+    fn header_section(batch: &[u8]) -> &[u8] {
+        let tail = b"payload";
+        let at = batch
+            .windows(tail.len())
+            .position(|w| w == tail)
+            .expect("the value");
+        &batch[at + tail.len()..]
+    }
+
+    fn headers_bytes(headers: &[(&[u8], Option<&[u8]>)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let varint = |out: &mut Vec<u8>, v: i64| put_uvarint(out, ((v << 1) ^ (v >> 63)) as u64);
+        varint(&mut out, headers.len() as i64);
+        for (k, v) in headers {
+            varint(&mut out, k.len() as i64);
+            out.extend_from_slice(k);
+            match v {
+                None => varint(&mut out, -1),
+                Some(v) => {
+                    varint(&mut out, v.len() as i64);
+                    out.extend_from_slice(v);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn marked_properties_decode_to_binary_null_and_text_headers() {
+        let entry = plain(&[
+            (b"bin", b"//4AAQ=="),
+            (b"null", b""),
+            (b"dup", b"1"),
+            (b"dup", b"2"),
+            (HEADER_KINDS, b"bntt"),
+        ]);
+        let batch = batch_from_entry(&entry, 0, 1, 1).expect("converted");
+        let want = headers_bytes(&[
+            (b"bin", Some(&[0xff, 0xfe, 0, 1])),
+            (b"null", None),
+            (b"dup", Some(b"1")),
+            (b"dup", Some(b"2")),
+        ]);
+        assert_eq!(header_section(&batch), want);
+    }
+
+    #[test]
+    fn unmarked_or_malformed_marker_properties_are_text() {
+        let props: [(&[u8], &[u8]); 2] = [(b"bin", b"//4AAQ=="), (HEADER_KINDS, b"bn")];
+        let batch = batch_from_entry(&plain(&props), 0, 1, 1).expect("converted");
+        let want = headers_bytes(&[(b"bin", Some(b"//4AAQ==")), (HEADER_KINDS, Some(b"bn"))]);
+        assert_eq!(header_section(&batch), want);
+    }
+
+    #[test]
+    fn a_binary_header_that_is_not_base64_is_left_to_the_broker() {
+        let entry = plain(&[(b"bin", b"not base64"), (HEADER_KINDS, b"b")]);
+        assert!(matches!(
+            batch_from_entry(&entry, 0, 1, 1),
+            Err(BatchError::NotConverted(_))
+        ));
+    }
 }

@@ -174,8 +174,8 @@ def test_directly_written_single_metadata_matches_protobuf() -> None:
         raw = _mapping._single_metadata(rec, True)
         got = pb.SingleMessageMetadata.FromString(raw)
         want = pb.SingleMessageMetadata(payload_size=len(rec.value or b""))
-        for name, value in rec.headers:
-            want.properties.add(key=name, value=_mapping._header_text(value))
+        for name, text in _mapping.header_properties(rec.headers):
+            want.properties.add(key=name, value=text)
         if rec.key is not None:
             text, b64 = _mapping._key_text(rec.key)
             want.partition_key = text
