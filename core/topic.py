@@ -292,6 +292,8 @@ class PersistentTopic:
         self._waiting_exclusive: collections.deque[tuple[Producer, trio.Event]] = collections.deque()
         #: Waiting producers an ExclusiveWithFencing producer fenced out, until told so.
         self._fenced_waiters: set[Producer] = set()
+        # what removed subscriptions had dispatched (see ``dispatched``)
+        self._msg_out_removed = self._bytes_out_removed = 0
         self._closed = False
         self.has_delayed_messages = False
         self.has_chunked_messages = False
@@ -1067,7 +1069,22 @@ class PersistentTopic:
     def _drop_non_durable(self, sub: Subscription) -> None:
         sub.close()
         if self.subscriptions.get(sub.name) is sub:
-            del self.subscriptions[sub.name]
+            self._remove_subscription(sub)
+
+    def _remove_subscription(self, sub: Subscription) -> None:
+        """Take ``sub`` off the topic; what it dispatched stays in the topic's counts."""
+        self._msg_out_removed += sub.msg_out
+        self._bytes_out_removed += sub.bytes_out
+        del self.subscriptions[sub.name]
+
+    @property
+    def dispatched(self) -> tuple[int, int]:
+        """The messages and bytes the topic's subscriptions have dispatched since it was
+        loaded, those of subscriptions removed since included (as Pulsar's counters keep
+        them): a counter that never goes down."""
+        subs = self.subscriptions.values()
+        return (self._msg_out_removed + sum(s.msg_out for s in subs),
+                self._bytes_out_removed + sum(s.bytes_out for s in subs))
 
     async def _drop_when_unclaimed(self, sub: Subscription, grace: trio.CancelScope) -> None:
         with grace:  # its deadline moves with every seek
@@ -1082,7 +1099,7 @@ class PersistentTopic:
             raise ConsumerBusyError("Subscription has active connected consumers")
         if sub is not None:
             sub.close()
-            del self.subscriptions[name]
+            self._remove_subscription(sub)
             if not sub.durable:
                 return
             if sub.replicated:

@@ -46,8 +46,7 @@ class BrokerCollector(Collector):
             per_ns[ns] = per_ns.get(ns, 0) + 1
             lbl = [cluster, ns, str(t.name)]
             subs = list(t.subscriptions.values())
-            msg_out = sum(s.msg_out for s in subs)
-            bytes_out = sum(s.bytes_out for s in subs)
+            msg_out, bytes_out = t.dispatched
             key = str(t.name)
             st = t.ml.stats()
             backlogs = {s.name: s.backlog() for s in subs}

@@ -169,8 +169,7 @@ def topic_stats(topic: Any, rates: Rates) -> dict[str, Any]:
     compactor = topic.compaction_subscription
     if compactor is not None:  # listed among the subscriptions, as Pulsar's is
         subs = dict(sorted({**subs, compactor.name: subscription_stats(topic, compactor, rates)}.items()))
-    msg_out = sum(s.msg_out for s in topic.subscriptions.values())
-    bytes_out = sum(s.bytes_out for s in topic.subscriptions.values())
+    msg_out, bytes_out = topic.dispatched
     st = topic.ml.stats()
     return {
         "msgRateIn": rates.rate((key, "msg_in"), topic.msg_in),

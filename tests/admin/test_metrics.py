@@ -218,3 +218,28 @@ def test_connections_and_requests_are_counted_per_protocol(server: Standalone, c
     assert value(m, "magnetar_requests_total", protocol="pulsar") >= 3
     assert value(m, "magnetar_requests_total", protocol="kafka") >= 1
     assert value(m, "magnetar_connections_opened_total", protocol="kafka") >= 1
+
+
+def test_out_counters_keep_what_removed_subscriptions_dispatched(
+        server: Standalone, admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    """As Pulsar's topic counters: unsubscribing one subscription does not take back what it
+    was sent (a counter that went down would read as a reset to Prometheus' rate())."""
+    topic = f"persistent://{ns}/gone-subs"
+    consumers = [client.subscribe(topic, name) for name in ("a", "b")]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for _ in range(10):
+        producer.send(b"z" * 20)
+    for c in consumers:
+        for _ in range(10):
+            c.acknowledge(c.receive(timeout_millis=10_000))
+    path = f"/admin/v2/persistent/{ns}/gone-subs/stats"
+    before = admin.get(path)
+    sent = before["bytesOutCounter"]
+    assert before["msgOutCounter"] == 20 and sent >= 20 * 20
+    consumers[1].unsubscribe()
+    after = admin.get(path)
+    assert list(after["subscriptions"]) == ["a"]
+    assert (after["msgOutCounter"], after["bytesOutCounter"]) == (20, sent)
+    m = scrape(server)
+    t = {"cluster": "standalone", "namespace": ns, "topic": topic}
+    assert (value(m, "pulsar_out_messages_total", **t), value(m, "pulsar_out_bytes_total", **t)) == (20, sent)
