@@ -950,12 +950,14 @@ class Subscription(Activity):
         max_entries, max_bytes = self._read_limits()
         budget = max(1, min(max_entries, int(permits / self._avg_messages_per_entry),
                             int(max_bytes / self._avg_entry_bytes)))
-        for allowed, until in (self.topic.dispatch_allowance(), self._dispatch_allowance()):
+        for allowed, size_left, until in (self.topic.dispatch_allowance(), self._dispatch_allowance()):
+            if allowed == 0:
+                self._throttled_until = until
+                return 0
             if allowed is not None:
-                if allowed == 0:
-                    self._throttled_until = until
-                    return 0
                 budget = min(budget, allowed)
+            if size_left is not None:  # at least one entry: what it takes past the limit is paid back
+                budget = min(budget, max(1, int(size_left / self._avg_entry_bytes)))
         return budget
 
     def _dispatch(self, entries: list[Entry], from_replay: int) -> bool:
@@ -979,7 +981,7 @@ class Subscription(Activity):
         self._dispatch_window.add(self.msg_out - msg_out, self.bytes_out - bytes_out)
         return sent
 
-    def _dispatch_allowance(self) -> tuple[int | None, float]:
+    def _dispatch_allowance(self) -> tuple[int | None, int | None, float]:
         """What the subscription dispatch rate (the topic's or namespace's
         ``subscriptionDispatchRate``, else the broker's
         ``dispatchThrottlingRatePerSubscription*``) leaves this subscription now."""

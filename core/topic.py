@@ -933,9 +933,9 @@ class PersistentTopic:
                 n = 0
         return batch
 
-    def dispatch_allowance(self) -> tuple[int | None, float]:
-        """Messages the dispatch rate policy leaves in the current window for all of the
-        topic's subscriptions (None: no limit), and when the window resets."""
+    def dispatch_allowance(self) -> tuple[int | None, int | None, float]:
+        """The messages and bytes the dispatch rate policy leaves in the current window for
+        all of the topic's subscriptions (None: no limit), and when the window resets."""
         limits = self.rate_policy("topicDispatchRate", "dispatchThrottlingRateInMsg",
                                   "dispatchThrottlingRateInByte", "dispatchThrottlingRatePerTopicInMsg",
                                   "dispatchThrottlingRatePerTopicInByte")

@@ -290,6 +290,49 @@ def test_dispatch_rate_throttles_consumers(admin: AdminClient, ns: str, client: 
 
 
 
+@pytest.mark.parametrize("policy", ["dispatchRate", "subscriptionDispatchRate"])
+def test_a_dispatch_rate_in_bytes_alone_throttles_consumers(admin: AdminClient, ns: str,
+                                                          client: pulsar.Client, policy: str) -> None:
+    """A read takes no more entries than the bytes the window has left (at least one):
+    about four 200-byte messages a second here."""
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    admin.put(f"{path}/subscription/s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for _ in range(15):
+        producer.send(b"b" * 200)
+    admin.post(f"/admin/v2/namespaces/{ns}/{policy}",
+               {"dispatchThrottlingRateInMsg": -1, "dispatchThrottlingRateInByte": 1000,
+                "ratePeriodInSecond": 1})
+    consumer = client.subscribe(topic, "s")
+    started = time.monotonic()
+    for _ in range(15):
+        consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+    assert time.monotonic() - started >= 1.8
+    consumer.close()
+
+
+def test_a_topic_dispatch_rate_holds_for_all_its_subscriptions_together(
+        admin: AdminClient, ns: str, client: pulsar.Client) -> None:
+    """The topic's dispatch rate is one limit its subscriptions share: two of them draining
+    fifteen messages each at ten a second in all take three windows, not two."""
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    for name in ("a", "b"):
+        admin.put(f"{path}/subscription/{name}")
+    _fill(client, topic, 15)
+    admin.post(f"/admin/v2/namespaces/{ns}/dispatchRate",
+               {"dispatchThrottlingRateInMsg": 10, "ratePeriodInSecond": 1})
+    consumers = [client.subscribe(topic, name) for name in ("a", "b")]
+    started = time.monotonic()
+    for consumer in consumers:
+        for _ in range(15):
+            consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+    assert time.monotonic() - started >= 1.8
+    for consumer in consumers:
+        consumer.close()
+
+
 def test_delayed_delivery_policy_turns_delays_off_and_on(admin: AdminClient, ns: str,
                                                          client: pulsar.Client) -> None:
     from datetime import timedelta
