@@ -199,8 +199,14 @@ async def _list_one(h: KafkaProtocolHandler, topic: str, partition: int, ts: int
 def _records_of(plog: PartitionLog, e: Entry) -> Iterator[tuple[int, int]]:
     """(offset, timestamp) of each record of a stored entry: with log append times, the
     entry's publish time."""
-    base = e.index - e.num_messages + 1
     append_time = plog.log_append_time
+    chunk = _mapping.chunk_metadata(e.data)
+    if chunk is not None:
+        # a chunked message is one record, at its last chunk's offset (the others are gaps)
+        if chunk.chunk_id == chunk.num_chunks_from_msg - 1:
+            yield e.index, e.publish_time if append_time else (chunk.event_time or e.publish_time)
+        return
+    base = e.index - e.num_messages + 1
     for rec in _mapping.records_from_entry(e.data, e.publish_time):
         yield base + rec.offset_delta, e.publish_time if append_time else rec.timestamp
 

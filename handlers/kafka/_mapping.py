@@ -28,6 +28,11 @@ are decoded record by record here.
 
 The Kafka offset of a message is its broker index: an entry holding ``n`` messages whose
 last index is ``i`` is the batch with base offset ``i - n + 1``.
+
+A message a Pulsar producer split into chunks (one entry per chunk, see
+:func:`chunk_metadata`) is one record, at the offset of its last chunk, built by
+:func:`batch_from_chunks` from all its chunks; the offsets of the chunks before the last
+are gaps in the Kafka log (see :meth:`handlers.kafka._topics.PartitionLog.read`).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from core.format import (
     NONE,
     ZLIB,
     ZSTD,
+    EntryFormatError,
     MessageMetadata,
     compress,
     decode_entry,
@@ -50,11 +56,13 @@ from core.format import (
     iter_batch,
 )
 from core.format import SNAPPY as P_SNAPPY
+from core.storage import entry_metadata
 from handlers.kafka import _records as rb
 from handlers.kafka._errors import ErrorCode, RemoteProtocolError
 
 __all__ = ["entry_from_batch", "batch_from_entry", "records_from_entry", "native_entry",
-           "producer_name_of", "HEADER_KINDS", "header_properties", "headers_of"]
+           "producer_name_of", "HEADER_KINDS", "header_properties", "headers_of", "chunk_metadata",
+           "batch_from_chunks"]
 
 # Kafka codec -> the entry compression it is stored with.
 _TO_PULSAR = {rb.NONE: NONE, rb.GZIP: ZLIB, rb.SNAPPY: P_SNAPPY, rb.LZ4: LZ4, rb.ZSTD: ZSTD}
@@ -275,3 +283,38 @@ def python_batch_from_entry(data: bytes, *, index: int, num_messages: int, publi
         return b""
     return rb.encode_batch(records, base_offset=base, compression=compression,
                            last_offset_delta=max(num_messages - 1, records[-1].offset_delta))
+
+
+def chunk_metadata(data: bytes) -> MessageMetadata | None:
+    """The metadata of a stored entry that is one chunk of a message its Pulsar producer
+    split (``num_chunks_from_msg`` > 1: its ``uuid`` names the message, ``chunk_id`` orders
+    the chunks); None for any other entry. Only the metadata is parsed."""
+    try:
+        md = entry_metadata(data)
+    except EntryFormatError:
+        return None
+    return md if md.num_chunks_from_msg > 1 else None
+
+
+_CHUNK_FIELDS = ("uuid", "chunk_id", "num_chunks_from_msg", "total_chunk_msg_size")
+
+
+def batch_from_chunks(chunks: Sequence[bytes], *, index: int, publish_time: int) -> bytes:
+    """The record batch of one chunked message, from its chunk entries in chunk order (the
+    last one's broker index ``index`` and publish time ``publish_time``): one record, at
+    offset ``index``, whose value is the chunks' payloads joined. Producers compress a
+    message and then split it, so the joined payload is what a plain entry with the last
+    chunk's metadata (less its chunk fields) carries, and is converted as that entry is:
+    decompressed, with its key, properties and times."""
+    payloads: list[bytes] = []
+    metadata: MessageMetadata | None = None
+    for data in chunks:
+        metadata, payload = decode_entry(data)
+        payloads.append(payload)
+    if metadata is None:
+        return b""
+    for name in _CHUNK_FIELDS:
+        metadata.ClearField(name)
+    entry = encode_entry(metadata, b"".join(payloads))
+    del payloads
+    return batch_from_entry(entry, index=index, num_messages=1, publish_time=publish_time)

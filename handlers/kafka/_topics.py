@@ -10,6 +10,11 @@ still stored, raised by DeleteRecords: the ledgers wholly below it are then dele
 storage once no subscription needs them), and reads go offset → position through the
 native offset index, remembering where the previous read ended so that a consumer
 reading on does not search again.
+
+A message a Pulsar producer split into chunks (several entries, one per chunk) is one
+Kafka record at the offset of its last chunk, holding the whole message; the offsets of
+its other chunks are gaps, as compaction leaves them in a Kafka log (a fetch from one goes
+on to the next record). See :meth:`PartitionLog.read`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from core import _native
 from core.broker import BrokerService, TopicNotFoundError
+from core.format import MessageMetadata
 from core.naming import InvalidNameError, TopicName
 from core.storage import Entry, Position
 from core.topic import PersistentTopic
@@ -43,14 +50,45 @@ READ_CHUNK = 64
 """Most entries read from storage at once; fewer when entries are large (see
 :meth:`PartitionLog.read`)."""
 LOG_START_REFRESH_S = 1.0
+CHUNK_LOOKBACK = 1000
+"""How many entries of other messages may lie between the chunks of one chunked message
+(chunks of several producers interleave): a message whose earlier chunks are not found
+within its own chunk count plus this many entries before its last chunk is skipped."""
+CHUNK_READ = 16
+"""Entries read at once while looking back for the earlier chunks of a message (chunks are
+up to ``maxMessageSize`` each)."""
 _BASE_OFFSET = struct.Struct(">q")
 _LAST_DELTA = struct.Struct(">i")
+_GAP = _BASE_OFFSET
+"""What the batch cache holds for an entry that gives a fetch no batch (a chunk of a
+message other than its last, or a chunked message whose chunks are not all there): the
+offset after the entry, 8 bytes (a record batch is at least 61)."""
 
 
 def _next_offset(batch: bytes) -> int:
     """The offset after a record batch: its base offset plus its last offset delta, plus
-    one (cached batches have contiguous offsets)."""
+    one (cached batches have contiguous offsets); or after a :data:`_GAP`."""
+    if len(batch) == _GAP.size:
+        return int(_GAP.unpack(batch)[0])
     return int(_BASE_OFFSET.unpack_from(batch, 0)[0]) + int(_LAST_DELTA.unpack_from(batch, 23)[0]) + 1
+
+
+def _chunks_of(entries: list[tuple[Entry, MessageMetadata]], count: int) -> list[Entry] | None:
+    """The chunks before the last of a message of ``count`` chunks, in chunk order, from
+    the stored chunks of its uuid before its last (in log order), as a Pulsar consumer
+    puts them together: chunk 0 starts the message (again, when its producer sent it
+    again), a chunk already had is a duplicate and dropped, one out of order loses the
+    message. None when they are not all there."""
+    parts: list[Entry] | None = None
+    for e, md in entries:
+        if md.chunk_id == 0:
+            parts = [e]
+        elif parts is not None:
+            if md.chunk_id == len(parts):
+                parts.append(e)
+            elif md.chunk_id > len(parts):
+                parts = None
+    return parts if parts is not None and len(parts) == count - 1 else None
 
 
 CacheKey = tuple[str, bool, Position]
@@ -171,7 +209,11 @@ class PartitionLog:
         """Record batches from the one holding ``offset`` on, at most ``max_bytes`` of
         them but, with ``min_one``, at least one batch when any is there, as a list to be
         written out back to back. Batches still cached are served from the cache, without
-        reading storage."""
+        reading storage.
+
+        A chunked message (see :func:`_mapping.chunk_metadata`) is one batch, at its last
+        chunk, built from all its chunks (:meth:`_chunked`); its other chunks give no
+        batch, their offsets are gaps, and a read from one goes on to the next batch."""
         if offset >= high_watermark:
             return []
         pos = await self.position_of(offset)
@@ -181,11 +223,15 @@ class PartitionLog:
         size = 0
         retried = False
         cache = self.owner.cache
+        # chunks of messages not yet complete, read in this call: uuid -> (entry, metadata)
+        chunks: dict[str, list[tuple[Entry, MessageMetadata]]] = {}
 
         def take(batch: bytes) -> bool:
             """Add ``batch`` if the byte budget has room for it (with ``min_one``, the
             first always fits)."""
             nonlocal size
+            if len(batch) <= _GAP.size:
+                return True  # an entry with no batch to serve (a gap)
             if (out or not min_one) and size + len(batch) > max_bytes:
                 return False
             out.append(batch)
@@ -224,9 +270,13 @@ class PartitionLog:
             last: Entry | None = None
             full = False
             for e in entries:
-                if e.index >= offset and not take(self._batch(e)):
-                    full = True
-                    break
+                if e.index >= offset:
+                    batch = self._batch(e)
+                    if batch is None:
+                        batch = await self._chunked(e, chunks)
+                    if not take(batch):
+                        full = True
+                        break
                 last = e
                 if size >= max_bytes:
                     full = True
@@ -240,16 +290,82 @@ class PartitionLog:
                 break
         return out
 
-    def _batch(self, e: Entry) -> bytes:
+    def _batch(self, e: Entry) -> bytes | None:
+        """The batch of entry ``e`` (cached), a :data:`_GAP` or empty when it gives none;
+        None when ``e`` is a chunk of a chunked message not converted yet (the native
+        converter refuses chunks: only entries it refuses are looked at for one)."""
         key = self.cache_key(e.position)
         cache = self.owner.cache
         got = cache.get(key)
         if got is None:
-            got = self.served(_mapping.batch_from_entry(
-                e.data, index=e.index, num_messages=e.num_messages, publish_time=e.publish_time),
-                e.publish_time)
+            native = _native.kafka_batch_from_entry(e.data, e.index, e.num_messages, e.publish_time)
+            if native is None:
+                if _mapping.chunk_metadata(e.data) is not None:
+                    return None
+                native = _mapping.python_batch_from_entry(
+                    e.data, index=e.index, num_messages=e.num_messages, publish_time=e.publish_time)
+            got = self.served(native, e.publish_time)
             cache.put(key, got)
         return got
+
+    async def _chunked(self, e: Entry, pending: dict[str, list[tuple[Entry, MessageMetadata]]]) -> bytes:
+        """The batch of chunk entry ``e``, cached: a :data:`_GAP` for a chunk before the
+        last (kept in ``pending``, by uuid, for the last chunk read after it in the same
+        read); for the last chunk, the whole message as one record (offset ``e.index``).
+        Its earlier chunks come from ``pending``, else from storage, looking back from
+        ``e`` over at most its chunk count plus :data:`CHUNK_LOOKBACK` entries. A message
+        whose chunks are not all found there (trimmed by retention, deleted by
+        DeleteRecords, or too far back) is skipped: a gap, never a partial value."""
+        md = _mapping.chunk_metadata(e.data)
+        assert md is not None
+        key = self.cache_key(e.position)
+        count = md.num_chunks_from_msg
+        if md.chunk_id != count - 1:
+            pending.setdefault(md.uuid, []).append((e, md))
+            got = _GAP.pack(e.index + 1)
+        else:
+            earlier = _chunks_of(pending.pop(md.uuid, []), count)
+            if earlier is None:
+                earlier = await self._earlier_chunks(e, md)
+            if earlier is None:
+                log.warning("%s: offset %d is the last chunk of message %s, whose earlier "
+                            "chunks are gone or too far back: skipped", self.key, e.index, md.uuid)
+                got = _GAP.pack(e.index + 1)
+            else:
+                got = self.served(_mapping.batch_from_chunks(
+                    [c.data for c in earlier] + [e.data], index=e.index, publish_time=e.publish_time),
+                    e.publish_time) or _GAP.pack(e.index + 1)
+        self.owner.cache.put(key, got)
+        return got
+
+    async def _earlier_chunks(self, last: Entry, md: MessageMetadata) -> list[Entry] | None:
+        """The chunks before ``last`` (the last chunk of the message ``md`` says) read
+        back from storage, in chunk order; None when they are not all found."""
+        ml = self.topic.ml
+        count = md.num_chunks_from_msg
+        floor = max(self.log_start_offset(), last.index - (count - 1) - CHUNK_LOOKBACK)
+        found: list[tuple[Entry, MessageMetadata]] = []
+        hi = last.index  # the entries with indexes below hi are still to look at
+        want = count - 1  # most of the time the chunks are the entries right before
+        while hi > floor:
+            lo = max(floor, hi - want)
+            pos = await ml.find_by_index(lo)
+            entries = await ml.read_entries(pos, hi - lo) if pos is not None else []
+            window: list[tuple[Entry, MessageMetadata]] = []
+            for c in entries:
+                if c.position >= last.position or c.index >= hi:
+                    break
+                cmd = _mapping.chunk_metadata(c.data)
+                if cmd is not None and cmd.uuid == md.uuid and cmd.num_chunks_from_msg == count:
+                    window.append((c, cmd))
+            found[:0] = window
+            # The latest chunk 0 before the last chunk starts the message: once it is
+            # read, so is everything after it.
+            if any(cmd.chunk_id == 0 for _, cmd in window) or not entries:
+                break
+            hi = min(lo, entries[0].index - entries[0].num_messages + 1)
+            want = CHUNK_READ
+        return _chunks_of(found, count)
 
 
 class KafkaTopics:
