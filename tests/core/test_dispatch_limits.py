@@ -20,8 +20,8 @@ class _Topic:
     def limit(self, policy: str, config_key: str, default: int = 0) -> int:
         return 0
 
-    def dispatch_allowance(self) -> tuple[int | None, float]:
-        return None, float("inf")
+    def dispatch_allowance(self) -> tuple[int | None, int | None, float]:
+        return None, None, float("inf")
 
     def rate_policy(self, *keys: str) -> None:
         return None

@@ -236,6 +236,7 @@ class _ReaderSub:
 
     def __init__(self, name: str) -> None:
         self.name, self.durable, self.consumers, self.closed = name, False, [], False
+        self.msg_out = self.bytes_out = 0
 
     def remove_consumer(self, consumer: object) -> None:
         self.consumers.remove(consumer)
@@ -293,6 +294,7 @@ class _DurableSub:
         self.name, self.durable, self.last_active = name, True, last_active
         self.replicated = False
         self.consumers = [object()] * consumers
+        self.msg_out = self.bytes_out = 0
         self.closed = False
 
     def close(self) -> None:

@@ -568,7 +568,10 @@ def test_kafka_python_delete_group_offsets(boot: str, unique: str) -> None:
     read, other = f"odel-{unique}", f"odel-other-{unique}"
     admin.create_topics({read: {"num_partitions": 1}, other: {"num_partitions": 1}})
     group = f"odel-g-{unique}"
-    c = KafkaConsumer(read, bootstrap_servers=boot, group_id=group, enable_auto_commit=False)
+    # metadata_max_age_ms: a first metadata answer that missed the new topic is refreshed
+    # soon, rather than after kafka-python's default five minutes
+    c = KafkaConsumer(read, bootstrap_servers=boot, group_id=group, enable_auto_commit=False,
+                      metadata_max_age_ms=500)
     wait_for(lambda: bool(c.poll(timeout_ms=100) or c.assignment()))
     tp, otp = KTopicPartition(read, 0), KTopicPartition(other, 0)
     c.commit({tp: OffsetAndMetadata(5, "", -1), otp: OffsetAndMetadata(3, "", -1)})
