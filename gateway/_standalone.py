@@ -50,9 +50,13 @@ def _standalone_config(cfg: Config, bookies: int) -> RuntimeConfig:
     """What the broker reads: ``cfg``, with a one-bookie standalone's quorums at 1/1/1,
     and the dynamic keys' runtime values once attached to the metadata store."""
     if bookies == 1:
-        return RuntimeConfig(cfg, {"managedLedgerDefaultEnsembleSize": 1,
-                                   "managedLedgerDefaultWriteQuorum": 1,
-                                   "managedLedgerDefaultAckQuorum": 1})
+        quorums = ("managedLedgerDefaultEnsembleSize", "managedLedgerDefaultWriteQuorum",
+                   "managedLedgerDefaultAckQuorum")
+        asked = {key: cfg.get(key) for key in quorums if int(cfg.get(key)) != 1}
+        if asked:
+            log.warning("one bookie: ledgers are written to it alone, not as %s say; run more "
+                        "with --bookies N", ", ".join(f"{k}={v}" for k, v in asked.items()))
+        return RuntimeConfig(cfg, dict.fromkeys(quorums, 1))
     return RuntimeConfig(cfg)
 
 

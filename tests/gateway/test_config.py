@@ -232,6 +232,10 @@ def test_bad_integer_message_names_key_value_and_form():
          "'4095' is out of range (expected an integer 4096-16778240)"),
         ("nettyMaxFrameSizeBytes", "16778241", "is out of range"),
         ("nettyMaxFrameSizeBytes", "5MB", "is not an integer"),
+        # a check every 0 minutes would run without pause
+        ("messageExpiryCheckIntervalInMinutes", "0", "is out of range"),
+        ("backlogQuotaCheckIntervalInSeconds", "0", "is out of range"),
+        ("max.request.partition.size.limit", "lots", "is not an integer"),
     ],
 )
 def test_bad_values_are_rejected_with_the_expected_form(key, value, fragment):
@@ -405,3 +409,18 @@ def test_config_repr_names_the_set_keys():
     cfg = load_config(None, {"clusterName": "c"}, environ={})
     assert "clusterName" in repr(cfg)
     assert isinstance(cfg, Config)
+
+
+def test_a_one_bookie_standalone_says_when_it_overrides_the_quorums(caplog):
+    from gateway._standalone import _standalone_config
+
+    cfg = load_config(None, {"managedLedgerDefaultEnsembleSize": "3", "managedLedgerDefaultWriteQuorum": "2"},
+                      environ={})
+    with caplog.at_level(logging.WARNING):
+        runtime = _standalone_config(cfg, 1)
+    assert (runtime.get("managedLedgerDefaultEnsembleSize"), runtime.get("managedLedgerDefaultWriteQuorum")) == (1, 1)
+    assert "managedLedgerDefaultEnsembleSize=3, managedLedgerDefaultWriteQuorum=2" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        _standalone_config(load_config(None, environ={}), 1)
+    assert caplog.text == ""
