@@ -1033,7 +1033,8 @@ class PersistentTopic:
                 assert self._nursery is not None
                 self._nursery.start_soon(sub.run)
         sub.add_consumer(consumer, sub_type)
-        if replicated and sub.durable and not sub.replicated:
+        if replicated and sub.durable and not sub.replicated \
+                and self.broker.config.get("enableReplicatedSubscriptions", True):
             sub.replicated = True
             self._save_replicated()
         return sub

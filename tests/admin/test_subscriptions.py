@@ -219,15 +219,19 @@ def test_a_subscription_a_consumer_asks_to_replicate_is_replicated(admin: AdminC
 
 
 def test_replicated_subscriptions_turned_off_mark_nothing(tmp_path: Path) -> None:
-    with Standalone(tmp_path, conf={"enableReplicatedSubscriptions": False}) as server:
-        admin = AdminClient(server.addresses["web"][0], timeout=30)
-        client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=10)
-        try:
-            client.subscribe("geo-off", "geo", replicate_subscription_state_enabled=True)
-            stats = admin.get("/admin/v2/persistent/public/default/geo-off/stats")
-            assert stats["subscriptions"]["geo"]["isReplicated"] is False
-        finally:
-            client.close()
+    """With the key off, a consumer's request to replicate is not kept: turning the key on
+    later does not make the subscription replicated."""
+    for enabled in (False, True):
+        with Standalone(tmp_path, conf={"enableReplicatedSubscriptions": enabled}) as server:
+            admin = AdminClient(server.addresses["web"][0], timeout=30)
+            client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=10)
+            try:
+                if not enabled:
+                    client.subscribe("geo-off", "geo", replicate_subscription_state_enabled=True).close()
+                stats = admin.get("/admin/v2/persistent/public/default/geo-off/stats")
+                assert stats["subscriptions"]["geo"]["isReplicated"] is False
+            finally:
+                client.close()
 
 
 def test_skip_expire_peek_and_last_message_id_are_refused_on_a_non_persistent_topic(
