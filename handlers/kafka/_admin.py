@@ -17,8 +17,8 @@ import re
 from typing import TYPE_CHECKING
 
 from core.autorecovery import bookies
-from core.broker import TopicNotFoundError
-from core.naming import InvalidNameError
+from core.broker import PartitionCountError, TopicNotFoundError, TopicQuotaError
+from core.naming import InvalidNameError, TopicName
 from handlers.kafka import _access
 from handlers.kafka._access import allowed
 from handlers.kafka._codec import Data, RequestReceived, api_versions_table, topic_uuid
@@ -291,6 +291,10 @@ async def handle_create_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
             res.error_code = exc.code
             res.error_message = str(exc)
             continue
+        refused = _limits_refusal(h, name, n, n)
+        if refused is not None:
+            res.error_code, res.error_message = refused
+            continue
         if not b.validate_only:
             try:
                 h.topics.create(name, n)
@@ -394,6 +398,19 @@ async def handle_delete_topics(h: KafkaProtocolHandler, req: RequestReceived) ->
     return Data(throttle_time_ms=0, responses=out)
 
 
+def _limits_refusal(h: KafkaProtocolHandler, name: TopicName, partitions: int,
+                    new_topics: int) -> tuple[int, str] | None:
+    """The error a topic of ``partitions`` (``new_topics`` of them new) gets from the
+    broker's limits on partitions per topic and topics per namespace, or None."""
+    try:
+        h.topics.check_limits(name, partitions, new_topics)
+    except PartitionCountError as exc:
+        return ErrorCode.INVALID_PARTITIONS, str(exc)
+    except TopicQuotaError as exc:
+        return ErrorCode.POLICY_VIOLATION, str(exc)
+    return None
+
+
 async def handle_create_partitions(h: KafkaProtocolHandler, req: RequestReceived) -> Data:
     b = req.body
     out = []
@@ -438,6 +455,10 @@ async def handle_create_partitions(h: KafkaProtocolHandler, req: RequestReceived
                 res.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
                 res.error_message = refused
                 continue
+        over = _limits_refusal(h, name, t.count, t.count - current)
+        if over is not None:
+            res.error_code, res.error_message = over
+            continue
         if not b.validate_only:
             h.broker.policies.update_partitions(name, t.count)  # the topic's properties stay
     return Data(throttle_time_ms=0, results=out)

@@ -430,11 +430,19 @@ class KafkaTopics:
         consumer groups hold no subscription, so without it nothing past the current
         ledger would be kept for them. A new topic has no partition loaded yet, so the
         policy applies from their first opening."""
+        self.check_limits(name, partitions, partitions)
         self.broker.policies.create_partitioned(name, partitions)
         if self.retention_ms is not None:
             ms = str(self.retention_ms)
             self.broker.policies.update_topic_policies(
                 name, lambda p: _configs.apply(p, [("retention.ms", ms)]))
+
+    def check_limits(self, name: TopicName, partitions: int, new_topics: int) -> None:
+        """Refuse, as the broker refuses Pulsar's clients and admin API, ``partitions`` past
+        ``maxNumPartitionsPerPartitionedTopic`` (PartitionCountError), and ``new_topics``
+        more partitions past the namespace's topic quota (TopicQuotaError)."""
+        self.broker.check_partition_count(partitions)
+        self.broker.check_topic_quota(name, self.broker.namespace_policies(name.namespace_name), new_topics)
 
     async def ensure(self, kafka_name: str, *, create: bool) -> tuple[TopicName, int]:
         """(topic name, partition count); creates the topic when allowed and asked to."""

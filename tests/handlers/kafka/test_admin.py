@@ -18,7 +18,9 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from handlers.kafka._codec import Data
 from handlers.kafka._errors import ErrorCode
-from tests.handlers.kafka._wire import Wire
+from tests._standalone import Standalone
+from tests.handlers.kafka._wire import Wire, bootstrap
+from tests.handlers.kafka.conftest import KAFKA_CONF
 from tests.handlers.kafka.test_clients import DEADLINE
 
 
@@ -160,6 +162,31 @@ def test_a_topic_named_like_a_partition_is_refused_and_the_topic_it_names_stays_
     code, message = create(f"{base}-partition-0")
     assert code == ErrorCode.INVALID_TOPIC_EXCEPTION and "partition of topic" in message
     assert create(base)[0] == 0
+
+
+def test_the_brokers_partition_and_topic_limits_hold_for_kafka_clients(tmp_path) -> None:
+    """maxNumPartitionsPerPartitionedTopic and maxTopicsPerNamespace bound what Kafka's
+    CreateTopics, CreatePartitions and auto-creation make, as they bound Pulsar's clients
+    and the admin API: INVALID_PARTITIONS and POLICY_VIOLATION, in Kafka's terms."""
+    conf = {**KAFKA_CONF, "maxNumPartitionsPerPartitionedTopic": 4, "maxTopicsPerNamespace": 3}
+    with Standalone(tmp_path, conf=conf) as s, Wire(bootstrap(s.addresses)) as w:
+        def create(name: str, partitions: int) -> tuple[int, str]:
+            topic = Data(name=name, num_partitions=partitions, replication_factor=-1, assignments=[],
+                         configs=[])
+            res = w.call(19, 7, Data(topics=[topic], timeout_ms=1000, validate_only=False)).topics[0]
+            return res.error_code, res.error_message
+
+        def grow(name: str, count: int) -> tuple[int, str]:
+            res = w.call(37, 3, Data(topics=[Data(name=name, count=count, assignments=None)],
+                                     timeout_ms=1000, validate_only=False)).results[0]
+            return res.error_code, res.error_message
+
+        assert create("wide", 5) == (ErrorCode.INVALID_PARTITIONS,
+                                     "Number of partitions should be less than or equal to 4")
+        assert create("three", 3)[0] == 0
+        assert grow("three", 5)[0] == ErrorCode.INVALID_PARTITIONS
+        # each partition counts as a topic: four at once pass the three allowed
+        assert create("four", 4) == (ErrorCode.POLICY_VIOLATION, "Exceed maximum number of topics in namespace.")
 
 
 def test_create_topics_names_every_config_without_a_value(boot: str, unique: str) -> None:
