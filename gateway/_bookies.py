@@ -77,6 +77,7 @@ def start_bookie(cfg: Any, data_dir: str, port: int, ledger_dirs: list[str] | No
         journal_max_backups=int(cfg.get("journalMaxBackups")),
         ledger_dirs=list(ledger_dirs or []),
         max_frame_size=int(cfg.get("nettyMaxFrameSizeBytes")),
+        advertised_host=str(cfg.get("advertisedAddress") or ""),
     )
     with open(port_file, "w") as f:
         f.write(bookie.address.rsplit(":", 1)[1])

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import urllib.request
+from pathlib import Path
+
+import pulsar
 
 from gateway._admin_cli import AdminClient
 from tests._standalone import Standalone
@@ -125,3 +128,21 @@ def test_broker_version_leader_and_racks(admin: AdminClient, server: Standalone)
     owned = admin.get(f"/admin/v2/brokers/standalone/{server.addresses['web'][0].removeprefix('http://')}"
                       "/ownedNamespaces")
     assert "public/default/0x00000000_0xffffffff" in owned
+
+
+def test_a_bookie_registers_under_the_advertised_address(tmp_path: Path) -> None:
+    """advertisedAddress names the bookie too, as BookKeeper's does: it registers as
+    host:port under that host, ledgers name it so, and the broker writes through it."""
+    with Standalone(tmp_path, conf={"advertisedAddress": "localhost"}) as server:
+        admin = AdminClient(server.addresses["web"][0], timeout=30)
+        [bookie] = admin.get("/admin/v2/bookies/state")["readWrite"]
+        assert bookie.startswith("localhost:")
+        client = pulsar.Client(server.pulsar_url, operation_timeout_seconds=10)
+        try:
+            producer = client.create_producer("advertised", batching_enabled=False)
+            producer.send(b"stored")
+            stats = admin.get("/admin/v2/persistent/public/default/advertised/internalStats",
+                              metadata="true")
+            assert bookie in stats["ledgers"][-1]["metadata"]  # its ensemble names it so
+        finally:
+            client.close()

@@ -25,6 +25,16 @@ fn resolve(host: &str, port: u16) -> PyResult<SocketAddr> {
         .ok_or_else(|| BookieError::new_err(format!("no address for {host}:{port}")))
 }
 
+/// The address a bookie bound to `bound` registers under (and ledger ensembles name it by):
+/// `advertised_host` with the bound port when given (advertisedAddress), else `bound`.
+fn advertised(advertised_host: &str, bound: SocketAddr) -> String {
+    match advertised_host {
+        "" => bound.to_string(),
+        host if host.contains(':') => format!("[{host}]:{}", bound.port()),
+        host => format!("{host}:{}", bound.port()),
+    }
+}
+
 #[pymethods]
 impl PyBookieServer {
     #[new]
@@ -33,7 +43,7 @@ impl PyBookieServer {
                         journal_flush_when_queue_empty=true, journal_pre_alloc_size_mb=16,
                         flush_entry_log_bytes=67108864, flush_interval_ms=60000,
                         journal_max_backups=0, ledger_dirs=Vec::new(),
-                        max_frame_size=magnetar_bookie::proto::MAX_FRAME_SIZE))]
+                        max_frame_size=magnetar_bookie::proto::MAX_FRAME_SIZE, advertised_host=""))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -51,6 +61,7 @@ impl PyBookieServer {
         journal_max_backups: u64,
         ledger_dirs: Vec<PathBuf>,
         max_frame_size: usize,
+        advertised_host: &str,
     ) -> PyResult<Self> {
         let bind = resolve(host, port)?;
         let max_frame_size = FrameLimit::new(max_frame_size).map_err(|e| PyValueError::new_err(e.to_string()))?;
@@ -75,11 +86,12 @@ impl PyBookieServer {
         let server = py
             .detach(|| runtime().block_on(Server::start(config)))
             .map_err(|e| BookieError::new_err(e.to_string()))?;
-        let address = server.local_addr().to_string();
+        let address = advertised(advertised_host, server.local_addr());
         Ok(Self { server: Some(server), address })
     }
 
-    /// `host:port` the bookie serves on (as registered in the metadata store).
+    /// `host:port` the bookie is known by (as registered in the metadata store): where it
+    /// serves, or its advertised host with the port it serves on.
     #[getter]
     fn address(&self) -> String {
         self.address.clone()
