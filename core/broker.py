@@ -254,9 +254,19 @@ class BrokerService:
             limit = self.config.get("maxTopicsPerNamespace", 0)
         if not limit or limit <= 0:
             return
-        existing = len(self.metadata.children(f"/managed-ledgers/{ns}/persistent"))
-        if existing + new_topics > limit:
+        if self._persistent_topic_count(ns) + new_topics > limit:
             raise TopicQuotaError("Exceed maximum number of topics in namespace.")
+
+    def _persistent_topic_count(self, ns: NamespaceName) -> int:
+        """The namespace's persistent topics as the topic quota counts them: each stored
+        topic, and each partition of its partitioned topics, stored yet or not (a
+        partition is stored when first opened; Pulsar creates them with the topic)."""
+        names = set(self.metadata.children(f"/managed-ledgers/{ns}/persistent"))
+        for full in self.policies.partitioned_topics(ns):
+            topic = TopicName.parse(full)
+            names.update(topic.partition(i).storage_name.rpartition("/")[2]
+                         for i in range(self.policies.partitions(topic)))
+        return len(names)
 
     def _ml_exists(self, name: TopicName) -> bool:
         if not name.persistent:

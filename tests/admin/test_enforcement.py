@@ -237,6 +237,19 @@ def test_max_topics_per_namespace(admin: AdminClient, ns: str, client: pulsar.Cl
     client.create_producer(f"persistent://{ns}/four").close()
 
 
+def test_the_topic_quota_counts_partitions_not_opened_yet(admin: AdminClient, ns: str,
+                                                         client: pulsar.Client) -> None:
+    """A partitioned topic's partitions count against maxTopicsPerNamespace from its
+    creation, as Pulsar creates them with it, not only once each is first used."""
+    admin.post(f"/admin/v2/namespaces/{ns}/maxTopicsPerNamespace", 3)
+    admin.put(f"/admin/v2/persistent/{ns}/parts/partitions", 2)
+    admin.put(f"/admin/v2/persistent/{ns}/one")
+    assert status_of(admin.put, f"/admin/v2/persistent/{ns}/two")[0] == 412
+    with pytest.raises(pulsar.NotAllowedError):
+        client.create_producer(f"persistent://{ns}/two")
+    client.create_producer(f"persistent://{ns}/parts").close()  # its partitions were counted
+
+
 def test_deduplication_enabled_by_rest(admin: AdminClient, ns: str, client: pulsar.Client) -> None:
     topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
     admin.put(path)
