@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,17 +15,12 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests._ports import free_port
 from tests.core._storage_env import ml_config, storage_env
 
 pytestmark = pytest.mark.slow
 
 WAIT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Proc:

@@ -8,14 +8,11 @@ import struct
 from typing import Any
 
 from handlers.kafka._codec import Data, decode_response, encode_request
+from tests._ports import free_port
+
+__all__ = ["Wire", "bootstrap", "free_port"]
 
 TIMEOUT = 15.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def bootstrap(addresses: dict[str, list[str]]) -> str:
