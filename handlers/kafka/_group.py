@@ -106,6 +106,8 @@ class Member:
     join_response: Data | None = None
     sync_done: trio.Event | None = None
     sync_error: int = 0
+    # while it waits in SyncGroup for the leader's assignment: until when it may wait
+    sync_deadline: float = 0.0
 
     def metadata_for(self, protocol: str | None) -> bytes:
         for name, meta in self.protocols:
@@ -187,8 +189,15 @@ class GroupCoordinator:
             self._complete_join(g)
             return
         for m in list(g.members.values()):
-            if not m.joining and m.deadline and now >= m.deadline:
-                log.info("kafka group %s: member %s session expired", g.group_id, m.member_id)
+            if m.joining:
+                continue
+            # A member waiting in SyncGroup is alive, as Kafka counts it: it may wait for the
+            # leader's assignment up to its rebalance timeout, past its session timeout.
+            deadline = m.sync_deadline if m.sync_done is not None else m.deadline
+            if deadline and now >= deadline:
+                log.info("kafka group %s: member %s %s", g.group_id, m.member_id,
+                         "waited for its assignment past its rebalance timeout"
+                         if m.sync_done is not None else "session expired")
                 self._remove(g, m)
 
     # -- expiry of offsets ----------------------------------------------------------------------
@@ -476,6 +485,7 @@ class GroupCoordinator:
             else:
                 m.sync_done = trio.Event()
                 m.sync_error = 0
+                m.sync_deadline = trio.current_time() + max(m.rebalance_timeout, m.session_timeout)
                 await m.sync_done.wait()
                 m.sync_done = None
                 if m.sync_error:

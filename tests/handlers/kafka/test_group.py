@@ -102,6 +102,60 @@ async def test_two_members_join_sync_and_a_silent_one_expires(
         nursery.cancel_scope.cancel()
 
 
+async def test_a_member_waiting_for_its_assignment_outlives_its_session_timeout(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A follower waiting in SyncGroup is alive, as Kafka counts it: a leader whose assignor
+    takes longer than the follower's session timeout (but less than its rebalance timeout)
+    still settles the group; past the rebalance timeout the follower is dropped."""
+    gc = _coordinator()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(gc.run)
+        a = (await gc.join(_join(session_ms=6_000, rebalance_ms=30_000))).member_id
+        await gc.sync(_sync(a, 1, [Data(member_id=a, assignment=b"all")]))
+        joined: dict[str, Data] = {}
+
+        async def join_b() -> None:
+            joined["b"] = await gc.join(_join(session_ms=6_000, rebalance_ms=30_000))
+
+        nursery.start_soon(join_b)
+        await trio.sleep(0.5)
+        await gc.join(_join(a, session_ms=6_000, rebalance_ms=30_000))
+        await trio.sleep(0.1)
+        b = joined["b"].member_id
+        got: dict[str, Data] = {}
+
+        async def sync_b() -> None:
+            got["b"] = await gc.sync(_sync(b, 2))
+
+        nursery.start_soon(sync_b)
+        for _ in range(9):  # the leader's assignor takes 9 s, the leader heartbeating
+            await trio.sleep(1)
+            assert gc.heartbeat(_hb(a, 2)).error_code == 0
+        led = await gc.sync(_sync(a, 2, [Data(member_id=a, assignment=b"p0"),
+                                         Data(member_id=b, assignment=b"p1")]))
+        await trio.sleep(0.1)
+        assert (led.error_code, got["b"].error_code, got["b"].assignment) == (0, 0, b"p1")
+
+        # a follower whose leader never answers is dropped at its rebalance timeout
+        nursery.start_soon(join_b)
+        await trio.sleep(0.5)
+        await gc.join(_join(a, session_ms=6_000, rebalance_ms=30_000))
+        await trio.sleep(0.1)
+        c = joined["b"].member_id
+
+        async def leader_heartbeats() -> None:
+            while True:
+                await trio.sleep(1)
+                gc.heartbeat(_hb(a, 3))
+
+        nursery.start_soon(leader_heartbeats)
+        waited = trio.current_time()
+        stuck = await gc.sync(_sync(c, 3))
+        assert stuck.error_code != 0 and trio.current_time() - waited >= 30
+        assert c not in gc.groups["g"].members
+        nursery.cancel_scope.cancel()
+
+
 async def test_member_that_does_not_rejoin_is_dropped_at_the_rebalance_timeout(
         autojump_clock: trio.testing.MockClock) -> None:
     gc = _coordinator()
