@@ -542,6 +542,9 @@ _KEY_LIST: tuple[Key, ...] = (
     # --- messages and connections
     _int("maxMessageSize", 5242880, "Largest message (batch) payload accepted, in bytes.", 1024),
     _int("keepAliveIntervalSeconds", 30, "Interval of protocol-level keep-alive pings.", 0),
+    _int("brokerShutdownTimeoutMs", 60000,
+         "How long a shutdown (SIGINT, SIGTERM) may take before the process exits anyway: a "
+         "client that stopped reading the answer being written to it cannot hold it up.", 1),
     _int("maxPendingPublishRequestsPerConnection", 1000,
          "Publishes of one Pulsar connection awaiting their receipt before the broker reads "
          "nothing more from it (until half are answered); 0 for no limit.", 0),

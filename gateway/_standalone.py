@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import signal
+import threading
 import time
 from typing import Any
 
@@ -27,7 +28,7 @@ from gateway._bookies import (
     start_bookie,
     start_garbage_collector,
 )
-from gateway._config import Config
+from gateway._config import Config, ConfigError
 from gateway._plugins import load_protocol
 from gateway._process import settle_garbage_collector
 from gateway._runtime_config import RuntimeConfig
@@ -42,7 +43,10 @@ def run(cfg: Config, args: argparse.Namespace) -> int:
     data = str(cfg.get("dataDirectory"))
     if getattr(args, "wipe_data", False) and os.path.isdir(data):
         shutil.rmtree(data)
-    os.makedirs(data, exist_ok=True)
+    try:
+        os.makedirs(data, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"dataDirectory {data!r}: {exc.strerror or exc}") from None
     return trio.run(_main, cfg, n, started)
 
 
@@ -109,5 +113,21 @@ async def _main(cfg: Config, bookies: int, started: float) -> int:
             async for sig in signals:
                 log.info("received %s: shutting down", signal.Signals(sig).name)
                 break
+        _exit_if_shutdown_takes(float(cfg.get("brokerShutdownTimeoutMs")) / 1000.0)
         nursery.cancel_scope.cancel()
     return 0
+
+
+def _exit_if_shutdown_takes(seconds: float) -> None:
+    """End the process once ``seconds`` pass, as Pulsar's brokerShutdownTimeoutMs does, in
+    case the shutdown under way hangs (a client that does not read what is being written
+    to it holds its write forever). What was acknowledged is on the journal's disk by then."""
+    def give_up() -> None:
+        log.error("shutdown did not finish within brokerShutdownTimeoutMs (%.0f ms): exiting",
+                  seconds * 1000)
+        logging.shutdown()
+        os._exit(1)
+
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
