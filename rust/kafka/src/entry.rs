@@ -333,28 +333,11 @@ fn batch_entry(views: &[RecordView<'_>], use_time: bool, fields: &EntryFields<'_
 mod tests {
     use super::*;
     use crate::batch_from_entry;
+    use crate::wire::record_headers;
     use magnetar_format::parse_entry;
 
     type Header<'a> = (&'a [u8], Option<&'a [u8]>);
     type OwnedHeaders = Vec<(Vec<u8>, Option<Vec<u8>>)>;
-
-    /// Headers as a record holds them: zigzag varint lengths, -1 for a null value.
-    fn header_bytes(headers: &[Header<'_>]) -> Vec<u8> {
-        let mut out = Vec::new();
-        let varint = |out: &mut Vec<u8>, v: i64| put_uvarint(out, ((v << 1) ^ (v >> 63)) as u64);
-        for (name, value) in headers {
-            varint(&mut out, name.len() as i64);
-            out.extend_from_slice(name);
-            match value {
-                None => varint(&mut out, -1),
-                Some(v) => {
-                    varint(&mut out, v.len() as i64);
-                    out.extend_from_slice(v);
-                }
-            }
-        }
-        out
-    }
 
     fn view<'a>(raw: &'a [u8], count: usize) -> RecordView<'a> {
         RecordView {
@@ -437,7 +420,7 @@ mod tests {
 
     #[test]
     fn headers_that_are_not_text_are_marked_and_duplicates_kept() {
-        let raw = header_bytes(&MIXED);
+        let raw = record_headers(&MIXED);
         let want = pairs(&[
             ("bin", "//4AAQ=="),
             ("null", ""),
@@ -448,7 +431,7 @@ mod tests {
         ]);
         let plain = plain_entry(&view(&raw, MIXED.len()), true, &FIELDS);
         assert_eq!(properties(&plain), vec![want.clone()]);
-        let text = header_bytes(&[(b"a", Some(b"x"))]);
+        let text = record_headers(&[(b"a", Some(b"x"))]);
         let views = [view(&raw, MIXED.len()), view(&text, 1)];
         let batch = batch_entry(&views, true, &FIELDS);
         assert_eq!(properties(&batch), vec![want, pairs(&[("a", "x")])]);
@@ -457,14 +440,14 @@ mod tests {
     #[test]
     fn text_headers_carry_no_marker_unless_the_last_is_named_like_it() {
         let text: [Header<'_>; 3] = [(b"a", Some(b"1")), (b"a", Some(b"2")), (b"e", Some(b""))];
-        let raw = header_bytes(&text);
+        let raw = record_headers(&text);
         let plain = plain_entry(&view(&raw, 3), true, &FIELDS);
         assert_eq!(
             properties(&plain),
             vec![pairs(&[("a", "1"), ("a", "2"), ("e", "")])]
         );
         let named: [Header<'_>; 1] = [(HEADER_KINDS, Some(b""))];
-        let raw = header_bytes(&named);
+        let raw = record_headers(&named);
         let plain = plain_entry(&view(&raw, 1), true, &FIELDS);
         assert_eq!(
             properties(&plain),
@@ -478,10 +461,10 @@ mod tests {
 
     #[test]
     fn headers_read_back_exactly_from_plain_and_batch_entries() {
-        let raw = header_bytes(&MIXED);
+        let raw = record_headers(&MIXED);
         let plain = plain_entry(&view(&raw, MIXED.len()), true, &FIELDS);
         assert_eq!(fetched_headers(&plain, 1), vec![owned(&MIXED)]);
-        let none = header_bytes(&[]);
+        let none = record_headers(&[]);
         let views = [view(&none, 0), view(&raw, MIXED.len())];
         let batch = batch_entry(&views, true, &FIELDS);
         assert_eq!(fetched_headers(&batch, 2), vec![vec![], owned(&MIXED)]);

@@ -16,7 +16,7 @@ use magnetar_format::proto::Property;
 use magnetar_format::{parse_entry, Message};
 
 use crate::entry::HEADER_KINDS;
-use crate::wire::decode_base64;
+use crate::wire::{decode_base64, put_blob, put_varint};
 use crate::BatchError;
 
 fn not_converted(reason: impl std::fmt::Display) -> BatchError {
@@ -64,19 +64,6 @@ fn split_kinds<'p, 'a>(props: &'p [Property<'a>]) -> (&'p [Property<'a>], Option
     (props, None)
 }
 
-fn put_varint(out: &mut Vec<u8>, v: i64) {
-    crate::wire::put_uvarint(out, ((v << 1) ^ (v >> 63)) as u64);
-}
-
-fn put_blob(out: &mut Vec<u8>, b: Option<&[u8]>) {
-    match b {
-        None => put_varint(out, -1),
-        Some(b) => {
-            put_varint(out, b.len() as i64);
-            out.extend_from_slice(b);
-        }
-    }
-}
 
 fn encode(
     messages: &[Message<'_>],
@@ -179,7 +166,7 @@ fn encode(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{put_bytes_field, put_uvarint};
+    use crate::wire::{put_bytes_field, record_headers};
     use magnetar_format::entry::MAGIC_CRC32C;
 
     #[test]
@@ -228,19 +215,8 @@ mod tests {
 
     fn headers_bytes(headers: &[(&[u8], Option<&[u8]>)]) -> Vec<u8> {
         let mut out = Vec::new();
-        let varint = |out: &mut Vec<u8>, v: i64| put_uvarint(out, ((v << 1) ^ (v >> 63)) as u64);
-        varint(&mut out, headers.len() as i64);
-        for (k, v) in headers {
-            varint(&mut out, k.len() as i64);
-            out.extend_from_slice(k);
-            match v {
-                None => varint(&mut out, -1),
-                Some(v) => {
-                    varint(&mut out, v.len() as i64);
-                    out.extend_from_slice(v);
-                }
-            }
-        }
+        put_varint(&mut out, headers.len() as i64);
+        out.extend(record_headers(headers));
         out
     }
 

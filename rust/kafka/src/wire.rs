@@ -92,6 +92,33 @@ pub(crate) fn put_uvarint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// Append `v` as a Kafka record varint (zigzag).
+pub(crate) fn put_varint(out: &mut Vec<u8>, v: i64) {
+    put_uvarint(out, ((v << 1) ^ (v >> 63)) as u64);
+}
+
+/// Append a Kafka record's byte field: its varint length, -1 for null, then the bytes.
+pub(crate) fn put_blob(out: &mut Vec<u8>, b: Option<&[u8]>) {
+    match b {
+        None => put_varint(out, -1),
+        Some(b) => {
+            put_varint(out, b.len() as i64);
+            out.extend_from_slice(b);
+        }
+    }
+}
+
+/// Headers as a record holds them, each name and value a [`put_blob`] (no count before).
+#[cfg(test)]
+pub(crate) fn record_headers(headers: &[(&[u8], Option<&[u8]>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &(name, value) in headers {
+        put_blob(&mut out, Some(name));
+        put_blob(&mut out, value);
+    }
+    out
+}
+
 /// Append a length-delimited protobuf field: tag, length, bytes.
 pub(crate) fn put_bytes_field(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
     out.push(tag);
