@@ -284,21 +284,34 @@ def test_publish_rate_throttles_producers(admin: AdminClient, ns: str, client: p
     assert stats["msgInCounter"] == 15 and stats["publishRateLimitedTimes"] >= 2
 
 
+def _topic_with_subscriptions(admin: AdminClient, ns: str, *subscriptions: str) -> tuple[str, str]:
+    """A created topic ``t`` of ``ns`` with ``subscriptions``: its name and admin path."""
+    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
+    admin.put(path)
+    for name in subscriptions:
+        admin.put(f"{path}/subscription/{name}")
+    return topic, path
+
+
+def _seconds_to_receive(consumers: list[pulsar.Consumer], n: int) -> float:
+    """How long each of ``consumers`` in turn takes to receive and acknowledge ``n``."""
+    started = time.monotonic()
+    for consumer in consumers:
+        for _ in range(n):
+            consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+    return time.monotonic() - started
+
+
 @pytest.mark.parametrize("policy", ["dispatchRate", "subscriptionDispatchRate"])
 def test_dispatch_rate_throttles_consumers(admin: AdminClient, ns: str, client: pulsar.Client,
                                            policy: str) -> None:
     """The topic's dispatch rate, or each subscription's, at five messages a second."""
-    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
-    admin.put(path)
-    admin.put(f"{path}/subscription/s")
+    topic, _ = _topic_with_subscriptions(admin, ns, "s")
     _fill(client, topic, 15)
     admin.post(f"/admin/v2/namespaces/{ns}/{policy}",
                {"dispatchThrottlingRateInMsg": 5, "ratePeriodInSecond": 1})
     consumer = client.subscribe(topic, "s")
-    started = time.monotonic()
-    for _ in range(15):
-        consumer.acknowledge(consumer.receive(timeout_millis=10_000))
-    assert time.monotonic() - started >= 1.8
+    assert _seconds_to_receive([consumer], 15) >= 1.8
     consumer.close()
 
 
@@ -308,20 +321,13 @@ def test_a_dispatch_rate_in_bytes_alone_throttles_consumers(admin: AdminClient, 
                                                           client: pulsar.Client, policy: str) -> None:
     """A read takes no more entries than the bytes the window has left (at least one):
     about four 200-byte messages a second here."""
-    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
-    admin.put(path)
-    admin.put(f"{path}/subscription/s")
-    producer = client.create_producer(topic, batching_enabled=False)
-    for _ in range(15):
-        producer.send(b"b" * 200)
+    topic, _ = _topic_with_subscriptions(admin, ns, "s")
+    _fill(client, topic, 15, size=200)
     admin.post(f"/admin/v2/namespaces/{ns}/{policy}",
                {"dispatchThrottlingRateInMsg": -1, "dispatchThrottlingRateInByte": 1000,
                 "ratePeriodInSecond": 1})
     consumer = client.subscribe(topic, "s")
-    started = time.monotonic()
-    for _ in range(15):
-        consumer.acknowledge(consumer.receive(timeout_millis=10_000))
-    assert time.monotonic() - started >= 1.8
+    assert _seconds_to_receive([consumer], 15) >= 1.8
     consumer.close()
 
 
@@ -329,19 +335,12 @@ def test_a_topic_dispatch_rate_holds_for_all_its_subscriptions_together(
         admin: AdminClient, ns: str, client: pulsar.Client) -> None:
     """The topic's dispatch rate is one limit its subscriptions share: two of them draining
     fifteen messages each at ten a second in all take three windows, not two."""
-    topic, path = f"persistent://{ns}/t", f"/admin/v2/persistent/{ns}/t"
-    admin.put(path)
-    for name in ("a", "b"):
-        admin.put(f"{path}/subscription/{name}")
+    topic, _ = _topic_with_subscriptions(admin, ns, "a", "b")
     _fill(client, topic, 15)
     admin.post(f"/admin/v2/namespaces/{ns}/dispatchRate",
                {"dispatchThrottlingRateInMsg": 10, "ratePeriodInSecond": 1})
     consumers = [client.subscribe(topic, name) for name in ("a", "b")]
-    started = time.monotonic()
-    for consumer in consumers:
-        for _ in range(15):
-            consumer.acknowledge(consumer.receive(timeout_millis=10_000))
-    assert time.monotonic() - started >= 1.8
+    assert _seconds_to_receive(consumers, 15) >= 1.8
     for consumer in consumers:
         consumer.close()
 
