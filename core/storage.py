@@ -13,7 +13,7 @@ from core import _native
 from core._bridge import NativeBridge
 from core.format import EntryFormatError, MessageMetadata
 
-__all__ = ["entry_metadata", "Entry", "Position", "Storage", "ManagedLedger", "Cursor", "EARLIEST", "LATEST",
+__all__ = ["entry_metadata", "chunk_metadata", "Entry", "Position", "Storage", "ManagedLedger", "Cursor", "EARLIEST", "LATEST",
            "last_confirmed_entry"]
 
 EARLIEST = True
@@ -285,3 +285,14 @@ def entry_metadata(data: bytes) -> MessageMetadata:
     except Exception as exc:
         raise EntryFormatError(f"malformed message metadata: {exc}") from exc
     return md
+
+
+def chunk_metadata(data: bytes) -> MessageMetadata | None:
+    """The metadata of a stored entry that is one chunk of a message its producer split
+    (``num_chunks_from_msg`` > 1: its ``uuid`` names the message, ``chunk_id`` orders the
+    chunks); None for any other entry. Only the metadata is parsed."""
+    try:
+        md = entry_metadata(data)
+    except EntryFormatError:
+        return None
+    return md if md.num_chunks_from_msg > 1 else None

@@ -50,6 +50,7 @@ from core.storage import (
     Entry,
     ManagedLedger,
     Position,
+    chunk_metadata,
     entry_metadata,
     last_confirmed_entry,
 )
@@ -242,21 +243,10 @@ _TOPIC_METADATA_ROOTS = (TERMINATED_ROOT, COMPACTION_ROOT, REPLICATED_ROOT, TOPI
                          TOPIC_PROPERTIES_ROOT)
 
 
-def _is_chunk(entry: bytes) -> bool:
-    """Whether an entry is one chunk of a message split by its producer."""
-    try:
-        return entry_metadata(entry).num_chunks_from_msg > 1
-    except EntryFormatError:
-        return False
-
-
 def _chunk_before_last(entry: bytes) -> bool:
     """Whether an entry is a chunk of a large message other than its last."""
-    try:
-        md = entry_metadata(entry)
-    except EntryFormatError:
-        return False
-    return md.num_chunks_from_msg > 1 and md.chunk_id < md.num_chunks_from_msg - 1
+    md = chunk_metadata(entry)
+    return md is not None and md.chunk_id < md.num_chunks_from_msg - 1
 
 
 def _metadata_path(root: str, name: TopicName) -> str:
@@ -744,7 +734,7 @@ class PersistentTopic:
                 "(nettyMaxFrameSizeBytes)")))
             return
         limit = self.policies.get("max_message_size")
-        if limit and producer_name is not None and len(entry) > limit and not _is_chunk(entry):
+        if limit and producer_name is not None and len(entry) > limit and chunk_metadata(entry) is None:
             # Pulsar's PersistentTopic.publishMessage: the topic's maxMessageSize bounds
             # metadata and payload as a producer sent them; a chunk of a large message is
             # let through. A publish without a producer name is Kafka's, whose handler

@@ -48,7 +48,6 @@ from core.format import (
     NONE,
     ZLIB,
     ZSTD,
-    EntryFormatError,
     MessageMetadata,
     compress,
     decode_entry,
@@ -56,7 +55,7 @@ from core.format import (
     iter_batch,
 )
 from core.format import SNAPPY as P_SNAPPY
-from core.storage import entry_metadata
+from core.storage import chunk_metadata
 from handlers.kafka import _records as rb
 from handlers.kafka._errors import ErrorCode, RemoteProtocolError
 
@@ -283,17 +282,6 @@ def python_batch_from_entry(data: bytes, *, index: int, num_messages: int, publi
         return b""
     return rb.encode_batch(records, base_offset=base, compression=compression,
                            last_offset_delta=max(num_messages - 1, records[-1].offset_delta))
-
-
-def chunk_metadata(data: bytes) -> MessageMetadata | None:
-    """The metadata of a stored entry that is one chunk of a message its Pulsar producer
-    split (``num_chunks_from_msg`` > 1: its ``uuid`` names the message, ``chunk_id`` orders
-    the chunks); None for any other entry. Only the metadata is parsed."""
-    try:
-        md = entry_metadata(data)
-    except EntryFormatError:
-        return None
-    return md if md.num_chunks_from_msg > 1 else None
 
 
 _CHUNK_FIELDS = ("uuid", "chunk_id", "num_chunks_from_msg", "total_chunk_msg_size")
