@@ -261,14 +261,18 @@ def _key_of(text: str, b64: bool) -> bytes:
 
 
 def batch_from_entry(data: bytes, *, index: int, num_messages: int, publish_time: int,
-                     compression: int = rb.NONE) -> bytes:
+                     compression: int = rb.NONE, chunks: bool = False) -> bytes | None:
     """The record batch a fetch returns for the entry whose last message has ``index``.
     An uncompressed batch of an uncompressed entry comes from the native core (the same
-    bytes); the rest is built here."""
+    bytes); the rest is built here. With ``chunks``, None for an entry that is a chunk of
+    a chunked message, which only :func:`batch_from_chunks` puts together (looked for only
+    in an entry the native core refuses: it refuses chunks)."""
     if compression == rb.NONE:
         native = _native.kafka_batch_from_entry(data, index, num_messages, publish_time)
         if native is not None:
             return native
+    if chunks and chunk_metadata(data) is not None:
+        return None
     return python_batch_from_entry(data, index=index, num_messages=num_messages,
                                    publish_time=publish_time, compression=compression)
 
@@ -305,4 +309,6 @@ def batch_from_chunks(chunks: Sequence[bytes], *, index: int, publish_time: int)
         metadata.ClearField(name)
     entry = encode_entry(metadata, b"".join(payloads))
     del payloads
-    return batch_from_entry(entry, index=index, num_messages=1, publish_time=publish_time)
+    batch = batch_from_entry(entry, index=index, num_messages=1, publish_time=publish_time)
+    assert batch is not None  # a chunk's fields are cleared: the entry is a plain one
+    return batch

@@ -28,7 +28,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import _native
 from core.broker import BrokerService, TopicNotFoundError
 from core.format import MessageMetadata
 from core.naming import InvalidNameError, TopicName
@@ -298,13 +297,11 @@ class PartitionLog:
         cache = self.owner.cache
         got = cache.get(key)
         if got is None:
-            native = _native.kafka_batch_from_entry(e.data, e.index, e.num_messages, e.publish_time)
-            if native is None:
-                if _mapping.chunk_metadata(e.data) is not None:
-                    return None
-                native = _mapping.python_batch_from_entry(
-                    e.data, index=e.index, num_messages=e.num_messages, publish_time=e.publish_time)
-            got = self.served(native, e.publish_time)
+            batch = _mapping.batch_from_entry(e.data, index=e.index, num_messages=e.num_messages,
+                                              publish_time=e.publish_time, chunks=True)
+            if batch is None:
+                return None
+            got = self.served(batch, e.publish_time)
             cache.put(key, got)
         return got
 
