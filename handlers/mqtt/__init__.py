@@ -1,0 +1,1 @@
+"""MQTT 3.1.1 and 5.0 for Magnetar: the codec, and the protocol handler on the core."""
