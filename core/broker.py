@@ -138,6 +138,9 @@ class BrokerService:
         #: How many topics load at once (``maxConcurrentTopicLoadRequest``, a dynamic key:
         #: see :meth:`_topic_load_slots`).
         self.topic_load_limiter = trio.CapacityLimiter(self._topic_load_slots())
+        #: Called with each topic once it is loaded (a handler routing by pattern attaches
+        #: the subscriptions whose filters match a topic created after them).
+        self.topic_loaded: list[Callable[[PersistentTopic], None]] = []
 
     def claim_number(self, counter: str) -> int:
         """The next number (0 first) of the counter ``counter`` in the metadata store:
@@ -376,6 +379,8 @@ class BrokerService:
                     topic = NonPersistentTopic(self, name, pol)
                 await topic.start(self._nursery)
             self.topics[key] = topic
+            for listener in self.topic_loaded:
+                listener(topic)
             return topic
         finally:
             del self._opening[key]

@@ -503,7 +503,7 @@ _KEY_LIST: tuple[Key, ...] = (
          "closed (1001); 0 never closes it.", 0),
     # --- protocols and listeners
     Key("messagingProtocols", "list", ("pulsar", "kafka"),
-        "Protocol handlers to load: pulsar, kafka, or module:Class for your own.",
+        "Protocol handlers to load: pulsar, kafka, mqtt, or module:Class for your own.",
         "a comma-separated list of protocol names or module:Class"),
     Key("kafkaListeners", "list", ("PLAINTEXT://127.0.0.1:9092",),
         "Kafka listener URLs: PLAINTEXT://host:port, or SASL_PLAINTEXT://host:port (with "
@@ -515,6 +515,19 @@ _KEY_LIST: tuple[Key, ...] = (
         "a comma-separated list of scheme://host:port", _listeners),
     _str("kafkaTenant", "public", "Tenant that Kafka topics live in."),
     _str("kafkaNamespace", "default", "Namespace that Kafka topics live in."),
+    Key("mqttListeners", "list", ("mqtt://127.0.0.1:1883",),
+        "MQTT 3.1.1 and 5 listener URLs (with messagingProtocols including mqtt).",
+        "a comma-separated list of mqtt://host:port", _listeners),
+    _str("mqttTenant", "public", "Tenant that MQTT topics live in."),
+    _str("mqttNamespace", "default", "Namespace that MQTT topics live in."),
+    _int("mqttMaxPacketSize", 1048576,
+         "Largest MQTT packet a client may send, in bytes; a larger one ends its connection "
+         "(MQTT 5: DISCONNECT 0x95).", 16, 268435460),
+    _int("mqttReceiveMaximum", 1024,
+         "QoS 2 publishes an MQTT client may have unanswered at once (the CONNACK's receive "
+         "maximum); one more ends its connection (0x93).", 1, 65535),
+    _int("mqttTopicAliasMaximum", 10,
+         "Topic aliases an MQTT 5 client may set up (0: none).", 0, 65535),
     _int("max.request.partition.size.limit", 2000,
          "Most partitions one Kafka DescribeTopicPartitions answer lists (Kafka's default 2000).", 1),
     _int("max.incremental.fetch.session.cache.slots", 1000,

@@ -1,4 +1,4 @@
-"""Protocol plugins: the built-in two (Pulsar, Kafka) and a user's own.
+"""Protocol plugins: the built-in ones (Pulsar, Kafka, MQTT) and a user's own.
 
 A protocol handler is a class constructed as ``Handler(config, broker)`` with an
 ``async def serve(self, task_status)`` that opens its listeners, calls
@@ -19,6 +19,7 @@ __all__ = ["ProtocolHandler", "load_protocol", "BUILTIN_PROTOCOLS", "UnknownProt
 BUILTIN_PROTOCOLS = {
     "pulsar": "handlers.pulsar:PulsarProtocolHandler",
     "kafka": "handlers.kafka:KafkaProtocolHandler",
+    "mqtt": "handlers.mqtt:MQTTProtocolHandler",
 }
 
 

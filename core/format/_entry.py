@@ -72,6 +72,7 @@ __all__ = [
     "iter_batch",
     "key_fields",
     "messages_from_entry",
+    "indexed_messages",
     "strings_are_utf8",
     "verify_checksum",
 ]
@@ -590,9 +591,19 @@ def messages_from_entry(
     deliver-at time, and - when they have none of their own - a sequence id counted
     from the entry's.
     """
+    return [m for _, m in indexed_messages(buf, max_uncompressed_size=max_uncompressed_size)]
+
+
+def indexed_messages(
+    buf: bytes | bytearray | memoryview,
+    *,
+    max_uncompressed_size: int = DEFAULT_MAX_UNCOMPRESSED_SIZE,
+) -> list[tuple[int, Message]]:
+    """:func:`messages_from_entry`, each message with its index in the entry's batch (what
+    an acknowledgement of that one message names)."""
     metadata, payload = decode_entry(buf)
     singles = iter_batch(metadata, payload, max_uncompressed_size=max_uncompressed_size)
-    out: list[Message] = []
+    out: list[tuple[int, Message]] = []
     for index, single in enumerate(singles):
         meta = single.metadata
         if meta.compacted_out:
@@ -601,7 +612,7 @@ def messages_from_entry(
             sequence_id = meta.sequence_id
         else:
             sequence_id = metadata.sequence_id + index
-        out.append(
+        out.append((index,
             Message(
                 payload=single.payload,
                 key=meta.partition_key if meta.HasField("partition_key") else None,
@@ -617,7 +628,7 @@ def messages_from_entry(
                 null_value=meta.null_value,
                 key_b64_encoded=meta.partition_key_b64_encoded,
             )
-        )
+        ))
     return out
 
 def ack_set(indexes: set[int], size: int) -> list[int]:

@@ -1,0 +1,808 @@
+"""The MQTT protocol plugin: listens on ``mqttListeners`` and runs one :class:`MQTTSession`
+per connection; owns what outlives a connection (sessions by client id, retained
+messages, the filters of every session in one topic tree).
+
+Mapping: the MQTT topic ``a/b/c`` is the topic ``persistent://{mqttTenant}/{mqttNamespace}/a/b/c``
+(a name written as ``persistent://t/ns/x`` picks its own namespace). A session is a
+subscription named ``mqtt:{client id}`` on every topic its filters match, topics loaded
+later included: durable for a persistent session (the cursor queues what arrives while
+the client is away), non-durable for a clean one. MQTT 5 user properties are the
+message's properties; what MQTT alone needs (QoS, retain, content type, response topic,
+correlation data, expiry, the publisher) travels in properties named ``__mqtt_*``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+from urllib.parse import quote
+
+import trio
+
+from core.auth import AuthenticationError
+from core.format import Message, entry_from_messages, messages_from_entry
+from core.messaging import Received, Subscriber, publish
+from core.naming import TopicName
+from core.routing import TopicTree, mqtt_filter_error
+from core.subscription import SubType
+from core.topic import PersistentTopic
+from handlers._serve import open_listeners, run_session
+from handlers.mqtt._codec import (
+    NEED_DATA,
+    MQTTConnection,
+    ProtocolError,
+    RemoteProtocolError,
+    Role,
+    UnsupportedProtocolVersion,
+)
+from handlers.mqtt._packets import (
+    Connack,
+    Connect,
+    ConnectReturnCode,
+    Disconnect,
+    Pingreq,
+    Pingresp,
+    Properties,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    ReasonCode,
+    Suback,
+    Subscribe,
+    SubscribeOption,
+    Unsuback,
+    Unsubscribe,
+    Will,
+)
+
+__all__ = ["MQTTProtocolHandler"]
+
+log = logging.getLogger(__name__)
+
+P = "__mqtt_"  # prefix of the properties only MQTT reads
+SESSIONS = "/mqtt/sessions"
+RETAINED = "/mqtt/retained"
+OUT_BUFFER = 1 << 20
+
+
+@dataclass
+class SessionState:
+    """What a session keeps between connections (and, when persistent, in the metadata
+    store across restarts: its filters and the QoS 2 packet ids awaiting PUBREL)."""
+
+    client_id: str
+    persistent: bool
+    expiry: int = 0  # seconds after disconnect; 0xFFFFFFFF never
+    filters: dict[str, SubscribeOption] = field(default_factory=dict)
+    ids: dict[str, int] = field(default_factory=dict)  # filter -> subscription identifier
+    awaiting_rel: set[int] = field(default_factory=set)
+    tree: TopicTree[str] = field(default_factory=TopicTree.mqtt)
+    expiry_scope: trio.CancelScope | None = None
+
+
+class MQTTProtocolHandler:
+    name = "mqtt"
+
+    def __init__(self, config: Any, broker: Any):
+        self.config = config
+        self.broker = broker
+        self.tenant = str(config.get("mqttTenant") or "public")
+        self.namespace = str(config.get("mqttNamespace") or "default")
+        self.max_packet = int(config.get("mqttMaxPacketSize") or 1 << 20)
+        self.receive_maximum = int(config.get("mqttReceiveMaximum") or 1024)
+        self.topic_alias_maximum = int(config.get("mqttTopicAliasMaximum") or 0)
+        self.sessions: dict[str, SessionState] = {}
+        self.connected: dict[str, MQTTSession] = {}
+        self.retained: dict[str, bytes] = {}  # full topic name -> entry
+        self.wills: dict[str, trio.CancelScope] = {}
+        self.live: set[Any] = set()
+        self.addresses: list[str] = []
+        self._nursery: trio.Nursery | None = None
+        self.stats = {"connections": 0, "publish_qos0": 0, "publish_qos1": 0, "publish_qos2": 0,
+                      "deliveries": 0, "drops": 0}
+
+    # -- names ---------------------------------------------------------------------------
+
+    def topic_name(self, mqtt_topic: str) -> TopicName:
+        if "://" in mqtt_topic:
+            return TopicName.parse(mqtt_topic)
+        return TopicName("persistent", self.tenant, self.namespace, mqtt_topic)
+
+    def mqtt_topic(self, name: TopicName) -> str:
+        if name.tenant == self.tenant and name.namespace == self.namespace:
+            return name.local_name
+        return str(name)
+
+    # -- serving -------------------------------------------------------------------------
+
+    async def serve(self, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        raw = self.config.get("mqttListeners") or ["mqtt://127.0.0.1:1883"]
+        if isinstance(raw, str):
+            raw = [x for x in raw.split(",") if x.strip()]
+        listeners: list[trio.SocketListener] = []
+        for item in raw:
+            host, port = _host_port(str(item))
+            opened = await open_listeners(port, host or None, "mqttListeners")
+            listeners.extend(opened)
+            self.addresses.append(f"mqtt://{host}:{opened[0].socket.getsockname()[1]}")
+        self._load_state()
+        self.broker.topic_loaded.append(self._topic_loaded)
+        log.info("mqtt listening on %s", ", ".join(self.addresses))
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for state in self.sessions.values():
+                if state.persistent:
+                    nursery.start_soon(self._ensure_cursors, state)
+            await nursery.start(partial(trio.serve_listeners, self._connection, listeners))
+            task_status.started(list(self.addresses))
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        self.stats["connections"] += 1
+        await run_session("mqtt", self.broker, self.live, MQTTSession(self, stream))
+
+    # -- durable state -------------------------------------------------------------------
+
+    def _load_state(self) -> None:
+        md = self.broker.metadata
+        for child in md.children(SESSIONS):
+            got = md.get(f"{SESSIONS}/{child}")
+            if got is None:
+                continue
+            doc = json.loads(got[0])
+            state = SessionState(doc["client_id"], True, doc.get("expiry", 0))
+            for f, o in doc.get("filters", {}).items():
+                state.filters[f] = SubscribeOption(topic_filter=f, qos=o["qos"], no_local=o["nl"],
+                                                   retain_as_published=o["rap"], retain_handling=o["rh"])
+                state.tree.add(_plain_filter(f), f)
+                if o.get("id"):
+                    state.ids[f] = o["id"]
+            state.awaiting_rel = set(doc.get("awaiting_rel", ()))
+            self.sessions[state.client_id] = state
+        for child in md.children(RETAINED):
+            got = md.get(f"{RETAINED}/{child}")
+            if got is not None:
+                self.retained[_unquote(child)] = got[0]
+
+    def save(self, state: SessionState) -> None:
+        path = f"{SESSIONS}/{quote(state.client_id, safe='')}"
+        if not state.persistent:
+            if self.broker.metadata.exists(path):
+                self.broker.metadata.delete(path)
+            return
+        doc = {"client_id": state.client_id, "expiry": state.expiry,
+               "awaiting_rel": sorted(state.awaiting_rel),
+               "filters": {f: {"qos": o.qos, "nl": o.no_local, "rap": o.retain_as_published,
+                               "rh": o.retain_handling, "id": state.ids.get(f)}
+                           for f, o in state.filters.items()}}
+        self.broker.metadata.put(path, json.dumps(doc).encode())
+
+    def forget(self, state: SessionState) -> None:
+        """End a session: its subscriptions go, durable ones with their cursors."""
+        self.sessions.pop(state.client_id, None)
+        state.persistent = False
+        self.save(state)
+        if self._nursery is not None:
+            self._nursery.start_soon(self._drop_cursors, state.client_id)
+
+    async def _drop_cursors(self, client_id: str) -> None:
+        name = f"mqtt:{client_id}"
+        for topic in list(self.broker.topics.values()):
+            if name in topic.subscriptions and not topic.subscriptions[name].consumers:
+                try:
+                    await topic.unsubscribe(name)
+                except Exception as exc:
+                    log.debug("mqtt: keeping %s on %s: %s", name, topic.name, exc)
+
+    def expire_later(self, state: SessionState) -> None:
+        if state.expiry == 0xFFFFFFFF or self._nursery is None:
+            return
+        scope = trio.CancelScope()
+        state.expiry_scope = scope
+
+        async def expire() -> None:
+            with scope:
+                await trio.sleep(state.expiry)
+                if state.client_id not in self.connected:
+                    self.forget(state)
+
+        self._nursery.start_soon(expire)
+
+    def store_retained(self, topic: TopicName, message: Message) -> None:
+        path = f"{RETAINED}/{quote(str(topic), safe='')}"
+        if not message.payload:
+            self.retained.pop(str(topic), None)
+            if self.broker.metadata.exists(path):
+                self.broker.metadata.delete(path)
+            return
+        entry = entry_from_messages([message], producer_name="mqtt-retained", sequence_id=0,
+                                    publish_time=int(time.time() * 1000))
+        self.retained[str(topic)] = entry
+        self.broker.metadata.put(path, entry)
+
+    # -- topics created after a filter ---------------------------------------------------
+
+    def _topic_loaded(self, topic: PersistentTopic) -> None:
+        if self._nursery is None or not topic.name.persistent:
+            return
+        local = self.mqtt_topic(topic.name)
+        for state in self.sessions.values():
+            if any(True for _ in state.tree.match(local)):
+                session = self.connected.get(state.client_id)
+                if session is not None:
+                    self._nursery.start_soon(session.attach, topic.name)
+                elif state.persistent:
+                    self._nursery.start_soon(self._cursor, topic, state.client_id)
+
+    async def _cursor(self, topic: PersistentTopic, client_id: str) -> None:
+        name = f"mqtt:{client_id}"
+        if name not in topic.subscriptions:
+            await topic.create_subscription(name, None, earliest=topic.ml.last_confirmed() is None)
+
+    async def _ensure_cursors(self, state: SessionState) -> None:
+        for name in self.matching_topics(state):
+            try:
+                topic = await self.broker.get_topic(name)
+                await self._cursor(topic, state.client_id)
+            except Exception as exc:
+                log.warning("mqtt: no cursor for %s on %s: %s", state.client_id, name, exc)
+
+    def matching_topics(self, state: SessionState) -> list[TopicName]:
+        from core.naming import NamespaceName
+
+        found = []
+        try:
+            names = self.broker.topics_of_namespace(NamespaceName(self.tenant, self.namespace))
+        except LookupError:
+            return []
+        for n in names:
+            name = TopicName.parse(n)
+            if any(True for _ in state.tree.match(self.mqtt_topic(name))):
+                found.append(name)
+        return found
+
+
+class _Closed(Exception):
+    """The session ends (after telling the client why, where the protocol lets it)."""
+
+
+class MQTTSession:
+    def __init__(self, handler: MQTTProtocolHandler, stream: trio.SocketStream):
+        self.h = handler
+        self.stream = stream
+        self.conn = MQTTConnection(Role.SERVER, max_packet_size=handler.max_packet)
+        self.state: SessionState | None = None
+        self.subscriber: Subscriber | None = None
+        self.out = bytearray()
+        self.out_ready = trio.Event()
+        self.will: Will | None = None
+        self.keep_alive = 0
+        self.v5 = False
+        self.receive_max = 65535  # the client's
+        self.inflight: dict[int, Received | None] = {}  # packet id -> delivery (None: PUBREL sent)
+        self.backlog: list[tuple[Received, Publish]] = []
+        self.next_pid = 0
+        self.aliases: dict[int, str] = {}
+        self.clean_exit = False
+        self.taken_over = False
+        self.done = trio.Event()
+        self.nursery: trio.Nursery | None = None
+
+    # -- writing -------------------------------------------------------------------------
+
+    def send(self, packet: Any) -> None:
+        try:
+            self.out += self.conn.send(packet)
+        except ProtocolError as exc:
+            log.debug("mqtt: not sent to %s: %s", self.state and self.state.client_id, exc)
+            return
+        self.out_ready.set()
+
+    async def _writer(self) -> None:
+        while True:
+            await self.out_ready.wait()
+            self.out_ready = trio.Event()
+            while self.out:
+                data = bytes(self.out)
+                self.out.clear()
+                await self.stream.send_all(data)
+            if self.subscriber is not None:
+                self.subscriber.wake()
+
+    # -- the connection ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self.nursery = nursery
+                nursery.start_soon(self._writer)
+                try:
+                    await self._read_loop()
+                except _Closed:
+                    pass
+                nursery.cancel_scope.cancel()
+        finally:
+            await self._cleanup()
+            with trio.move_on_after(1) as cs:
+                cs.shield = True
+                try:
+                    if self.out:  # the last words: a CONNACK refusal, a DISCONNECT
+                        await self.stream.send_all(bytes(self.out))
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                    pass
+                await self.stream.aclose()
+            self.done.set()
+
+    async def _read_loop(self) -> None:
+        while True:
+            timeout = self.keep_alive * 1.5 if self.keep_alive else (10 if self.state is None else float("inf"))
+            with trio.move_on_after(timeout) as cs:
+                data = await self.stream.receive_some(65536)
+            if cs.cancelled_caught:
+                self._disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+                raise _Closed
+            if not data:
+                raise _Closed
+            self.conn.receive_data(data)
+            while True:
+                try:
+                    packet = self.conn.next_event()
+                except UnsupportedProtocolVersion:
+                    self.send(Connack(reason_code=ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION
+                                      if self.conn.version < 5 else ReasonCode.UNSUPPORTED_PROTOCOL_VERSION))
+                    raise _Closed from None
+                except RemoteProtocolError as exc:
+                    log.info("mqtt: closing a connection: %s", exc)
+                    self._disconnect(exc.reason_code, str(exc))
+                    raise _Closed from None
+                if packet is NEED_DATA:
+                    break
+                await self._handle(packet)
+
+    def _disconnect(self, code: int, reason: str = "") -> None:
+        if self.v5 and self.state is not None:
+            props = Properties(reason_string=reason) if reason else Properties()
+            self.send(Disconnect(reason_code=code, properties=props))
+
+    async def _handle(self, p: Any) -> None:
+        if isinstance(p, Connect):
+            await self._connect(p)
+        elif isinstance(p, Publish):
+            await self._publish(p)
+        elif isinstance(p, Puback):
+            self._acked(p.packet_id)
+        elif isinstance(p, Pubrec):
+            got = self.inflight.get(p.packet_id)
+            if got is not None:
+                self._settle(got)
+                self.inflight[p.packet_id] = None
+            self.send(Pubrel(packet_id=p.packet_id))
+        elif isinstance(p, Pubcomp):
+            if p.packet_id in self.inflight and self.inflight[p.packet_id] is None:
+                del self.inflight[p.packet_id]
+                self._drain_backlog()
+        elif isinstance(p, Pubrel):
+            assert self.state is not None
+            known = p.packet_id in self.state.awaiting_rel
+            self.state.awaiting_rel.discard(p.packet_id)
+            if known and self.state.persistent:
+                self.h.save(self.state)
+            code = 0 if known else ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+            self.send(Pubcomp(packet_id=p.packet_id, reason_code=code if self.v5 else 0))
+        elif isinstance(p, Subscribe):
+            await self._subscribe(p)
+        elif isinstance(p, Unsubscribe):
+            await self._unsubscribe(p)
+        elif isinstance(p, Pingreq):
+            self.send(Pingresp())
+        elif isinstance(p, Disconnect):
+            if p.reason_code != ReasonCode.DISCONNECT_WITH_WILL_MESSAGE:
+                self.will = None
+            if self.v5 and self.state is not None and p.properties.session_expiry_interval is not None:
+                self.state.expiry = p.properties.session_expiry_interval
+            self.clean_exit = True
+            raise _Closed
+        else:  # AUTH: no enhanced authentication method is offered
+            self._disconnect(ReasonCode.BAD_AUTHENTICATION_METHOD, "no authentication method")
+            raise _Closed
+
+    async def _connect(self, c: Connect) -> None:
+        h = self.h
+        self.v5 = c.protocol_level == 5
+        client_id = c.client_id
+        assigned = None
+        if not client_id:
+            if not self.v5 and not c.clean_start:
+                self.send(Connack(reason_code=ConnectReturnCode.IDENTIFIER_REJECTED))
+                raise _Closed
+            client_id = assigned = "magnetar-" + base64.b32encode(trio.lowlevel.current_task().name.encode()[-5:] + time.time_ns().to_bytes(8, "big")).decode().rstrip("=").lower()
+        if h.broker.auth.authentication_enabled:
+            try:
+                h.broker.auth.authenticate("token", (c.password or b"").decode(errors="replace"))
+            except (AuthenticationError, Exception):
+                self.send(Connack(reason_code=ReasonCode.BAD_USER_NAME_OR_PASSWORD if self.v5
+                                  else ConnectReturnCode.BAD_USER_NAME_OR_PASSWORD))
+                raise _Closed from None
+        old = h.connected.get(client_id)
+        if old is not None:
+            old.taken_over = True
+            old._disconnect(ReasonCode.SESSION_TAKEN_OVER, "another connection took the session over")
+            if old.nursery is not None:
+                old.nursery.cancel_scope.cancel()
+            with trio.move_on_after(5):
+                await old.done.wait()
+        scope = h.wills.pop(client_id, None)
+        if scope is not None:
+            scope.cancel()  # a delayed will is not sent when the client is back
+        if self.v5:
+            expiry = c.properties.session_expiry_interval or 0
+            persistent = expiry > 0
+        else:
+            expiry = 0xFFFFFFFF if not c.clean_start else 0
+            persistent = not c.clean_start
+        state = h.sessions.get(client_id)
+        present = state is not None and not c.clean_start
+        if state is not None and c.clean_start:
+            h.forget(state)
+            state = None
+        if state is None:
+            state = SessionState(client_id, persistent, expiry)
+        else:
+            state.persistent, state.expiry = persistent, expiry
+            if state.expiry_scope is not None:
+                state.expiry_scope.cancel()
+        h.sessions[client_id] = state
+        h.save(state)
+        self.state = state
+        h.connected[client_id] = self
+        self.will = c.will
+        self.keep_alive = c.keep_alive
+        props = Properties()
+        if self.v5:
+            self.receive_max = c.properties.receive_maximum or 65535
+            self.conn.peer_max_packet_size = c.properties.maximum_packet_size
+            props = Properties(assigned_client_identifier=assigned, receive_maximum=h.receive_maximum,
+                               topic_alias_maximum=h.topic_alias_maximum or None,
+                               maximum_packet_size=h.max_packet, shared_subscription_available=0)
+        self.send(Connack(session_present=present, properties=props))
+        self.subscriber = Subscriber(h.broker, f"mqtt:{client_id}", self._deliver,
+                                     window=min(self.receive_max, 1000),
+                                     writable=lambda: len(self.out) < OUT_BUFFER)
+        for name in h.matching_topics(state):
+            await self.attach(name)
+
+    async def attach(self, name: TopicName) -> None:
+        if self.subscriber is None or self.state is None:
+            return
+        try:
+            await self.subscriber.attach(name, sub_type=SubType.Exclusive, durable=self.state.persistent)
+        except Exception as exc:
+            log.info("mqtt: %s cannot consume %s: %s", self.state.client_id, name, exc)
+
+    # -- publishing ----------------------------------------------------------------------
+
+    async def _publish(self, p: Publish) -> None:
+        assert self.state is not None
+        topic = p.topic
+        alias = p.properties.topic_alias
+        if alias is not None:
+            if not alias or alias > self.h.topic_alias_maximum:
+                self._disconnect(ReasonCode.TOPIC_ALIAS_INVALID, "topic alias out of range")
+                raise _Closed
+            if topic:
+                self.aliases[alias] = topic
+            elif alias in self.aliases:
+                topic = self.aliases[alias]
+            else:
+                self._disconnect(ReasonCode.PROTOCOL_ERROR, "unknown topic alias")
+                raise _Closed
+        if not topic:
+            self._disconnect(ReasonCode.TOPIC_NAME_INVALID, "empty topic name")
+            raise _Closed
+        if p.properties.payload_format_indicator == 1:
+            try:
+                p.payload.decode("utf-8")
+            except UnicodeDecodeError:
+                self._ack_publish(p, ReasonCode.PAYLOAD_FORMAT_INVALID)
+                return
+        if p.qos == 2 and p.packet_id in self.state.awaiting_rel:
+            self.send(Pubrec(packet_id=p.packet_id))  # a resend: stored once already
+            return
+        if p.qos == 2 and len(self.state.awaiting_rel) >= self.h.receive_maximum:
+            self._disconnect(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
+            raise _Closed
+        self.h.stats[f"publish_qos{p.qos}"] += 1
+        try:
+            name = self.h.topic_name(topic)
+            message = self._message(p)
+            await publish(self.h.broker, name, [message], producer_name=f"mqtt:{self.state.client_id}")
+        except Exception as exc:
+            log.info("mqtt: publish to %s by %s failed: %s", topic, self.state.client_id, exc)
+            if p.qos == 0 or not self.v5:
+                self._disconnect(ReasonCode.UNSPECIFIED_ERROR, str(exc))
+                raise _Closed from None
+            self._ack_publish(p, ReasonCode.TOPIC_NAME_INVALID if isinstance(exc, ValueError)
+                              else ReasonCode.UNSPECIFIED_ERROR, str(exc))
+            return
+        if p.retain:
+            self.h.store_retained(name, message)
+        if p.qos == 2:
+            self.state.awaiting_rel.add(p.packet_id or 0)
+            if self.state.persistent:
+                self.h.save(self.state)
+        self._ack_publish(p, 0)
+
+    def _ack_publish(self, p: Publish, code: int, reason: str = "") -> None:
+        props = Properties(reason_string=reason) if reason and self.v5 else Properties()
+        code = code if self.v5 else 0
+        if p.qos == 1:
+            self.send(Puback(packet_id=p.packet_id or 0, reason_code=code, properties=props))
+        elif p.qos == 2:
+            self.send(Pubrec(packet_id=p.packet_id or 0, reason_code=code, properties=props))
+
+    def _message(self, p: Publish) -> Message:
+        assert self.state is not None
+        return _message(self.state.client_id, p)
+
+
+    # -- subscribing ---------------------------------------------------------------------
+
+    async def _subscribe(self, s: Subscribe) -> None:
+        assert self.state is not None
+        codes = []
+        sid = s.properties.subscription_identifiers[0] if s.properties.subscription_identifiers else None
+        fresh: list[SubscribeOption] = []
+        for opt in s.subscriptions:
+            f = opt.topic_filter
+            if mqtt_filter_error(f) is not None:
+                codes.append(ReasonCode.TOPIC_FILTER_INVALID if self.v5 else 0x80)
+                continue
+            if f.startswith("$share/"):
+                codes.append(ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED if self.v5 else 0x80)
+                continue
+            existed = f in self.state.filters
+            self.state.filters[f] = opt
+            self.state.tree.add(_plain_filter(f), f)
+            if sid is not None:
+                self.state.ids[f] = sid
+            else:
+                self.state.ids.pop(f, None)
+            codes.append(opt.qos)
+            if opt.retain_handling == 0 or (opt.retain_handling == 1 and not existed):
+                fresh.append(opt)
+        self.h.save(self.state)
+        self.send(Suback(packet_id=s.packet_id, reason_codes=tuple(codes)))
+        for name in self.h.matching_topics(self.state):
+            await self.attach(name)
+        for opt in fresh:
+            self._send_retained(opt)
+
+    def _send_retained(self, opt: SubscribeOption) -> None:
+        tree: TopicTree[int] = TopicTree.mqtt()
+        tree.add(_plain_filter(opt.topic_filter), 0)
+        for full, entry in list(self.h.retained.items()):
+            name = TopicName.parse(full)
+            if not any(True for _ in tree.match(self.h.mqtt_topic(name))):
+                continue
+            for m in messages_from_entry(entry):
+                qos = min(opt.qos, int(m.properties.get(P + "qos", "1")))
+                pub = self._to_publish(name, m, qos, True, {opt.topic_filter})
+                if pub is None:
+                    continue
+                if qos == 0:
+                    self.send(pub)
+                else:
+                    pid = self._pid()
+                    self.inflight[pid] = _RETAINED
+                    self.send(_with_pid(pub, pid))
+
+    async def _unsubscribe(self, u: Unsubscribe) -> None:
+        assert self.state is not None
+        codes = []
+        for f in u.topic_filters:
+            if f in self.state.filters:
+                del self.state.filters[f]
+                self.state.ids.pop(f, None)
+                self.state.tree.remove(_plain_filter(f), f)
+                codes.append(0)
+            else:
+                codes.append(ReasonCode.NO_SUBSCRIPTION_EXISTED)
+        self.h.save(self.state)
+        self.send(Unsuback(packet_id=u.packet_id, reason_codes=tuple(codes) if self.v5 else ()))
+        if self.subscriber is not None:
+            still = {str(n) for n in self.h.matching_topics(self.state)}
+            for key in list(self.subscriber.attached):
+                if key not in still:
+                    await self.subscriber.detach(TopicName.parse(key), delete=True)
+
+    # -- delivering ----------------------------------------------------------------------
+
+    def _pid(self) -> int:
+        for _ in range(65536):
+            self.next_pid = self.next_pid % 65535 + 1
+            if self.next_pid not in self.inflight:
+                return self.next_pid
+        raise RuntimeError("no free packet identifier")
+
+    def _deliver(self, r: Received) -> None:
+        state = self.state
+        if state is None or self.subscriber is None:
+            return
+        m = r.message
+        local = self.h.mqtt_topic(r.topic)
+        matched = {f for f, _ in state.tree.match(local)}
+        opts = [state.filters[f] for f in matched if f in state.filters]
+        if not opts or all(o.no_local for o in opts) and m.properties.get(P + "client") == state.client_id:
+            self._settle(r)
+            return
+        qos = min(max(o.qos for o in opts), int(m.properties.get(P + "qos", "2")))
+        retain = any(o.retain_as_published for o in opts) and m.properties.get(P + "retain") == "1"
+        pub = self._to_publish(r.topic, m, qos, retain, matched)
+        if pub is None:
+            self._settle(r)
+            return
+        if r.redelivery_count:
+            pub = Publish(topic=pub.topic, payload=pub.payload, qos=pub.qos, retain=pub.retain,
+                          dup=qos > 0, properties=pub.properties)
+        self.h.stats["deliveries"] += 1
+        if qos == 0:
+            self.send(pub)
+            self._settle(r)
+        elif len(self.inflight) >= self.receive_max:
+            self.backlog.append((r, pub))
+        else:
+            pid = self._pid()
+            self.inflight[pid] = r
+            self.send(_with_pid(pub, pid))
+
+    def _to_publish(self, name: TopicName, m: Message, qos: int, retain: bool,
+                    filters: set[str]) -> Publish | None:
+        assert self.state is not None
+        props = m.properties
+        expires = props.get(P + "expires")
+        expiry = None
+        if expires is not None:
+            left = (int(expires) - int(time.time() * 1000)) // 1000
+            if left <= 0:
+                self.h.stats["drops"] += 1
+                return None
+            expiry = left
+        properties = Properties()
+        if self.v5:
+            user = tuple((k, v) for k, v in props.items() if not k.startswith(P))
+            if m.key is not None:
+                user += (("key", m.key),)
+            corr = props.get(P + "correlation")
+            fmt = props.get(P + "format")
+            properties = Properties(
+                user_properties=user, content_type=props.get(P + "content_type"),
+                response_topic=props.get(P + "response_topic"),
+                correlation_data=base64.b64decode(corr) if corr is not None else None,
+                payload_format_indicator=int(fmt) if fmt is not None else None,
+                message_expiry_interval=expiry,
+                subscription_identifiers=tuple(sorted({self.state.ids[f] for f in filters
+                                                       if f in self.state.ids})))
+        return Publish(topic=self.h.mqtt_topic(name), payload=m.payload, qos=qos, retain=retain,
+                       properties=properties)
+
+    def _settle(self, r: Received) -> None:
+        if self.subscriber is not None and isinstance(r, Received):
+            self.subscriber.ack(r)
+            self.subscriber.flow(r)
+
+    def _acked(self, pid: int) -> None:
+        got = self.inflight.pop(pid, None)
+        if isinstance(got, Received):
+            self._settle(got)
+        self._drain_backlog()
+
+    def _drain_backlog(self) -> None:
+        while self.backlog and len(self.inflight) < self.receive_max:
+            r, pub = self.backlog.pop(0)
+            pid = self._pid()
+            self.inflight[pid] = r
+            self.send(_with_pid(pub, pid))
+
+    # -- the end -------------------------------------------------------------------------
+
+    async def _cleanup(self) -> None:
+        h, state = self.h, self.state
+        if state is None:
+            return
+        if h.connected.get(state.client_id) is self:
+            del h.connected[state.client_id]
+        if self.subscriber is not None:
+            # unacknowledged deliveries go back to the subscription (resent with DUP)
+            await self.subscriber.close()
+        if self.will is not None:
+            self._schedule_will(self.will, state)
+        if h.connected.get(state.client_id) is None and not self.taken_over:
+            if not state.persistent or state.expiry == 0:
+                h.forget(state)
+            else:
+                h.save(state)
+                h.expire_later(state)
+
+    def _schedule_will(self, will: Will, state: SessionState) -> None:
+        h = self.h
+        if h._nursery is None:
+            return
+        delay = will.properties.will_delay_interval or 0 if self.v5 else 0
+        if self.v5 and state.persistent and state.expiry != 0xFFFFFFFF:
+            delay = min(delay, state.expiry)
+        scope = trio.CancelScope()
+        if delay:
+            h.wills[state.client_id] = scope
+        client_id = state.client_id
+
+        async def send_will() -> None:
+            with scope:
+                await trio.sleep(delay)
+                h.wills.pop(client_id, None)
+                pub = Publish(topic=will.topic, payload=will.payload, qos=will.qos,
+                              retain=will.retain, properties=will.properties)
+                name = h.topic_name(will.topic)
+                message = _message(client_id, pub)
+                try:
+                    await publish(h.broker, name, [message], producer_name=f"mqtt:{client_id}")
+                    if will.retain:
+                        h.store_retained(name, message)
+                except Exception as exc:
+                    log.warning("mqtt: the will of %s not published: %s", client_id, exc)
+
+        h._nursery.start_soon(send_will)
+
+
+#: The in-flight mark of a retained message sent on subscribe (nothing to acknowledge).
+_RETAINED: Any = object()
+
+
+def _message(client_id: str, p: Publish) -> Message:
+    """What a PUBLISH stores: its payload, its user properties, and under ``__mqtt_*`` what
+    only MQTT subscribers read."""
+    props: dict[str, str] = dict(p.properties.user_properties)
+    pr = p.properties
+    props[P + "qos"] = str(p.qos)
+    props[P + "client"] = client_id
+    if p.retain:
+        props[P + "retain"] = "1"
+    if pr.content_type is not None:
+        props[P + "content_type"] = pr.content_type
+    if pr.response_topic is not None:
+        props[P + "response_topic"] = pr.response_topic
+    if pr.correlation_data is not None:
+        props[P + "correlation"] = base64.b64encode(pr.correlation_data).decode()
+    if pr.payload_format_indicator is not None:
+        props[P + "format"] = str(pr.payload_format_indicator)
+    if pr.message_expiry_interval is not None:
+        props[P + "expires"] = str(int(time.time() * 1000) + pr.message_expiry_interval * 1000)
+    return Message(payload=p.payload, properties=props, event_time=int(time.time() * 1000))
+
+
+def _with_pid(p: Publish, pid: int) -> Publish:
+    return Publish(topic=p.topic, payload=p.payload, qos=p.qos, retain=p.retain, dup=p.dup,
+                   packet_id=pid, properties=p.properties)
+
+
+def _plain_filter(f: str) -> str:
+    return f
+
+
+def _unquote(s: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(s)
+
+
+def _host_port(item: str) -> tuple[str, int]:
+    rest = item.split("://", 1)[-1]
+    host, _, port = rest.rpartition(":")
+    if not port.isdigit():
+        raise ValueError(f"mqttListeners: {item!r} is not mqtt://host:port")
+    return host.strip("[]") or "0.0.0.0", int(port)
