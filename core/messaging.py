@@ -23,11 +23,20 @@ from core.storage import Position
 from core.subscription import Consumer, Delivery, SubType
 from core.topic import PersistentTopic, PublishResult
 
-__all__ = ["publish", "Received", "Subscriber"]
+__all__ = ["publish", "Received", "Subscriber", "EMPTY", "end_of"]
 
 log = logging.getLogger(__name__)
 
 _sequence = itertools.count()
+#: The start of a topic that held nothing when it was looked at.
+EMPTY = Position(-1, -1)
+
+
+def end_of(topic: PersistentTopic) -> Position:
+    """Where what is published next to ``topic`` will go (:data:`EMPTY` if it holds
+    nothing): a subscription that starts there misses nothing published after this call."""
+    last = topic.ml.last_confirmed()
+    return EMPTY if last is None else Position(last.ledger_id, last.entry_id + 1)
 _consumer_ids = itertools.count(1 << 40)
 
 
@@ -82,8 +91,10 @@ class Subscriber:
         self.attached: dict[str, tuple[PersistentTopic, Consumer]] = {}
 
     async def attach(self, name: TopicName, *, sub_type: SubType = SubType.Exclusive,
-                     durable: bool = False) -> None:
-        """Consume ``name`` (if not already); the subscription is created at the end."""
+                     durable: bool = False, start: Position | None = None) -> None:
+        """Consume ``name`` (if not already). A subscription that does not exist yet starts
+        at ``start`` (the next position to deliver; an empty topic's beginning when that is
+        ``END_WHEN_EMPTY``), or else at the end."""
         key = str(name)
         if key in self.attached:
             return
@@ -91,7 +102,11 @@ class Subscriber:
         if key in self.attached:
             return
         consumer = Consumer(next(_consumer_ids), self.subscription, self)
-        await topic.subscribe(self.subscription, consumer, sub_type, durable=durable)
+        if durable and start is not None and self.subscription not in topic.subscriptions:
+            await topic.create_subscription(self.subscription, None if start is EMPTY else start,
+                                            earliest=start is EMPTY)
+        await topic.subscribe(self.subscription, consumer, sub_type, durable=durable,
+                              start=None if start is EMPTY else start, earliest=start is EMPTY)
         self.attached[key] = (topic, consumer)
         consumer.flow(self.window)
 

@@ -26,9 +26,10 @@ import trio
 
 from core.auth import AuthenticationError
 from core.format import Message, entry_from_messages, messages_from_entry
-from core.messaging import Received, Subscriber, publish
+from core.messaging import Received, Subscriber, end_of, publish
 from core.naming import TopicName
 from core.routing import TopicTree, mqtt_filter_error
+from core.storage import Position
 from core.subscription import SubType
 from core.topic import PersistentTopic
 from handlers._serve import open_listeners, run_session
@@ -236,7 +237,7 @@ class MQTTProtocolHandler:
             if any(True for _ in state.tree.match(local)):
                 session = self.connected.get(state.client_id)
                 if session is not None:
-                    self._nursery.start_soon(session.attach, topic.name)
+                    self._nursery.start_soon(session.attach, topic.name, end_of(topic))
                 elif state.persistent:
                     self._nursery.start_soon(self._cursor, topic, state.client_id)
 
@@ -310,8 +311,8 @@ class MQTTSession:
             self.out_ready = trio.Event()
             while self.out:
                 data = bytes(self.out)
-                self.out.clear()
                 await self.stream.send_all(data)
+                del self.out[:len(data)]
             if self.subscriber is not None:
                 self.subscriber.wake()
 
@@ -477,11 +478,13 @@ class MQTTSession:
         for name in h.matching_topics(state):
             await self.attach(name)
 
-    async def attach(self, name: TopicName) -> None:
+    async def attach(self, name: TopicName, start: Position | None = None) -> None:
+        """Consume ``name``; a topic loaded after the filter starts where it stood then."""
         if self.subscriber is None or self.state is None:
             return
         try:
-            await self.subscriber.attach(name, sub_type=SubType.Exclusive, durable=self.state.persistent)
+            await self.subscriber.attach(name, sub_type=SubType.Exclusive,
+                                         durable=self.state.persistent, start=start)
         except Exception as exc:
             log.info("mqtt: %s cannot consume %s: %s", self.state.client_id, name, exc)
 
