@@ -15,16 +15,22 @@ An executor reads its range straight from the bookies when it can (see
 reader fetches the entries (all confirmed) from their replicas and decodes them into
 Arrow columns without a Python object per message. Otherwise - option
 ``directRead=false``, no metadata, no native core on the executor, or no replica
-answering - it opens a Pulsar Reader just after the entry before the range and numbers
-messages as they come: within an entry by batch index, and each new entry continues
-where the previous one ended. A direct read that fails midway resumes on a Reader from
+answering - it opens a Pulsar Reader at the range's first entry (inclusive) and numbers
+messages as they come: within an entry by batch index, each next entry continuing where
+the previous one ended, and each entry it is not handed (chunks before a chunked
+message's last one) holding one offset, as the broker indexed it. A direct read that fails midway resumes on a Reader from
 the next offset. Both stop at the range's end offset, so two input partitions never
 overlap and none leaves a gap. ``directRead=require`` fails the task instead of falling
 back; :data:`READ_PATHS` counts which path served each range in this process.
 
 Streaming offsets are ``{topic: {partition: next_offset}}`` JSON, as Spark's Kafka source
-writes them; they live in the query's checkpoint, and a restarted query plans the same
-ranges again, which is what makes a file sink's output exactly once.
+writes them, and ``next_offset`` counts messages, never entries: it is the offset (broker
+index) of the first message not read yet, so a run ends after the last message of an
+entry and the next run starts at the first message of the next one however many
+messages that entry held. ``initialOffset``, ``latestOffset``, planning and both read
+paths use that one unit. The offsets live in the query's checkpoint, and a restarted
+query plans the same ranges again, which is what makes a file sink's output exactly
+once.
 
 The ``protocol`` column is derived from the producer name the entry carries: the Kafka
 handler names its producers ``kafka`` (no idempotent producer id) or ``kafka-<id>``;
@@ -197,8 +203,6 @@ class MagnetarPartition(InputPartition):
     pulsar_topic: str
     ledger_id: int
     entry_id: int
-    after_ledger_id: int  # the entry before the first one, -1 when it is the first stored
-    after_entry_id: int
     base_offset: int
     from_offset: int
     to_offset: int
@@ -239,11 +243,10 @@ def _plan(service_url: str, tp: _TopicPartition, layout: PartitionLayout, lo: in
         info = layout.info(ordinal)
         start = max(lo, info.base_offset)
         end = layout.info(cuts[i + 1]).base_offset if i + 1 < len(cuts) else hi
-        after = layout.position(ordinal - 1) if ordinal > 0 else (-1, -1)
         last_entry = layout.position((cuts[i + 1] if i + 1 < len(cuts) else last + 1) - 1)[1]
         if end > start:
             out.append(MagnetarPartition(service_url, tp.label, tp.partition, tp.pulsar_topic.full,
-                                         info.ledger_id, info.entry_id, after[0], after[1],
+                                         info.ledger_id, info.entry_id,
                                          info.base_offset, start, end, decoder, last_entry,
                                          layout.metadata.get(info.ledger_id), direct_read))
     return out
@@ -347,25 +350,32 @@ def read_partition(split: MagnetarPartition) -> Iterator[Any]:
 
 
 def _read_with_reader(split: MagnetarPartition, schema: Any) -> Iterator[Any]:
-    """The rows of ``split`` through a Pulsar Reader, one message at a time."""
+    """The rows of ``split`` through a Pulsar Reader, one message at a time.
+
+    The Reader starts at the split's first entry, inclusive: a message id names a message,
+    and "after entry ``e``" said as the id ``e:-1`` is after a single message but before
+    every message of a batch ``e`` (the client keeps a batch's messages whose index is
+    past -1), so an exclusive start after the entry before would read that batch again.
+    Offsets are counted in messages from the first entry's base offset, entry by entry:
+    the next entry of the ledger starts where the previous one ended, and each entry the
+    Reader never hands out on its own (the chunks before a chunked message's last one,
+    markers) holds one offset, as its broker index says.
+    """
     import pulsar
     import pyarrow as pa
 
     client = pulsar.Client(split.service_url, operation_timeout_seconds=30, logger=_quiet_logger())
     try:
-        # Start after the entry before the first one (exclusive), which every broker
-        # answers alike; the very first stored entry is "earliest".
-        start = (pulsar.MessageId.earliest if split.after_ledger_id < 0
-                 else pulsar.MessageId(-1, split.after_ledger_id, split.after_entry_id, -1))
-        reader = client.create_reader(split.pulsar_topic, start, receiver_queue_size=RECEIVER_QUEUE)
+        start = pulsar.MessageId(-1, split.ledger_id, split.entry_id, -1)
+        reader = client.create_reader(split.pulsar_topic, start, receiver_queue_size=RECEIVER_QUEUE,
+                                      start_message_id_inclusive=True)
         # The extension's reader hands out its messages without a per-message wrapper
         # object; both have the same methods.
         read_next = getattr(reader, "_reader", reader).read_next
         batch = _ColumnBuffer(split, schema, pa)
-        current: tuple[int, int] | None = None
-        base = split.base_offset
-        count = 0  # messages seen of the current entry
-        offset = split.from_offset - 1
+        entry = -1  # the entry of the messages being read (in split.ledger_id)
+        next_entry, next_base = split.entry_id, split.base_offset  # where the next entry starts
+        base = offset = emitted = split.from_offset - 1
         publish = producer = protocol = None
         while offset + 1 < split.to_offset:
             try:
@@ -375,25 +385,31 @@ def _read_with_reader(split: MagnetarPartition, schema: Any) -> Iterator[Any]:
                     f"{split.pulsar_topic}: no message within {READ_STALL_MS} ms at offset "
                     f"{offset + 1} (range ends at {split.to_offset})") from None
             mid = msg.message_id()
-            position = (mid.ledger_id(), mid.entry_id())
-            if position != current:
-                if current is not None:
-                    base += count
-                current, count = position, 0
+            ledger_id, entry_id, batch_index = mid.ledger_id(), mid.entry_id(), mid.batch_index()
+            if ledger_id != split.ledger_id or entry_id > split.last_entry_id:
+                break  # past the split's entries: what is left of its range has no rows
+            if entry_id < split.entry_id:
+                continue  # a broker that started early
+            if entry_id != entry:
+                if entry_id < next_entry:
+                    continue  # an entry read already (a reconnecting Reader may repeat it)
+                entry = entry_id
+                base = next_base + (entry_id - next_entry)  # one offset per entry not handed out
+                next_entry, next_base = entry_id + 1, base + 1
                 # What only the entry carries is the same for all of its messages.
                 publish = msg.publish_timestamp() * 1000
                 producer = msg.producer_name()
                 protocol = protocol_of(producer)
-            batch_index = mid.batch_index()
-            count = max(count, batch_index + 1, 1)
             offset = base + max(batch_index, 0)
-            if offset < split.from_offset:
-                continue
+            next_base = max(next_base, offset + 1)
+            if offset <= emitted:
+                continue  # before the range, or a message handed out twice
             if offset >= split.to_offset:
                 break
-            batch.add(offset, f"{position[0]}:{position[1]}:{batch_index}", msg.partition_key(),
+            batch.add(offset, f"{ledger_id}:{entry_id}:{batch_index}", msg.partition_key(),
                       None if msg.has_null_value() else msg.data(), msg.properties(), publish,
                       msg.event_timestamp(), producer, protocol)
+            emitted = offset
             if batch.rows >= ARROW_BATCH_ROWS:
                 yield batch.flush()
         if batch.rows:
