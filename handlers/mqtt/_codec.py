@@ -308,8 +308,9 @@ def _decode_properties(r: _Reader, where: PacketType | str) -> Properties:
             raise RemoteProtocolError(f"unknown property identifier 0x{pid:02x}")
         name, kind = spec
         if name not in allowed:
-            raise RemoteProtocolError(f"property {name} is not allowed on {where}",
-                                      ReasonCode.PROTOCOL_ERROR)
+            # 5.0 section 2.2.2.2: an identifier not valid for its packet type is malformed
+            raise RemoteProtocolError(
+                f"property {name} is not allowed on {getattr(where, 'name', where)}")
         value = _decode_value(sub, kind)
         if name in REPEATABLE:
             fields[name] = (*fields.get(name, ()), value)
@@ -691,7 +692,10 @@ class MQTTConnection:
             return self._next()
         except RemoteProtocolError as exc:
             self._error = exc
-            self.state = State.CLOSED
+            # MQTT-3.1.2-2 and 5.0 section 3.1.2.2: an unsupported version is still answered
+            # with a CONNACK, so that CONNECT counts as read
+            unsupported = isinstance(exc, UnsupportedProtocolVersion)
+            self.state = State.CONNECTING if unsupported else State.CLOSED
             raise
 
     def _next(self) -> Packet | _NeedData:
