@@ -82,6 +82,8 @@ DEFAULT_OFFSETS_RETENTION_MINUTES = 10_080
 """Kafka's ``offsets.retention.minutes`` default (7 days)."""
 DEFAULT_OFFSETS_RETENTION_CHECK_MS = 600_000
 """Kafka's ``offsets.retention.check.interval.ms`` default."""
+DEFAULT_INITIAL_REBALANCE_DELAY_MS = 3_000
+"""Kafka's ``group.initial.rebalance.delay.ms`` default."""
 TICK_S = 0.1
 CONSUMER_PROTOCOL_UNSUPPORTED = (
     "The broker does not support the new consumer group protocol (KIP-848): set "
@@ -126,6 +128,12 @@ class Group:
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
     rebalance_deadline: float = 0.0
+    # group.initial.rebalance.delay.ms: a rebalance out of Empty waits until then for more
+    # members, each new one putting it off again (never past rebalance_deadline).
+    initial_until: float = 0.0
+    # The partition counts of the subscribed topics when the leader last assigned (None:
+    # not known, as for a protocol other than Kafka's consumer protocol).
+    assigned_counts: dict[str, int] | None = None
     offsets: dict[tuple[str, int], tuple[int, str | None]] = field(default_factory=dict)
     # When each offset was last committed (wall clock, seconds), and since when the group
     # is empty (None: not seen becoming so since it was loaded), for offset expiry.
@@ -160,8 +168,12 @@ class GroupCoordinator:
                  min_session_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS,
                  max_session_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS,
                  offsets_retention_ms: int = DEFAULT_OFFSETS_RETENTION_MINUTES * 60_000,
-                 retention_check_ms: int = DEFAULT_OFFSETS_RETENTION_CHECK_MS):
+                 retention_check_ms: int = DEFAULT_OFFSETS_RETENTION_CHECK_MS,
+                 initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS):
         self.h = handler
+        # Kafka's group.initial.rebalance.delay.ms: how long the first rebalance of an
+        # empty group waits for more members before it completes.
+        self.initial_delay = initial_rebalance_delay_ms / 1000.0
         # A member's session timeout must be within these (Kafka's group.min/max.session.
         # timeout.ms), else its JoinGroup is INVALID_SESSION_TIMEOUT.
         self.min_session_ms = min_session_ms
@@ -185,9 +197,15 @@ class GroupCoordinator:
                 self._expire(g, now)
 
     def _expire(self, g: Group, now: float) -> None:
-        if g.state == PREPARING and now >= g.rebalance_deadline:
-            self._complete_join(g)
-            return
+        if g.state == PREPARING:
+            if now >= g.rebalance_deadline:
+                self._complete_join(g)
+                return
+            if g.initial_until and now >= g.initial_until:
+                g.initial_until = 0.0
+                self._maybe_complete(g)
+                if g.state != PREPARING:
+                    return
         for m in list(g.members.values()):
             if m.joining:
                 continue
@@ -309,6 +327,7 @@ class GroupCoordinator:
     def _prepare(self, g: Group) -> None:
         if g.state == PREPARING:
             return
+        initial = g.state == EMPTY
         if g.state == COMPLETING:
             for m in g.members.values():
                 if m.sync_done is not None:
@@ -318,12 +337,23 @@ class GroupCoordinator:
         now = trio.current_time()
         timeout = max((m.rebalance_timeout for m in g.members.values()), default=0.0)
         g.rebalance_deadline = now + timeout
+        g.initial_until = min(now + self.initial_delay, g.rebalance_deadline) \
+            if initial and self.initial_delay > 0 else 0.0
+
+    def _delay_initial(self, g: Group) -> None:
+        """A new member joined while an empty group's first rebalance waits for members:
+        it waits group.initial.rebalance.delay.ms more, up to the rebalance timeout."""
+        if g.state == PREPARING and g.initial_until:
+            g.initial_until = min(trio.current_time() + self.initial_delay,
+                                  g.rebalance_deadline)
 
     def _maybe_complete(self, g: Group) -> None:
-        if g.state == PREPARING and all(m.joining for m in g.members.values()):
+        if g.state == PREPARING and not g.initial_until \
+                and all(m.joining for m in g.members.values()):
             self._complete_join(g)
 
     def _complete_join(self, g: Group) -> None:
+        g.initial_until = 0.0
         for m in [m for m in g.members.values() if not m.joining]:
             del g.members[m.member_id]
         g.generation += 1
@@ -425,6 +455,13 @@ class GroupCoordinator:
             m = g.members.get(b.member_id)
             if m is None:
                 return _join_error(ErrorCode.UNKNOWN_MEMBER_ID, b.member_id)
+            if self._rejoined_unchanged(g, m, b.protocol_type, protocols):
+                # A member that joins again with the metadata it joined with gets this
+                # generation's answer again and no rebalance: a client whose JoinGroup
+                # or SyncGroup answer came while it was not looking, and that asks again,
+                # then syncs into the generation it is already in.
+                m.deadline = trio.current_time() + m.session_timeout
+                return self._join_result(g, m)
         else:
             m = Member(member_id=f"{instance or req.client_id or 'member'}-{uuid.uuid4()}",
                        group_instance_id=instance, client_id=req.client_id or "",
@@ -455,10 +492,42 @@ class GroupCoordinator:
         m.join_response = None
         if g.state in (EMPTY, STABLE, COMPLETING):
             self._prepare(g)
+        elif not b.member_id:
+            self._delay_initial(g)
         self._maybe_complete(g)
         await m.join_done.wait()
         assert m.join_response is not None
         return m.join_response
+
+    def _rejoined_unchanged(self, g: Group, m: Member, protocol_type: str,
+                            protocols: list[tuple[str, bytes]]) -> bool:
+        """Whether a known member's JoinGroup, with the protocols it joined with, needs no
+        rebalance. As Kafka: while the group awaits the leader's assignment, or in a
+        stable group from a follower. Kafka rebalances when the leader of a stable group
+        rejoins, since a leader rejoins when it sees the partitions of the subscribed
+        topics change; here the coordinator knows them, and rebalances only if they did
+        (or if it cannot tell: a protocol other than the consumer protocol)."""
+        if m.joining or protocol_type != m.protocol_type or protocols != m.protocols:
+            return False
+        if g.state == COMPLETING or (g.state == STABLE and m.member_id != g.leader):
+            return True
+        return g.state == STABLE and g.assigned_counts is not None \
+            and g.assigned_counts == self._partition_counts(g)
+
+    def _partition_counts(self, g: Group) -> dict[str, int] | None:
+        """The partitions of each topic a consumer group's members subscribe to."""
+        if g.protocol_type != "consumer":
+            return None
+        topics = _subscribed_topics(g)
+        if topics is None:
+            return None
+        counts = {}
+        for t in topics:
+            try:
+                counts[t] = self.h.topics.partition_count(self.h.topics.topic_name(t))
+            except ValueError:
+                counts[t] = 0
+        return counts
 
     async def sync(self, req: RequestReceived) -> Data:
         b = req.body
@@ -472,12 +541,21 @@ class GroupCoordinator:
             return _sync(ErrorCode.ILLEGAL_GENERATION)
         if g.state == PREPARING:
             return _sync(ErrorCode.REBALANCE_IN_PROGRESS)
+        if g.state == STABLE and b.member_id == g.leader and b.assignments:
+            # The leader of a stable group joined again unchanged (see _rejoined_unchanged)
+            # and assigned anew: the same assignment is this generation's; another one
+            # means the leader sees the topics otherwise, and the group rebalances to it.
+            given = {a.member_id: a.assignment for a in b.assignments}
+            if any(given.get(x.member_id, b"") != x.assignment for x in g.members.values()):
+                self._prepare(g)
+                return _sync(ErrorCode.REBALANCE_IN_PROGRESS)
         if g.state == COMPLETING:
             if b.member_id == g.leader:
                 given = {a.member_id: a.assignment for a in b.assignments}
                 for member in g.members.values():
                     member.assignment = given.get(member.member_id, b"")
                 g.transition(STABLE)
+                g.assigned_counts = self._partition_counts(g)
                 for member in g.members.values():
                     if member.sync_done is not None:
                         member.sync_error = 0

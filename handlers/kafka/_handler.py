@@ -21,6 +21,7 @@ from handlers.kafka._fetch_session import (
     FetchSessionCache,
 )
 from handlers.kafka._group import (
+    DEFAULT_INITIAL_REBALANCE_DELAY_MS,
     DEFAULT_MAX_SESSION_TIMEOUT_MS,
     DEFAULT_MIN_SESSION_TIMEOUT_MS,
     DEFAULT_OFFSETS_RETENTION_CHECK_MS,
@@ -72,7 +73,9 @@ class KafkaProtocolHandler:
             offsets_retention_ms=60_000 * int(config.get("offsets.retention.minutes",
                                                          DEFAULT_OFFSETS_RETENTION_MINUTES)),
             retention_check_ms=int(config.get("offsets.retention.check.interval.ms",
-                                              DEFAULT_OFFSETS_RETENTION_CHECK_MS)))
+                                              DEFAULT_OFFSETS_RETENTION_CHECK_MS)),
+            initial_rebalance_delay_ms=int(config.get("group.initial.rebalance.delay.ms",
+                                                      DEFAULT_INITIAL_REBALANCE_DELAY_MS)))
         self.configs = _configs.TopicConfigs(self)
         self.txns = TxnCoordinator(self)
         # Kafka's own broker keys for the fetch session cache (KIP-227).

@@ -3,6 +3,7 @@ session expiry and rebalance timeouts, without a broker."""
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,8 +22,10 @@ from handlers.kafka._handler import KafkaProtocolHandler
 from tests.handlers.kafka._coordinators import fake_handler, request
 
 
-def _coordinator() -> GroupCoordinator:
-    return GroupCoordinator(fake_handler())
+def _coordinator(h: Any = None) -> GroupCoordinator:
+    """A coordinator whose first rebalance completes at once (these tests drive joins
+    without its expiry loop, which ends group.initial.rebalance.delay.ms)."""
+    return GroupCoordinator(h or fake_handler(), initial_rebalance_delay_ms=0)
 
 
 def _join(member_id: str = "", session_ms: int = 10_000, rebalance_ms: int = 5_000) -> RequestReceived:
@@ -171,6 +174,161 @@ async def test_member_that_does_not_rejoin_is_dropped_at_the_rebalance_timeout(
         nursery.cancel_scope.cancel()
 
 
+def _subscription(*topics: str) -> bytes:
+    """A ConsumerProtocolSubscription v0 of ``topics``, no user data."""
+    body = b"".join(struct.pack(">h", len(t)) + t.encode() for t in topics)
+    return struct.pack(">hi", 0, len(topics)) + body + struct.pack(">i", -1)
+
+
+def _consumer_join(member_id: str = "", metadata: bytes = b"") -> RequestReceived:
+    return request(11, 7, group_id="g", session_timeout_ms=10_000, rebalance_timeout_ms=5_000,
+                   member_id=member_id, group_instance_id=None, protocol_type="consumer",
+                   protocols=[Data(name="range", metadata=metadata or _subscription("t"))],
+                   reason=None)
+
+
+async def test_a_member_joining_again_unchanged_gets_its_generation_without_a_rebalance(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A client whose JoinGroup (or SyncGroup) answer arrived while it was not looking asks
+    again with the same metadata: it is answered with the generation it is in, while the
+    leader's assignment is awaited and once the group is stable, the leader too unless
+    the subscribed topics' partitions changed. Changed metadata rebalances."""
+    partitions = {"t": 4}
+    gc = GroupCoordinator(fake_handler(topics=SimpleNamespace(
+        topic_name=lambda name: name, partition_count=lambda name: partitions.get(name, 0))),
+        initial_rebalance_delay_ms=0)
+    g_state = lambda: gc.groups["g"].state  # noqa: E731
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(gc.run)
+        a = (await gc.join(_consumer_join())).member_id
+        await gc.sync(_sync(a, 1, [Data(member_id=a, assignment=b"all")]))
+        joined: dict[str, Data] = {}
+
+        async def join_b() -> None:
+            joined["b"] = await gc.join(_consumer_join())
+
+        nursery.start_soon(join_b)
+        await trio.sleep(0.5)
+        await gc.join(_consumer_join(a))
+        await trio.sleep(0.1)
+        b = joined["b"].member_id
+        assert g_state() == COMPLETING and gc.groups["g"].generation == 2
+
+        # while the leader assigns: the follower asks again, the leader too
+        again = await gc.join(_consumer_join(b))
+        assert (again.error_code, again.generation_id, again.members) == (0, 2, [])
+        led = await gc.join(_consumer_join(a))
+        assert led.generation_id == 2 and {m.member_id for m in led.members} == {a, b}
+        assert g_state() == COMPLETING
+
+        got: dict[str, Data] = {}
+
+        async def sync_b() -> None:
+            got["b"] = await gc.sync(_sync(b, 2))
+
+        nursery.start_soon(sync_b)
+        await trio.sleep(0.1)
+        await gc.sync(_sync(a, 2, [Data(member_id=a, assignment=b"p01"),
+                                   Data(member_id=b, assignment=b"p23")]))
+        await trio.sleep(0.1)
+        assert got["b"].assignment == b"p23" and g_state() == STABLE
+
+        # stable: the follower, then the leader, ask again and sync into generation 2
+        assert (await gc.join(_consumer_join(b))).generation_id == 2
+        assert (await gc.sync(_sync(b, 2))).assignment == b"p23"
+        led = await gc.join(_consumer_join(a))
+        assert led.generation_id == 2 and len(led.members) == 2
+        assert (await gc.sync(_sync(a, 2, []))).assignment == b"p01"
+        assert g_state() == STABLE and gc.heartbeat(_hb(b, 2)).error_code == 0
+
+        # assigning the same again changes nothing
+        await gc.join(_consumer_join(a))
+        same = await gc.sync(_sync(a, 2, [Data(member_id=a, assignment=b"p01"),
+                                          Data(member_id=b, assignment=b"p23")]))
+        assert (same.error_code, same.assignment, g_state()) == (0, b"p01", STABLE)
+
+        # the topic gained partitions: the leader's rejoin rebalances, as in Kafka
+        partitions["t"] = 6
+        nursery.start_soon(gc.join, _consumer_join(a))
+        await trio.sleep(0.1)
+        assert g_state() == PREPARING
+        assert gc.heartbeat(_hb(b, 2)).error_code == ErrorCode.REBALANCE_IN_PROGRESS
+        third = await gc.join(_consumer_join(b))
+        assert third.generation_id == 3
+        await gc.sync(_sync(a, 3, [Data(member_id=a, assignment=b"x"),
+                                   Data(member_id=b, assignment=b"y")]))
+        assert g_state() == STABLE
+
+        # a follower whose subscription changed rebalances the group
+        nursery.start_soon(gc.join, _consumer_join(b, _subscription("t", "u")))
+        await trio.sleep(0.1)
+        assert g_state() == PREPARING
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_leader_that_joined_again_and_assigns_otherwise_rebalances_the_group(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A leader joins a stable group again unchanged but assigns otherwise (its view of
+    the topics changed, as a first assignment made before it had their metadata): the
+    group rebalances, and the leader's next assignment is the one handed out."""
+    gc = GroupCoordinator(fake_handler(topics=SimpleNamespace(
+        topic_name=lambda name: name, partition_count=lambda name: 2)),
+        initial_rebalance_delay_ms=0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(gc.run)
+        a = (await gc.join(_consumer_join())).member_id
+        await gc.sync(_sync(a, 1, [Data(member_id=a, assignment=b"")]))
+        assert (await gc.join(_consumer_join(a))).generation_id == 1
+        told = await gc.sync(_sync(a, 1, [Data(member_id=a, assignment=b"p01")]))
+        assert told.error_code == ErrorCode.REBALANCE_IN_PROGRESS
+        again = await gc.join(_consumer_join(a))
+        assert again.generation_id == 2
+        got = await gc.sync(_sync(a, 2, [Data(member_id=a, assignment=b"p01")]))
+        assert (got.error_code, got.assignment) == (0, b"p01")
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_first_rebalance_waits_the_initial_delay_for_more_members(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """group.initial.rebalance.delay.ms: the first rebalance of an empty group completes
+    that long after the last member joined (never past the rebalance timeout), so members
+    starting together share the first generation; with 0, the first member is alone in it."""
+    gc = GroupCoordinator(fake_handler(), initial_rebalance_delay_ms=3_000)
+    results: dict[str, tuple[Data, float]] = {}
+
+    async def join(name: str, after: float, rebalance_ms: int = 20_000) -> None:
+        await trio.sleep(after)
+        r = await gc.join(_join(rebalance_ms=rebalance_ms))
+        results[name] = (r, trio.current_time())
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(gc.run)
+        async with trio.open_nursery() as joins:
+            joins.start_soon(join, "a", 0.0)
+            joins.start_soon(join, "b", 2.0)
+        (ra, ta), (rb, tb) = results["a"], results["b"]
+        assert ra.generation_id == rb.generation_id == 1 and len(ra.members + rb.members) == 2
+        assert 5.0 <= ta - start < 5.5 and 5.0 <= tb - start < 5.5
+
+        # the wait never outlasts the rebalance timeout
+        gc.groups.clear()
+        results.clear()
+        start = trio.current_time()
+        async with trio.open_nursery() as joins:
+            for i in range(3):
+                joins.start_soon(join, f"m{i}", 2.0 * i, 5_000)
+        assert {r.generation_id for r, _ in results.values()} == {1}
+        assert all(5.0 <= t - start < 5.5 for _, t in results.values())
+        nursery.cancel_scope.cancel()
+
+    at_once = GroupCoordinator(fake_handler(), initial_rebalance_delay_ms=0)
+    start = trio.current_time()
+    first = await at_once.join(_join())
+    assert trio.current_time() - start < 0.5 and [m.member_id for m in first.members] == \
+        [first.member_id]
+
+
 async def test_last_member_leaving_empties_the_group(autojump_clock: trio.testing.MockClock) -> None:
     gc = _coordinator()
     a = (await gc.join(_join())).member_id
@@ -256,7 +414,7 @@ async def test_commit_checks_generation_and_member() -> None:
     fetched = gc.fetch_offsets(request(9, 7, group_id="g", topics=None, require_stable=False))
     assert fetched.topics[0].partitions[0].committed_offset == 5
     # Durable: a new coordinator over the same store reads the commit back.
-    again = GroupCoordinator(gc.h)
+    again = _coordinator(gc.h)
     fetched = again.fetch_offsets(request(9, 7, group_id="g", topics=[
         Data(name="t", partition_indexes=[0, 1])], require_stable=False))
     assert [p.committed_offset for p in fetched.topics[0].partitions] == [5, -1]
@@ -307,7 +465,7 @@ async def test_list_groups_shows_an_offsets_only_group_without_protocol_type() -
     joined = await gc.join(_join())
     await gc.sync(_sync(joined.member_id, joined.generation_id, []))
     await gc.commit(commit("g", joined.member_id, joined.generation_id))
-    for coordinator in (gc, GroupCoordinator(gc.h)):
+    for coordinator in (gc, _coordinator(gc.h)):
         listed = coordinator.list_groups(request(16, 4, states_filter=[]))
         assert {x.group_id: x.protocol_type for x in listed.groups} == {
             "simple": "", "g": "consumer"}
@@ -512,7 +670,7 @@ async def test_a_multi_partition_commit_is_all_or_nothing() -> None:
     async def follow(group_id: str, topic: str, partition: int, offset: int) -> None:
         moved.append((topic, partition, offset))
 
-    gc = GroupCoordinator(h)
+    gc = _coordinator(h)
     gc._move_cursor = crash_after_first_cursor  # type: ignore[method-assign]
     assert all(p.error_code == 0 for p in (await gc.commit(_commit_all(5))).topics[0].partitions)
 
@@ -527,7 +685,7 @@ async def test_a_multi_partition_commit_is_all_or_nothing() -> None:
     # every partition has the new offset, and the subscriptions catch up on first use.
     with pytest.raises(_Crash):
         await gc.commit(_commit_all(9))
-    restarted = GroupCoordinator(h)
+    restarted = _coordinator(h)
     moved.clear()
     restarted._move_cursor = follow  # type: ignore[method-assign]
     assert _committed(restarted) == [9, 9, 9, 9]

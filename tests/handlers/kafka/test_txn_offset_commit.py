@@ -17,7 +17,7 @@ from tests.handlers.kafka._coordinators import fake_handler, request
 async def test_txn_offset_commit_checks_member_and_generation() -> None:
     h = fake_handler(topics=SimpleNamespace(topic_name=lambda name: name,
                                             partition_count=lambda name: 1 if name == "t" else 0))
-    h.groups = GroupCoordinator(h)
+    h.groups = GroupCoordinator(h, initial_rebalance_delay_ms=0)
     h.txns = tc = TxnCoordinator(h)
     joined = await h.groups.join(request(
         11, 7, group_id="g", session_timeout_ms=10_000, rebalance_timeout_ms=5_000, member_id="",
