@@ -540,10 +540,11 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("group.max.session.timeout.ms", 1800000,
          "Longest session timeout a Kafka consumer group member may ask for; a JoinGroup "
          "asking more is INVALID_SESSION_TIMEOUT.", 0),
-    _int("group.initial.rebalance.delay.ms", 3000,
+    _int("group.initial.rebalance.delay.ms", 0,
          "How long the first rebalance of an empty Kafka consumer group waits for more "
          "members to join (each new one restarts the wait, up to the rebalance timeout), "
-         "so that a group starting up is assigned once rather than once per member.", 0),
+         "so that a group starting up is assigned once rather than once per member. 0 "
+         "answers at once; Kafka's broker default, which conf/broker.conf sets, is 3000.", 0),
     _int("offsets.retention.minutes", 10080,
          "Minutes a Kafka group's committed offsets are kept: from when it became empty "
          "(a consumer group), or from each commit (a group that only stores offsets).", 1),
