@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
 
-__all__ = ["BrokerStats", "LATENCY_SAMPLES"]
+__all__ = ["BrokerStats", "LATENCY_SAMPLES", "Series"]
 
 #: Publish latencies kept for the quantiles (the most recent ones).
 LATENCY_SAMPLES = 4096
+
+
+class Series(NamedTuple):
+    """One sample of a protocol handler's own series: ``/metrics`` shows it as ``name``
+    (a counter gains ``_total``) with the labels ``cluster`` and ``labels``."""
+
+    name: str
+    kind: Literal["counter", "gauge"]
+    doc: str
+    value: float
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -27,6 +39,8 @@ class BrokerStats:
     connections_opened: dict[str, int] = field(default_factory=dict)
     connections_active: dict[str, int] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=dict)
+    #: Per protocol: what its handler counts beyond the above, read at each scrape.
+    protocol_series: dict[str, Callable[[], Iterable[Series]]] = field(default_factory=dict)
 
     def record_publish(self, entries: int, messages: int, size: int) -> None:
         self.in_entries += entries

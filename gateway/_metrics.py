@@ -175,7 +175,22 @@ class BrokerCollector(Collector):
         yield opened
         yield active
         yield requests
+        yield from _protocol_families(cluster, stats.protocol_series)
         yield from _bookie_families(cluster, getattr(self.broker, "bookies", []))
+
+
+def _protocol_families(cluster: str, sources: dict[str, Any]) -> Iterator[Metric]:
+    """The series protocol handlers keep of their own (``BrokerStats.protocol_series``)."""
+    families: dict[str, Metric] = {}
+    for _, source in sorted(sources.items()):
+        for s in source():
+            m = families.get(s.name)
+            if m is None:
+                names = ["cluster", *(k for k, _ in s.labels)]
+                cls = CounterMetricFamily if s.kind == "counter" else GaugeMetricFamily
+                m = families[s.name] = cls(s.name, s.doc, labels=names)
+            m.add_metric([cluster, *(v for _, v in s.labels)], s.value)  # type: ignore[attr-defined]
+    yield from families.values()
 
 
 def _bookie_families(cluster: str, bookies: list[Any]) -> Iterator[Metric]:

@@ -24,8 +24,11 @@ CONNECT is legal (3.1.1 section 3.1: "the first packet sent from the Client to t
 MUST be a CONNECT"); a second CONNECT is a protocol violation (MQTT-3.1.0-2); AUTH exists
 in 5.0 only. A move that is not in the table raises :class:`RemoteProtocolError` for what
 the peer sent and :class:`LocalProtocolError` for what we tried to send; both carry the
-5.0 reason code (a 3.1.1 session just closes the connection). After a remote error the
-connection is dead: every later ``next_event`` raises again.
+5.0 reason code (a 3.1.1 session just closes the connection). What one side may not put
+on a packet the other may send (a client's PUBLISH with a Subscription Identifier) is
+the table :data:`SENDER_FORBIDDEN`. After a remote error the connection is dead: every
+later ``next_event`` raises again, and all that may still be sent is, on a connected 5.0
+connection, the DISCONNECT that names the error (state FAILED).
 
 Bad bytes raise only :class:`RemoteProtocolError` (fuzzed in the tests): every length is
 checked against what is left before anything is sliced, and strings are strict UTF-8
@@ -128,6 +131,7 @@ class State(enum.Enum):
     AWAIT_CONNECT = "await-connect"
     CONNECTING = "connecting"  # CONNECT seen, no CONNACK yet (5.0: AUTH may go both ways)
     CONNECTED = "connected"
+    FAILED = "failed"  # the peer broke the protocol: a last DISCONNECT may still go out
     CLOSED = "closed"
 
 
@@ -154,6 +158,17 @@ TRANSITIONS: dict[tuple[State, Role, PacketType], State] = {
     (State.CONNECTED, _S, PacketType.SUBACK): State.CONNECTED,
     (State.CONNECTED, _S, PacketType.UNSUBACK): State.CONNECTED,
     (State.CONNECTED, _S, PacketType.PINGRESP): State.CONNECTED,
+    # 5.0 section 4.13.1: on a malformed packet or a protocol error the receiver may send
+    # DISCONNECT with the reason code before it closes the connection
+    (State.FAILED, _C, PacketType.DISCONNECT): State.CLOSED,
+    (State.FAILED, _S, PacketType.DISCONNECT): State.CLOSED,
+}
+
+#: Properties a sender may not put on a packet though the packet type allows them:
+#: 5.0 section 3.3.2.3.8, "A PUBLISH packet sent from a Client to a Server MUST NOT
+#: contain a Subscription Identifier" (a protocol error).
+SENDER_FORBIDDEN: dict[tuple[Role, PacketType], frozenset[str]] = {
+    (_C, PacketType.PUBLISH): frozenset({"subscription_identifiers"}),
 }
 
 #: Fixed-header flags each packet type must carry (section 2.1.3, table 2.2); PUBLISH's
@@ -394,6 +409,8 @@ def encode_packet(packet: Packet, version: int) -> bytes:
             if packet.properties.present():
                 body += _encode_properties(packet.properties, kind)
     elif isinstance(packet, Subscribe):
+        if not packet.subscriptions:
+            raise LocalProtocolError("a SUBSCRIBE needs a topic filter", ReasonCode.PROTOCOL_ERROR)
         body = _U16.pack(packet.packet_id)
         if v5:
             body += _encode_properties(packet.properties, kind)
@@ -403,17 +420,25 @@ def encode_packet(packet: Packet, version: int) -> bytes:
                 opts |= (s.no_local << 2) | (s.retain_as_published << 3) | (s.retain_handling << 4)
             body += _utf8(s.topic_filter) + bytes((opts,))
     elif isinstance(packet, Suback):
+        if not packet.reason_codes:
+            raise LocalProtocolError("a SUBACK needs a reason code", ReasonCode.PROTOCOL_ERROR)
         body = _U16.pack(packet.packet_id)
         if v5:
             body += _encode_properties(packet.properties, kind)
         body += bytes(packet.reason_codes)
     elif isinstance(packet, Unsubscribe):
+        if not packet.topic_filters:
+            raise LocalProtocolError("an UNSUBSCRIBE needs a topic filter",
+                                     ReasonCode.PROTOCOL_ERROR)
         body = _U16.pack(packet.packet_id)
         if v5:
             body += _encode_properties(packet.properties, kind)
         body += b"".join(_utf8(f) for f in packet.topic_filters)
     elif isinstance(packet, Unsuback):
         body = _U16.pack(packet.packet_id)
+        if v5 and not packet.reason_codes:
+            raise LocalProtocolError("an MQTT 5 UNSUBACK needs a reason code",
+                                     ReasonCode.PROTOCOL_ERROR)
         if v5:
             body += _encode_properties(packet.properties, kind) + bytes(packet.reason_codes)
     elif isinstance(packet, Pingreq | Pingresp):
@@ -501,6 +526,10 @@ def decode_packet(first: int, body: bytes | memoryview, version: int) -> Packet:
     elif kind is PacketType.SUBACK:
         packet_id = r.u16()
         props = _decode_properties(r, kind) if v5 else NO_PROPERTIES
+        if not r.left():
+            # 3.1.1 section 3.9.3, 5.0 section 3.9.3: one code per filter of the SUBSCRIBE,
+            # which has at least one
+            raise RemoteProtocolError("SUBACK without a reason code", ReasonCode.PROTOCOL_ERROR)
         packet = Suback(packet_id=packet_id, reason_codes=tuple(r.take(r.left())), properties=props)
     elif kind is PacketType.UNSUBSCRIBE:
         packet_id = _packet_id(r)
@@ -515,6 +544,10 @@ def decode_packet(first: int, body: bytes | memoryview, version: int) -> Packet:
     elif kind is PacketType.UNSUBACK:
         packet_id = r.u16()
         props = _decode_properties(r, kind) if v5 else NO_PROPERTIES
+        if v5 and not r.left():
+            # 5.0 section 3.11.3: one reason code per filter of the UNSUBSCRIBE (3.1.1's
+            # UNSUBACK has no payload)
+            raise RemoteProtocolError("UNSUBACK without a reason code", ReasonCode.PROTOCOL_ERROR)
         packet = Unsuback(packet_id=packet_id, reason_codes=tuple(r.take(r.left())) if v5 else (),
                           properties=props)
     elif kind in (PacketType.PINGREQ, PacketType.PINGRESP):
@@ -694,8 +727,12 @@ class MQTTConnection:
             self._error = exc
             # MQTT-3.1.2-2 and 5.0 section 3.1.2.2: an unsupported version is still answered
             # with a CONNACK, so that CONNECT counts as read
-            unsupported = isinstance(exc, UnsupportedProtocolVersion)
-            self.state = State.CONNECTING if unsupported else State.CLOSED
+            if isinstance(exc, UnsupportedProtocolVersion):
+                self.state = State.CONNECTING
+            elif self.state is State.CONNECTED and self.version >= 5:
+                self.state = State.FAILED
+            else:
+                self.state = State.CLOSED
             raise
 
     def _next(self) -> Packet | _NeedData:
@@ -737,7 +774,9 @@ class MQTTConnection:
         self._pos = pos + i + length
         if isinstance(packet, Connect):
             self.version = packet.protocol_level
-        self._advance(self.peer, PACKET_TYPES[type(packet)])
+        ptype = PACKET_TYPES[type(packet)]
+        self._check_properties(self.peer, ptype, packet, RemoteProtocolError)
+        self._advance(self.peer, ptype)
         return packet
 
     def send(self, packet: Packet) -> bytes:
@@ -745,6 +784,7 @@ class MQTTConnection:
         self._check(self.role, kind, LocalProtocolError)
         if isinstance(packet, Connect):
             self.version = packet.protocol_level
+        self._check_properties(self.role, kind, packet, LocalProtocolError)
         data = encode_packet(packet, self.version)
         if self.peer_max_packet_size is not None and len(data) > self.peer_max_packet_size:
             raise LocalProtocolError(f"packet of {len(data)} bytes exceeds the peer's maximum "
@@ -758,6 +798,15 @@ class MQTTConnection:
         if (self.state, who, kind) not in TRANSITIONS:
             raise error(f"{who.value} may not send {kind.name} in state {self.state.value}",
                         ReasonCode.PROTOCOL_ERROR)
+
+    def _check_properties(self, who: Role, kind: PacketType, packet: Packet,
+                          error: type[ProtocolError]) -> None:
+        forbidden = SENDER_FORBIDDEN.get((who, kind))
+        props = getattr(packet, "properties", None)
+        if forbidden and props is not None:
+            for name in forbidden.intersection(props.present()):
+                raise error(f"a {who.value} may not send {name} on {kind.name}",
+                            ReasonCode.PROTOCOL_ERROR)
 
     def _advance(self, who: Role, kind: PacketType) -> None:
         self.state = TRANSITIONS[(self.state, who, kind)]

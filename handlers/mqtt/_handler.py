@@ -9,6 +9,9 @@ later included: durable for a persistent session (the cursor queues what arrives
 the client is away), non-durable for a clean one. MQTT 5 user properties are the
 message's properties; what MQTT alone needs (QoS, retain, content type, response topic,
 correlation data, expiry, the publisher) travels in properties named ``__mqtt_*``.
+Shared subscriptions are the core's Shared subscriptions (:mod:`handlers.mqtt._shared`);
+while a persistent session's client is away, an :class:`~handlers.mqtt._offline.OfflineQueue`
+bounds what it keeps. The handler's counters are on ``/metrics`` (:meth:`MQTTProtocolHandler.series`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import base64
 import json
 import logging
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -29,6 +33,7 @@ from core.format import Message, entry_from_messages, messages_from_entry
 from core.messaging import Received, Subscriber, end_of, publish
 from core.naming import TopicName
 from core.routing import TopicTree, mqtt_filter_error
+from core.stats import Series
 from core.storage import Position
 from core.subscription import SubType
 from core.topic import PersistentTopic
@@ -41,6 +46,7 @@ from handlers.mqtt._codec import (
     Role,
     UnsupportedProtocolVersion,
 )
+from handlers.mqtt._offline import OfflineQueue
 from handlers.mqtt._packets import (
     Connack,
     Connect,
@@ -62,6 +68,7 @@ from handlers.mqtt._packets import (
     Unsubscribe,
     Will,
 )
+from handlers.mqtt._shared import ShareFilter, parse_share
 
 __all__ = ["MQTTProtocolHandler"]
 
@@ -81,10 +88,11 @@ class SessionState:
     client_id: str
     persistent: bool
     expiry: int = 0  # seconds after disconnect; 0xFFFFFFFF never
-    filters: dict[str, SubscribeOption] = field(default_factory=dict)
+    filters: dict[str, SubscribeOption] = field(default_factory=dict)  # shared ones too
     ids: dict[str, int] = field(default_factory=dict)  # filter -> subscription identifier
     awaiting_rel: set[int] = field(default_factory=set)
-    tree: TopicTree[str] = field(default_factory=TopicTree.mqtt)
+    tree: TopicTree[str] = field(default_factory=TopicTree.mqtt)  # the filters not shared
+    shared: dict[str, ShareFilter] = field(default_factory=dict)  # "$share/..." -> its parts
     expiry_scope: trio.CancelScope | None = None
 
 
@@ -99,15 +107,17 @@ class MQTTProtocolHandler:
         self.max_packet = int(config.get("mqttMaxPacketSize") or 1 << 20)
         self.receive_maximum = int(config.get("mqttReceiveMaximum") or 1024)
         self.topic_alias_maximum = int(config.get("mqttTopicAliasMaximum") or 0)
+        self.max_queued = int(config.get("mqttMaxQueuedMessages"))
         self.sessions: dict[str, SessionState] = {}
         self.connected: dict[str, MQTTSession] = {}
         self.retained: dict[str, bytes] = {}  # full topic name -> entry
         self.wills: dict[str, trio.CancelScope] = {}
+        self.offline: dict[str, OfflineQueue] = {}  # client id -> what its session keeps
         self.live: set[Any] = set()
         self.addresses: list[str] = []
         self._nursery: trio.Nursery | None = None
         self.stats = {"connections": 0, "publish_qos0": 0, "publish_qos1": 0, "publish_qos2": 0,
-                      "deliveries": 0, "drops": 0}
+                      "deliveries": 0, "dropped_expired": 0, "dropped_queue_full": 0}
 
     # -- names ---------------------------------------------------------------------------
 
@@ -135,6 +145,7 @@ class MQTTProtocolHandler:
             self.addresses.append(f"mqtt://{host}:{opened[0].socket.getsockname()[1]}")
         self._load_state()
         self.broker.topic_loaded.append(self._topic_loaded)
+        self.broker.stats.protocol_series[self.name] = self.series
         log.info("mqtt listening on %s", ", ".join(self.addresses))
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -161,7 +172,11 @@ class MQTTProtocolHandler:
             for f, o in doc.get("filters", {}).items():
                 state.filters[f] = SubscribeOption(topic_filter=f, qos=o["qos"], no_local=o["nl"],
                                                    retain_as_published=o["rap"], retain_handling=o["rh"])
-                state.tree.add(_plain_filter(f), f)
+                share = parse_share(f)
+                if isinstance(share, ShareFilter):
+                    state.shared[f] = share
+                else:
+                    state.tree.add(f, f)
                 if o.get("id"):
                     state.ids[f] = o["id"]
             state.awaiting_rel = set(doc.get("awaiting_rel", ()))
@@ -185,21 +200,54 @@ class MQTTProtocolHandler:
         self.broker.metadata.put(path, json.dumps(doc).encode())
 
     def forget(self, state: SessionState) -> None:
-        """End a session: its subscriptions go, durable ones with their cursors."""
+        """End a session: its subscriptions go, durable ones with their cursors (a shared
+        one once no session holds its filter)."""
         self.sessions.pop(state.client_id, None)
         state.persistent = False
         self.save(state)
         if self._nursery is not None:
-            self._nursery.start_soon(self._drop_cursors, state.client_id)
+            names = [f"mqtt:{state.client_id}"] + [
+                sf.subscription for f, sf in state.shared.items() if not self.share_held(f)]
+            self._nursery.start_soon(self._drop_cursors, state.client_id, names)
 
-    async def _drop_cursors(self, client_id: str) -> None:
-        name = f"mqtt:{client_id}"
+    def share_held(self, topic_filter: str) -> bool:
+        """Whether a session holds the shared subscription ``topic_filter``."""
+        return any(topic_filter in st.shared for st in self.sessions.values())
+
+    async def _drop_cursors(self, client_id: str, names: list[str]) -> None:
+        await self.stop_offline_queue(client_id)
+        await self.drop_subscriptions(names)
+
+    async def drop_subscriptions(self, names: list[str]) -> None:
+        """Delete the subscriptions ``names`` (their cursors) where no consumer is attached."""
         for topic in list(self.broker.topics.values()):
-            if name in topic.subscriptions and not topic.subscriptions[name].consumers:
-                try:
-                    await topic.unsubscribe(name)
-                except Exception as exc:
-                    log.debug("mqtt: keeping %s on %s: %s", name, topic.name, exc)
+            for name in names:
+                if name in topic.subscriptions and not topic.subscriptions[name].consumers:
+                    try:
+                        await topic.unsubscribe(name)
+                    except Exception as exc:
+                        log.debug("mqtt: keeping %s on %s: %s", name, topic.name, exc)
+
+    # -- offline persistent sessions -----------------------------------------------------
+
+    def queue_offline(self, state: SessionState) -> None:
+        """Bound what ``state`` keeps from now until its client is back (:mod:`._offline`)."""
+        cid = state.client_id
+        if (self._nursery is None or not state.persistent or cid in self.connected
+                or cid in self.offline):
+            return
+        queue = OfflineQueue(self.broker, cid, self.max_queued, partial(_delivery_qos, self, state),
+                             self._dropped_queue_full)
+        self.offline[cid] = queue
+        self._nursery.start_soon(queue.attach, self.matching_topics(state))
+
+    async def stop_offline_queue(self, client_id: str) -> None:
+        queue = self.offline.pop(client_id, None)
+        if queue is not None:
+            await queue.close()
+
+    def _dropped_queue_full(self) -> None:
+        self.stats["dropped_queue_full"] += 1
 
     def expire_later(self, state: SessionState) -> None:
         if state.expiry == 0xFFFFFFFF or self._nursery is None:
@@ -234,39 +282,84 @@ class MQTTProtocolHandler:
             return
         local = self.mqtt_topic(topic.name)
         for state in self.sessions.values():
+            session = self.connected.get(state.client_id)
             if any(True for _ in state.tree.match(local)):
-                session = self.connected.get(state.client_id)
+                queue = self.offline.get(state.client_id)
                 if session is not None:
                     self._nursery.start_soon(session.attach, topic.name, end_of(topic))
+                elif queue is not None:
+                    self._nursery.start_soon(queue.attach, [topic.name], end_of(topic))
                 elif state.persistent:
-                    self._nursery.start_soon(self._cursor, topic, state.client_id)
+                    self._nursery.start_soon(self._cursor, topic, f"mqtt:{state.client_id}")
+            for f, sf in state.shared.items():
+                if not _matches(sf.topic_filter, local):
+                    continue
+                if session is not None:
+                    self._nursery.start_soon(session.attach_shared, f, topic.name, end_of(topic))
+                elif state.persistent:
+                    self._nursery.start_soon(self._cursor, topic, sf.subscription)
 
-    async def _cursor(self, topic: PersistentTopic, client_id: str) -> None:
-        name = f"mqtt:{client_id}"
-        if name not in topic.subscriptions:
+    async def _cursor(self, topic: PersistentTopic, name: str) -> None:
+        if name in topic.subscriptions:
+            return
+        try:
             await topic.create_subscription(name, None, earliest=topic.ml.last_confirmed() is None)
+        except Exception as exc:  # created meanwhile (two sessions of one share group)
+            log.debug("mqtt: no cursor %s on %s: %s", name, topic.name, exc)
 
     async def _ensure_cursors(self, state: SessionState) -> None:
-        for name in self.matching_topics(state):
+        wanted = [(n, f"mqtt:{state.client_id}") for n in self.matching_topics(state)]
+        for sf in state.shared.values():
+            wanted += [(n, sf.subscription) for n in self.shared_topics(sf)]
+        for name, subscription in wanted:
             try:
-                topic = await self.broker.get_topic(name)
-                await self._cursor(topic, state.client_id)
+                await self._cursor(await self.broker.get_topic(name), subscription)
             except Exception as exc:
-                log.warning("mqtt: no cursor for %s on %s: %s", state.client_id, name, exc)
+                log.warning("mqtt: no cursor %s on %s: %s", subscription, name, exc)
+        self.queue_offline(state)
 
     def matching_topics(self, state: SessionState) -> list[TopicName]:
+        """The topics the session's filters (not the shared ones) match."""
+        return self._topics(lambda local: any(True for _ in state.tree.match(local)))
+
+    def shared_topics(self, share: ShareFilter) -> list[TopicName]:
+        return self._topics(partial(_matches, share.topic_filter))
+
+    def _topics(self, match: Callable[[str], bool]) -> list[TopicName]:
         from core.naming import NamespaceName
 
-        found = []
         try:
             names = self.broker.topics_of_namespace(NamespaceName(self.tenant, self.namespace))
         except LookupError:
             return []
-        for n in names:
-            name = TopicName.parse(n)
-            if any(True for _ in state.tree.match(self.mqtt_topic(name))):
-                found.append(name)
-        return found
+        return [name for name in map(TopicName.parse, names) if match(self.mqtt_topic(name))]
+
+    # -- /metrics ------------------------------------------------------------------------
+
+    def series(self) -> Iterator[Series]:
+        """The handler's counters, as ``/metrics`` shows them (Magnetar's own series, so
+        ``magnetar_``-prefixed, each with the broker's ``cluster`` label)."""
+        st = self.stats
+        yield Series("magnetar_mqtt_connections", "counter", "MQTT connections accepted",
+                     st["connections"])
+        yield Series("magnetar_mqtt_connected_clients", "gauge", "MQTT clients connected now",
+                     len(self.connected))
+        yield Series("magnetar_mqtt_sessions", "gauge", "MQTT sessions, connected or not",
+                     len(self.sessions))
+        for qos in (0, 1, 2):
+            yield Series("magnetar_mqtt_messages_in", "counter", "PUBLISH packets taken from clients",
+                         st[f"publish_qos{qos}"], (("qos", str(qos)),))
+        yield Series("magnetar_mqtt_messages_out", "counter", "Messages sent to MQTT clients",
+                     st["deliveries"])
+        for reason in ("expired", "queue_full"):
+            yield Series("magnetar_mqtt_messages_dropped", "counter",
+                         "Messages not delivered: expired, or over mqttMaxQueuedMessages "
+                         "for an offline session", st[f"dropped_{reason}"], (("reason", reason),))
+        yield Series("magnetar_mqtt_queued_messages", "gauge",
+                     "Messages held for persistent sessions whose clients are away",
+                     sum(len(q) for q in self.offline.values()))
+        yield Series("magnetar_mqtt_retained_messages", "gauge", "Topics with a retained message",
+                     len(self.retained))
 
 
 class _Closed(Exception):
@@ -280,6 +373,7 @@ class MQTTSession:
         self.conn = MQTTConnection(Role.SERVER, max_packet_size=handler.max_packet)
         self.state: SessionState | None = None
         self.subscriber: Subscriber | None = None
+        self.shared: dict[str, Subscriber] = {}  # "$share/..." filter -> its group's consumers
         self.out = bytearray()
         self.out_ready = trio.Event()
         self.will: Will | None = None
@@ -315,6 +409,8 @@ class MQTTSession:
                 del self.out[:len(data)]
             if self.subscriber is not None:
                 self.subscriber.wake()
+            for shared in self.shared.values():
+                shared.wake()
 
     # -- the connection ------------------------------------------------------------------
 
@@ -441,6 +537,7 @@ class MQTTSession:
         scope = h.wills.pop(client_id, None)
         if scope is not None:
             scope.cancel()  # a delayed will is not sent when the client is back
+        await h.stop_offline_queue(client_id)  # what it kept goes to this connection
         if self.v5:
             expiry = c.properties.session_expiry_interval or 0
             persistent = expiry > 0
@@ -470,13 +567,15 @@ class MQTTSession:
             self.conn.peer_max_packet_size = c.properties.maximum_packet_size
             props = Properties(assigned_client_identifier=assigned, receive_maximum=h.receive_maximum,
                                topic_alias_maximum=h.topic_alias_maximum or None,
-                               maximum_packet_size=h.max_packet, shared_subscription_available=0)
+                               maximum_packet_size=h.max_packet, shared_subscription_available=1)
         self.send(Connack(session_present=present, properties=props))
         self.subscriber = Subscriber(h.broker, f"mqtt:{client_id}", self._deliver,
                                      window=min(self.receive_max, 1000),
                                      writable=lambda: len(self.out) < OUT_BUFFER)
         for name in h.matching_topics(state):
             await self.attach(name)
+        for f, share in state.shared.items():
+            await self.open_shared(f, share)
 
     async def attach(self, name: TopicName, start: Position | None = None) -> None:
         """Consume ``name``; a topic loaded after the filter starts where it stood then."""
@@ -487,6 +586,29 @@ class MQTTSession:
                                          durable=self.state.persistent, start=start)
         except Exception as exc:
             log.info("mqtt: %s cannot consume %s: %s", self.state.client_id, name, exc)
+
+    async def open_shared(self, topic_filter: str, share: ShareFilter) -> None:
+        """Join the group of the shared subscription ``topic_filter`` on every topic its
+        filter matches (:mod:`handlers.mqtt._shared`)."""
+        if self.state is None or topic_filter in self.shared:
+            return
+        self.shared[topic_filter] = Subscriber(
+            self.h.broker, share.subscription, partial(self._deliver_shared, topic_filter),
+            window=min(self.receive_max, 1000), writable=lambda: len(self.out) < OUT_BUFFER)
+        for name in self.h.shared_topics(share):
+            await self.attach_shared(topic_filter, name)
+
+    async def attach_shared(self, topic_filter: str, name: TopicName,
+                            start: Position | None = None) -> None:
+        subscriber = self.shared.get(topic_filter)
+        if subscriber is None or self.state is None:
+            return
+        try:
+            await subscriber.attach(name, sub_type=SubType.Shared, durable=self.state.persistent,
+                                    start=start)
+        except Exception as exc:
+            log.info("mqtt: %s cannot consume %s for %s: %s", self.state.client_id, name,
+                     topic_filter, exc)
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -561,34 +683,45 @@ class MQTTSession:
         codes = []
         sid = s.properties.subscription_identifiers[0] if s.properties.subscription_identifiers else None
         fresh: list[SubscribeOption] = []
+        joined: list[tuple[str, ShareFilter]] = []
         for opt in s.subscriptions:
             f = opt.topic_filter
-            if mqtt_filter_error(f) is not None:
+            share = parse_share(f)
+            if isinstance(share, str) or share is None and mqtt_filter_error(f) is not None:
                 codes.append(ReasonCode.TOPIC_FILTER_INVALID if self.v5 else 0x80)
                 continue
-            if f.startswith("$share/"):
-                codes.append(ReasonCode.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED if self.v5 else 0x80)
-                continue
+            if share is not None and opt.no_local:
+                # MQTT-3.8.3-4: No Local on a shared subscription is a protocol error
+                self._disconnect(ReasonCode.PROTOCOL_ERROR, "no local on a shared subscription")
+                raise _Closed
             existed = f in self.state.filters
             self.state.filters[f] = opt
-            self.state.tree.add(_plain_filter(f), f)
+            if share is not None:
+                self.state.shared[f] = share
+                joined.append((f, share))
+            else:
+                self.state.tree.add(f, f)
             if sid is not None:
                 self.state.ids[f] = sid
             else:
                 self.state.ids.pop(f, None)
             codes.append(opt.qos)
-            if opt.retain_handling == 0 or (opt.retain_handling == 1 and not existed):
+            # 5.0 section 4.8.2: no retained messages on a shared subscription
+            if share is None and (opt.retain_handling == 0
+                                  or (opt.retain_handling == 1 and not existed)):
                 fresh.append(opt)
         self.h.save(self.state)
         self.send(Suback(packet_id=s.packet_id, reason_codes=tuple(codes)))
         for name in self.h.matching_topics(self.state):
             await self.attach(name)
+        for f, share in joined:
+            await self.open_shared(f, share)
         for opt in fresh:
             self._send_retained(opt)
 
     def _send_retained(self, opt: SubscribeOption) -> None:
         tree: TopicTree[int] = TopicTree.mqtt()
-        tree.add(_plain_filter(opt.topic_filter), 0)
+        tree.add(opt.topic_filter, 0)
         for full, entry in list(self.h.retained.items()):
             name = TopicName.parse(full)
             if not any(True for _ in tree.match(self.h.mqtt_topic(name))):
@@ -608,16 +741,26 @@ class MQTTSession:
     async def _unsubscribe(self, u: Unsubscribe) -> None:
         assert self.state is not None
         codes = []
+        left: list[str] = []
         for f in u.topic_filters:
             if f in self.state.filters:
                 del self.state.filters[f]
                 self.state.ids.pop(f, None)
-                self.state.tree.remove(_plain_filter(f), f)
+                if self.state.shared.pop(f, None) is not None:
+                    left.append(f)
+                else:
+                    self.state.tree.remove(f, f)
                 codes.append(0)
             else:
                 codes.append(ReasonCode.NO_SUBSCRIPTION_EXISTED)
         self.h.save(self.state)
         self.send(Unsuback(packet_id=u.packet_id, reason_codes=tuple(codes) if self.v5 else ()))
+        for f in left:
+            shared = self.shared.pop(f, None)
+            if shared is not None:  # what this member held goes to the others
+                await shared.close()
+                if not self.h.share_held(f):
+                    await self.h.drop_subscriptions([shared.subscription])
         if self.subscriber is not None:
             still = {str(n) for n in self.h.matching_topics(self.state)}
             for key in list(self.subscriber.attached):
@@ -637,19 +780,30 @@ class MQTTSession:
         state = self.state
         if state is None or self.subscriber is None:
             return
-        m = r.message
-        local = self.h.mqtt_topic(r.topic)
-        matched = {f for f, _ in state.tree.match(local)}
-        opts = [state.filters[f] for f in matched if f in state.filters]
-        if not opts or all(o.no_local for o in opts) and m.properties.get(P + "client") == state.client_id:
+        got = _delivery(self.h, state, r)
+        if got is None:
             self._settle(r)
             return
-        qos = min(max(o.qos for o in opts), int(m.properties.get(P + "qos", "2")))
-        retain = any(o.retain_as_published for o in opts) and m.properties.get(P + "retain") == "1"
-        pub = self._to_publish(r.topic, m, qos, retain, matched)
+        qos, matched = got
+        opts = [state.filters[f] for f in matched]
+        retain = any(o.retain_as_published for o in opts) and r.message.properties.get(P + "retain") == "1"
+        self._send_delivery(r, self._to_publish(r.topic, r.message, qos, retain, matched))
+
+    def _deliver_shared(self, topic_filter: str, r: Received) -> None:
+        """A message of the shared subscription ``topic_filter``: this member's to send."""
+        opt = self.state.filters.get(topic_filter) if self.state is not None else None
+        if opt is None or self.subscriber is None:
+            return  # unsubscribed: left unacknowledged, it goes to another member
+        props = r.message.properties
+        qos = min(opt.qos, int(props.get(P + "qos", "2")))
+        retain = opt.retain_as_published and props.get(P + "retain") == "1"
+        self._send_delivery(r, self._to_publish(r.topic, r.message, qos, retain, {topic_filter}))
+
+    def _send_delivery(self, r: Received, pub: Publish | None) -> None:
         if pub is None:
             self._settle(r)
             return
+        qos = pub.qos
         if r.redelivery_count:
             pub = Publish(topic=pub.topic, payload=pub.payload, qos=pub.qos, retain=pub.retain,
                           dup=qos > 0, properties=pub.properties)
@@ -673,7 +827,7 @@ class MQTTSession:
         if expires is not None:
             left = (int(expires) - int(time.time() * 1000)) // 1000
             if left <= 0:
-                self.h.stats["drops"] += 1
+                self.h.stats["dropped_expired"] += 1
                 return None
             expiry = left
         properties = Properties()
@@ -723,6 +877,9 @@ class MQTTSession:
         if self.subscriber is not None:
             # unacknowledged deliveries go back to the subscription (resent with DUP)
             await self.subscriber.close()
+        for shared in self.shared.values():
+            await shared.close()  # and a shared subscription's, to another member
+        self.shared.clear()
         if self.will is not None:
             self._schedule_will(self.will, state)
         if h.connected.get(state.client_id) is None and not self.taken_over:
@@ -731,6 +888,7 @@ class MQTTSession:
             else:
                 h.save(state)
                 h.expire_later(state)
+                h.queue_offline(state)
 
     def _schedule_will(self, will: Will, state: SessionState) -> None:
         h = self.h
@@ -793,8 +951,28 @@ def _with_pid(p: Publish, pid: int) -> Publish:
                    packet_id=pid, properties=p.properties)
 
 
-def _plain_filter(f: str) -> str:
-    return f
+def _matches(topic_filter: str, local: str) -> bool:
+    tree: TopicTree[int] = TopicTree.mqtt()
+    tree.add(topic_filter, 0)
+    return any(True for _ in tree.match(local))
+
+
+def _delivery_qos(h: MQTTProtocolHandler, state: SessionState, r: Received) -> int | None:
+    got = _delivery(h, state, r)
+    return None if got is None else got[0]
+
+
+def _delivery(h: MQTTProtocolHandler, state: SessionState, r: Received) -> tuple[int, set[str]] | None:
+    """The QoS a message of the session's own subscription goes out at, and the filters
+    that match it (3.3.5: once, at the highest QoS granted); None when it does not go to
+    the session (no filter matches any more, or each that does is No Local and the
+    session published it)."""
+    props = r.message.properties
+    matched = {f for f, _ in state.tree.match(h.mqtt_topic(r.topic)) if f in state.filters}
+    opts = [state.filters[f] for f in matched]
+    if not opts or all(o.no_local for o in opts) and props.get(P + "client") == state.client_id:
+        return None
+    return min(max(o.qos for o in opts), int(props.get(P + "qos", "2"))), matched
 
 
 def _unquote(s: str) -> str:

@@ -6,6 +6,7 @@ fuzzing."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any, cast
 
 import pytest
@@ -209,8 +210,10 @@ def _both_ways(level: int) -> list[Packet]:
                       (Pubrel, PacketType.PUBREL), (Pubcomp, PacketType.PUBCOMP)):
         acks += [cls(packet_id=1), cls(packet_id=0xFFFF, reason_code=code),
                  cls(packet_id=7, reason_code=code, properties=p(kind))]
+    # a client may not send a subscription identifier (5.0 section 3.3.2.3.8): _server_only
     return [
-        Publish(topic="a/b", payload=b"hello", properties=p(PacketType.PUBLISH)),
+        Publish(topic="a/b", payload=b"hello",
+                properties=replace(p(PacketType.PUBLISH), subscription_identifiers=())),
         Publish(topic="a/b", qos=1, packet_id=1, retain=True, dup=True),
         Publish(topic="ü/€/x", payload=bytes(range(256)) * 4, qos=2, packet_id=0xFFFF),
         Publish(topic="/", payload=b""),
@@ -250,11 +253,12 @@ def _server_only(level: int) -> list[Packet]:
         Suback(packet_id=9, reason_codes=(0,)),
         Suback(packet_id=9, reason_codes=(0, 1, 2, 0x80),
                properties=all_props(PacketType.SUBACK) if v5 else Properties()),
-        Unsuback(packet_id=10),
+        Unsuback(packet_id=10, reason_codes=(0,) if v5 else ()),
         Pingresp(),
     ]
     if v5:
-        out += [Unsuback(packet_id=10, reason_codes=(0, ReasonCode.NO_SUBSCRIPTION_EXISTED),
+        out += [Publish(topic="a/b", payload=b"down", properties=all_props(PacketType.PUBLISH)),
+                Unsuback(packet_id=10, reason_codes=(0, ReasonCode.NO_SUBSCRIPTION_EXISTED),
                          properties=all_props(PacketType.UNSUBACK)),
                 Auth(reason_code=ReasonCode.CONTINUE_AUTHENTICATION,
                      properties=all_props(PacketType.AUTH)),
@@ -431,10 +435,25 @@ def test_remaining_length_encoded_and_decoded(n: int, digits: bytes) -> None:
 
 
 def test_a_varint_over_four_digits_is_refused_when_sent() -> None:
-    client, _ = connected(5)
+    _, server = connected(5)
     with pytest.raises(LocalProtocolError):
-        client.send(Publish(topic="t", properties=Properties(
+        server.send(Publish(topic="t", properties=Properties(
             subscription_identifiers=(MAX_REMAINING_LENGTH + 1,))))
+
+
+@pytest.mark.parametrize(("wire", "packet"), [
+    (b"\xc0\x80\x00", Pingreq()),  # remaining length 0 in two bytes
+    (b"\xc0\x80\x80\x80\x00", Pingreq()),  # ... and in four
+    (b"\x30\x86\x00\x00\x01t\x80\x00x", Publish(topic="t", payload=b"x")),  # property length
+    (b"\x82\x0a\x00\x01\x03\x8b\x00\x05\x00\x01t\x00",  # property identifier 0x0B
+     Subscribe(packet_id=1, subscriptions=(SubscribeOption(topic_filter="t"),),
+               properties=Properties(subscription_identifiers=(5,)))),
+])
+def test_a_non_minimal_variable_byte_integer_is_not_an_error(wire: bytes, packet: Packet) -> None:
+    # MQTT-1.5.5-1 binds the sender; only a fifth byte makes the packet malformed
+    server = server_at(5)
+    server.receive_data(wire)
+    assert drain(server) == [packet]
 
 
 # --------------------------------------------------------------------------- byte at a time
@@ -569,6 +588,32 @@ def test_after_an_error_every_next_event_raises_again() -> None:
         assert info.value is first
 
 
+@pytest.mark.parametrize("role", [Role.SERVER, Role.CLIENT])
+def test_after_an_error_a_v5_connection_may_still_send_disconnect(role: Role) -> None:
+    # 5.0 section 4.13.1: DISCONNECT with the reason code, then close
+    client, server = connected(5)
+    me, peer = (server, client) if role is Role.SERVER else (client, server)
+    _raises(me, b"\x36\x03\x00\x01t", MALFORMED)
+    assert me.state is State.FAILED
+    with pytest.raises(LocalProtocolError):
+        me.send(Pingresp() if role is Role.SERVER else Pingreq())
+    peer.receive_data(me.send(Disconnect(reason_code=MALFORMED)))
+    assert drain(peer) == [Disconnect(reason_code=MALFORMED)]
+    assert me.state is peer.state is State.CLOSED
+    with pytest.raises(LocalProtocolError):
+        me.send(Disconnect())
+
+
+def test_after_an_error_before_connack_nothing_more_is_sent() -> None:
+    server = MQTTConnection(Role.SERVER)
+    server.receive_data(connect_bytes(5))
+    server.next_event()
+    _raises(server, b"\xc0\x00", PROTOCOL)
+    assert server.state is State.CLOSED
+    with pytest.raises(LocalProtocolError):
+        server.send(Disconnect(reason_code=PROTOCOL))
+
+
 def test_unsupported_level_is_still_answered_with_connack() -> None:
     # 3.1.1 MQTT-3.1.2-2: CONNACK 0x01, then close; the codec must let the server send it
     server = MQTTConnection(Role.SERVER)
@@ -633,6 +678,18 @@ BAD: list[tuple[str, int | None, bytes, int]] = [
     ("SUBSCRIBE without filters", 4, b"\x82\x02\x00\x01", PROTOCOL),  # MQTT-3.8.3-3
     ("SUBSCRIBE without filters, v5", 5, b"\x82\x03\x00\x01\x00", PROTOCOL),
     ("UNSUBSCRIBE without filters", 4, b"\xa2\x02\x00\x01", PROTOCOL),  # MQTT-3.10.3-2
+    ("UNSUBSCRIBE without filters, v5", 5, b"\xa2\x03\x00\x01\x00", PROTOCOL),
+    # 5.0 section 3.3.2.3.8: a client's PUBLISH MUST NOT carry a subscription identifier
+    ("client PUBLISH with a subscription identifier", 5, b"\x30\x06\x00\x01t\x02\x0b\x01",
+     PROTOCOL),
+    ("client PUBLISH QoS 1 with two subscription identifiers", 5,
+     b"\x32\x0a\x00\x01t\x00\x01\x04\x0b\x01\x0b\x02", PROTOCOL),
+    # 1.5.5: a variable byte integer has at most four bytes, wherever it is
+    ("property length of five bytes", 5, b"\x30\x08\x00\x01t\x80\x80\x80\x80\x00", MALFORMED),
+    ("property identifier of five bytes", 5, b"\x30\x09\x00\x01t\x05\x80\x80\x80\x80\x01",
+     MALFORMED),
+    ("subscription identifier of five bytes", 5,
+     b"\x82\x0d\x00\x01\x06\x0b\x80\x80\x80\x80\x01\x00\x01t\x00", MALFORMED),
     ("subscription QoS 3", 4, b"\x82\x06\x00\x01\x00\x01t\x03", MALFORMED),
     ("subscription reserved bits, 3.1.1", 4, b"\x82\x06\x00\x01\x00\x01t\x04", MALFORMED),
     ("subscription reserved bits, v5", 5, b"\x82\x07\x00\x01\x00\x00\x01t\x40", MALFORMED),
@@ -734,6 +791,36 @@ def test_sending_over_the_peers_maximum_is_a_local_error(level: int) -> None:
         assert info.value.reason_code == ReasonCode.PACKET_TOO_LARGE
     assert client.state is server.state is State.CONNECTED
     assert deliver(server, client, Pingresp()) == Pingresp()
+
+
+@pytest.mark.parametrize(("level", "wire"), [
+    (4, b"\x90\x02\x00\x01"), (5, b"\x90\x03\x00\x01\x00"),  # SUBACK without a code
+    (5, b"\xb0\x03\x00\x01\x00"),  # MQTT 5 UNSUBACK without a code
+])
+def test_a_suback_or_unsuback_without_reason_codes_is_refused(level: int, wire: bytes) -> None:
+    client, _ = connected(level)
+    _raises(client, wire, PROTOCOL)
+
+
+def test_a_311_unsuback_has_no_payload() -> None:
+    client, _ = connected(4)
+    client.receive_data(b"\xb0\x02\x00\x01")
+    assert drain(client) == [Unsuback(packet_id=1)]
+
+
+@pytest.mark.parametrize(("role", "packet"), [
+    (Role.CLIENT, Publish(topic="t", properties=Properties(subscription_identifiers=(1,)))),
+    (Role.CLIENT, Subscribe(packet_id=1, subscriptions=())),
+    (Role.CLIENT, Unsubscribe(packet_id=1, topic_filters=())),
+    (Role.SERVER, Suback(packet_id=1, reason_codes=())),
+    (Role.SERVER, Unsuback(packet_id=1)),
+])
+def test_protocol_errors_on_send(role: Role, packet: Packet) -> None:
+    client, server = connected(5)
+    with pytest.raises(LocalProtocolError) as info:
+        (client if role is Role.CLIENT else server).send(packet)
+    assert info.value.reason_code == PROTOCOL
+    assert client.state is server.state is State.CONNECTED
 
 
 @pytest.mark.parametrize("packet", [

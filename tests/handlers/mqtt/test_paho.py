@@ -3,82 +3,28 @@
 from __future__ import annotations
 
 import socket
-import threading
 import time
-import uuid
-from collections.abc import Iterator
 
 import paho.mqtt.client as mqtt
 import pulsar
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
-WAIT = 10.0
-V311, V5 = mqtt.MQTTv311, mqtt.MQTTv5
+from handlers.mqtt._codec import NEED_DATA, MQTTConnection, Role
+from handlers.mqtt._packets import (
+    Connack,
+    Connect,
+    Disconnect,
+    Publish,
+    ReasonCode,
+    Suback,
+    Subscribe,
+    SubscribeOption,
+)
 
-
-class Box:
-    """Messages a client received, and a way to wait for a count of them."""
-
-    def __init__(self) -> None:
-        self.items: list[mqtt.MQTTMessage] = []
-        self.cond = threading.Condition()
-        self.disconnects: list[int] = []
-
-    def add(self, msg: mqtt.MQTTMessage) -> None:
-        with self.cond:
-            self.items.append(msg)
-            self.cond.notify_all()
-
-    def wait(self, n: int, timeout: float = WAIT) -> list[mqtt.MQTTMessage]:
-        with self.cond:
-            self.cond.wait_for(lambda: len(self.items) >= n, timeout)
-            return list(self.items)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def connect(mqtt_addr: tuple[str, int]) -> Iterator:
-    made: list[mqtt.Client] = []
-
-    def make(client_id: str = "", version: int = V311, clean: bool = True, box: Box | None = None,
-             will: tuple[str, bytes] | None = None, props: Properties | None = None,
-             keepalive: int = 60) -> tuple[mqtt.Client, Box]:
-        box = box or Box()
-        kw = {"clean_session": clean} if version == V311 else {}
-        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=version, **kw)
-        connected = threading.Event()
-        c.on_connect = lambda cl, u, flags, rc, p=None: (setattr(box, "flags", flags),
-                                                         setattr(box, "rc", rc), connected.set())
-        c.on_message = lambda cl, u, m: box.add(m)
-        c.on_disconnect = lambda cl, u, flags, rc, p=None: box.disconnects.append(
-            rc.value if hasattr(rc, "value") else rc)
-        if will is not None:
-            c.will_set(will[0], will[1], qos=1)
-        if version == V5:
-            c.connect(*mqtt_addr, keepalive=keepalive, clean_start=clean, properties=props)
-        else:
-            c.connect(*mqtt_addr, keepalive=keepalive)
-        c.loop_start()
-        assert connected.wait(WAIT), "no CONNACK"
-        made.append(c)
-        return c, box
-
-    yield make
-    for c in made:
-        c.loop_stop()
-        c.disconnect()
-
-
-def subscribe(c: mqtt.Client, *args, **kw) -> None:
-    done = threading.Event()
-    c.on_subscribe = lambda *a: done.set()
-    c.subscribe(*args, **kw)
-    assert done.wait(WAIT), "no SUBACK"
+from ._clients import V5, V311, WAIT, metric, scrape, subscribe, unique, wait_until
 
 
 @pytest.mark.parametrize("version", [V311, V5])
@@ -244,3 +190,131 @@ def test_keep_alive_is_enforced_at_one_and_a_half_times(mqtt_addr):
         t0 = time.monotonic()
         assert s.recv(100) == b""
         assert 1.4 <= time.monotonic() - t0 <= 2.6
+
+
+# --------------------------------------------------------------------------- raw clients
+
+
+def raw_client(addr: tuple[str, int], client_id: str) -> tuple[socket.socket, MQTTConnection]:
+    """A socket past an MQTT 5 CONNECT and its CONNACK, and the codec reading it: a client
+    that acknowledges only what the test says."""
+    sock = socket.create_connection(addr, timeout=WAIT)
+    conn = MQTTConnection(Role.CLIENT)
+    sock.sendall(conn.send(Connect(protocol_level=5, client_id=client_id)))
+    assert isinstance(read_packet(sock, conn), Connack)
+    return sock, conn
+
+
+def read_packet(sock: socket.socket, conn: MQTTConnection) -> object:
+    while (packet := conn.next_event()) is NEED_DATA:
+        data = sock.recv(65536)
+        assert data, "the broker closed the connection"
+        conn.receive_data(data)
+    return packet
+
+
+def test_a_client_publish_with_a_subscription_identifier_is_a_protocol_error(mqtt_addr):
+    # 5.0 section 3.3.2.3.8: a client MUST NOT send one (the codec will not, so bytes)
+    sock, conn = raw_client(mqtt_addr, unique("sid"))
+    with sock:
+        sock.sendall(b"\x30\x06\x00\x01t\x02\x0b\x01")
+        got = read_packet(sock, conn)
+        assert isinstance(got, Disconnect) and got.reason_code == ReasonCode.PROTOCOL_ERROR
+        assert sock.recv(100) == b""
+
+
+# --------------------------------------------------------------------------- shared subscriptions
+
+
+def test_a_share_group_gets_each_message_once_and_an_outsider_every_one(connect):
+    base, group = unique("share"), unique("g")
+    members = [connect(unique("m"), v) for v in (V5, V5, V311)]  # 3.1.1 clients may share too
+    for c, _ in members:
+        subscribe(c, f"$share/{group}/{base}/#", qos=1)
+    outside, obox = connect(unique("o"), V311)
+    subscribe(outside, f"{base}/#", qos=1)
+    pub, _ = connect(unique("p"))
+    sent = [f"m{i}".encode() for i in range(60)]
+    for i, payload in enumerate(sent):  # topics created after the SUBSCRIBEs
+        pub.publish(f"{base}/t{i % 3}", payload, qos=1).wait_for_publish(WAIT)
+    assert sorted(m.payload for m in obox.wait(60)) == sorted(sent)
+    wait_until(lambda: sum(len(box.items) for _, box in members) >= 60)
+    assert sorted(m.payload for _, box in members for m in box.items) == sorted(sent)
+    assert all(box.items for _, box in members), [len(box.items) for _, box in members]
+
+
+def test_what_a_member_leaves_unacknowledged_goes_to_another_member(connect, mqtt_addr):
+    base, group = unique("fail"), unique("g")
+    share = f"$share/{group}/{base}"
+    sock, conn = raw_client(mqtt_addr, unique("raw"))
+    sock.sendall(conn.send(Subscribe(packet_id=1, subscriptions=(
+        SubscribeOption(topic_filter=share, qos=1),))))
+    assert read_packet(sock, conn) == Suback(packet_id=1, reason_codes=(1,))
+    other, box = connect(unique("m"), V5)
+    subscribe(other, share, qos=1)
+    pub, _ = connect(unique("p"))
+    sent = [f"m{i}".encode() for i in range(10)]
+    for payload in sent:
+        pub.publish(base, payload, qos=1).wait_for_publish(WAIT)
+    held = read_packet(sock, conn)  # never acknowledged
+    assert isinstance(held, Publish) and held.qos == 1
+    sock.close()
+    wait_until(lambda: len(box.items) >= len(sent))
+    assert sorted(m.payload for m in box.items) == sorted(sent)
+
+
+def test_a_shared_subscribe_sends_no_retained_message(connect):
+    base = unique("sret")
+    pub, _ = connect(unique("p"))
+    pub.publish(f"{base}/r", b"retained", qos=1, retain=True).wait_for_publish(WAIT)
+    sub, box = connect(unique("s"), V5)
+    assert box.props.SharedSubscriptionAvailable == 1  # the CONNACK says they are
+    subscribe(sub, f"$share/{unique('g')}/{base}/#", qos=1)
+    pub.publish(f"{base}/r", b"after", qos=1).wait_for_publish(WAIT)
+    box.wait(1)
+    assert [m.payload for m in box.items] == [b"after"]
+
+
+def test_bad_shared_filters_are_refused_with_0x8f(mqtt_addr):
+    # 5.0 section 4.8.2: a share name of one character or more without / + #, then a filter
+    bad = ["$share/g", "$share//x", "$share/g+/x", "$share/#/x", "$share/g/x/#/y"]
+    sock, conn = raw_client(mqtt_addr, unique("bad"))
+    with sock:
+        sock.sendall(conn.send(Subscribe(packet_id=1, subscriptions=tuple(
+            SubscribeOption(topic_filter=f, qos=1) for f in [*bad, "$share/g/x"]))))
+        assert read_packet(sock, conn) == Suback(packet_id=1, reason_codes=(0x8F,) * len(bad) + (1,))
+
+
+def test_no_local_on_a_shared_subscription_is_a_protocol_error(connect):
+    sub, box = connect(unique("s"), V5)
+    sub.subscribe(f"$share/g/{unique('nl')}", options=SubscribeOptions(qos=1, noLocal=True))
+    wait_until(lambda: bool(box.disconnects))
+    assert box.disconnects[0] == ReasonCode.PROTOCOL_ERROR
+
+
+# --------------------------------------------------------------------------- /metrics
+
+
+def test_metrics_count_mqtt_traffic(connect, standalone):
+    web = standalone.addresses["web"][0]
+    before = scrape(web)
+    base = unique("met")
+    sub, box = connect(unique("s"), V5)
+    subscribe(sub, f"{base}/#", qos=2)
+    pub, _ = connect(unique("p"), V5)
+    for qos in (0, 1, 1, 2, 2, 2):
+        pub.publish(f"{base}/x", b"m", qos=qos).wait_for_publish(WAIT)
+    pub.publish(f"{base}/kept", b"r", qos=1, retain=True).wait_for_publish(WAIT)
+    box.wait(7)
+    after = scrape(web)
+
+    def grew(name: str, **labels: str) -> float:
+        return metric(after, name, cluster="standalone", **labels) - metric(before, name, **labels)
+
+    assert [grew("magnetar_mqtt_messages_in_total", qos=q) for q in "012"] == [1, 3, 3]
+    assert grew("magnetar_mqtt_messages_out_total") == 7
+    assert grew("magnetar_mqtt_connections_total") >= 2
+    assert grew("magnetar_mqtt_messages_dropped_total", reason="queue_full") == 0
+    assert metric(after, "magnetar_mqtt_connected_clients") >= 2
+    assert metric(after, "magnetar_mqtt_sessions") >= 2
+    assert metric(after, "magnetar_mqtt_retained_messages") >= 1
