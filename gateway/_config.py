@@ -503,7 +503,7 @@ _KEY_LIST: tuple[Key, ...] = (
          "closed (1001); 0 never closes it.", 0),
     # --- protocols and listeners
     Key("messagingProtocols", "list", ("pulsar", "kafka"),
-        "Protocol handlers to load: pulsar, kafka, mqtt, or module:Class for your own.",
+        "Protocol handlers to load: pulsar, kafka, amqp, mqtt, or module:Class for your own.",
         "a comma-separated list of protocol names or module:Class"),
     Key("kafkaListeners", "list", ("PLAINTEXT://127.0.0.1:9092",),
         "Kafka listener URLs: PLAINTEXT://host:port, or SASL_PLAINTEXT://host:port (with "
@@ -528,6 +528,31 @@ _KEY_LIST: tuple[Key, ...] = (
          "maximum); one more ends its connection (0x93).", 1, 65535),
     _int("mqttTopicAliasMaximum", 10,
          "Topic aliases an MQTT 5 client may set up (0: none).", 0, 65535),
+    _int("mqttMaxQueuedMessages", 1000,
+         "Messages a persistent MQTT session keeps while its client is away; past it the "
+         "oldest QoS 0 one is dropped, or, when none is left, the oldest QoS 1 or 2 one.", 1),
+    Key("amqpListeners", "list", ("amqp://127.0.0.1:5672",),
+        "AMQP 0-9-1 listener URLs (with messagingProtocols including amqp).",
+        "a comma-separated list of amqp://host:port", _listeners),
+    _str("amqpTenant", "public",
+         "Tenant of the AMQP vhosts: vhost / is {amqpTenant}/default, vhost v is {amqpTenant}/v."),
+    _int("amqpFrameMax", 131072,
+         "Largest AMQP frame, in bytes, offered in connection.tune; a larger frame ends the "
+         "connection with FRAME_ERROR (501).", 4096),
+    _int("amqpChannelMax", 2047, "Channels an AMQP connection may open (connection.tune).", 1, 65535),
+    _int("amqpHeartbeat", 60,
+         "AMQP heartbeat interval offered, in seconds (0: none); a client silent for two "
+         "intervals is disconnected.", 0, 65535),
+    _int("amqpMaxConnectionsPerVhost", 0,
+         "AMQP connections a vhost accepts at once (0: no limit); one more is refused with "
+         "NOT_ALLOWED (530).", 0),
+    _int("amqpMaxMessageSize", 134217728,
+         "Largest AMQP message body, in bytes (and never more than maxMessageSize); a "
+         "larger publish closes its channel with PRECONDITION_FAILED (406).", 1),
+    _str("amqpDefaultUser", "guest",
+         "The AMQP user accepted when authentication is off (RabbitMQ's default_user)."),
+    _str("amqpDefaultPassword", "guest",
+         "That user's password (RabbitMQ's default_pass)."),
     _int("max.request.partition.size.limit", 2000,
          "Most partitions one Kafka DescribeTopicPartitions answer lists (Kafka's default 2000).", 1),
     _int("max.incremental.fetch.session.cache.slots", 1000,

@@ -20,6 +20,7 @@ BUILTIN_PROTOCOLS = {
     "pulsar": "handlers.pulsar:PulsarProtocolHandler",
     "kafka": "handlers.kafka:KafkaProtocolHandler",
     "mqtt": "handlers.mqtt:MQTTProtocolHandler",
+    "amqp": "handlers.amqp:AMQPProtocolHandler",
 }
 
 

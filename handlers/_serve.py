@@ -17,7 +17,7 @@ import trio
 from core.writes import IOV_MAX, drop_sent, flush_at_end, write_now
 
 __all__ = ["ListenError", "Outbox", "ReadLimit", "Reader", "Session", "listen_error", "open_listeners",
-           "run_session", "send_pieces"]
+           "open_url_listeners", "run_session", "send_pieces"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,28 @@ async def open_listeners(port: int, host: str | None, setting: str) -> list[trio
         return await trio.open_tcp_listeners(port, host=host)
     except OSError as exc:
         raise listen_error(exc, host, port, setting) from exc
+
+
+async def open_url_listeners(raw: Any, setting: str, scheme: str,
+                             default: str) -> tuple[list[trio.SocketListener], list[str]]:
+    """The listeners of a ``scheme://host:port`` list setting (a comma-separated string
+    or a list; ``default`` when empty), and the URL each answers on (its port when 0
+    was asked for)."""
+    items = raw or [default]
+    if isinstance(items, str):
+        items = [x for x in items.split(",") if x.strip()]
+    listeners: list[trio.SocketListener] = []
+    urls: list[str] = []
+    for item in items:
+        rest = str(item).split("://", 1)[-1]
+        host, _, port = rest.rpartition(":")
+        if not port.isdigit():
+            raise ValueError(f"{setting}: {item!r} is not {scheme}://host:port")
+        host = host.strip("[]") or "0.0.0.0"
+        opened = await open_listeners(int(port), host, setting)
+        listeners.extend(opened)
+        urls.append(f"{scheme}://{host}:{opened[0].socket.getsockname()[1]}")
+    return listeners, urls
 
 
 class Session(Protocol):

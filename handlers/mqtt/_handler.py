@@ -37,7 +37,7 @@ from core.stats import Series
 from core.storage import Position
 from core.subscription import SubType
 from core.topic import PersistentTopic
-from handlers._serve import open_listeners, run_session
+from handlers._serve import open_url_listeners, run_session
 from handlers.mqtt._codec import (
     NEED_DATA,
     MQTTConnection,
@@ -134,15 +134,9 @@ class MQTTProtocolHandler:
     # -- serving -------------------------------------------------------------------------
 
     async def serve(self, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        raw = self.config.get("mqttListeners") or ["mqtt://127.0.0.1:1883"]
-        if isinstance(raw, str):
-            raw = [x for x in raw.split(",") if x.strip()]
-        listeners: list[trio.SocketListener] = []
-        for item in raw:
-            host, port = _host_port(str(item))
-            opened = await open_listeners(port, host or None, "mqttListeners")
-            listeners.extend(opened)
-            self.addresses.append(f"mqtt://{host}:{opened[0].socket.getsockname()[1]}")
+        listeners, urls = await open_url_listeners(self.config.get("mqttListeners"), "mqttListeners",
+                                                   "mqtt", "mqtt://127.0.0.1:1883")
+        self.addresses.extend(urls)
         self._load_state()
         self.broker.topic_loaded.append(self._topic_loaded)
         self.broker.stats.protocol_series[self.name] = self.series
@@ -979,11 +973,3 @@ def _unquote(s: str) -> str:
     from urllib.parse import unquote
 
     return unquote(s)
-
-
-def _host_port(item: str) -> tuple[str, int]:
-    rest = item.split("://", 1)[-1]
-    host, _, port = rest.rpartition(":")
-    if not port.isdigit():
-        raise ValueError(f"mqttListeners: {item!r} is not mqtt://host:port")
-    return host.strip("[]") or "0.0.0.0", int(port)

@@ -1,0 +1,133 @@
+"""One stream: what an AMQP client publishes to an exchange a Pulsar or Kafka consumer reads
+on the exchange's topic, and what they produce there reaches the bound queues; durable
+queues keep persistent messages, and unacknowledged deliveries, across a restart."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+
+import pika
+import pulsar
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from tests._standalone import Standalone
+from tests.handlers.amqp.conftest import AMQP_CONF, amqp_port
+from tests.handlers.amqp.test_pika import get
+from tests.handlers.kafka._wire import bootstrap
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+
+WAIT = 10.0
+
+
+def _params(s: Standalone) -> pika.ConnectionParameters:
+    return pika.ConnectionParameters("127.0.0.1", amqp_port(s), connection_attempts=1,
+                                     credentials=pika.PlainCredentials("guest", "guest"))
+
+
+def test_amqp_publish_is_read_by_pulsar_and_kafka(amqp_broker: Standalone, unique: str) -> None:
+    ex = f"orders-{unique}"
+    client = pulsar.Client(amqp_broker.pulsar_url)
+    try:
+        conn = pika.BlockingConnection(_params(amqp_broker))
+        ch = conn.channel()
+        ch.exchange_declare(ex, "topic", durable=True)
+        reader = client.subscribe(f"persistent://public/default/{ex}", "p",
+                                  initial_position=pulsar.InitialPosition.Earliest)
+        ch.confirm_delivery()
+        ch.basic_publish(ex, "eu.new", b"order-1",
+                         pika.BasicProperties(headers={"tenant": "acme"}, timestamp=1_700_000_000,
+                                              content_type="text/plain"))
+        m = reader.receive(int(WAIT * 1000))
+        assert m.data() == b"order-1" and m.partition_key() == "eu.new"
+        assert m.properties()["tenant"] == "acme" and m.event_timestamp() == 1_700_000_000_000
+        conn.close()
+        kc = Consumer({"bootstrap.servers": bootstrap(amqp_broker.addresses), "group.id": f"k-{unique}",
+                       "auto.offset.reset": "earliest"})
+        kc.subscribe([ex])
+        end = time.monotonic() + WAIT
+        got = None
+        while got is None and time.monotonic() < end:
+            msg = kc.poll(0.2)
+            if msg is not None and not msg.error():
+                got = msg
+        kc.close()
+        assert got is not None and got.value() == b"order-1" and got.key() == b"eu.new"
+        assert ("tenant", b"acme") in (got.headers() or [])
+    finally:
+        client.close()
+
+
+def test_pulsar_and_kafka_producers_reach_bound_queues(amqp_broker: Standalone, unique: str) -> None:
+    ex = f"events-{unique}"
+    conn = pika.BlockingConnection(_params(amqp_broker))
+    ch = conn.channel()
+    ch.exchange_declare(ex, "direct", durable=True)
+    q = ch.queue_declare(f"eu-{unique}", durable=True).method.queue
+    ch.queue_bind(q, ex, routing_key="eu")
+    client = pulsar.Client(amqp_broker.pulsar_url)
+    try:
+        producer = client.create_producer(f"persistent://public/default/{ex}")
+        producer.send(b"from-pulsar", partition_key="eu", properties={"source": "pulsar"})
+        producer.send(b"not-for-eu", partition_key="us")
+        kp = Producer({"bootstrap.servers": bootstrap(amqp_broker.addresses)})
+        kp.produce(ex, key=b"eu", value=b"from-kafka", headers=[("source", b"kafka")])
+        kp.flush(WAIT)
+        bodies = []
+        for _ in range(2):
+            method, props, body = get(ch, q)
+            assert method is not None and method.routing_key == "eu" and method.exchange == ex
+            bodies.append((body, props.headers["source"]))
+        assert sorted(bodies) == [(b"from-kafka", "kafka"), (b"from-pulsar", "pulsar")] or \
+            sorted((b, s.decode() if isinstance(s, bytes) else s) for b, s in bodies) == \
+            [(b"from-kafka", "kafka"), (b"from-pulsar", "pulsar")]
+        assert ch.basic_get(q)[0] is None
+    finally:
+        client.close()
+        conn.close()
+
+
+def test_durable_queue_keeps_persistent_and_unacked_messages_across_a_restart(
+        tmp_path: Path, unique: str) -> None:
+    s = Standalone(tmp_path / "data", conf=AMQP_CONF).start()
+    try:
+        conn = pika.BlockingConnection(_params(s))
+        ch = conn.channel()
+        ch.exchange_declare("keep", "fanout", durable=True)
+        ch.queue_declare("kept", durable=True)
+        ch.queue_bind("kept", "keep")
+        ch.queue_declare("transient")
+        ch.confirm_delivery()
+        for i in range(5):
+            ch.basic_publish("keep", "", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+        method, _, body = get(ch, "kept", auto_ack=False)
+        assert body == b"0"
+        ch.basic_ack(method.delivery_tag)
+        _, _, body = get(ch, "kept", auto_ack=False)  # unacknowledged when the broker stops
+        assert body == b"1"
+        assert s.stop() == 0  # a clean stop: the acknowledgement of "0" is kept
+    finally:
+        s.kill()
+    s = Standalone(tmp_path / "data", conf=AMQP_CONF).start()
+    try:
+        conn = pika.BlockingConnection(_params(s))
+        ch = conn.channel()
+        assert ch.queue_declare("kept", durable=True, passive=True).method.queue == "kept"
+        bodies = []
+        for _ in range(4):
+            method, _, body = get(ch, "kept")
+            assert method is not None
+            bodies.append(body)
+        assert bodies == [b"1", b"2", b"3", b"4"]
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            ch.queue_declare("transient", passive=True)
+        assert info.value.reply_code == 404
+        ch = conn.channel()
+        ch.exchange_declare("keep", "fanout", durable=True, passive=True)
+        conn.close()
+    finally:
+        s.kill()
