@@ -141,6 +141,9 @@ class BrokerService:
         #: Called with each topic once it is loaded (a handler routing by pattern attaches
         #: the subscriptions whose filters match a topic created after them).
         self.topic_loaded: list[Callable[[PersistentTopic], None]] = []
+        #: What a protocol handler shows the admin API, by protocol name (the AMQP handler
+        #: lists each vhost's exchanges, queues and bindings).
+        self.protocol_views: dict[str, Any] = {}
 
     def claim_number(self, counter: str) -> int:
         """The next number (0 first) of the counter ``counter`` in the metadata store:

@@ -205,6 +205,7 @@ NOUN_HELP = {
     "topics": "topics, their stats, subscriptions and policies",
     "subscriptions": "a topic's subscriptions (also under topics)",
     "schemas": "topic schemas",
+    "amqp": "AMQP vhosts: their exchanges, queues and bindings",
 }
 
 
@@ -359,6 +360,31 @@ def _bookies_list(c: AdminClient, a: argparse.Namespace) -> Any:
 @verb("bookies", "racks-placement", "bookie rack placement")
 def _bookies_racks(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get("/admin/v2/bookies/racks-info")
+
+
+# -- amqp -------------------------------------------------------------------------------------
+
+VHOST = A("-v", "--vhost", default="/", help="the vhost (default: /)")
+
+
+@verb("amqp", "vhosts", "list the AMQP vhosts that hold declarations")
+def _amqp_vhosts(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get("/admin/v2/amqp/vhosts")
+
+
+@verb("amqp", "exchanges", "list a vhost's exchanges", VHOST)
+def _amqp_exchanges(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(f"/admin/v2/amqp/vhosts/{quote(a.vhost, safe='')}/exchanges")
+
+
+@verb("amqp", "queues", "list a vhost's queues: messages ready, unacknowledged, consumers", VHOST)
+def _amqp_queues(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(f"/admin/v2/amqp/vhosts/{quote(a.vhost, safe='')}/queues")
+
+
+@verb("amqp", "bindings", "list a vhost's bindings", VHOST)
+def _amqp_bindings(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get(f"/admin/v2/amqp/vhosts/{quote(a.vhost, safe='')}/bindings")
 
 
 # -- tenants ----------------------------------------------------------------------------------

@@ -502,7 +502,7 @@ _KEY_LIST: tuple[Key, ...] = (
          "A WebSocket session that sends and receives nothing for this long, in ms, is "
          "closed (1001); 0 never closes it.", 0),
     # --- protocols and listeners
-    Key("messagingProtocols", "list", ("pulsar", "kafka"),
+    Key("messagingProtocols", "list", ("pulsar", "kafka", "amqp", "mqtt"),
         "Protocol handlers to load: pulsar, kafka, amqp, mqtt, or module:Class for your own.",
         "a comma-separated list of protocol names or module:Class"),
     Key("kafkaListeners", "list", ("PLAINTEXT://127.0.0.1:9092",),

@@ -23,6 +23,7 @@ class Standalone:
         self.bookies = bookies
         self.conf = {"brokerServicePort": 0, "webServicePort": 0, "bookiePort": 0,
                      "kafkaListeners": "PLAINTEXT://127.0.0.1:0",
+                     "amqpListeners": "amqp://127.0.0.1:0", "mqttListeners": "mqtt://127.0.0.1:0",
                      "keepAliveIntervalSeconds": 30, **(conf or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.addresses: dict[str, list[str]] = {}

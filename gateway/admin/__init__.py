@@ -11,7 +11,7 @@ from typing import Any
 
 from starlette.routing import BaseRoute, Route
 
-from . import bookies, brokers, clusters, namespaces, schemas, subscriptions, tenants, topics
+from . import amqp, bookies, brokers, clusters, namespaces, schemas, subscriptions, tenants, topics
 from ._access import guard
 from ._common import RestError, error_response, limit_body
 from ._stats import Rates
@@ -33,6 +33,7 @@ def admin_routes(broker: Any, rates: Rates | None = None) -> list[BaseRoute]:
     out += subscriptions.routes(broker)
     out += topics.routes(broker, rates)
     out += schemas.routes(broker)
+    out += amqp.routes(broker)
     for route in out:
         if isinstance(route, Route):
             route.app = limit_body(route.app, broker)

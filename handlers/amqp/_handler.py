@@ -138,7 +138,9 @@ class AMQPProtocolHandler:
                                                    "amqp", "amqp://127.0.0.1:5672")
         self.addresses.extend(urls)
         await self._load()
+        self.vhost("/")
         self.broker.stats.protocol_series[self.name] = self.series
+        self.broker.protocol_views[self.name] = self
         log.info("amqp listening on %s", ", ".join(self.addresses))
         async with trio.open_nursery() as nursery:
             await nursery.start(partial(trio.serve_listeners, self._connection, listeners))
@@ -207,6 +209,32 @@ class AMQPProtocolHandler:
                          "Messages of a queue delivered and not yet acknowledged", q.unacked, labels)
             yield Series("magnetar_amqp_queue_consumers", "gauge", "Consumers of a queue",
                          len(q.consumers), labels)
+
+    # -- what the admin API shows ----------------------------------------------------------
+
+    def admin_exchanges(self, vhost: str) -> list[dict[str, Any]]:
+        v = self.vhosts[vhost]
+        return [{"name": e.name, "type": e.type, "durable": e.durable, "auto_delete": e.auto_delete,
+                 "internal": e.internal, "topic": str(self.exchange_topic(vhost, e.name))}
+                for e in sorted(v.exchanges.values(), key=lambda e: e.name)]
+
+    def admin_queues(self, vhost: str) -> list[dict[str, Any]]:
+        out = []
+        for (vname, name), q in sorted(self.queues.items()):
+            if vname == vhost:
+                out.append({"name": name, "durable": q.decl.durable, "exclusive": q.decl.exclusive,
+                            "auto_delete": q.decl.auto_delete, "messages_ready": q.message_count,
+                            "messages_unacknowledged": q.unacked, "consumers": len(q.consumers),
+                            "subscription": queue_subscription(name),
+                            "topics": sorted(str(t) for t in q.sources.values())})
+        return out
+
+    def admin_bindings(self, vhost: str) -> list[dict[str, Any]]:
+        v = self.vhosts[vhost]
+        return [{"source": b.source, "destination": b.destination,
+                 "destination_type": "exchange" if b.to_exchange else "queue",
+                 "routing_key": b.routing_key, "arguments": {k: _text(x) for k, x in b.arguments}}
+                for b in sorted(v.bindings, key=lambda b: (b.source, b.destination, b.routing_key))]
 
     # -- queues --------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ EXPECTED_DEFAULTS = {
     "bindAddress": "127.0.0.1",
     "advertisedAddress": "",
     "metadataStoreUrl": "sqlite:data/metadata.db",
-    "messagingProtocols": ("pulsar", "kafka"),
+    "messagingProtocols": ("pulsar", "kafka", "amqp", "mqtt"),
     "kafkaListeners": ("PLAINTEXT://127.0.0.1:9092",),
     "kafkaTenant": "public",
     "kafkaNamespace": "default",
