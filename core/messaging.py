@@ -73,6 +73,8 @@ class Received:
     batch_size: int
     redelivery_count: int
     consumer: Consumer
+    #: The message's index in its topic (Kafka's offset, an AMQP stream's offset).
+    offset: int = -1
 
 
 class Subscriber:
@@ -115,8 +117,9 @@ class Subscriber:
         if got is None:
             return
         topic, consumer = got
+        sub = consumer.subscription  # closing the consumer lets go of it
         topic.consumer_closed(consumer)
-        if delete and consumer.subscription is not None and consumer.subscription.durable:
+        if delete and sub is not None and sub.durable:
             try:
                 await topic.unsubscribe(self.subscription)
             except Exception as exc:  # another consumer still attached: keep it
@@ -171,7 +174,8 @@ class Subscriber:
                 sent += 1
                 self.deliver(Received(topic, message, entry.position,
                                       index if batch_size else -1, batch_size,
-                                      d.redelivery_count, consumer))
+                                      d.redelivery_count, consumer,
+                                      entry.index - entry.num_messages + 1 + index))
             give_back += entry.num_messages - sent
         if give_back:
             consumer.flow(give_back)

@@ -58,7 +58,8 @@ from handlers.amqp._model import (
     binding,
     queue_subscription,
 )
-from handlers.amqp._queue import Held, QueueRuntime
+from handlers.amqp._queue import Held, QueueArguments, QueueRuntime, admit
+from handlers.amqp._stream import StreamQueue, is_stream
 
 __all__ = ["AMQPProtocolHandler"]
 
@@ -71,6 +72,9 @@ PROPERTY_NAMES = ("content_type", "content_encoding", "delivery_mode", "priority
                   "app_id", "cluster_id")
 INT_PROPERTIES = {"delivery_mode", "priority"}
 CLOSE_WAIT = 1.0  # how long a connection.close waits for close-ok
+#: Publishes of a channel stored or on their way; past it the connection reads nothing more
+#: (and says connection.blocked, to a client that takes it) until half have been stored.
+PUBLISH_WINDOW = 20_000
 
 
 
@@ -92,10 +96,11 @@ class AMQPProtocolHandler:
         self.default_user = str(config.get("amqpDefaultUser") or "guest")
         self.default_pass = str(config.get("amqpDefaultPassword") or "guest")
         self.vhosts: dict[str, VHost] = {}
-        self.queues: dict[tuple[str, str], QueueRuntime] = {}
+        self.queues: dict[tuple[str, str], QueueRuntime | StreamQueue] = {}
         self.connections: dict[str, set[AMQPConnection]] = {}
         self.live: set[Any] = set()
         self.addresses: list[str] = []
+        self.nursery: trio.Nursery | None = None
         self.stats = {"connections": 0, "channels": 0, "publishes": 0, "deliveries": 0,
                       "confirms": 0, "returns": 0, "auth_failures": 0}
 
@@ -113,6 +118,11 @@ class AMQPProtocolHandler:
         ns = self.namespace(vhost) or NamespaceName(self.tenant, "default")
         local = DEFAULT_EXCHANGE_TOPIC if exchange == "" else quote(exchange, safe="-_.")
         return TopicName("persistent", ns.tenant, ns.namespace, local)
+
+    def stream_topic(self, vhost: str, queue: str) -> TopicName:
+        """The topic a stream queue is: ``queue`` in the vhost's namespace."""
+        ns = self.namespace(vhost) or NamespaceName(self.tenant, "default")
+        return TopicName("persistent", ns.tenant, ns.namespace, quote(queue, safe="-_."))
 
     def vhost(self, name: str) -> VHost:
         v = self.vhosts.get(name)
@@ -137,12 +147,13 @@ class AMQPProtocolHandler:
         listeners, urls = await open_url_listeners(self.config.get("amqpListeners"), "amqpListeners",
                                                    "amqp", "amqp://127.0.0.1:5672")
         self.addresses.extend(urls)
-        await self._load()
-        self.vhost("/")
-        self.broker.stats.protocol_series[self.name] = self.series
-        self.broker.protocol_views[self.name] = self
-        log.info("amqp listening on %s", ", ".join(self.addresses))
         async with trio.open_nursery() as nursery:
+            self.nursery = nursery  # where queues run their expiry timers and dead-lettering
+            await self._load()
+            self.vhost("/")
+            self.broker.stats.protocol_series[self.name] = self.series
+            self.broker.protocol_views[self.name] = self
+            log.info("amqp listening on %s", ", ".join(self.addresses))
             await nursery.start(partial(trio.serve_listeners, self._connection, listeners))
             task_status.started(list(self.addresses))
 
@@ -154,7 +165,8 @@ class AMQPProtocolHandler:
             v = self.vhost(unquote(child))
             v.load()
             for q in list(v.queues.values()):
-                rt = QueueRuntime(self, v, q)
+                rt: QueueRuntime | StreamQueue = \
+                    StreamQueue(self, v, q) if is_stream(q) else QueueRuntime(self, v, q)
                 if not q.durable or q.exclusive:
                     await self._drop_subscriptions(v, q)
                     del v.queues[q.name]
@@ -273,7 +285,8 @@ class ConnectionClosed(Exception):
 class _Consumer:
     """A basic.consume: delivers on its channel while the channel's prefetch allows."""
 
-    def __init__(self, channel: Channel, tag: str, queue: QueueRuntime, no_ack: bool, prefetch: int):
+    def __init__(self, channel: Channel, tag: str, queue: Any, no_ack: bool, prefetch: int):
+        # queue: a QueueRuntime, or a stream consumer's StreamReader (the same calls)
         self.channel = channel
         self.tag = tag
         self.queue = queue
@@ -380,8 +393,10 @@ class Channel:
             if consumer is not None:
                 consumer.unacked -= 1
             touched.add(queue)
-            if ack or not requeue:
+            if ack:
                 queue.settle(held.received)
+            elif not requeue:
+                queue.dead_letter(held, "rejected")
             else:
                 by_queue.setdefault(id(queue), (queue, []))[1].append(held)
         for queue, held_list in by_queue.values():
@@ -422,6 +437,7 @@ class AMQPConnection:
         self.nursery: trio.Nursery | None = None
         self.name = str(uuid.uuid4())
         self.close_ok = trio.Event()
+        self.takes_blocked = False  # the client's capabilities say connection.blocked
 
     # -- output --------------------------------------------------------------------------
 
@@ -452,8 +468,9 @@ class AMQPConnection:
     def h_auto_delete(self, queue: QueueRuntime) -> None:
         """An auto-delete queue goes when its last consumer does (having had one)."""
         if queue.decl.auto_delete and queue.had_consumer and not queue.consumers \
-                and not queue.deleted and self.nursery is not None and self.vhost is not None:
-            self.nursery.start_soon(self.h.delete_queue, queue.vhost, queue.name)
+                and not queue.deleted and self.h.nursery is not None:
+            # the handler's nursery: this connection's may be closing
+            self.h.nursery.start_soon(self.h.delete_queue, queue.vhost, queue.name)
 
     # -- the connection ------------------------------------------------------------------
 
@@ -642,6 +659,8 @@ class AMQPConnection:
             if self.state != "start":
                 raise AMQPError(ReplyCode.COMMAND_INVALID, "COMMAND_INVALID - start-ok out of turn", 10, 11)
             self._authenticate(a.get("mechanism", ""), a.get("response", b""))
+            caps = (a.get("client_properties") or {}).get("capabilities") or {}
+            self.takes_blocked = bool(caps.get("connection.blocked"))
             self.state = "tune"
             self.send(encode_method(0, "connection.tune", channel_max=self.channel_max,
                                     frame_max=self.frame_max, heartbeat=self.h.heartbeat))
@@ -713,7 +732,36 @@ class AMQPConnection:
                 self._refuse(mechanism)
         elif (user, password) != (self.h.default_user, self.h.default_pass):
             self._refuse(mechanism)
+        elif not self._from_loopback():
+            self.h.stats["auth_failures"] += 1
+            raise AMQPError(ReplyCode.ACCESS_REFUSED,
+                            f"ACCESS_REFUSED - user '{user}' can only connect via localhost", 10, 11)
         self.user = user
+
+    def _from_loopback(self) -> bool:
+        """Whether the client is on this host (RabbitMQ lets its default user in only so)."""
+        sock = getattr(self.stream, "socket", None)
+        try:
+            host = str(sock.getpeername()[0]) if sock is not None else "127.0.0.1"
+        except OSError:
+            return False
+        return host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1") or \
+            host.startswith("::ffff:127.")
+
+    def _authorize(self, topics: list[TopicName], produce: bool, what: str, class_id: int,
+                   method_id: int) -> None:
+        """With authorization on, the token's role must be granted produce (a publish) or
+        consume (a consume or get) on the topics behind ``what``."""
+        auth = self.h.broker.auth
+        if not auth.authorization_enabled:
+            return
+        check = auth.can_produce if produce else auth.can_consume
+        for t in topics:
+            if not check(t, self.role):
+                assert self.vhost is not None
+                raise AMQPError(ReplyCode.ACCESS_REFUSED,
+                                f"ACCESS_REFUSED - access to {what} in vhost '{self.vhost.name}' refused "
+                                f"for user '{self.user}'", class_id, method_id)
 
     def _refuse(self, mechanism: str) -> Any:
         self.h.stats["auth_failures"] += 1
@@ -771,7 +819,7 @@ class AMQPConnection:
         elif name == "basic.qos":
             self._qos(ch, a)
         elif name == "basic.consume":
-            self._consume(ch, v, a, m)
+            await self._consume(ch, v, a, m)
         elif name == "basic.cancel":
             tag = a.get("consumer_tag", "")
             c = ch.consumers.pop(tag, None)
@@ -824,7 +872,7 @@ class AMQPConnection:
         else:
             raise AMQPError(ReplyCode.NOT_IMPLEMENTED, f"NOT_IMPLEMENTED - {name}", m.class_id, m.method_id)
 
-    def _queue(self, v: VHost, name: str, m: Any) -> QueueRuntime:
+    def _queue(self, v: VHost, name: str, m: Any) -> QueueRuntime | StreamQueue:
         q = self.h.queues.get((v.name, name))
         if q is None:
             raise AMQPError(ReplyCode.NOT_FOUND, f"NOT_FOUND - no queue '{name}' in vhost '{v.name}'",
@@ -926,9 +974,15 @@ class AMQPConnection:
                                 f"ACCESS_REFUSED - queue name '{name}' contains reserved prefix 'amq.*'", 50, 10)
             decl = QueueDecl(name, bool(a.get("durable")), bool(a.get("exclusive")),
                              bool(a.get("auto_delete")), dict(a.get("arguments") or {}))
+            QueueArguments.check(decl.arguments, name, v.name)
+            stream = is_stream(decl)
+            if stream and (not decl.durable or decl.exclusive or decl.auto_delete):
+                raise AMQPError(ReplyCode.PRECONDITION_FAILED,
+                                f"PRECONDITION_FAILED - invalid property for stream queue '{name}' in vhost "
+                                f"'{v.name}': a stream is durable, neither exclusive nor auto-delete", 50, 10)
             found = self.h.queues.get((v.name, name))
             if found is None:
-                q = QueueRuntime(self.h, v, decl)
+                q = StreamQueue(self.h, v, decl) if stream else QueueRuntime(self.h, v, decl)
                 if decl.exclusive:
                     q.owner = self
                     self.exclusive.add(name)
@@ -977,7 +1031,7 @@ class AMQPConnection:
         self.send(encode_method(ch.number, "basic.qos-ok"))
         self.dispatch_all()
 
-    def _consume(self, ch: Channel, v: VHost, a: Mapping[str, Any], m: Any) -> None:
+    async def _consume(self, ch: Channel, v: VHost, a: Mapping[str, Any], m: Any) -> None:
         q = self._queue(v, a.get("queue", ""), m)
         tag = a.get("consumer_tag", "") or "amq.ctag-" + base64.urlsafe_b64encode(
             uuid.uuid4().bytes).decode().rstrip("=")
@@ -987,14 +1041,24 @@ class AMQPConnection:
         if q.exclusive_consumer is not None or (a.get("exclusive") and q.consumers):
             raise AMQPError(ReplyCode.ACCESS_REFUSED,
                             f"ACCESS_REFUSED - queue '{q.name}' in vhost '{v.name}' in exclusive use", 60, 20)
+        self._authorize(_read_topics(q), False, f"queue '{q.name}'", 60, 20)
         c = _Consumer(ch, tag, q, bool(a.get("no_ack")), ch.prefetch_count)
+        if isinstance(q, StreamQueue):
+            reader = await q.add_reader(c, dict(a.get("arguments") or {}))
+            c.queue = reader  # type: ignore[assignment]
         ch.consumers[tag] = c
         if not a.get("nowait"):
             self.send(encode_method(ch.number, "basic.consume-ok", consumer_tag=tag))
-        q.add_consumer(c, bool(a.get("exclusive")))
+        if isinstance(q, StreamQueue):
+            reader.go()
+        else:
+            q.add_consumer(c, bool(a.get("exclusive")))
 
     async def _get(self, ch: Channel, v: VHost, a: Mapping[str, Any], m: Any) -> None:
         q = self._queue(v, a.get("queue", ""), m)
+        if isinstance(q, StreamQueue):
+            raise q.refusal("basic.get", 60, 70)
+        self._authorize(_read_topics(q), False, f"queue '{q.name}'", 60, 70)
         held = q.get()
         if held is None:
             await q.wait_arrivals(0.2)
@@ -1026,6 +1090,7 @@ class AMQPConnection:
             raise AMQPError(ReplyCode.ACCESS_REFUSED,
                             f"ACCESS_REFUSED - cannot publish to internal exchange '{exchange}' in vhost '{v.name}'",
                             60, 40)
+        self._authorize([self.h.exchange_topic(v.name, exchange)], True, f"exchange '{exchange}'", 60, 40)
         ch.content = (dict(a), None, 0, [], 0)
 
     async def _content(self, ch: Channel, frame: Any) -> None:
@@ -1076,9 +1141,28 @@ class AMQPConnection:
             return
         if args.get("mandatory") and not any(True for _ in v.routes(exchange, key, props.headers)):
             self._return(ch, exchange, key, m)
+        refused = False
+        if v.publish_limited:  # x-overflow reject-publish: decided now, for this message
+            m, refused = admit([q for n in v.routes(exchange, key, props.headers)
+                                if isinstance(q := self.h.queues.get((v.name, n)), QueueRuntime)], m)
+        topic = self.h.exchange_topic(v.name, exchange)
+        if exchange == "" and isinstance(target := self.h.queues.get((v.name, key)), StreamQueue):
+            topic = target.topic
         ch.pending_publishes += 1
         assert ch.publishes is not None
-        ch.publishes.send_nowait((self.h.exchange_topic(v.name, exchange), m, seq))
+        ch.publishes.send_nowait((topic, m, seq, refused))
+        if ch.pending_publishes >= PUBLISH_WINDOW:
+            await self._wait_for_room(ch)
+
+    async def _wait_for_room(self, ch: Channel) -> None:
+        """Too many publishes of ``ch`` wait to be stored: read nothing more until half
+        are, saying connection.blocked meanwhile to a client that takes it."""
+        if self.takes_blocked:
+            self.send(encode_method(0, "connection.blocked", reason="publishes wait to be stored"))
+        while ch.pending_publishes > PUBLISH_WINDOW // 2 and ch.number in self.channels:
+            await ch.published.wait()
+        if self.takes_blocked:
+            self.send(encode_method(0, "connection.unblocked"))
 
     def _return(self, ch: Channel, exchange: str, key: str, m: Message) -> None:
         self.h.stats["returns"] += 1
@@ -1111,21 +1195,27 @@ class AMQPConnection:
                     i = j
                     ok = True
                     try:
-                        await publish(self.h.broker, topic, [m for _, m, _ in group],
+                        await publish(self.h.broker, topic, [m for _, m, _, _ in group],
                                       producer_name=f"amqp-{self.name}-{ch.number}")
                     except Exception as exc:
                         ok = False
                         log.warning("amqp: publish to %s failed: %s", topic, exc)
                     ch.pending_publishes -= len(group)
                     last = group[-1][2]
-                    if last and not ch.closing and ch.number in self.channels:
+                    if last and not ch.closing and ch.number in self.channels and \
+                            any(refused for *_, refused in group):
+                        self.h.stats["confirms"] += len(group)
+                        for _, _, seq, refused in group:  # one by one: some are nacked
+                            self.send(encode_method(ch.number, "basic.nack" if refused or not ok
+                                                    else "basic.ack", delivery_tag=seq, multiple=False,
+                                                    **({"requeue": False} if refused or not ok else {})))
+                    elif last and not ch.closing and ch.number in self.channels:
                         self.h.stats["confirms"] += len(group)
                         self.send(encode_method(ch.number, "basic.ack" if ok else "basic.nack",
                                                 delivery_tag=last, multiple=len(group) > 1,
                                                 **({} if ok else {"requeue": False})))
-                if ch.pending_publishes == 0:
-                    ch.published.set()
-                    ch.published = trio.Event()
+                ch.published.set()
+                ch.published = trio.Event()
 
     async def _commit(self, ch: Channel, work: list[tuple[str, Any]]) -> None:
         """A transaction's publishes, stored together per topic (all of one topic in one
@@ -1147,6 +1237,11 @@ class AMQPConnection:
             if kind == "settle":
                 tags, ack, requeue = item
                 ch.settle([t for t in tags if t in ch.unacked], ack=ack, requeue=requeue)
+
+
+def _read_topics(q: QueueRuntime | StreamQueue) -> list[TopicName]:
+    """The topics a queue's consumers read."""
+    return [q.topic] if isinstance(q, StreamQueue) else list(q.sources.values())
 
 
 class _Ids:

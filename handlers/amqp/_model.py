@@ -184,6 +184,8 @@ class VHost:
         self.exchanges: dict[str, ExchangeDecl] = {}
         self.queues: dict[str, QueueDecl] = {}
         self.bindings: set[Binding] = set()
+        #: queues with ``x-overflow`` reject-publish and a length limit, checked at publish
+        self.publish_limited: set[str] = set()
         for n, t in STANDARD_EXCHANGES.items():
             self.exchanges[n] = ExchangeDecl(n, t)
         self.exchanges[""] = ExchangeDecl("", "direct")
