@@ -206,6 +206,7 @@ NOUN_HELP = {
     "subscriptions": "a topic's subscriptions (also under topics)",
     "schemas": "topic schemas",
     "amqp": "AMQP vhosts: their exchanges, queues and bindings",
+    "mqtt": "MQTT sessions and retained topics",
 }
 
 
@@ -385,6 +386,20 @@ def _amqp_queues(c: AdminClient, a: argparse.Namespace) -> Any:
 @verb("amqp", "bindings", "list a vhost's bindings", VHOST)
 def _amqp_bindings(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.get(f"/admin/v2/amqp/vhosts/{quote(a.vhost, safe='')}/bindings")
+
+
+# -- mqtt -------------------------------------------------------------------------------------
+
+
+@verb("mqtt", "sessions", "list MQTT sessions: connected, persistent, expiry, subscriptions, "
+      "messages queued offline")
+def _mqtt_sessions(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get("/admin/v2/mqtt/sessions")
+
+
+@verb("mqtt", "retained", "list the MQTT topics with a retained message, and its size")
+def _mqtt_retained(c: AdminClient, a: argparse.Namespace) -> Any:
+    return c.get("/admin/v2/mqtt/retained")
 
 
 # -- tenants ----------------------------------------------------------------------------------

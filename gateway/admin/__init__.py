@@ -15,6 +15,7 @@ from . import amqp, bookies, brokers, clusters, namespaces, schemas, subscriptio
 from ._access import guard
 from ._common import RestError, error_response, limit_body
 from ._stats import Rates
+from .mqtt import routes as mqtt_routes
 
 __all__ = ["admin_routes", "RestError", "Rates", "error_response", "guard"]
 
@@ -34,6 +35,7 @@ def admin_routes(broker: Any, rates: Rates | None = None) -> list[BaseRoute]:
     out += topics.routes(broker, rates)
     out += schemas.routes(broker)
     out += amqp.routes(broker)
+    out += mqtt_routes(broker)
     for route in out:
         if isinstance(route, Route):
             route.app = limit_body(route.app, broker)

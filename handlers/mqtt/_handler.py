@@ -21,7 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 from urllib.parse import quote
@@ -83,7 +83,8 @@ OUT_BUFFER = 1 << 20
 @dataclass
 class SessionState:
     """What a session keeps between connections (and, when persistent, in the metadata
-    store across restarts: its filters and the QoS 2 packet ids awaiting PUBREL)."""
+    store across restarts: its filters, the QoS 2 packet ids the client's PUBLISHes await
+    PUBREL on, and those the broker sent PUBREL for and awaits PUBCOMP on)."""
 
     client_id: str
     persistent: bool
@@ -91,6 +92,9 @@ class SessionState:
     filters: dict[str, SubscribeOption] = field(default_factory=dict)  # shared ones too
     ids: dict[str, int] = field(default_factory=dict)  # filter -> subscription identifier
     awaiting_rel: set[int] = field(default_factory=set)
+    #: Deliveries the client sent PUBREC for: MQTT-4.4.0-1, their PUBREL is resent on a
+    #: reconnect with the same packet id, and the id is not reused until PUBCOMP.
+    awaiting_comp: set[int] = field(default_factory=set)
     tree: TopicTree[str] = field(default_factory=TopicTree.mqtt)  # the filters not shared
     shared: dict[str, ShareFilter] = field(default_factory=dict)  # "$share/..." -> its parts
     expiry_scope: trio.CancelScope | None = None
@@ -140,6 +144,7 @@ class MQTTProtocolHandler:
         self._load_state()
         self.broker.topic_loaded.append(self._topic_loaded)
         self.broker.stats.protocol_series[self.name] = self.series
+        self.broker.protocol_views[self.name] = self  # the admin listing (gateway/admin/mqtt.py)
         log.info("mqtt listening on %s", ", ".join(self.addresses))
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -174,6 +179,7 @@ class MQTTProtocolHandler:
                 if o.get("id"):
                     state.ids[f] = o["id"]
             state.awaiting_rel = set(doc.get("awaiting_rel", ()))
+            state.awaiting_comp = set(doc.get("awaiting_comp", ()))
             self.sessions[state.client_id] = state
         for child in md.children(RETAINED):
             got = md.get(f"{RETAINED}/{child}")
@@ -188,6 +194,7 @@ class MQTTProtocolHandler:
             return
         doc = {"client_id": state.client_id, "expiry": state.expiry,
                "awaiting_rel": sorted(state.awaiting_rel),
+               "awaiting_comp": sorted(state.awaiting_comp),
                "filters": {f: {"qos": o.qos, "nl": o.no_local, "rap": o.retain_as_published,
                                "rh": o.retain_handling, "id": state.ids.get(f)}
                            for f, o in state.filters.items()}}
@@ -328,6 +335,27 @@ class MQTTProtocolHandler:
             return []
         return [name for name in map(TopicName.parse, names) if match(self.mqtt_topic(name))]
 
+    # -- the admin listing ---------------------------------------------------------------
+
+    def admin_sessions(self) -> list[dict[str, Any]]:
+        """Every session, connected or not, for ``/admin/v2/mqtt/sessions``."""
+        out = []
+        for cid, st in sorted(self.sessions.items()):
+            queue = self.offline.get(cid)
+            out.append({"client_id": cid, "connected": cid in self.connected,
+                        "persistent": st.persistent, "expiry": st.expiry,
+                        "subscriptions": [{"filter": f, "qos": o.qos}
+                                          for f, o in sorted(st.filters.items())],
+                        "queued": len(queue) if queue is not None else 0})
+        return out
+
+    def admin_retained(self) -> list[dict[str, Any]]:
+        """Every topic with a retained message and its payload size, for
+        ``/admin/v2/mqtt/retained``."""
+        return [{"topic": self.mqtt_topic(TopicName.parse(full)),
+                 "size": sum(len(m.payload) for m in messages_from_entry(entry))}
+                for full, entry in sorted(self.retained.items())]
+
     # -- /metrics ------------------------------------------------------------------------
 
     def series(self) -> Iterator[Series]:
@@ -377,7 +405,9 @@ class MQTTSession:
         self.inflight: dict[int, Received | None] = {}  # packet id -> delivery (None: PUBREL sent)
         self.backlog: list[tuple[Received, Publish]] = []
         self.next_pid = 0
-        self.aliases: dict[int, str] = {}
+        self.aliases: dict[int, str] = {}  # the client's: alias -> topic
+        self.alias_maximum_out = 0  # the client's Topic Alias Maximum (5.0 section 3.1.2.11.8)
+        self.aliases_out: dict[str, int] = {}  # ours: topic -> alias
         self.clean_exit = False
         self.taken_over = False
         self.done = trio.Event()
@@ -386,12 +416,30 @@ class MQTTSession:
     # -- writing -------------------------------------------------------------------------
 
     def send(self, packet: Any) -> None:
+        assigned = None
+        if isinstance(packet, Publish) and self.alias_maximum_out and packet.topic:
+            packet, assigned = self._alias_out(packet)
         try:
             self.out += self.conn.send(packet)
         except ProtocolError as exc:
             log.debug("mqtt: not sent to %s: %s", self.state and self.state.client_id, exc)
             return
+        if assigned is not None:  # known to the client once the packet that names it is out
+            self.aliases_out[assigned] = packet.properties.topic_alias
         self.out_ready.set()
+
+    def _alias_out(self, p: Publish) -> tuple[Publish, str | None]:
+        """5.0 section 3.3.2.3.4: ``p`` with a topic alias, and the topic when the alias is
+        new. A topic gets the next alias on first use, while the client's maximum allows;
+        its first PUBLISH carries the name and the alias, later ones the alias alone. The
+        mapping lives as long as the connection."""
+        alias = self.aliases_out.get(p.topic)
+        if alias is not None:
+            return replace(p, topic="", properties=replace(p.properties, topic_alias=alias)), None
+        if len(self.aliases_out) >= self.alias_maximum_out:
+            return p, None
+        alias = len(self.aliases_out) + 1
+        return replace(p, properties=replace(p.properties, topic_alias=alias)), p.topic
 
     async def _writer(self) -> None:
         while True:
@@ -469,15 +517,24 @@ class MQTTSession:
         elif isinstance(p, Puback):
             self._acked(p.packet_id)
         elif isinstance(p, Pubrec):
+            assert self.state is not None
             got = self.inflight.get(p.packet_id)
             if got is not None:
                 self._settle(got)
                 self.inflight[p.packet_id] = None
+                self.state.awaiting_comp.add(p.packet_id)
+                if self.state.persistent:
+                    self.h.save(self.state)
             self.send(Pubrel(packet_id=p.packet_id))
         elif isinstance(p, Pubcomp):
+            assert self.state is not None
             if p.packet_id in self.inflight and self.inflight[p.packet_id] is None:
                 del self.inflight[p.packet_id]
                 self._drain_backlog()
+            if p.packet_id in self.state.awaiting_comp:
+                self.state.awaiting_comp.discard(p.packet_id)
+                if self.state.persistent:
+                    self.h.save(self.state)
         elif isinstance(p, Pubrel):
             assert self.state is not None
             known = p.packet_id in self.state.awaiting_rel
@@ -558,11 +615,15 @@ class MQTTSession:
         props = Properties()
         if self.v5:
             self.receive_max = c.properties.receive_maximum or 65535
+            self.alias_maximum_out = c.properties.topic_alias_maximum or 0
             self.conn.peer_max_packet_size = c.properties.maximum_packet_size
             props = Properties(assigned_client_identifier=assigned, receive_maximum=h.receive_maximum,
                                topic_alias_maximum=h.topic_alias_maximum or None,
                                maximum_packet_size=h.max_packet, shared_subscription_available=1)
         self.send(Connack(session_present=present, properties=props))
+        for pid in sorted(state.awaiting_comp):  # MQTT-4.4.0-1: PUBRELs are resent
+            self.inflight[pid] = None
+            self.send(Pubrel(packet_id=pid))
         self.subscriber = Subscriber(h.broker, f"mqtt:{client_id}", self._deliver,
                                      window=min(self.receive_max, 1000),
                                      writable=lambda: len(self.out) < OUT_BUFFER)
@@ -727,6 +788,8 @@ class MQTTSession:
                     continue
                 if qos == 0:
                     self.send(pub)
+                elif len(self.inflight) >= self.receive_max:  # 5.0 section 4.9
+                    self.backlog.append((_RETAINED, pub))
                 else:
                     pid = self._pid()
                     self.inflight[pid] = _RETAINED
@@ -819,11 +882,13 @@ class MQTTSession:
         expires = props.get(P + "expires")
         expiry = None
         if expires is not None:
-            left = (int(expires) - int(time.time() * 1000)) // 1000
-            if left <= 0:
+            # 5.0 section 3.3.2.3.3: the interval less the time it waited, in whole seconds
+            # rounded up (a message with half a second left has not expired)
+            left_ms = int(expires) - int(time.time() * 1000)
+            if left_ms <= 0:
                 self.h.stats["dropped_expired"] += 1
                 return None
-            expiry = left
+            expiry = -(-left_ms // 1000)
         properties = Properties()
         if self.v5:
             user = tuple((k, v) for k, v in props.items() if not k.startswith(P))
@@ -888,8 +953,12 @@ class MQTTSession:
         h = self.h
         if h._nursery is None:
             return
+        # 5.0 section 3.1.2.5: after the will delay or when the session ends, whichever
+        # is first (a session that is not persistent ends now)
         delay = will.properties.will_delay_interval or 0 if self.v5 else 0
-        if self.v5 and state.persistent and state.expiry != 0xFFFFFFFF:
+        if not state.persistent:
+            delay = 0
+        elif self.v5 and state.expiry != 0xFFFFFFFF:
             delay = min(delay, state.expiry)
         scope = trio.CancelScope()
         if delay:

@@ -1,8 +1,10 @@
 """What the paho-mqtt tests share: a box of received messages, unique names, a SUBSCRIBE
-that waits for its SUBACK, a scrape of ``/metrics``, and a waiting loop with a bound."""
+that waits for its SUBACK, a scrape of ``/metrics``, a waiting loop with a bound, and a
+raw MQTT 5 client over the codec (:class:`Raw`) for what paho hides."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import urllib.request
@@ -11,6 +13,20 @@ from collections.abc import Callable
 
 import paho.mqtt.client as mqtt
 from prometheus_client.parser import text_string_to_metric_families
+
+from handlers.mqtt._codec import NEED_DATA, MQTTConnection, Role
+from handlers.mqtt._packets import (
+    Connack,
+    Connect,
+    Packet,
+    Pingreq,
+    Pingresp,
+    Properties,
+    Suback,
+    Subscribe,
+    SubscribeOption,
+    Will,
+)
 
 WAIT = 10.0
 V311, V5 = mqtt.MQTTv311, mqtt.MQTTv5
@@ -67,3 +83,50 @@ def wait_until(what: Callable[[], bool], timeout: float = WAIT) -> None:
     while not what():
         assert time.monotonic() < deadline, "the condition did not come true in time"
         time.sleep(0.02)
+
+
+class Raw:
+    """An MQTT 5 client made of a socket and the codec, past its CONNECT and CONNACK
+    (:attr:`connack`): it sends and acknowledges only what the test says, and the test
+    reads the packets as they are on the wire. ``props`` are the CONNECT's properties."""
+
+    def __init__(self, addr: tuple[str, int], client_id: str, *, clean: bool = True,
+                 will: Will | None = None, **props: int) -> None:
+        self.sock = socket.create_connection(addr, timeout=WAIT)
+        self.conn = MQTTConnection(Role.CLIENT)
+        self.send(Connect(protocol_level=5, client_id=client_id, clean_start=clean, will=will,
+                          properties=Properties(**props)))
+        got = self.read()
+        assert isinstance(got, Connack) and got.reason_code == 0, got
+        self.connack = got
+
+    def send(self, packet: Packet) -> None:
+        self.sock.sendall(self.conn.send(packet))
+
+    def read(self) -> Packet:
+        while (packet := self.conn.next_event()) is NEED_DATA:
+            data = self.sock.recv(65536)
+            assert data, "the broker closed the connection"
+            self.conn.receive_data(data)
+        return packet
+
+    def ping(self) -> list[Packet]:
+        """What the broker sent before it answered a PINGREQ (it handles packets in order,
+        so this is all it sent in answer to what came before)."""
+        self.send(Pingreq())
+        out = []
+        while not isinstance(packet := self.read(), Pingresp):
+            out.append(packet)
+        return out
+
+    def subscribe(self, topic_filter: str, qos: int, packet_id: int = 1) -> None:
+        self.send(Subscribe(packet_id=packet_id, subscriptions=(
+            SubscribeOption(topic_filter=topic_filter, qos=qos),)))
+        assert self.read() == Suback(packet_id=packet_id, reason_codes=(qos,))
+
+    def eof(self) -> bool:
+        """Whether the broker closed the connection (after what it had sent)."""
+        return self.sock.recv(65536) == b""
+
+    def close(self) -> None:
+        self.sock.close()
