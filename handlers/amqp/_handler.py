@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import math
 import time
 import uuid
 from collections import OrderedDict
@@ -72,6 +73,7 @@ PROPERTY_NAMES = ("content_type", "content_encoding", "delivery_mode", "priority
                   "app_id", "cluster_id")
 INT_PROPERTIES = {"delivery_mode", "priority"}
 CLOSE_WAIT = 1.0  # how long a connection.close waits for close-ok
+HANDSHAKE_TIMEOUT = 10.0  # seconds from the protocol header to connection.open (RabbitMQ's)
 #: Publishes of a channel stored or on their way; past it the connection reads nothing more
 #: (and says connection.blocked, to a client that takes it) until half have been stored.
 PUBLISH_WINDOW = 20_000
@@ -528,7 +530,13 @@ class AMQPConnection:
             await self._receive_more()
 
     async def _receive(self) -> bytes:
-        timeout = 10.0 if self.state != "open" else (self.heartbeat * 2 if self.heartbeat else float("inf"))
+        # A handshake has HANDSHAKE_TIMEOUT to reach connection.open; once tune-ok agreed a
+        # heartbeat, two intervals with nothing read end the connection, open or not
+        # (spec 4.2.7; RabbitMQ's heartbeat timeout).
+        limits = [HANDSHAKE_TIMEOUT] if self.state != "open" else []
+        if self.heartbeat:
+            limits.append(self.heartbeat * 2)
+        timeout = min(limits, default=math.inf)
         with trio.move_on_after(timeout):
             got = await self.reader.receive(65536)
             if not got:
@@ -668,9 +676,16 @@ class AMQPConnection:
             asked = int(a.get("frame_max", 0))
             if asked and asked < 4096:
                 raise AMQPError(ReplyCode.NOT_ALLOWED, f"NOT_ALLOWED - frame_max {asked} is under 4096", 10, 31)
+            ch_max = int(a.get("channel_max", 0))
+            # RabbitMQ refuses a client that answers with more than it offered
+            for what, value, most in (("frame_max", asked, self.h.frame_max),
+                                      ("channel_max", ch_max, self.h.channel_max)):
+                if most and value > most:
+                    raise AMQPError(ReplyCode.NOT_ALLOWED,
+                                    f"NOT_ALLOWED - negotiated {what} = {value} is higher than the maximum "
+                                    f"allowed value ({most})", 10, 31)
             if asked:
                 self.frame_max = min(asked, self.h.frame_max) if self.h.frame_max else asked
-            ch_max = int(a.get("channel_max", 0))
             if ch_max:
                 self.channel_max = min(ch_max, self.channel_max)
             self.heartbeat = int(a.get("heartbeat", 0))
@@ -997,6 +1012,8 @@ class AMQPConnection:
                                     f"PRECONDITION_FAILED - inequivalent arg for queue '{name}' in vhost "
                                     f"'{v.name}': received {_describe(decl)} but current is "
                                     f"{_describe(found.decl)}", 50, 10)
+        if isinstance(q, QueueRuntime):
+            q.used()  # x-expires: a declaration is a use
         await q.wait_arrivals(0.05)
         if not a.get("nowait"):
             self.send(encode_method(ch.number, "queue.declare-ok", queue=q.name,

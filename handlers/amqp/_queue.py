@@ -29,6 +29,10 @@ parsed once into :class:`QueueArguments`:
 - ``x-single-active-consumer``: only the first consumer, in subscription order, is
   given messages; when it goes the next one is.
 - ``x-max-priority``: ``ready`` is one FIFO per priority, highest served first.
+- ``x-expires`` (rabbitmq.com/docs/ttl#queue-ttl): a queue with no consumers that is
+  neither declared again nor read with ``basic.get`` for that long is deleted, as
+  queue.delete would (its subscriptions go). The same timer that watches the heads
+  watches :attr:`QueueRuntime.last_used`; each use (:meth:`QueueRuntime.used`) wakes it.
 """
 
 from __future__ import annotations
@@ -153,6 +157,7 @@ class QueueArguments:
     """What a queue's ``x-`` arguments ask of it."""
 
     message_ttl: int | None = None
+    expires: int | None = None  # ms a queue may go unused
     max_length: int | None = None
     max_length_bytes: int | None = None
     overflow: str = "drop-head"
@@ -197,7 +202,8 @@ class QueueArguments:
             return _text(v) if isinstance(v, (str, bytes)) else None
 
         overflow = text("x-overflow")
-        return cls(message_ttl=num("x-message-ttl"), max_length=num("x-max-length"),
+        return cls(message_ttl=num("x-message-ttl"), expires=num("x-expires") or None,
+                   max_length=num("x-max-length"),
                    max_length_bytes=num("x-max-length-bytes"),
                    overflow=overflow if overflow in OVERFLOWS else "drop-head",
                    dead_letter_exchange=text("x-dead-letter-exchange"),
@@ -356,6 +362,7 @@ class QueueRuntime:
         self.exclusive_consumer: QueueConsumer | None = None
         self.unacked = 0
         self.had_consumer = False
+        self.last_used = _now_ms()  # x-expires counts from here while there is no consumer
         self.owner: Any = None  # the connection of an exclusive queue
         self.sources: dict[str, TopicName] = {}  # exchange -> its topic, attached
         self._next = 0
@@ -392,6 +399,8 @@ class QueueRuntime:
             self.sources[exchange] = name
         for exchange in set(self.sources) - wanted:
             await self.subscriber.detach(self.sources.pop(exchange), delete=True)
+        if self.args.expires is not None:
+            self._timer()
 
     async def drop(self) -> None:
         """The queue is deleted: its consumers are told, its subscriptions go."""
@@ -518,14 +527,43 @@ class QueueRuntime:
         if self._start():
             self._wake.set()
 
+    def used(self) -> None:
+        """The queue was declared again, read with basic.get, or consumed from: x-expires
+        counts again from now."""
+        self.last_used = _now_ms()
+        if self.args.expires is not None:
+            self._timer()
+
+    def _unused_until(self) -> float | None:
+        """When the queue expires unless it is used before (None: it does not)."""
+        if self.args.expires is None or self.consumers:
+            return None
+        return self.last_used + self.args.expires
+
     async def _expiry(self) -> None:
         while True:
             self._expire()
-            deadline = self.ready.next_deadline()
+            unused = self._unused_until()
+            if unused is not None and unused <= _now_ms():
+                # Shielded: deleting the queue cancels this very task (drop).
+                with trio.CancelScope(shield=True):
+                    await self._expired()
+                return
+            deadlines = [d for d in (self.ready.next_deadline(), unused) if d is not None]
+            deadline = min(deadlines) if deadlines else None
             wake = self._wake = trio.Event()
             wait = math.inf if deadline is None else max(0.0, (deadline - _now_ms()) / 1000)
             with trio.move_on_after(wait + 0.001):
                 await wake.wait()
+
+    async def _expired(self) -> None:
+        """x-expires: the queue has gone unused for its time and is deleted."""
+        if self.deleted or self.h.queues.get((self.vhost.name, self.name)) is not self:
+            return
+        log.debug("amqp: queue %s unused for %d ms, deleted", self.name, self.args.expires)
+        if self.owner is not None:
+            self.owner.exclusive.discard(self.name)
+        await self.h.delete_queue(self.vhost, self.name)
 
     # -- dead-lettering ------------------------------------------------------------------
 
@@ -636,6 +674,7 @@ class QueueRuntime:
     def add_consumer(self, c: QueueConsumer, exclusive: bool) -> None:
         self.consumers.append(c)
         self.had_consumer = True
+        self.used()
         if exclusive:
             self.exclusive_consumer = c
         self.dispatch()
@@ -645,6 +684,8 @@ class QueueRuntime:
             self.consumers.remove(c)
         if self.exclusive_consumer is c:
             self.exclusive_consumer = None
+        if not self.consumers:
+            self.used()  # unused from now
         if self.args.single_active_consumer:
             self.dispatch()  # the next in line is the active one now
 
@@ -675,6 +716,7 @@ class QueueRuntime:
                 return
 
     def get(self) -> Held | None:
+        self.used()
         now = _now_ms()
         while self.ready:
             held = self.ready.popleft()

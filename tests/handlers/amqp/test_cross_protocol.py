@@ -1,27 +1,35 @@
-"""One stream: what an AMQP client publishes to an exchange a Pulsar or Kafka consumer reads
-on the exchange's topic, and what they produce there reaches the bound queues; durable
-queues keep persistent messages, and unacknowledged deliveries, across a restart."""
+"""One stream: what an AMQP client publishes to an exchange a Pulsar, Kafka or WebSocket
+consumer reads on the exchange's topic, and a Spark batch read sees, and what they
+produce there reaches the bound queues; durable queues keep persistent messages, and
+unacknowledged deliveries, across a restart."""
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pika
 import pulsar
 import pytest
+import websocket
 from confluent_kafka import Consumer, Producer
 
 from tests._standalone import Standalone
 from tests.handlers.amqp.conftest import AMQP_CONF, amqp_port
 from tests.handlers.amqp.test_pika import get
 from tests.handlers.kafka._wire import bootstrap
+from tests.spark import conftest as spark
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
 
 WAIT = 10.0
+#: tests/spark's SparkSession fixture, skipped (failed, in CI) without a JRE or pyspark
+spark_session = spark.session
 
 
 def _params(s: Standalone) -> pika.ConnectionParameters:
@@ -131,3 +139,47 @@ def test_durable_queue_keeps_persistent_and_unacked_messages_across_a_restart(
         conn.close()
     finally:
         s.kill()
+
+
+def test_amqp_publish_is_read_by_a_websocket_consumer(amqp_broker: Standalone, unique: str) -> None:
+    ex = f"ws-{unique}"
+    conn = pika.BlockingConnection(_params(amqp_broker))
+    try:
+        ch = conn.channel()
+        ch.exchange_declare(ex, "direct", durable=True)
+        ws_url = amqp_broker.addresses["web"][0].replace("http://", "ws://")
+        ws = websocket.create_connection(f"{ws_url}/ws/v2/consumer/persistent/public/default/{ex}/ws-sub",
+                                         timeout=WAIT)
+        try:
+            ch.confirm_delivery()
+            for i in range(3):
+                ch.basic_publish(ex, f"rk{i}", b"m%d" % i, pika.BasicProperties(headers={"n": str(i)}))
+            got = []
+            for _ in range(3):
+                m = json.loads(ws.recv())
+                ws.send(json.dumps({"messageId": m["messageId"]}))
+                got.append((base64.b64decode(m["payload"]), m.get("key"), m["properties"].get("n")))
+            assert got == [(b"m0", "rk0", "0"), (b"m1", "rk1", "1"), (b"m2", "rk2", "2")]
+        finally:
+            ws.close()
+    finally:
+        conn.close()
+
+
+def test_a_spark_batch_read_of_an_exchange_topic_sees_the_amqp_messages(
+        spark_session: Any, amqp_broker: Standalone, unique: str) -> None:
+    ex = f"spark-{unique}"
+    conn = pika.BlockingConnection(_params(amqp_broker))
+    try:
+        ch = conn.channel()
+        ch.exchange_declare(ex, "topic", durable=True)
+        ch.confirm_delivery()
+        for i in range(5):
+            ch.basic_publish(ex, f"eu.k{i}", b"order-%d" % i, pika.BasicProperties(timestamp=1_700_000_000 + i))
+    finally:
+        conn.close()
+    rows = spark.reader(spark_session, amqp_broker, ex).collect()
+    assert sorted((bytes(r.value), bytes(r.key)) for r in rows) == [
+        (b"order-%d" % i, f"eu.k{i}".encode()) for i in range(5)]
+    assert all(r.topic == ex for r in rows)
+    assert sorted(r.eventTime.timestamp() for r in rows) == [1_700_000_000 + i for i in range(5)]
