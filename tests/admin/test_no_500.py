@@ -59,6 +59,7 @@ def _fill(template: str, ns: str, variant: int) -> str:
         "broker": ["127.0.0.1:1", "x", "x", "x"][variant],
         "configName": ["maxTopicsPerNamespace", "noSuchKey", "brokerServicePort", "%00"][variant],
         "configValue": ["0", "-1", "x", HUGE][variant],
+        "vhost": ["%2F", "no-such-vhost", "bad%20name", "%00"][variant],
     }
     return re.sub(r"\{(\w+)\}", lambda m: names[m.group(1)], template)
 
