@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import trio
 
-from core.format import EntryFormatError, Message, ack_set, entry_from_messages
+from core.format import EntryFormatError, Message, ack_set_but, entry_from_messages
 from core.format._entry import indexed_messages
 from core.naming import TopicName
 from core.storage import Position
@@ -134,8 +134,7 @@ class Subscriber:
         if sub is None:
             return
         if r.batch_size > 0:
-            others = set(range(r.batch_size)) - {r.index}
-            sub.ack_individual(r.consumer, [(r.position, ack_set(others, r.batch_size))])
+            sub.ack_individual(r.consumer, [(r.position, ack_set_but(r.index, r.batch_size))])
         else:
             sub.ack_individual(r.consumer, [(r.position, None)])
 

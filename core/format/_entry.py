@@ -54,6 +54,7 @@ from . import pulsar_api_pb2 as pb
 
 __all__ = [
     "ack_set",
+    "ack_set_but",
     "DEFAULT_MAX_UNCOMPRESSED_SIZE",
     "ENTRY_HEADER_SIZE",
     "MAGIC_BROKER_ENTRY_METADATA",
@@ -630,6 +631,20 @@ def indexed_messages(
             )
         ))
     return out
+
+def ack_set_but(index: int, size: int) -> list[int]:
+    """The ack set of a batch of ``size`` messages all still to deliver but ``index``
+    (what acknowledging that one message says), without a loop over the batch."""
+    n = (size + 63) // 64
+    words = [-1] * n
+    if size % 64:
+        last = (1 << (size % 64)) - 1
+        words[-1] = last - (1 << 64) if last >= 1 << 63 else last
+    w, bit = divmod(index, 64)
+    v = (words[w] & ((1 << 64) - 1)) & ~(1 << bit)
+    words[w] = v - (1 << 64) if v >= 1 << 63 else v
+    return words
+
 
 def ack_set(indexes: set[int], size: int) -> list[int]:
     """Pulsar's ack set for a batch of ``size`` messages of which ``indexes`` are still to
