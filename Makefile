@@ -12,9 +12,11 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/magnetar/target
 # Debian packages the test suites and the cluster mode need (and a JRE for Spark when
 # there is no java).
 SYSTEM_PACKAGES := zookeeper
+# ... and what only `make bench` adds: RabbitMQ, the AMQP bench's peer.
+BENCH_SYSTEM_PACKAGES := rabbitmq-server
 APT_ENV := DEBIAN_FRONTEND=noninteractive
 
-.PHONY: standalone test bench build venv test-deps sysdeps cargo-test lint pytest clean
+.PHONY: standalone test bench build venv test-deps sysdeps bench-sysdeps cargo-test lint pytest clean
 
 standalone: build
 	$(VENV)/bin/magnetar standalone --config conf/standalone.conf
@@ -22,7 +24,7 @@ standalone: build
 test: build test-deps sysdeps
 	$(MAKE) --no-print-directory cargo-test lint pytest
 
-bench: build test-deps
+bench: build test-deps bench-sysdeps
 	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"]))' > $(VENV)/bench-requirements.txt
 	$(PY) -m pip install -q -r $(VENV)/bench-requirements.txt
 	$(PY) -m bench
@@ -57,6 +59,9 @@ sysdeps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO env $(APT_ENV) apt-get install -y -qq $$missing; \
 	fi
+
+bench-sysdeps:
+	@$(MAKE) --no-print-directory sysdeps SYSTEM_PACKAGES="$(BENCH_SYSTEM_PACKAGES)"
 
 cargo-test:
 	cargo test --workspace --exclude magnetar-py --quiet

@@ -13,6 +13,7 @@ BENCHES = {
     "storage": "bench.storage_bench",
     "pulsar": "bench.pulsar_bench",
     "kafka": "bench.kafka_bench",
+    "amqp": "bench.amqp_bench",
     "spark": "bench.spark_bench",
 }
 

@@ -7,11 +7,13 @@ import math
 import os
 import socket
 import statistics
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 __all__ = ["combine_rounds", "cpu_seconds", "cpu_times", "free_port", "peer_ratios", "quiet_disk", "ratio",
-           "side_by_side", "verdict"]
+           "run_brokers", "side_by_side", "Skipped", "verdict"]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -99,3 +101,31 @@ def side_by_side(results: Mapping[str, Any], brokers: tuple[str, str], labels: I
             ran[name] = case
         if len(ran) == len(brokers):
             yield label, ran[brokers[0]], ran[brokers[1]]
+
+
+class Skipped(Exception):
+    """The peer cannot run here; the message says why."""
+
+
+def run_brokers(prefix: str, brokers: Iterable[tuple[str, Callable[[Path], Any]]],
+                cases: Callable[[str, Any, int], dict[str, Any]]) -> dict[str, Any]:
+    """Each broker in turn (a context manager factory given a scratch directory, yielding
+    its address and the pid whose CPU is counted) through ``cases``; a broker that cannot
+    run here, or fails, is reported as such rather than ending the bench."""
+    base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "bench/results"))
+    base.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(dir=base, prefix=prefix) as tmp:
+        root = Path(tmp).resolve()
+        for name, broker in brokers:
+            try:
+                with broker(root) as (address, pid):
+                    results[name] = cases(name, address, pid)
+            except Skipped as exc:
+                results[name] = {"error": f"skipped: {exc}"}
+                print(f"  {name}: SKIPPED: {exc}", flush=True)
+            except Exception as exc:
+                results[name] = {"error": f"{type(exc).__name__}: {exc}"}
+                print(f"  {name}: {results[name]['error'][:300]}", flush=True)
+    return results
+

@@ -31,12 +31,10 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -49,6 +47,7 @@ from bench._proc import (
     free_port,
     peer_ratios,
     quiet_disk,
+    run_brokers,
     side_by_side,
     verdict,
 )
@@ -297,20 +296,10 @@ def _broker_cases(name: str, bootstrap: str, pid: int) -> dict[str, Any]:
 
 
 def run() -> dict[str, Any]:
-    base = Path(os.environ.get("MAGNETAR_BENCH_DIR", "bench/results"))
-    base.mkdir(parents=True, exist_ok=True)
     print("\nKafka: confluent-kafka end to end, Magnetar standalone (journal fsync on) vs "
           "Tansu (memory storage)", flush=True)
-    results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(dir=base, prefix="bench-kafka-") as tmp:
-        root = Path(tmp)
-        for name, broker in (("magnetar", magnetar_broker), ("tansu", tansu_broker)):
-            try:
-                with broker(root) as (bootstrap, pid):
-                    results[name] = _broker_cases(name, bootstrap, pid)
-            except Exception as exc:
-                results[name] = {"error": f"{type(exc).__name__}: {exc}"}
-                print(f"  {name}: {results[name]['error'][:300]}", flush=True)
+    results = run_brokers("bench-kafka-", (("magnetar", magnetar_broker), ("tansu", tansu_broker)),
+                          _broker_cases)
     _print_table(results)
     return results
 
