@@ -3,33 +3,25 @@ labels, values matching what real clients produced and consumed."""
 
 from __future__ import annotations
 
-import urllib.request
 from datetime import timedelta
 
 import pulsar
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway._admin_cli import AdminClient
+from tests._metrics import Samples, sample, scrape_url
 from tests._standalone import Standalone
 
 from .conftest import wait_for
 
 
-def scrape(server: Standalone, path: str = "/metrics") -> dict[str, list[tuple[dict[str, str], float]]]:
-    with urllib.request.urlopen(server.addresses["web"][0] + path) as r:
-        assert r.headers["Content-Type"].startswith("text/plain")
-        text = r.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out.setdefault(sample.name, []).append((sample.labels, sample.value))
-    return out
+def scrape(server: Standalone, path: str = "/metrics") -> Samples:
+    content_type, samples = scrape_url(server.addresses["web"][0] + path)
+    assert content_type.startswith("text/plain")
+    return samples
 
 
-def value(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str) -> float:
-    found = [v for lbl, v in samples.get(name, []) if all(lbl.get(k) == x for k, x in labels.items())]
-    assert len(found) == 1, (name, labels, samples.get(name))
-    return found[0]
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return sample(samples, name, **labels)
 
 
 def test_metrics_follow_real_traffic(server: Standalone, admin: AdminClient, ns: str,

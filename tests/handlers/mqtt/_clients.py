@@ -7,12 +7,10 @@ from __future__ import annotations
 import socket
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable
 
 import paho.mqtt.client as mqtt
-from prometheus_client.parser import text_string_to_metric_families
 
 from handlers.mqtt._codec import NEED_DATA, MQTTConnection, Role
 from handlers.mqtt._packets import (
@@ -27,6 +25,7 @@ from handlers.mqtt._packets import (
     SubscribeOption,
     Will,
 )
+from tests._metrics import Samples, sample, scrape_url
 
 WAIT = 10.0
 V311, V5 = mqtt.MQTTv311, mqtt.MQTTv5
@@ -62,20 +61,12 @@ def subscribe(c: mqtt.Client, *args, **kw) -> None:
     assert done.wait(WAIT), "no SUBACK"
 
 
-def scrape(web: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    with urllib.request.urlopen(web + "/metrics", timeout=WAIT) as r:
-        text = r.read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out.setdefault(sample.name, []).append((sample.labels, sample.value))
-    return out
+def scrape(web: str) -> Samples:
+    return scrape_url(web + "/metrics", WAIT)[1]
 
 
-def metric(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str) -> float:
-    found = [v for lbl, v in samples.get(name, []) if all(lbl.get(k) == x for k, x in labels.items())]
-    assert len(found) == 1, (name, labels, samples.get(name))
-    return found[0]
+def metric(samples: Samples, name: str, **labels: str) -> float:
+    return sample(samples, name, **labels)
 
 
 def wait_until(what: Callable[[], bool], timeout: float = WAIT) -> None:
