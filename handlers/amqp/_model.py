@@ -19,6 +19,8 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, unquote
 
+from core.metadata import NotFoundError
+
 __all__ = ["Binding", "ExchangeDecl", "QueueDecl", "VHost", "DEFAULT_EXCHANGE_TOPIC",
            "EXCHANGE_TYPES", "STANDARD_EXCHANGES", "queue_subscription", "topic_matches",
            "headers_match"]
@@ -234,7 +236,11 @@ class VHost:
         self.md.put(f"{self._path}/queues/{quote(q.name, safe='')}", json.dumps(doc).encode())
 
     def forget(self, kind: str, name: str) -> None:
-        self.md.delete(f"{self._path}/{kind}/{quote(name, safe='')}")
+        """Drop a declaration's stored copy (none for a transient exchange)."""
+        try:
+            self.md.delete(f"{self._path}/{kind}/{quote(name, safe='')}")
+        except NotFoundError:
+            pass
 
     def save_bindings(self) -> None:
         durable = [b for b in self.bindings if self._durable(b)]

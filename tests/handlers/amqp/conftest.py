@@ -8,7 +8,7 @@ import pytest
 
 from tests._standalone import Standalone
 
-AMQP_CONF = {"messagingProtocols": "pulsar,kafka,amqp", "amqpListeners": "amqp://127.0.0.1:0"}
+AMQP_CONF = {"messagingProtocols": "pulsar,kafka,amqp,mqtt", "amqpListeners": "amqp://127.0.0.1:0"}
 
 
 def amqp_port(s: Standalone) -> int:
