@@ -549,6 +549,10 @@ _KEY_LIST: tuple[Key, ...] = (
     _int("amqpMaxMessageSize", 134217728,
          "Largest AMQP message body, in bytes (and never more than maxMessageSize); a "
          "larger publish closes its channel with PRECONDITION_FAILED (406).", 1),
+    _int("amqpPublishWindow", 20000,
+         "Publishes of an AMQP channel not yet stored past which its connection reads "
+         "nothing more, saying connection.blocked to a client that takes it, until half "
+         "are stored.", 1),
     _str("amqpDefaultUser", "guest",
          "The AMQP user accepted when authentication is off (RabbitMQ's default_user)."),
     _str("amqpDefaultPassword", "guest",

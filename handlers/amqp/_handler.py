@@ -74,8 +74,8 @@ PROPERTY_NAMES = ("content_type", "content_encoding", "delivery_mode", "priority
 INT_PROPERTIES = {"delivery_mode", "priority"}
 CLOSE_WAIT = 1.0  # how long a connection.close waits for close-ok
 HANDSHAKE_TIMEOUT = 10.0  # seconds from the protocol header to connection.open (RabbitMQ's)
-#: Publishes of a channel stored or on their way; past it the connection reads nothing more
-#: (and says connection.blocked, to a client that takes it) until half have been stored.
+#: Publishes of a channel not yet stored past which its connection reads nothing more (and
+#: says connection.blocked, to a client that takes it) until half are (amqpPublishWindow).
 PUBLISH_WINDOW = 20_000
 
 
@@ -95,6 +95,7 @@ class AMQPProtocolHandler:
         # A message is one entry: no larger than the broker's maxMessageSize either.
         self.max_message = min(int(config.get("amqpMaxMessageSize") or 128 << 20),
                                int(config.get("maxMessageSize") or 5 << 20))
+        self.publish_window = int(config.get("amqpPublishWindow") or PUBLISH_WINDOW)
         self.default_user = str(config.get("amqpDefaultUser") or "guest")
         self.default_pass = str(config.get("amqpDefaultPassword") or "guest")
         self.vhosts: dict[str, VHost] = {}
@@ -1168,7 +1169,7 @@ class AMQPConnection:
         ch.pending_publishes += 1
         assert ch.publishes is not None
         ch.publishes.send_nowait((topic, m, seq, refused))
-        if ch.pending_publishes >= PUBLISH_WINDOW:
+        if ch.pending_publishes >= self.h.publish_window:
             await self._wait_for_room(ch)
 
     async def _wait_for_room(self, ch: Channel) -> None:
@@ -1176,7 +1177,7 @@ class AMQPConnection:
         are, saying connection.blocked meanwhile to a client that takes it."""
         if self.takes_blocked:
             self.send(encode_method(0, "connection.blocked", reason="publishes wait to be stored"))
-        while ch.pending_publishes > PUBLISH_WINDOW // 2 and ch.number in self.channels:
+        while ch.pending_publishes > self.h.publish_window // 2 and ch.number in self.channels:
             await ch.published.wait()
         if self.takes_blocked:
             self.send(encode_method(0, "connection.unblocked"))
