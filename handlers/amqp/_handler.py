@@ -73,6 +73,7 @@ PROPERTY_NAMES = ("content_type", "content_encoding", "delivery_mode", "priority
                   "app_id", "cluster_id")
 INT_PROPERTIES = {"delivery_mode", "priority"}
 CLOSE_WAIT = 1.0  # how long a connection.close waits for close-ok
+CATCH_UP = 1.0  # how long a declare-ok's count or a basic.get waits for what is on its way
 HANDSHAKE_TIMEOUT = 10.0  # seconds from the protocol header to connection.open (RabbitMQ's)
 #: Publishes of a channel not yet stored past which its connection reads nothing more (and
 #: says connection.blocked, to a client that takes it) until half are (amqpPublishWindow).
@@ -1015,7 +1016,7 @@ class AMQPConnection:
                                     f"{_describe(found.decl)}", 50, 10)
         if isinstance(q, QueueRuntime):
             q.used()  # x-expires: a declaration is a use
-        await q.wait_arrivals(0.05)
+        await self._caught_up(q)
         if not a.get("nowait"):
             self.send(encode_method(ch.number, "queue.declare-ok", queue=q.name,
                                     message_count=q.message_count, consumer_count=len(q.consumers)))
@@ -1036,6 +1037,16 @@ class AMQPConnection:
             count = await self.h.delete_queue(v, name)
         if not a.get("nowait"):
             self.send(encode_method(ch.number, "queue.delete-ok", message_count=count))
+
+    async def _caught_up(self, q: Any) -> None:
+        """Before a count or a get answers: this connection's publishes stored, and the
+        queue holding what its topics have for it (up to :data:`CATCH_UP` seconds), so a
+        client sees in the queue what it published before asking, as in RabbitMQ."""
+        with trio.move_on_after(CATCH_UP):
+            for ch in list(self.channels.values()):
+                while ch.pending_publishes:
+                    await ch.published.wait()
+            await q.wait_arrivals(CATCH_UP)
 
     def _qos(self, ch: Channel, a: Mapping[str, Any]) -> None:
         count = int(a.get("prefetch_count", 0))
@@ -1079,7 +1090,7 @@ class AMQPConnection:
         self._authorize(_read_topics(q), False, f"queue '{q.name}'", 60, 70)
         held = q.get()
         if held is None:
-            await q.wait_arrivals(0.2)
+            await self._caught_up(q)
             held = q.get()
         if held is None:
             self.send(encode_method(ch.number, "basic.get-empty", cluster_id=""))

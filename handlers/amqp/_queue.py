@@ -434,19 +434,21 @@ class QueueRuntime:
             self.reserved_bytes = max(0, self.reserved_bytes - len(m.payload))
         if REFUSED_BY in m.properties and self.name in _names(m, REFUSED_BY):
             self.settle(r)
+            self._poke()
             return
         headers = self.h.headers_of(m)
         chains = self.vhost.chains(self.name).get(exchange or "", []) if exchange is not None else []
         if not any(self.vhost.chain_matches(c, key, headers) for c in chains):
             self.settle(r)
+            self._poke()
             return
         held = Held(r, exchange or "", r.redelivery_count > 0, self._deadline(m), self._priority(m))
         if self.args.rejects_publish and not admitted and not self._room_for(held.size):
             self.settle(r)  # not published over AMQP (no reservation), and no room
+            self._poke()
             return
         self.ready.append(held)
-        self.arrived.set()
-        self.arrived = trio.Event()
+        self._poke()
         self._fresh = held
         try:
             self.dispatch()
@@ -456,6 +458,11 @@ class QueueRuntime:
         if held.expires_at is not None:
             self._expire()
             self._timer()
+
+    def _poke(self) -> None:
+        """Wake who waits for the queue to take what its topics hold (wait_arrivals)."""
+        self.arrived.set()
+        self.arrived = trio.Event()
 
     def _deadline(self, m: Message) -> float | None:
         """When a message expires: its queue's TTL or its own, from when it was stored."""
