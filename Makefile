@@ -12,8 +12,8 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/magnetar/target
 # Debian packages the test suites and the cluster mode need (and a JRE for Spark when
 # there is no java).
 SYSTEM_PACKAGES := zookeeper
-# ... and what only `make bench` adds: RabbitMQ, the AMQP bench's peer.
-BENCH_SYSTEM_PACKAGES := rabbitmq-server
+# ... and what only `make bench` adds: the AMQP and MQTT benches' peers, RabbitMQ and Mosquitto.
+BENCH_SYSTEM_PACKAGES := rabbitmq-server mosquitto
 APT_ENV := DEBIAN_FRONTEND=noninteractive
 
 .PHONY: standalone test bench build venv test-deps sysdeps bench-sysdeps cargo-test lint pytest clean

@@ -14,6 +14,7 @@ BENCHES = {
     "pulsar": "bench.pulsar_bench",
     "kafka": "bench.kafka_bench",
     "amqp": "bench.amqp_bench",
+    "mqtt": "bench.mqtt_bench",
     "spark": "bench.spark_bench",
 }
 

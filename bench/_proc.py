@@ -3,6 +3,7 @@ each measurement, and how a figure is compared with the peer's and with its targ
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["combine_rounds", "cpu_seconds", "cpu_times", "free_port", "peer_ratios", "quiet_disk", "ratio",
+__all__ = ["combine_rounds", "cpu_seconds", "cpu_times", "free_port", "last_json", "peer_ratios", "percentile", "quiet_disk", "ratio",
            "run_brokers", "side_by_side", "Skipped", "verdict"]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -128,4 +129,17 @@ def run_brokers(prefix: str, brokers: Iterable[tuple[str, Callable[[Path], Any]]
                 results[name] = {"error": f"{type(exc).__name__}: {exc}"}
                 print(f"  {name}: {results[name]['error'][:300]}", flush=True)
     return results
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (inf for none)."""
+    if not values:
+        return math.inf
+    return sorted(values)[min(len(values) - 1, int(q * len(values)))]
+
+
+def last_json(out: bytes) -> dict[str, Any] | None:
+    """The JSON report a bench client process prints as its last line, if it did."""
+    lines = out.decode(errors="replace").strip().splitlines()
+    return json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
 

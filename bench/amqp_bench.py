@@ -41,7 +41,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import select
 import selectors
@@ -61,7 +60,9 @@ from bench._proc import (
     combine_rounds,
     cpu_seconds,
     free_port,
+    last_json,
     peer_ratios,
+    percentile,
     quiet_disk,
     ratio,
     run_brokers,
@@ -219,12 +220,6 @@ def rabbitmq_broker(root: Path) -> Iterator[tuple[str, int]]:
 # -- the publisher process ---------------------------------------------------------------------
 
 
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return math.inf
-    return sorted(values)[min(len(values) - 1, int(q * len(values)))]
-
-
 def _publish_pika(args: argparse.Namespace) -> dict[str, Any]:
     """Without confirms, as fast as the client goes, for ``args.seconds``."""
     import pika
@@ -305,7 +300,7 @@ async def _publish_aio(args: argparse.Namespace) -> dict[str, Any]:
     with contextlib.suppress(Exception):
         await asyncio.wait_for(conn.close(), 10)
     return {"sent": seq, **stats, "start": start, "seconds": time.monotonic() - start,
-            "p50_ms": _pct(latencies, 0.50) * 1000, "p99_ms": _pct(latencies, 0.99) * 1000}
+            "p50_ms": percentile(latencies, 0.50) * 1000, "p99_ms": percentile(latencies, 0.99) * 1000}
 
 
 def _publish_main(args: argparse.Namespace) -> None:
@@ -386,11 +381,6 @@ def _client(role: str, *argv: str, stdin: bool = False) -> subprocess.Popen[byte
                             stdout=subprocess.PIPE, cwd=REPO)
 
 
-def _last_json(out: bytes) -> dict[str, Any] | None:
-    lines = out.decode(errors="replace").strip().splitlines()
-    return json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
-
-
 def _end_to_end(url: str, pid: int, queue: str, client: str, seconds: float,
                 rate: float = 0.0) -> dict[str, Any]:
     """One publisher process against one consumer process, started on a quiet disk."""
@@ -413,7 +403,7 @@ def _end_to_end(url: str, pid: int, queue: str, client: str, seconds: float,
         except subprocess.TimeoutExpired:
             pub.kill()
             out, _ = pub.communicate()
-        sent = _last_json(out)
+        sent = last_json(out)
         if sent is None:
             raise RuntimeError(f"the publisher failed (exit {pub.returncode})")
         expect = sent["confirmed"] if client != "pika" else sent["sent"]
@@ -425,7 +415,7 @@ def _end_to_end(url: str, pid: int, queue: str, client: str, seconds: float,
             cons.kill()
             cons.wait()
         cpu = cpu_seconds(pid) - cpu0
-        got = _last_json(cons.stdout.read())
+        got = last_json(cons.stdout.read())
         if got is None:
             raise RuntimeError(f"the consumer failed (exit {cons.returncode})")
     finally:

@@ -78,6 +78,8 @@ P = "__mqtt_"  # prefix of the properties only MQTT reads
 SESSIONS = "/mqtt/sessions"
 RETAINED = "/mqtt/retained"
 OUT_BUFFER = 1 << 20
+PUBLISH_WINDOW = 1000  # a session's publishes waiting to be stored before it stops reading
+PUBLISH_DRAIN = 5.0  # how long a closing session waits for its publishes to be stored
 
 
 @dataclass
@@ -412,6 +414,12 @@ class MQTTSession:
         self.taken_over = False
         self.done = trio.Event()
         self.nursery: trio.Nursery | None = None
+        # PUBLISH packets on their way to storage, in order: stored per run of one topic as
+        # one entry, then answered (PUBACK/PUBREC) and retained, in the order they came.
+        self.publishes: list[tuple[TopicName, Message, Publish]] = []
+        self.publishing = trio.Event()  # set when publishes are waiting
+        self.published = trio.Event()   # set when a run of them has been stored
+        self.storing_qos2: set[int] = set()  # QoS 2 packet ids in ``publishes`` or being stored
 
     # -- writing -------------------------------------------------------------------------
 
@@ -461,10 +469,15 @@ class MQTTSession:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 nursery.start_soon(self._writer)
+                nursery.start_soon(self._publisher)
                 try:
                     await self._read_loop()
                 except _Closed:
                     pass
+                with trio.move_on_after(PUBLISH_DRAIN):
+                    # what the client sent before it left is stored (QoS 0 included)
+                    while self.publishes or self.storing:
+                        await self.published.wait()
                 nursery.cancel_scope.cancel()
         finally:
             await self._cleanup()
@@ -691,32 +704,87 @@ class MQTTSession:
             except UnicodeDecodeError:
                 self._ack_publish(p, ReasonCode.PAYLOAD_FORMAT_INVALID)
                 return
+        if p.qos == 2 and p.packet_id in self.storing_qos2:
+            return  # a resend of one on its way: its PUBREC follows the store
         if p.qos == 2 and p.packet_id in self.state.awaiting_rel:
             self.send(Pubrec(packet_id=p.packet_id))  # a resend: stored once already
             return
-        if p.qos == 2 and len(self.state.awaiting_rel) >= self.h.receive_maximum:
+        if p.qos == 2 and len(self.state.awaiting_rel) + len(self.storing_qos2) >= self.h.receive_maximum:
             self._disconnect(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
             raise _Closed
         self.h.stats[f"publish_qos{p.qos}"] += 1
         try:
             name = self.h.topic_name(topic)
             message = self._message(p)
-            await publish(self.h.broker, name, [message], producer_name=f"mqtt:{self.state.client_id}")
         except Exception as exc:
-            log.info("mqtt: publish to %s by %s failed: %s", topic, self.state.client_id, exc)
-            if p.qos == 0 or not self.v5:
-                self._disconnect(ReasonCode.UNSPECIFIED_ERROR, str(exc))
-                raise _Closed from None
-            self._ack_publish(p, ReasonCode.TOPIC_NAME_INVALID if isinstance(exc, ValueError)
-                              else ReasonCode.UNSPECIFIED_ERROR, str(exc))
+            self._publish_failed(p, topic, exc)
             return
-        if p.retain:
-            self.h.store_retained(name, message)
         if p.qos == 2:
-            self.state.awaiting_rel.add(p.packet_id or 0)
-            if self.state.persistent:
-                self.h.save(self.state)
-        self._ack_publish(p, 0)
+            self.storing_qos2.add(p.packet_id or 0)
+        self.publishes.append((name, message, p))
+        self.publishing.set()
+        while len(self.publishes) >= PUBLISH_WINDOW:  # reading waits for storage
+            await self.published.wait()
+
+    def _publish_failed(self, p: Publish, topic: str, exc: Exception) -> None:
+        assert self.state is not None
+        log.info("mqtt: publish to %s by %s failed: %s", topic, self.state.client_id, exc)
+        if p.qos == 0 or not self.v5:
+            self._disconnect(ReasonCode.UNSPECIFIED_ERROR, str(exc))
+            raise _Closed from None
+        self._ack_publish(p, ReasonCode.TOPIC_NAME_INVALID if isinstance(exc, ValueError)
+                          else ReasonCode.UNSPECIFIED_ERROR, str(exc))
+
+    storing = False  # a run of publishes is being stored
+
+    async def _publisher(self) -> None:
+        """Stores the waiting publishes in order, each run of one topic as one entry, then
+        answers and retains them: a client's publishes need not wait for each other's
+        journal write, and still reach the topic and their acknowledgements in order."""
+        while True:
+            await self.publishing.wait()
+            self.publishing = trio.Event()
+            while self.publishes:
+                name = self.publishes[0][0]
+                run = 1
+                while run < len(self.publishes) and self.publishes[run][0] == name:
+                    run += 1
+                batch, self.publishes = self.publishes[:run], self.publishes[run:]
+                self.storing = True
+                try:
+                    await self._store(name, batch)
+                finally:
+                    self.storing = False
+                    self.published.set()
+                    self.published = trio.Event()
+
+    async def _store(self, name: TopicName, batch: list[tuple[TopicName, Message, Publish]]) -> None:
+        assert self.state is not None
+        try:
+            await publish(self.h.broker, name, [m for _, m, _ in batch],
+                          producer_name=f"mqtt:{self.state.client_id}")
+        except Exception as exc:
+            for _, _, p in batch:
+                self.storing_qos2.discard(p.packet_id or 0)
+            try:
+                for _, _, p in batch:
+                    self._publish_failed(p, p.topic or str(name), exc)
+            except _Closed:
+                assert self.nursery is not None
+                self.nursery.cancel_scope.cancel()
+            return
+        saved = False
+        for _, message, p in batch:
+            if p.retain:
+                self.h.store_retained(name, message)
+            if p.qos == 2:
+                self.storing_qos2.discard(p.packet_id or 0)
+                self.state.awaiting_rel.add(p.packet_id or 0)
+                saved = True
+        if saved and self.state.persistent:
+            self.h.save(self.state)
+        for _, _, p in batch:
+            self._ack_publish(p, 0)
 
     def _ack_publish(self, p: Publish, code: int, reason: str = "") -> None:
         props = Properties(reason_string=reason) if reason and self.v5 else Properties()
