@@ -469,7 +469,6 @@ class MQTTSession:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 nursery.start_soon(self._writer)
-                nursery.start_soon(self._publisher)
                 try:
                     await self._read_loop()
                 except _Closed:
@@ -722,6 +721,10 @@ class MQTTSession:
         if p.qos == 2:
             self.storing_qos2.add(p.packet_id or 0)
         self.publishes.append((name, message, p))
+        if not self.publisher_started:  # a task only for sessions that publish
+            self.publisher_started = True
+            assert self.nursery is not None
+            self.nursery.start_soon(self._publisher)
         self.publishing.set()
         while len(self.publishes) >= PUBLISH_WINDOW:  # reading waits for storage
             await self.published.wait()
@@ -736,6 +739,7 @@ class MQTTSession:
                           else ReasonCode.UNSPECIFIED_ERROR, str(exc))
 
     storing = False  # a run of publishes is being stored
+    publisher_started = False
 
     async def _publisher(self) -> None:
         """Stores the waiting publishes in order, each run of one topic as one entry, then
