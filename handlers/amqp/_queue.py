@@ -55,7 +55,7 @@ from core.messaging import Received, Subscriber, end_of, publish
 from core.naming import TopicName
 from core.subscription import SubType
 from handlers.amqp._codec import AMQPError, ReplyCode, encode_table
-from handlers.amqp._model import QueueDecl, VHost, queue_subscription
+from handlers.amqp._model import Binding, QueueDecl, VHost, queue_subscription
 
 if TYPE_CHECKING:
     from handlers.amqp._handler import AMQPProtocolHandler
@@ -365,6 +365,11 @@ class QueueRuntime:
         self.last_used = _now_ms()  # x-expires counts from here while there is no consumer
         self.owner: Any = None  # the connection of an exclusive queue
         self.sources: dict[str, TopicName] = {}  # exchange -> its topic, attached
+        # The binding chains into the queue, by the exchange they start on, as of the last
+        # refresh (every binding or exchange change refreshes the vhost's queues): each
+        # arrival matches against these instead of walking the bindings again.
+        self.chains: dict[str, list[tuple[Binding, ...]]] = {}
+        self.needs_headers = False  # some chain passes a headers exchange
         self._next = 0
         self.arrived = trio.Event()
         self.deleted = False
@@ -390,7 +395,11 @@ class QueueRuntime:
         """Read the topic of every exchange that reaches the queue now, from its end for
         one it starts reading, and stop reading (dropping the subscription) those that no
         longer do."""
-        wanted = set(self.vhost.chains(self.name))
+        self.chains = self.vhost.chains(self.name)
+        self.needs_headers = any(
+            (e := self.vhost.exchanges.get(b.source)) is not None and e.type == "headers"
+            for chains in self.chains.values() for chain in chains for b in chain)
+        wanted = set(self.chains)
         for exchange in wanted - set(self.sources):
             name = self.h.exchange_topic(self.vhost.name, exchange)
             topic = await self.h.broker.get_topic(name)
@@ -436,8 +445,8 @@ class QueueRuntime:
             self.settle(r)
             self._poke()
             return
-        headers = self.h.headers_of(m)
-        chains = self.vhost.chains(self.name).get(exchange or "", []) if exchange is not None else []
+        headers = self.h.headers_of(m) if self.needs_headers else None
+        chains = self.chains.get(exchange, []) if exchange is not None else []
         if not any(self.vhost.chain_matches(c, key, headers) for c in chains):
             self.settle(r)
             self._poke()
