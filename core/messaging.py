@@ -11,13 +11,22 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import trio
 
-from core.format import EntryFormatError, Message, ack_set_but, entry_from_messages
-from core.format._entry import indexed_messages
+from core.format import (
+    DEFAULT_MAX_UNCOMPRESSED_SIZE,
+    EntryFormatError,
+    Message,
+    MessageMetadata,
+    ack_set_but,
+    chunk_entries,
+    decode_entry,
+    entry_from_messages,
+    messages_of,
+)
 from core.naming import TopicName
 from core.storage import Position
 from core.subscription import Consumer, Delivery, SubType
@@ -28,6 +37,11 @@ __all__ = ["publish", "Received", "Subscriber", "EMPTY", "end_of"]
 log = logging.getLogger(__name__)
 
 _sequence = itertools.count()
+#: The broker's ``maxMessageSize`` when it has none configured (Pulsar's default).
+DEFAULT_MAX_MESSAGE_SIZE = 5 << 20
+#: Chunked messages a subscriber puts together at once (Pulsar's consumer default of
+#: ``maxPendingChunkedMessage``); the oldest beyond it is given back for redelivery.
+MAX_PENDING_CHUNKED = 10
 #: The start of a topic that held nothing when it was looked at.
 EMPTY = Position(-1, -1)
 
@@ -42,23 +56,87 @@ _consumer_ids = itertools.count(1 << 40)
 
 async def publish(broker: object, name: TopicName, messages: Sequence[Message], *,
                   producer_name: str) -> Position:
-    """Store ``messages`` on the topic ``name`` (created when the namespace allows it) as
-    one entry; return its position once durable, or raise what storing it raised."""
+    """Store ``messages`` on the topic ``name`` (created when the namespace allows it),
+    together in one entry when they fit; return the position of the last once all are
+    durable, or raise what storing them raised.
+
+    What does not fit in one entry (the broker's ``maxMessageSize``, or what a bookie
+    frame holds) goes in several, in order; a message larger than that alone is stored
+    as a chunked message, as a Pulsar producer chunks one, and a :class:`Subscriber`
+    (as a Pulsar consumer) hands it over whole."""
     topic: PersistentTopic = await broker.get_topic(name)  # type: ignore[attr-defined]
-    entry = entry_from_messages(messages, producer_name=producer_name,
-                                sequence_id=next(_sequence), publish_time=int(time.time() * 1000))
+    limit = entry_limit(broker, topic)
+    now = int(time.time() * 1000)
+    if sum(len(m.payload) for m in messages) < limit // 2:
+        entry = entry_from_messages(messages, producer_name=producer_name,
+                                    sequence_id=next(_sequence), publish_time=now)
+        if len(entry) <= limit:
+            return await _store(topic, [(entry, len(messages), False)], producer_name)
+    return await _store(topic, list(_entries(messages, producer_name, now, limit)), producer_name)
+
+
+def entry_limit(broker: object, topic: PersistentTopic) -> int:
+    """The largest entry :func:`publish` writes to ``topic``: the broker's
+    ``maxMessageSize`` (what a Pulsar consumer accepts) within what one entry holds."""
+    config = getattr(broker, "config", None)
+    configured = int(config.get("maxMessageSize") or DEFAULT_MAX_MESSAGE_SIZE) if config is not None \
+        else DEFAULT_MAX_MESSAGE_SIZE
+    return min(configured, topic.max_entry_size)
+
+
+def _entries(messages: Sequence[Message], producer_name: str, now: int,
+             limit: int) -> Iterator[tuple[bytes, int, bool]]:
+    """``(entry, messages in it, is a chunk)`` for messages too large for one entry: runs
+    of them an entry each, and each one too large alone in chunks."""
+    run: list[Message] = []
+    size = 0
+    for m in [*messages, None]:
+        grow = 0 if m is None else len(m.payload) + 64 + sum(len(k) + len(v) + 8 for k, v in m.properties.items())
+        if run and (m is None or size + grow > limit * 3 // 4):
+            yield from _fitted(run, producer_name, now, limit)
+            run, size = [], 0
+        if m is not None:
+            run.append(m)
+            size += grow
+
+
+def _fitted(run: list[Message], producer_name: str, now: int,
+            limit: int) -> Iterator[tuple[bytes, int, bool]]:
+    sequence_id = next(_sequence)
+    entry = entry_from_messages(run, producer_name=producer_name, sequence_id=sequence_id,
+                                publish_time=now)
+    if len(entry) <= limit:
+        yield entry, len(run), False
+    elif len(run) > 1:
+        half = len(run) // 2
+        yield from _fitted(run[:half], producer_name, now, limit)
+        yield from _fitted(run[half:], producer_name, now, limit)
+    else:
+        for chunk in chunk_entries(run[0], producer_name=producer_name, sequence_id=sequence_id,
+                                   publish_time=now, max_entry=limit):
+            yield chunk, 1, True
+
+
+async def _store(topic: PersistentTopic, entries: list[tuple[bytes, int, bool]],
+                 producer_name: str) -> Position:
+    """Queue ``entries`` on ``topic`` in order; wait until all are durable."""
     done = trio.Event()
-    result: list[PublishResult] = []
+    results: list[PublishResult] = []
 
     def stored(r: PublishResult) -> None:
-        result.append(r)
-        done.set()
+        results.append(r)
+        if len(results) == len(entries):
+            done.set()
 
-    topic.publish(entry, len(messages), producer_name, next(_sequence), stored)
+    sequence_id = next(_sequence)
+    for i, (entry, count, chunked) in enumerate(entries):
+        topic.publish(entry, count, producer_name, sequence_id if chunked else next(_sequence),
+                      stored, hold=i < len(entries) - 1, chunked=chunked)
     await done.wait()
-    if result[0].error is not None:
-        raise result[0].error
-    pos = result[0].position
+    for r in results:
+        if r.error is not None:
+            raise r.error
+    pos = results[-1].position
     return pos if pos is not None else Position(-1, -1)
 
 
@@ -75,6 +153,13 @@ class Received:
     consumer: Consumer
     #: The message's index in its topic (Kafka's offset, an AMQP stream's offset).
     offset: int = -1
+    #: For a chunked message, where its chunks before the last (at ``position``) are.
+    chunks: tuple[Position, ...] = ()
+
+    @property
+    def positions(self) -> list[Position]:
+        """Every entry the message is stored in."""
+        return [*self.chunks, self.position]
 
 
 class Subscriber:
@@ -91,6 +176,8 @@ class Subscriber:
         self.window = window
         self._writable = writable
         self.attached: dict[str, tuple[PersistentTopic, Consumer]] = {}
+        #: Chunked messages being put together, by topic and uuid, oldest first.
+        self._chunked: dict[tuple[str, str], _Chunked] = {}
 
     async def attach(self, name: TopicName, *, sub_type: SubType = SubType.Exclusive,
                      durable: bool = False, start: Position | None = None) -> None:
@@ -117,6 +204,8 @@ class Subscriber:
         if got is None:
             return
         topic, consumer = got
+        for key in [k for k in self._chunked if k[0] == str(name)]:
+            del self._chunked[key]  # redelivered from their first chunk to whoever is next
         sub = consumer.subscription  # closing the consumer lets go of it
         topic.consumer_closed(consumer)
         if delete and sub is not None and sub.durable:
@@ -136,12 +225,12 @@ class Subscriber:
         if r.batch_size > 0:
             sub.ack_individual(r.consumer, [(r.position, ack_set_but(r.index, r.batch_size))])
         else:
-            sub.ack_individual(r.consumer, [(r.position, None)])
+            sub.ack_individual(r.consumer, [(p, None) for p in r.positions])
 
     def nack(self, r: Received) -> None:
         sub = r.consumer.subscription
         if sub is not None:
-            sub.redeliver(r.consumer, [r.position])
+            sub.redeliver(r.consumer, r.positions)
 
     def flow(self, r: Received, permits: int = 1) -> None:
         r.consumer.flow(permits)
@@ -155,13 +244,23 @@ class Subscriber:
         give_back = 0
         for d in deliveries:
             entry = d.entry
+            chunks: tuple[Position, ...] = ()
             try:
-                messages = indexed_messages(entry.data)
+                metadata, payload = decode_entry(entry.data)
+                if metadata.num_chunks_from_msg > 1:
+                    whole = self._chunk(str(topic), consumer, entry.position, metadata, payload)
+                    if whole is None:  # a chunk kept until the rest of its message comes
+                        give_back += 1
+                        continue
+                    metadata, payload, chunks = whole
+                messages = messages_of(metadata, payload, max_uncompressed_size=max(
+                    DEFAULT_MAX_UNCOMPRESSED_SIZE, metadata.uncompressed_size))
             except EntryFormatError as exc:
                 log.warning("%s: entry %s of %s cannot be read (%s); acknowledged",
                             self.subscription, entry.position, topic, exc)
                 if consumer.subscription is not None:
-                    consumer.subscription.ack_individual(consumer, [(entry.position, None)])
+                    consumer.subscription.ack_individual(
+                        consumer, [(p, None) for p in (*chunks, entry.position)])
                 give_back += entry.num_messages
                 continue
             pending = _pending(d.ack_set)
@@ -174,10 +273,55 @@ class Subscriber:
                 self.deliver(Received(topic, message, entry.position,
                                       index if batch_size else -1, batch_size,
                                       d.redelivery_count, consumer,
-                                      entry.index - entry.num_messages + 1 + index))
+                                      entry.index - entry.num_messages + 1 + index, chunks))
             give_back += entry.num_messages - sent
         if give_back:
             consumer.flow(give_back)
+
+    def _chunk(self, topic: str, consumer: Consumer, position: Position, md: MessageMetadata,
+               payload: bytes) -> tuple[MessageMetadata, bytes, tuple[Position, ...]] | None:
+        """Take one chunk of a chunked message; the whole message's metadata, payload and
+        earlier chunks' positions once this is its last chunk, else None.
+
+        A chunk 0 starts the message over (a redelivery starts at it); a chunk that does
+        not follow the ones kept (its earlier chunks gone, or a producer's resend of one
+        stored already) can never make a message here and is acknowledged."""
+        key = (topic, md.uuid)
+        kept = self._chunked.get(key)
+        if md.chunk_id == 0:
+            if kept is not None:
+                del self._chunked[key]
+                if kept.positions[0] != position:  # a copy a producer began again
+                    self._settle(kept.consumer, kept.positions, ack=True)
+            kept = self._chunked[key] = _Chunked(consumer, md.num_chunks_from_msg)
+            while len(self._chunked) > MAX_PENDING_CHUNKED:
+                dropped = self._chunked.pop(next(iter(self._chunked)))
+                self._settle(dropped.consumer, dropped.positions, ack=False)
+        elif kept is None or md.chunk_id != len(kept.parts) or kept.count != md.num_chunks_from_msg:
+            log.warning("%s: chunk %d of %s on %s at %s does not follow what came before; "
+                        "acknowledged", self.subscription, md.chunk_id, md.uuid, topic, position)
+            self._settle(consumer, [position], ack=True)
+            return None
+        kept.parts.append(payload)
+        kept.positions.append(position)
+        if len(kept.parts) < kept.count:
+            return None
+        del self._chunked[key]
+        whole = MessageMetadata()
+        whole.CopyFrom(md)
+        for name in ("uuid", "chunk_id", "num_chunks_from_msg", "total_chunk_msg_size"):
+            whole.ClearField(name)
+        return whole, b"".join(kept.parts), tuple(kept.positions[:-1])
+
+    @staticmethod
+    def _settle(consumer: Consumer, positions: list[Position], *, ack: bool) -> None:
+        sub = consumer.subscription
+        if sub is None or not positions:
+            return
+        if ack:
+            sub.ack_individual(consumer, [(p, None) for p in positions])
+        else:
+            sub.redeliver(consumer, positions)
 
     def writable(self) -> bool:
         return self._writable()
@@ -192,6 +336,16 @@ class Subscriber:
         for _, consumer in self.attached.values():
             if consumer.subscription is not None:
                 consumer.subscription.wake_for_room()
+
+
+@dataclass(slots=True)
+class _Chunked:
+    """The chunks of one chunked message a subscriber has so far."""
+
+    consumer: Consumer
+    count: int
+    parts: list[bytes] = field(default_factory=list)
+    positions: list[Position] = field(default_factory=list)
 
 
 def _pending(words: list[int] | None) -> Callable[[int], bool] | None:

@@ -547,8 +547,9 @@ _KEY_LIST: tuple[Key, ...] = (
          "AMQP connections a vhost accepts at once (0: no limit); one more is refused with "
          "NOT_ALLOWED (530).", 0),
     _int("amqpMaxMessageSize", 134217728,
-         "Largest AMQP message body, in bytes (and never more than maxMessageSize); a "
-         "larger publish closes its channel with PRECONDITION_FAILED (406).", 1),
+         "Largest AMQP message body, in bytes; a larger publish closes its channel with "
+         "PRECONDITION_FAILED (406). A body over maxMessageSize is stored as a chunked "
+         "message.", 1),
     _int("amqpPublishWindow", 20000,
          "Publishes of an AMQP channel not yet stored past which its connection reads "
          "nothing more, saying connection.blocked to a client that takes it, until half "

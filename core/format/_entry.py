@@ -69,10 +69,12 @@ __all__ = [
     "decompress",
     "encode_broker_entry_metadata",
     "encode_entry",
+    "chunk_entries",
     "entry_from_messages",
     "iter_batch",
     "key_fields",
     "messages_from_entry",
+    "messages_of",
     "indexed_messages",
     "strings_are_utf8",
     "verify_checksum",
@@ -561,6 +563,15 @@ def entry_from_messages(
     if len(messages) != 1:
         raise EntryFormatError("a plain (non-batch) entry holds exactly one message")
     message = messages[0]
+    _describe(metadata, message)
+    if compression != NONE:
+        metadata.compression = compression  # type: ignore[assignment]
+        metadata.uncompressed_size = len(message.payload)
+    return encode_entry(metadata, compress(compression, message.payload))
+
+
+def _describe(metadata: pb.MessageMetadata, message: Message) -> None:
+    """Put what a plain entry says of its one message into its metadata."""
     for name, value in message.properties.items():
         metadata.properties.add(key=name, value=value)
     if message.key is not None:
@@ -575,10 +586,33 @@ def entry_from_messages(
         metadata.deliver_at_time = message.deliver_at_time
     if message.null_value:
         metadata.null_value = True
-    if compression != NONE:
-        metadata.compression = compression  # type: ignore[assignment]
-        metadata.uncompressed_size = len(message.payload)
-    return encode_entry(metadata, compress(compression, message.payload))
+
+
+def chunk_entries(message: Message, *, producer_name: str, sequence_id: int,
+                  publish_time: int, max_entry: int) -> list[bytes]:
+    """``message`` as the entries of a chunked message, none larger than ``max_entry``:
+    Pulsar's chunking (each chunk a plain entry with the message's metadata and a slice
+    of its payload, named by ``uuid``, ordered by ``chunk_id``), so Pulsar clients put it
+    back together as they do their own producers' large messages."""
+    metadata = pb.MessageMetadata(producer_name=producer_name, sequence_id=sequence_id,
+                                  publish_time=publish_time)
+    _describe(metadata, message)
+    payload = message.payload
+    metadata.uuid = f"{producer_name}-{sequence_id}"
+    metadata.total_chunk_msg_size = len(payload)
+    metadata.num_chunks_from_msg = 1 << 30  # as wide as the real count will be
+    metadata.chunk_id = 1 << 30
+    size = max_entry - ENTRY_HEADER_SIZE - metadata.ByteSize() - 16
+    if size <= 0:
+        raise EntryFormatError(f"the metadata of a message leaves no room in {max_entry} bytes")
+    count = max(1, -(-len(payload) // size))
+    metadata.num_chunks_from_msg = count
+    view = memoryview(payload)
+    out = []
+    for chunk_id in range(count):
+        metadata.chunk_id = chunk_id
+        out.append(encode_entry(metadata, view[chunk_id * size:(chunk_id + 1) * size]))
+    return out
 
 
 def messages_from_entry(
@@ -603,6 +637,16 @@ def indexed_messages(
     """:func:`messages_from_entry`, each message with its index in the entry's batch (what
     an acknowledgement of that one message names)."""
     metadata, payload = decode_entry(buf)
+    return messages_of(metadata, payload, max_uncompressed_size=max_uncompressed_size)
+
+
+def messages_of(
+    metadata: pb.MessageMetadata,
+    payload: bytes | memoryview,
+    *,
+    max_uncompressed_size: int = DEFAULT_MAX_UNCOMPRESSED_SIZE,
+) -> list[tuple[int, Message]]:
+    """:func:`indexed_messages` of an entry already split by :func:`decode_entry`."""
     singles = iter_batch(metadata, payload, max_uncompressed_size=max_uncompressed_size)
     out: list[tuple[int, Message]] = []
     for index, single in enumerate(singles):

@@ -93,9 +93,8 @@ class AMQPProtocolHandler:
         self.channel_max = int(config.get("amqpChannelMax") or 2047)
         self.heartbeat = int(config.get("amqpHeartbeat") if config.get("amqpHeartbeat") is not None else 60)
         self.max_connections = int(config.get("amqpMaxConnectionsPerVhost") or 0)
-        # A message is one entry: no larger than the broker's maxMessageSize either.
-        self.max_message = min(int(config.get("amqpMaxMessageSize") or 128 << 20),
-                               int(config.get("maxMessageSize") or 5 << 20))
+        # One over the broker's maxMessageSize is stored as a chunked message.
+        self.max_message = int(config.get("amqpMaxMessageSize") or 128 << 20)
         self.publish_window = int(config.get("amqpPublishWindow") or PUBLISH_WINDOW)
         self.default_user = str(config.get("amqpDefaultUser") or "guest")
         self.default_pass = str(config.get("amqpDefaultPassword") or "guest")

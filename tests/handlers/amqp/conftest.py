@@ -8,7 +8,11 @@ import pytest
 
 from tests._standalone import Standalone
 
-AMQP_CONF = {"messagingProtocols": "pulsar,kafka,amqp,mqtt", "amqpListeners": "amqp://127.0.0.1:0"}
+#: Bodies up to 20 MiB: more than a stored entry holds (maxMessageSize, 5 MiB), so a 16 MiB
+#: body is a chunked message, and little enough that the refusal above it is quick to test.
+MAX_BODY = 20 << 20
+AMQP_CONF = {"messagingProtocols": "pulsar,kafka,amqp,mqtt", "amqpListeners": "amqp://127.0.0.1:0",
+             "amqpMaxMessageSize": str(MAX_BODY)}
 
 
 def amqp_port(s: Standalone) -> int:

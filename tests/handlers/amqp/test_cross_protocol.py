@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 import warnings
 from pathlib import Path
@@ -94,6 +95,42 @@ def test_pulsar_and_kafka_producers_reach_bound_queues(amqp_broker: Standalone, 
             sorted((b, s.decode() if isinstance(s, bytes) else s) for b, s in bodies) == \
             [(b"from-kafka", "kafka"), (b"from-pulsar", "pulsar")]
         assert ch.basic_get(q)[0] is None
+    finally:
+        client.close()
+        conn.close()
+
+
+def test_a_large_message_is_one_message_to_amqp_and_pulsar_both_ways(
+        amqp_broker: Standalone, unique: str) -> None:
+    """A body over maxMessageSize is stored as Pulsar stores a chunked message: a Pulsar
+    consumer gets it whole, and a Pulsar producer's chunked (and compressed) message
+    reaches an AMQP queue whole."""
+    ex = f"big-{unique}"
+    conn = pika.BlockingConnection(_params(amqp_broker))
+    ch = conn.channel()
+    ch.exchange_declare(ex, "fanout", durable=True)
+    q = ch.queue_declare(f"big-{unique}", durable=True).method.queue
+    ch.queue_bind(q, ex)
+    client = pulsar.Client(amqp_broker.pulsar_url)
+    try:
+        reader = client.subscribe(f"persistent://public/default/{ex}", "p",
+                                  initial_position=pulsar.InitialPosition.Earliest)
+        body = os.urandom(12 << 20)
+        ch.confirm_delivery()
+        ch.basic_publish(ex, "k", body, pika.BasicProperties(headers={"n": "1"}))
+        m = reader.receive(int(WAIT * 1000))
+        assert m.data() == body and m.partition_key() == "k" and m.properties()["n"] == "1"
+        reader.acknowledge(m)
+        assert get(ch, q)[2] == body
+
+        producer = client.create_producer(f"persistent://public/default/{ex}", chunking_enabled=True,
+                                          batching_enabled=False,
+                                          compression_type=pulsar.CompressionType.LZ4)
+        big = os.urandom(7 << 20)  # does not compress: more than one chunk of 5 MiB
+        producer.send(big, properties={"n": "2"})
+        method, props, got = get(ch, q)
+        assert got == big and props.headers["n"] == "2"
+        assert ch.basic_get(q)[0] is None  # one message, not one per chunk
     finally:
         client.close()
         conn.close()

@@ -4,6 +4,7 @@ transactions, and the errors RabbitMQ gives."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests._standalone import Standalone
-from tests.handlers.amqp.conftest import amqp_port
+from tests.handlers.amqp.conftest import MAX_BODY, amqp_port
 
 WAIT = 10.0
 
@@ -308,10 +309,13 @@ def test_large_body_over_many_frames(conn: pika.BlockingConnection, unique: str)
     q = f"big-{unique}"
     ch.queue_declare(q)
     ch.confirm_delivery()
-    body = bytes(range(256)) * (4 * 4096)  # 4 MiB: 32 frames of 128 KiB
-    ch.basic_publish("", q, body)
-    _, _, got = get(ch, q)
-    assert got == body
+    # 16 MiB: 128 frames of 128 KiB in, four chunked entries of maxMessageSize stored
+    body = os.urandom(16 << 20)
+    ch.basic_publish("", q, body, pika.BasicProperties(headers={"h": "v"}, message_id="m-16"))
+    _, props, got = get(ch, q)
+    assert got == body and props.headers == {"h": "v"} and props.message_id == "m-16"
+    ch.basic_publish("", q, body[:1000])  # what comes after a chunked message still does
+    assert get(ch, q)[2] == body[:1000]
 
 
 def test_a_body_over_the_largest_message_closes_the_channel(
@@ -319,7 +323,7 @@ def test_a_body_over_the_largest_message_closes_the_channel(
     ch = conn.channel()
     with pytest.raises(pex.ChannelClosedByBroker) as info:
         # the close may come while pika still sends the body, or at the next call
-        ch.basic_publish("", f"big-{unique}", b"x" * (5 * 1024 * 1024 + 1))
+        ch.basic_publish("", f"big-{unique}", b"x" * (MAX_BODY + 1))
         ch.queue_declare(f"after-big-{unique}")
     assert info.value.reply_code == 406 and "larger than configured max size" in info.value.reply_text
     assert conn.channel().queue_declare(f"after-big-{unique}").method.message_count == 0
