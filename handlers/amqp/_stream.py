@@ -9,15 +9,38 @@ non-durable subscription, from the ``x-stream-offset`` it gives: ``first``, ``la
 last entry), ``next`` (what comes next, the default), an offset (the message's index in
 the topic, Kafka's offset there) or a timestamp; every delivery carries its offset in the
 ``x-stream-offset`` header. An ack only gives the consumer credit (its prefetch), as
-RabbitMQ's streams do; a nack or a closed channel does not put anything back.
+RabbitMQ's streams do; a nack or a closed channel does not put anything back. An interval
+(``"7D"``, ``"30m"``: a whole number and one of RabbitMQ's units Y, M, D, h, m, s) starts
+at the first message published at or after that long ago, as a timestamp does.
+
+Retention (rabbitmq.com/docs/streams#retention): the declare's ``x-max-age`` and
+``x-max-length-bytes`` are the topic's own retention policy and
+``x-stream-max-segment-size-bytes`` its ledger rollover size, the policies Kafka's
+``retention.ms``, ``retention.bytes`` and ``segment.bytes`` set (``handlers.kafka._configs``):
+whole minutes and MB in ``retention_policies`` (what the admin API shows), the exact
+milliseconds and bytes in ``retention_exact``, which the storage and the broker's
+retention check enforce, a ledger being a RabbitMQ segment. A limit not given is none: a
+stream keeps everything unless told otherwise, as in RabbitMQ, not what its namespace's
+retention (by default nothing consumed) keeps. The arguments are applied to the topic
+whenever the broker builds the stream (declared, or loaded at start), so they, not a
+retention set on the topic through the admin API meanwhile, are the stream's; a change
+reopens the topic, since the storage reads them when it opens it. Pulsar's retention
+counts what every durable subscription has passed, and the stream's readers hold none
+(each reads on a non-durable subscription; the copies from exchanges are read on the
+exchanges' topics): what the retention no longer keeps goes whatever the readers have
+read. A reader whose next message went reads on from the first one kept.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+import math
+import re
+import time
 import uuid
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -25,22 +48,115 @@ import trio
 from core.format import Message
 from core.messaging import EMPTY, Received, Subscriber, end_of, publish
 from core.naming import TopicName
+from core.policies import RETENTION_EXACT
 from core.storage import Position
 from core.subscription import SubType
 from handlers.amqp._codec import AMQPError, ReplyCode
 from handlers.amqp._model import QueueDecl, VHost, queue_subscription
-from handlers.amqp._queue import Held
+from handlers.amqp._queue import Held, _non_negative, _type_name
 
 if TYPE_CHECKING:
     from handlers.amqp._handler import AMQPProtocolHandler
 
-__all__ = ["StreamQueue", "is_stream"]
+__all__ = ["StreamQueue", "StreamRetention", "interval_ms", "is_stream"]
 
 log = logging.getLogger(__name__)
+
+DAY_MS = 86_400_000
+#: The units of an ``x-max-age`` and of an interval ``x-stream-offset``, in ms, as
+#: RabbitMQ's ``rabbit_amqqueue:check_max_age`` counts them (a month is 30 days, a year 365).
+INTERVAL_UNITS_MS = {"Y": 365 * DAY_MS, "M": 30 * DAY_MS, "D": DAY_MS, "h": 3_600_000,
+                     "m": 60_000, "s": 1000}
+_INTERVAL = re.compile(r"([0-9]+)([YMDhms])")
+MAX_SEGMENT_SIZE = 3_000_000_000  # RabbitMQ's largest x-stream-max-segment-size-bytes
+LONGEST_MS = (1 << 63) - 1  # the longest retention the storage holds (a signed 64-bit ms)
+MINUTE_MS = 60_000
+MIB = 1 << 20
+# the topic policies a stream's arguments set
+RETENTION = "retention_policies"
+LEDGER_ROLLOVER = "ledger_rollover"
+ROLLOVER_SIZE = "rolloverSizeInMB"
 
 
 def is_stream(decl: QueueDecl) -> bool:
     return str(decl.arguments.get("x-queue-type", "")) == "stream"
+
+
+def interval_ms(value: Any) -> int | None:
+    """An interval as RabbitMQ writes an ``x-max-age`` or an ``x-stream-offset`` (a whole
+    number above 0 and one unit: ``"7D"``, ``"12h"``) in ms; None when it is not one."""
+    text = value.decode(errors="replace") if isinstance(value, bytes) else value
+    found = _INTERVAL.fullmatch(text) if isinstance(text, str) else None
+    if found is None or int(found[1]) == 0:
+        return None
+    return min(LONGEST_MS, int(found[1]) * INTERVAL_UNITS_MS[found[2]])
+
+
+def _whole(n: int | None, unit: int) -> int:
+    """A limit in whole units (rounded up) as a retention policy holds it; -1: none."""
+    return -1 if n is None else math.ceil(n / unit)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamRetention:
+    """What a stream's declare asks it to keep (None: no limit): ``x-max-age`` (ms),
+    ``x-max-length-bytes``, and the size its ledgers roll over at,
+    ``x-stream-max-segment-size-bytes`` (None: the broker's)."""
+
+    max_age_ms: int | None = None
+    max_bytes: int | None = None
+    segment_bytes: int | None = None
+
+    @classmethod
+    def check(cls, args: Mapping[str, Any], queue: str, vhost: str) -> StreamRetention:
+        """The retention of a stream's arguments, or PRECONDITION_FAILED as RabbitMQ
+        words it (``rabbit_amqqueue:declare_args``)."""
+        def refused(text: str) -> AMQPError:
+            return AMQPError(ReplyCode.PRECONDITION_FAILED, f"PRECONDITION_FAILED - {text}", 50, 10)
+
+        def invalid(name: str, problem: str) -> AMQPError:
+            return refused(f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': {problem}")
+
+        age = None
+        if "x-max-age" in args:
+            v = args["x-max-age"]
+            if not isinstance(v, (str, bytes)):
+                raise invalid("x-max-age", f"{{unacceptable_type,{_type_name(v)}}}")
+            age = interval_ms(v)
+            if age is None:
+                raise invalid("x-max-age", "invalid_max_age")
+        sizes: dict[str, int | None] = {}
+        for name in ("x-max-length-bytes", "x-stream-max-segment-size-bytes"):
+            v = args.get(name)
+            if name in args and (problem := _non_negative(v)) is not None:
+                raise invalid(name, problem)
+            sizes[name] = v
+        segment = sizes["x-stream-max-segment-size-bytes"]
+        if segment is not None and segment > MAX_SEGMENT_SIZE:
+            raise refused("Exceeded max value for x-stream-max-segment-size-bytes")
+        return cls(max_age_ms=age, max_bytes=sizes["x-max-length-bytes"], segment_bytes=segment)
+
+    def apply(self, policies: dict[str, Any]) -> None:
+        """Set these limits as a topic's own policies (mutating them): its retention
+        policy (no limit: -1) with the exact values beside it, and its ledger rollover
+        size, as Kafka's ``retention.ms``, ``retention.bytes`` and ``segment.bytes`` are."""
+        policies[RETENTION] = {"retentionTimeInMinutes": _whole(self.max_age_ms, MINUTE_MS),
+                               "retentionSizeInMB": _whole(self.max_bytes, MIB)}
+        exact = {k: v for k, v in (("retentionTimeInMillis", self.max_age_ms),
+                                   ("retentionSizeInBytes", self.max_bytes)) if v is not None}
+        if exact:
+            policies[RETENTION_EXACT] = exact
+        else:
+            policies.pop(RETENTION_EXACT, None)
+        rollover = dict(policies.get(LEDGER_ROLLOVER) or {})
+        if self.segment_bytes is None:
+            rollover.pop(ROLLOVER_SIZE, None)
+        else:
+            rollover[ROLLOVER_SIZE] = _whole(self.segment_bytes, MIB)
+        if rollover:
+            policies[LEDGER_ROLLOVER] = rollover
+        else:
+            policies.pop(LEDGER_ROLLOVER, None)
 
 
 class StreamReader:
@@ -116,6 +232,7 @@ class StreamQueue:
         self.h = handler
         self.vhost = vhost
         self.decl = decl
+        self.retention = StreamRetention.check(decl.arguments, decl.name, vhost.name)
         self.topic = handler.stream_topic(vhost.name, decl.name)
         self.forwarder = Subscriber(handler.broker, queue_subscription(decl.name), self._arrived,
                                     window=1000)
@@ -139,10 +256,30 @@ class StreamQueue:
 
     @property
     def message_count(self) -> int:
+        """The messages the stream holds: from the first one retention kept."""
         topic = self.h.broker.topics.get(str(self.topic))
-        return int(topic.ml.next_index()) if topic is not None else 0
+        if topic is None:
+            return 0
+        end = int(topic.ml.next_index())
+        first = next((int(info["firstIndex"]) for info in topic.ml.ledgers() if int(info["entries"]) > 0), end)
+        return end - first
+
+    async def _keep(self) -> None:
+        """The stream's retention as its topic's own policies; a change reopens the topic
+        (when it is open), whose storage reads them when it opens."""
+        policies = self.h.broker.policies
+        current = policies.topic_policies(self.topic)
+        wanted = dict(current)
+        self.retention.apply(wanted)
+        keys = (RETENTION, RETENTION_EXACT, LEDGER_ROLLOVER)
+        if all(current.get(k) == wanted.get(k) for k in keys):
+            return
+        policies.update_topic_policies(self.topic, self.retention.apply)
+        await self.h.broker.topic_policies_changed(self.topic, reload=True)
 
     async def refresh(self) -> None:
+        if self._copies is None:
+            await self._keep()
         await self.h.broker.get_topic(self.topic)
         if self._copies is None:
             send, receive = trio.open_memory_channel[Received](float("inf"))
@@ -236,13 +373,19 @@ async def _start(topic: Any, offset: Any) -> tuple[Position | None, int]:
         return (last if last is not None else EMPTY), 0
     if offset == "next" or offset is None:
         return end_of(topic), 0
+    since: int | None = None
     if isinstance(offset, datetime.datetime):
-        found = await ml.find_by_publish_time(int(offset.timestamp() * 1000))
+        since = int(offset.timestamp() * 1000)
+    elif isinstance(offset, str) and (ago := interval_ms(offset)) is not None:
+        since = int(time.time() * 1000) - ago
+    if since is not None:
+        found = await ml.find_by_publish_time(max(0, since))
         return (found if found is not None else end_of(topic)), 0
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise AMQPError(ReplyCode.PRECONDITION_FAILED,
                         f"PRECONDITION_FAILED - invalid x-stream-offset {offset!r}: first, last, next, "
-                        "an offset or a timestamp", 60, 20)
+                        "an offset, a timestamp or an interval (a whole number above 0 and one of the "
+                        "units Y, M, D, h, m, s: \"7D\", \"30m\")", 60, 20)
     if offset >= ml.next_index():
         return end_of(topic), offset
     found = await ml.find_by_index(offset)
