@@ -28,7 +28,17 @@ the peer sent and :class:`LocalProtocolError` for what we tried to send; both ca
 on a packet the other may send (a client's PUBLISH with a Subscription Identifier) is
 the table :data:`SENDER_FORBIDDEN`. After a remote error the connection is dead: every
 later ``next_event`` raises again, and all that may still be sent is, on a connected 5.0
-connection, the DISCONNECT that names the error (state FAILED).
+connection, the DISCONNECT that names the error (state FAILED); before the CONNACK, the
+CONNACK that refuses the connection (state REFUSING: MQTT-3.14.0-1 forbids a server's
+DISCONNECT before a successful CONNACK).
+
+Enhanced authentication (5.0 section 4.12) is bound to the Authentication Method of the
+CONNECT, which the connection keeps (:attr:`MQTTConnection.auth_method`): without one no
+AUTH may go either way (MQTT-4.12.0-6, -7) and the CONNACK names none; with one every AUTH
+and a successful CONNACK name that same method (MQTT-4.12.0-5). Which Authenticate Reason
+Code each side may send before and after the CONNACK is the table
+:data:`AUTH_REASON_CODES`. What the method's data mean, and when an exchange is complete,
+is the session's business.
 
 Bad bytes raise only :class:`RemoteProtocolError` (fuzzed in the tests): every length is
 checked against what is left before anything is sliced, and strings are strict UTF-8
@@ -132,6 +142,7 @@ class State(enum.Enum):
     CONNECTING = "connecting"  # CONNECT seen, no CONNACK yet (5.0: AUTH may go both ways)
     CONNECTED = "connected"
     FAILED = "failed"  # the peer broke the protocol: a last DISCONNECT may still go out
+    REFUSING = "refusing"  # the same before CONNACK: a last CONNACK may still refuse it
     CLOSED = "closed"
 
 
@@ -146,7 +157,8 @@ TRANSITIONS: dict[tuple[State, Role, PacketType], State] = {
     (State.CONNECTING, _C, PacketType.AUTH): State.CONNECTING,
     (State.CONNECTING, _S, PacketType.AUTH): State.CONNECTING,
     (State.CONNECTING, _S, PacketType.CONNACK): State.CONNECTED,
-    (State.CONNECTING, _S, PacketType.DISCONNECT): State.CLOSED,
+    # MQTT-3.14.0-1: the server sends no DISCONNECT before a CONNACK under 0x80; a client
+    # may give up at any time (section 3.14)
     (State.CONNECTING, _C, PacketType.DISCONNECT): State.CLOSED,
     **{(State.CONNECTED, who, t): State.CONNECTED
        for who in (_C, _S) for t in _SESSION_PACKETS_BOTH if t != PacketType.DISCONNECT},
@@ -162,6 +174,22 @@ TRANSITIONS: dict[tuple[State, Role, PacketType], State] = {
     # DISCONNECT with the reason code before it closes the connection
     (State.FAILED, _C, PacketType.DISCONNECT): State.CLOSED,
     (State.FAILED, _S, PacketType.DISCONNECT): State.CLOSED,
+    # an error in or after the CONNECT, before the CONNACK: the server may answer with a
+    # CONNACK naming it (5.0 sections 3.1.4, 4.13.1; MQTT-3.1.2-2 for an unsupported level)
+    (State.REFUSING, _S, PacketType.CONNACK): State.CLOSED,
+    (State.REFUSING, _C, PacketType.DISCONNECT): State.CLOSED,
+}
+
+#: The Authenticate Reason Codes each side may send, by state (5.0 section 3.15.2.1,
+#: MQTT-3.15.2-1): Continue authentication both ways; Success only from the server and only
+#: after CONNACK, in answer to a re-authentication (before it, a CONNACK ends the
+#: exchange); Re-authenticate only from the client once it has its CONNACK (section 4.12.1).
+AUTH_REASON_CODES: dict[tuple[State, Role], frozenset[int]] = {
+    (State.CONNECTING, _C): frozenset({ReasonCode.CONTINUE_AUTHENTICATION}),
+    (State.CONNECTING, _S): frozenset({ReasonCode.CONTINUE_AUTHENTICATION}),
+    (State.CONNECTED, _C): frozenset({ReasonCode.CONTINUE_AUTHENTICATION,
+                                      ReasonCode.RE_AUTHENTICATE}),
+    (State.CONNECTED, _S): frozenset({ReasonCode.SUCCESS, ReasonCode.CONTINUE_AUTHENTICATION}),
 }
 
 #: Properties a sender may not put on a packet though the packet type allows them:
@@ -708,6 +736,9 @@ class MQTTConnection:
         self.version = version
         self.max_packet_size = max_packet_size
         self.peer_max_packet_size: int | None = None
+        #: The CONNECT's Authentication Method (5.0 section 3.1.2.11.9): None, no enhanced
+        #: authentication.
+        self.auth_method: str | None = None
         self._buf = bytearray()
         self._pos = 0
         self._error: RemoteProtocolError | None = None
@@ -726,11 +757,14 @@ class MQTTConnection:
         except RemoteProtocolError as exc:
             self._error = exc
             # MQTT-3.1.2-2 and 5.0 section 3.1.2.2: an unsupported version is still answered
-            # with a CONNACK, so that CONNECT counts as read
+            # with a CONNACK; so is a 5.0 CONNECT with an error found once it is decoded, or
+            # an error before the CONNACK (section 4.13.1)
             if isinstance(exc, UnsupportedProtocolVersion):
-                self.state = State.CONNECTING
+                self.state = State.REFUSING
             elif self.state is State.CONNECTED and self.version >= 5:
                 self.state = State.FAILED
+            elif self.state in (State.AWAIT_CONNECT, State.CONNECTING) and self.version >= 5:
+                self.state = State.REFUSING
             else:
                 self.state = State.CLOSED
             raise
@@ -776,6 +810,7 @@ class MQTTConnection:
             self.version = packet.protocol_level
         ptype = PACKET_TYPES[type(packet)]
         self._check_properties(self.peer, ptype, packet, RemoteProtocolError)
+        self._check_auth(self.peer, packet, RemoteProtocolError)
         self._advance(self.peer, ptype)
         return packet
 
@@ -785,6 +820,7 @@ class MQTTConnection:
         if isinstance(packet, Connect):
             self.version = packet.protocol_level
         self._check_properties(self.role, kind, packet, LocalProtocolError)
+        self._check_auth(self.role, packet, LocalProtocolError)
         data = encode_packet(packet, self.version)
         if self.peer_max_packet_size is not None and len(data) > self.peer_max_packet_size:
             raise LocalProtocolError(f"packet of {len(data)} bytes exceeds the peer's maximum "
@@ -807,6 +843,35 @@ class MQTTConnection:
             for name in forbidden.intersection(props.present()):
                 raise error(f"a {who.value} may not send {name} on {kind.name}",
                             ReasonCode.PROTOCOL_ERROR)
+
+    def _check_auth(self, who: Role, packet: Packet, error: type[ProtocolError]) -> None:
+        """The rules of enhanced authentication (5.0 section 4.12) on ``packet``."""
+        if isinstance(packet, Connect):
+            props = packet.properties
+            if props.authentication_data is not None and props.authentication_method is None:
+                # 5.0 section 3.1.2.11.10
+                raise error("authentication data without an authentication method",
+                            ReasonCode.PROTOCOL_ERROR)
+            self.auth_method = props.authentication_method
+        elif isinstance(packet, Auth):
+            method = packet.properties.authentication_method
+            if self.auth_method is None:
+                raise error("AUTH on a connection whose CONNECT named no authentication method",
+                            ReasonCode.PROTOCOL_ERROR)  # MQTT-4.12.0-6, MQTT-4.12.0-7
+            if method != self.auth_method:
+                # section 3.15.2.2.2 (a method is required) and MQTT-4.12.0-5
+                raise error(f"AUTH names the authentication method {method!r}, the CONNECT "
+                            f"{self.auth_method!r}", ReasonCode.PROTOCOL_ERROR)
+            if packet.reason_code not in AUTH_REASON_CODES.get((self.state, who), ()):
+                raise error(f"a {who.value} may not send AUTH 0x{packet.reason_code:02x} in "
+                            f"state {self.state.value}", ReasonCode.PROTOCOL_ERROR)
+        elif (isinstance(packet, Connack) and self.version >= 5 and packet.reason_code < 0x80
+              and packet.properties.authentication_method != self.auth_method):
+            # MQTT-4.12.0-5: a successful CONNACK names the CONNECT's method; MQTT-4.12.0-6:
+            # none when the CONNECT named none
+            raise error(f"CONNACK names the authentication method "
+                        f"{packet.properties.authentication_method!r}, the CONNECT "
+                        f"{self.auth_method!r}", ReasonCode.PROTOCOL_ERROR)
 
     def _advance(self, who: Role, kind: PacketType) -> None:
         self.state = TRANSITIONS[(self.state, who, kind)]

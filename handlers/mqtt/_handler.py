@@ -12,6 +12,12 @@ correlation data, expiry, the publisher) travels in properties named ``__mqtt_*`
 Shared subscriptions are the core's Shared subscriptions (:mod:`handlers.mqtt._shared`);
 while a persistent session's client is away, an :class:`~handlers.mqtt._offline.OfflineQueue`
 bounds what it keeps. The handler's counters are on ``/metrics`` (:meth:`MQTTProtocolHandler.series`).
+
+Authentication: with ``authenticationEnabled`` a client proves a role with a token, as a
+Pulsar client does: a 3.1.1 or 5.0 client as its CONNECT password, a 5.0 client also by
+enhanced authentication (5.0 section 4.12) with the method ``token``, whose data is the
+token, in the CONNECT or in the AUTH that answers the server's Continue authentication, and
+again whenever it re-authenticates (:meth:`MQTTSession._auth`).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from urllib.parse import quote
 
 import trio
 
-from core.auth import AuthenticationError
+from core.auth import TOKEN_METHOD, AuthenticationError
 from core.format import Message, entry_from_messages, messages_from_entry
 from core.messaging import Received, Subscriber, end_of, publish
 from core.naming import TopicName
@@ -44,10 +50,12 @@ from handlers.mqtt._codec import (
     ProtocolError,
     RemoteProtocolError,
     Role,
+    State,
     UnsupportedProtocolVersion,
 )
 from handlers.mqtt._offline import OfflineQueue
 from handlers.mqtt._packets import (
+    Auth,
     Connack,
     Connect,
     ConnectReturnCode,
@@ -412,6 +420,10 @@ class MQTTSession:
         self.aliases_out: dict[str, int] = {}  # ours: topic -> alias
         self.clean_exit = False
         self.taken_over = False
+        self.role: str | None = None  # what the client authenticated as (None: auth is off)
+        self.auth_method: str | None = None  # the CONNECT's enhanced authentication method
+        self.challenged = False  # we sent AUTH 0x18 and wait for the client's answer
+        self.pending: Connect | None = None  # a CONNECT waiting for that answer
         self.done = trio.Event()
         self.nursery: trio.Nursery | None = None
         # PUBLISH packets on their way to storage, in order: stored per run of one topic as
@@ -510,7 +522,11 @@ class MQTTSession:
                     raise _Closed from None
                 except RemoteProtocolError as exc:
                     log.info("mqtt: closing a connection: %s", exc)
-                    self._disconnect(exc.reason_code, str(exc))
+                    if self.conn.state is State.REFUSING:  # no CONNACK yet: it says why
+                        self.send(Connack(reason_code=exc.reason_code,
+                                          properties=Properties(reason_string=str(exc))))
+                    else:
+                        self._disconnect(exc.reason_code, str(exc))
                     raise _Closed from None
                 if packet is NEED_DATA:
                     break
@@ -568,13 +584,104 @@ class MQTTSession:
                 self.state.expiry = p.properties.session_expiry_interval
             self.clean_exit = True
             raise _Closed
-        else:  # AUTH: no enhanced authentication method is offered
-            self._disconnect(ReasonCode.BAD_AUTHENTICATION_METHOD, "no authentication method")
-            raise _Closed
+        elif isinstance(p, Auth):
+            await self._auth(p)
+
+    # -- authentication ------------------------------------------------------------------
+
+    def _token_role(self, token: bytes) -> str | None:
+        """The role ``token`` proves; None when authentication is off (any token will do).
+        Raises :class:`AuthenticationError`."""
+        auth = self.h.broker.auth
+        if not auth.authentication_enabled:
+            return None
+        return auth.authenticate(TOKEN_METHOD, token).role
 
     async def _connect(self, c: Connect) -> None:
-        h = self.h
         self.v5 = c.protocol_level == 5
+        method = c.properties.authentication_method
+        if method is None:
+            if self.h.broker.auth.authentication_enabled:
+                try:
+                    self.role = self._token_role(c.password or b"")
+                except AuthenticationError as exc:
+                    log.info("mqtt: %s not authenticated: %s", c.client_id, exc)
+                    self.send(Connack(reason_code=ReasonCode.BAD_USER_NAME_OR_PASSWORD if self.v5
+                                      else ConnectReturnCode.BAD_USER_NAME_OR_PASSWORD))
+                    raise _Closed from None
+            await self._open(c)
+            return
+        # 5.0 section 4.12: enhanced authentication (the codec allows a method on 5.0 only)
+        if method != TOKEN_METHOD:  # MQTT-4.12.0-1
+            reason = f"authentication method {method!r} is not supported; use {TOKEN_METHOD!r}"
+            self.send(Connack(reason_code=ReasonCode.BAD_AUTHENTICATION_METHOD,
+                              properties=Properties(reason_string=reason)))
+            raise _Closed
+        self.auth_method = method
+        if c.properties.authentication_data is None:
+            self.pending = c  # MQTT-4.12.0-2: ask for the token
+            self._challenge()
+            return
+        self._authenticated(c.properties.authentication_data)
+        await self._open(c)
+
+    def _challenge(self) -> None:
+        self.challenged = True
+        self.send(Auth(reason_code=ReasonCode.CONTINUE_AUTHENTICATION,
+                       properties=Properties(authentication_method=self.auth_method)))
+
+    def _authenticated(self, token: bytes) -> None:
+        """Take the role ``token`` proves, or refuse: bad credentials in an enhanced
+        authentication are CONNACK 0x87 before the CONNACK (MQTT-4.12.0-4, as Mosquitto
+        answers), DISCONNECT 0x87 after it (MQTT-4.12.1-2); the role stays what it was."""
+        try:
+            self.role = self._token_role(token)
+        except AuthenticationError as exc:
+            log.info("mqtt: %s not authenticated: %s", self.state.client_id if self.state
+                     else "a client", exc)
+            if self.state is None:
+                self.send(Connack(reason_code=ReasonCode.NOT_AUTHORIZED,
+                                  properties=Properties(reason_string="not authorized")))
+            else:
+                self._disconnect(ReasonCode.NOT_AUTHORIZED, "re-authentication failed")
+            raise _Closed from None
+
+    async def _auth(self, a: Auth) -> None:
+        """An AUTH from the client: the codec has checked its method is the CONNECT's and its
+        reason code one the client may send now (0x18 before the CONNACK; 0x18 or 0x19
+        after). ``token`` is a method of one step: the data of a CONNECT or of a
+        Re-authenticate is the token; without it the server asks with Continue
+        authentication and the client's Continue authentication carries it."""
+        data = a.properties.authentication_data
+        if a.reason_code == ReasonCode.RE_AUTHENTICATE and not self.challenged:
+            if data is None:
+                self._challenge()  # 5.0 section 4.12.1: the server may ask for more
+                return
+        elif a.reason_code != ReasonCode.CONTINUE_AUTHENTICATION or not self.challenged:
+            # a Continue the server did not ask for, or a Re-authenticate inside another
+            reason = "an AUTH the server did not ask for"
+            if self.state is None:
+                self.send(Connack(reason_code=ReasonCode.PROTOCOL_ERROR,
+                                  properties=Properties(reason_string=reason)))
+            else:
+                self._disconnect(ReasonCode.PROTOCOL_ERROR, reason)
+            raise _Closed
+        self.challenged = False
+        self._authenticated(data or b"")
+        if self.pending is not None:
+            c, self.pending = self.pending, None
+            await self._open(c)
+        else:  # 5.0 section 4.12.1: re-authentication is complete
+            assert self.state is not None
+            log.info("mqtt: %s re-authenticated as %s", self.state.client_id, self.role)
+            self.send(Auth(reason_code=ReasonCode.SUCCESS,
+                           properties=Properties(authentication_method=self.auth_method)))
+
+    # -- the session ---------------------------------------------------------------------
+
+    async def _open(self, c: Connect) -> None:
+        """Start the session of an authenticated CONNECT and answer it with CONNACK."""
+        h = self.h
         client_id = c.client_id
         assigned = None
         if not client_id:
@@ -582,13 +689,6 @@ class MQTTSession:
                 self.send(Connack(reason_code=ConnectReturnCode.IDENTIFIER_REJECTED))
                 raise _Closed
             client_id = assigned = "magnetar-" + base64.b32encode(trio.lowlevel.current_task().name.encode()[-5:] + time.time_ns().to_bytes(8, "big")).decode().rstrip("=").lower()
-        if h.broker.auth.authentication_enabled:
-            try:
-                h.broker.auth.authenticate("token", (c.password or b"").decode(errors="replace"))
-            except (AuthenticationError, Exception):
-                self.send(Connack(reason_code=ReasonCode.BAD_USER_NAME_OR_PASSWORD if self.v5
-                                  else ConnectReturnCode.BAD_USER_NAME_OR_PASSWORD))
-                raise _Closed from None
         old = h.connected.get(client_id)
         if old is not None:
             old.taken_over = True
@@ -631,7 +731,8 @@ class MQTTSession:
             self.conn.peer_max_packet_size = c.properties.maximum_packet_size
             props = Properties(assigned_client_identifier=assigned, receive_maximum=h.receive_maximum,
                                topic_alias_maximum=h.topic_alias_maximum or None,
-                               maximum_packet_size=h.max_packet, shared_subscription_available=1)
+                               maximum_packet_size=h.max_packet, shared_subscription_available=1,
+                               authentication_method=self.auth_method)
         self.send(Connack(session_present=present, properties=props))
         for pid in sorted(state.awaiting_comp):  # MQTT-4.4.0-1: PUBRELs are resent
             self.inflight[pid] = None

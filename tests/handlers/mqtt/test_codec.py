@@ -51,6 +51,10 @@ from handlers.mqtt._packets import (
 
 MALFORMED = ReasonCode.MALFORMED_PACKET
 PROTOCOL = ReasonCode.PROTOCOL_ERROR
+METHOD = "ü/π ☃"  # the authentication method of all_props (a UTF-8 sample)
+#: A 5.0 CONNECT that starts enhanced authentication: AUTH packets may go both ways.
+ENHANCED = Connect(protocol_level=5, client_id="c",
+                   properties=Properties(authentication_method=METHOD))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -98,11 +102,19 @@ def deliver(sender: MQTTConnection, receiver: MQTTConnection, packet: Packet) ->
     return cast(Packet, got)
 
 
+def connack_for(connect: Connect, **kw: Any) -> Connack:
+    """A successful CONNACK for ``connect``: it names the CONNECT's authentication method
+    (MQTT-4.12.0-5), if any."""
+    return Connack(properties=Properties(
+        authentication_method=connect.properties.authentication_method), **kw)
+
+
 def connected(level: int, connect: Connect | None = None) -> tuple[MQTTConnection, MQTTConnection]:
     """A client and a server past CONNECT and CONNACK."""
     client, server = MQTTConnection(Role.CLIENT), MQTTConnection(Role.SERVER)
-    deliver(client, server, connect or Connect(protocol_level=level, client_id="c"))
-    deliver(server, client, Connack())
+    connect = connect or Connect(protocol_level=level, client_id="c")
+    deliver(client, server, connect)
+    deliver(server, client, connack_for(connect))
     assert client.state is server.state is State.CONNECTED
     return client, server
 
@@ -193,7 +205,9 @@ def test_connect_round_trip(connect: Connect) -> None:
 def test_connack_round_trip(connack: tuple[int, Connack]) -> None:
     level, packet = connack
     client, server = MQTTConnection(Role.CLIENT), MQTTConnection(Role.SERVER)
-    deliver(client, server, Connect(protocol_level=level))
+    method = packet.properties.authentication_method
+    deliver(client, server, Connect(protocol_level=level,
+                                    properties=Properties(authentication_method=method)))
     assert deliver(server, client, packet) == packet
     assert client.state is server.state is State.CONNECTED
 
@@ -240,8 +254,10 @@ def _client_only(level: int) -> list[Packet]:
         out += [Subscribe(packet_id=3, subscriptions=(SubscribeOption(topic_filter="t",
                                                                       retain_handling=1),)),
                 Publish(topic="", qos=1, packet_id=2, properties=Properties(topic_alias=3)),
-                Auth(), Auth(reason_code=ReasonCode.RE_AUTHENTICATE,
-                             properties=all_props(PacketType.AUTH)),
+                Auth(reason_code=ReasonCode.RE_AUTHENTICATE,
+                     properties=Properties(authentication_method=METHOD)),
+                Auth(reason_code=ReasonCode.CONTINUE_AUTHENTICATION,
+                     properties=all_props(PacketType.AUTH)),
                 Disconnect(reason_code=ReasonCode.DISCONNECT_WITH_WILL_MESSAGE),
                 Disconnect(reason_code=0, properties=all_props(PacketType.DISCONNECT))]
     return out
@@ -262,6 +278,7 @@ def _server_only(level: int) -> list[Packet]:
                          properties=all_props(PacketType.UNSUBACK)),
                 Auth(reason_code=ReasonCode.CONTINUE_AUTHENTICATION,
                      properties=all_props(PacketType.AUTH)),
+                Auth(properties=Properties(authentication_method=METHOD)),
                 Disconnect(reason_code=ReasonCode.SERVER_SHUTTING_DOWN,
                            properties=all_props(PacketType.DISCONNECT))]
     return out
@@ -272,21 +289,26 @@ def _cases(*makers: Any) -> list[Any]:
             for level in (4, 5) for maker in makers for i, packet in enumerate(maker(level))]
 
 
+def _connected(level: int) -> tuple[MQTTConnection, MQTTConnection]:
+    """Past CONNECT and CONNACK; on 5.0 with an authentication method, for the AUTHs."""
+    return connected(level, ENHANCED if level == 5 else None)
+
+
 @pytest.mark.parametrize(("level", "packet"), _cases(_both_ways, _client_only))
 def test_client_to_server_round_trip(level: int, packet: Packet) -> None:
-    client, server = connected(level)
+    client, server = _connected(level)
     assert deliver(client, server, packet) == packet
 
 
 @pytest.mark.parametrize(("level", "packet"), _cases(_both_ways, _server_only))
 def test_server_to_client_round_trip(level: int, packet: Packet) -> None:
-    client, server = connected(level)
+    client, server = _connected(level)
     assert deliver(server, client, packet) == packet
 
 
 @pytest.mark.parametrize("level", [4, 5])
 def test_a_whole_session_both_ways(level: int) -> None:
-    client, server = connected(level)
+    client, server = _connected(level)
     up = [p for p in _both_ways(level) + _client_only(level) if not isinstance(p, Disconnect)]
     down = [p for p in _both_ways(level) + _server_only(level) if not isinstance(p, Disconnect)]
     server.receive_data(b"".join(client.send(p) for p in up))
@@ -364,9 +386,12 @@ GOLDEN: list[tuple[int, str, Packet, bytes]] = [
     (4, "c", Disconnect(), b"\xe0\x00"),
     (5, "c", Disconnect(), b"\xe0\x00"),
     (5, "s", Disconnect(reason_code=0x8B), b"\xe0\x02\x8b\x00"),
-    (5, "c", Auth(), b"\xf0\x00"),
+    (5, "c", Auth(reason_code=0x19, properties=Properties(authentication_method="m")),
+     b"\xf0\x06\x19\x04\x15\x00\x01m"),
     (5, "s", Auth(reason_code=0x18, properties=Properties(authentication_method="m")),
      b"\xf0\x06\x18\x04\x15\x00\x01m"),
+    (5, "s", Auth(properties=Properties(authentication_method="m")),
+     b"\xf0\x06\x00\x04\x15\x00\x01m"),
 ]
 
 
@@ -375,9 +400,11 @@ GOLDEN: list[tuple[int, str, Packet, bytes]] = [
 def test_golden_bytes(level: int, sender: str, packet: Packet, wire: bytes) -> None:
     client, server = MQTTConnection(Role.CLIENT), MQTTConnection(Role.SERVER)
     if not isinstance(packet, Connect):
-        deliver(client, server, Connect(protocol_level=level))
+        method = packet.properties.authentication_method if isinstance(packet, Auth) else None
+        connect = Connect(protocol_level=level, properties=Properties(authentication_method=method))
+        deliver(client, server, connect)
         if not isinstance(packet, Connack):
-            deliver(server, client, Connack())
+            deliver(server, client, connack_for(connect))
     src, dst = (client, server) if sender == "c" else (server, client)
     assert src.send(packet) == wire
     assert encode_packet(packet, level) == wire
@@ -390,6 +417,9 @@ def test_golden_bytes(level: int, sender: str, packet: Packet, wire: bytes) -> N
     # 5.0 section 3.14.2.2: the property length may be left out when the reason code ends it
     (b"\xe0\x01\x04", Disconnect(reason_code=4)),
     (b"\xf0\x01\x18", Auth(reason_code=0x18)),
+    # 5.0 section 3.15.2.1: a Success without properties may be left out whole (and a
+    # connection then refuses it for its missing method: test_auth_rules)
+    (b"\xf0\x00", Auth()),
     (b"\x40\x04\x00\x0a\x10\x00", Puback(packet_id=10, reason_code=0x10)),
     # property order carries no meaning (5.0 section 2.2.2.2)
     (b"\x30\x0e\x00\x01t\x09\x26\x00\x01k\x00\x01v\x01\x01p",
@@ -481,7 +511,7 @@ def test_byte_at_a_time(level: int) -> None:
                 got.append(event)
                 assert server.next_event() is NEED_DATA
                 if isinstance(event, Connect):
-                    server.send(Connack())
+                    server.send(connack_for(event))
     assert got == packets
     assert server.state is State.CLOSED
 
@@ -528,13 +558,95 @@ def test_auth_exchange_before_connack_on_level_5() -> None:
     client, server = MQTTConnection(Role.CLIENT), MQTTConnection(Role.SERVER)
     method = Properties(authentication_method="SCRAM", authentication_data=b"1")
     deliver(client, server, Connect(protocol_level=5, properties=method))
+    assert client.auth_method == server.auth_method == "SCRAM"
     challenge = Auth(reason_code=ReasonCode.CONTINUE_AUTHENTICATION, properties=method)
     assert deliver(server, client, challenge) == challenge
     answer = Auth(reason_code=ReasonCode.CONTINUE_AUTHENTICATION, properties=method)
     assert deliver(client, server, answer) == answer
     assert client.state is server.state is State.CONNECTING
-    deliver(server, client, Connack())
+    deliver(server, client, Connack(properties=Properties(authentication_method="SCRAM")))
     assert client.state is server.state is State.CONNECTED
+
+
+def _auth(code: int, method: str | None = "m") -> Auth:
+    return Auth(reason_code=code, properties=Properties(authentication_method=method))
+
+
+CONTINUE, REAUTH = ReasonCode.CONTINUE_AUTHENTICATION, ReasonCode.RE_AUTHENTICATE
+# 5.0 section 4.12: (the CONNECT's method, CONNACK sent yet, who sends the AUTH, the AUTH,
+# whether it is allowed)
+AUTH_RULES: list[tuple[str, str | None, bool, Role, Auth, bool]] = [
+    # MQTT-4.12.0-6, MQTT-4.12.0-7: no AUTH either way when the CONNECT named no method
+    ("no method: client", None, True, Role.CLIENT, _auth(REAUTH), False),
+    ("no method: server", None, True, Role.SERVER, _auth(CONTINUE), False),
+    ("no method: client before CONNACK", None, False, Role.CLIENT, _auth(CONTINUE), False),
+    ("no method: server before CONNACK", None, False, Role.SERVER, _auth(CONTINUE), False),
+    # MQTT-4.12.0-5, section 3.15.2.2.2: every AUTH names the CONNECT's method
+    ("another method", "m", True, Role.CLIENT, _auth(REAUTH, "x"), False),
+    ("another method from the server", "m", False, Role.SERVER, _auth(CONTINUE, "x"), False),
+    ("no method on the AUTH", "m", True, Role.CLIENT, _auth(REAUTH, None), False),
+    # MQTT-3.15.2-1 with table 3.15.2.1, and section 4.12.1
+    ("continue before CONNACK: client", "m", False, Role.CLIENT, _auth(CONTINUE), True),
+    ("continue before CONNACK: server", "m", False, Role.SERVER, _auth(CONTINUE), True),
+    ("re-authenticate before CONNACK", "m", False, Role.CLIENT, _auth(REAUTH), False),
+    ("success before CONNACK", "m", False, Role.SERVER, _auth(0), False),
+    ("re-authenticate", "m", True, Role.CLIENT, _auth(REAUTH), True),
+    ("continue after CONNACK: client", "m", True, Role.CLIENT, _auth(CONTINUE), True),
+    ("continue after CONNACK: server", "m", True, Role.SERVER, _auth(CONTINUE), True),
+    ("success after CONNACK", "m", True, Role.SERVER, _auth(0), True),
+    ("success from the client", "m", True, Role.CLIENT, _auth(0), False),
+    ("re-authenticate from the server", "m", True, Role.SERVER, _auth(REAUTH), False),
+    ("not an authenticate reason code", "m", True, Role.CLIENT, _auth(0x87), False),
+]
+
+
+@pytest.mark.parametrize(("method", "acked", "sender", "packet", "allowed"),
+                         [r[1:] for r in AUTH_RULES], ids=[r[0] for r in AUTH_RULES])
+def test_auth_rules(method: str | None, acked: bool, sender: Role, packet: Auth,
+                    allowed: bool) -> None:
+    client, server = MQTTConnection(Role.CLIENT), MQTTConnection(Role.SERVER)
+    connect = Connect(protocol_level=5, properties=Properties(authentication_method=method))
+    deliver(client, server, connect)
+    if acked:
+        deliver(server, client, connack_for(connect))
+    me, peer = (client, server) if sender is Role.CLIENT else (server, client)
+    before = me.state
+    if allowed:
+        assert deliver(me, peer, packet) == packet
+        assert me.state is peer.state is before
+        return
+    with pytest.raises(LocalProtocolError) as info:
+        me.send(packet)
+    assert info.value.reason_code == PROTOCOL
+    assert me.state is before  # nothing went out
+    # the same bytes, arriving, are the peer's protocol error; it may still say so
+    _raises(peer, encode_packet(packet, 5), PROTOCOL)
+    assert peer.state is (State.FAILED if acked else State.REFUSING)
+
+
+@pytest.mark.parametrize(("method", "connack", "allowed"), [
+    ("m", Connack(properties=Properties(authentication_method="m")), True),
+    ("m", Connack(), False),  # MQTT-4.12.0-5: a successful CONNACK names the method
+    ("m", Connack(properties=Properties(authentication_method="x")), False),
+    (None, Connack(properties=Properties(authentication_method="m")), False),  # MQTT-4.12.0-6
+    ("m", Connack(reason_code=ReasonCode.NOT_AUTHORIZED), True),  # a refusal need not
+    ("m", Connack(reason_code=ReasonCode.BAD_AUTHENTICATION_METHOD), True),
+], ids=["same method", "no method", "another method", "a method unasked", "not authorized",
+        "bad authentication method"])
+def test_a_connack_names_the_connects_authentication_method(method: str | None,
+                                                             connack: Connack,
+                                                             allowed: bool) -> None:
+    client, server = MQTTConnection(Role.CLIENT), MQTTConnection(Role.SERVER)
+    deliver(client, server, Connect(protocol_level=5,
+                                    properties=Properties(authentication_method=method)))
+    if allowed:
+        assert deliver(server, client, connack) == connack
+        return
+    with pytest.raises(LocalProtocolError) as info:
+        server.send(connack)
+    assert info.value.reason_code == PROTOCOL
+    assert server.state is State.CONNECTING
+    _raises(client, encode_packet(connack, 5), PROTOCOL)
 
 
 @pytest.mark.parametrize(("role", "packet"), [
@@ -562,6 +674,8 @@ def test_nothing_but_connack_auth_or_disconnect_before_connack() -> None:
     deliver(client, server, Connect(protocol_level=5))
     with pytest.raises(LocalProtocolError):
         server.send(Publish(topic="t"))
+    with pytest.raises(LocalProtocolError):  # MQTT-3.14.0-1
+        server.send(Disconnect(reason_code=ReasonCode.UNSPECIFIED_ERROR))
     with pytest.raises(LocalProtocolError):
         client.send(Pingreq())
     _raises(client, b"\x30\x04\x00\x01t\x00", PROTOCOL)
@@ -604,14 +718,39 @@ def test_after_an_error_a_v5_connection_may_still_send_disconnect(role: Role) ->
         me.send(Disconnect())
 
 
-def test_after_an_error_before_connack_nothing_more_is_sent() -> None:
+def test_after_an_error_before_connack_a_311_server_sends_nothing_more() -> None:
     server = MQTTConnection(Role.SERVER)
-    server.receive_data(connect_bytes(5))
+    server.receive_data(connect_bytes(4))
     server.next_event()
     _raises(server, b"\xc0\x00", PROTOCOL)
     assert server.state is State.CLOSED
     with pytest.raises(LocalProtocolError):
+        server.send(Connack(reason_code=2))
+
+
+@pytest.mark.parametrize("data", [
+    b"\xc0\x00",  # a PINGREQ before the CONNACK
+    # a CONNECT with authentication data and no method (5.0 section 3.1.2.11.10)
+    connect_bytes(5, props=b"\x04\x16\x00\x01x"),
+], ids=["after the CONNECT", "in the CONNECT"])
+def test_after_an_error_before_connack_a_v5_server_may_refuse_with_connack(data: bytes) -> None:
+    # 5.0 sections 3.1.4 and 4.13.1: a CONNACK with the reason code, then close; never a
+    # DISCONNECT before a successful CONNACK (MQTT-3.14.0-1)
+    server = MQTTConnection(Role.SERVER)
+    if not data.startswith(b"\x10"):
+        server.receive_data(connect_bytes(5))
+        server.next_event()
+    _raises(server, data, PROTOCOL)
+    assert server.state is State.REFUSING
+    with pytest.raises(LocalProtocolError):
         server.send(Disconnect(reason_code=PROTOCOL))
+    with pytest.raises(LocalProtocolError):
+        server.send(Pingresp())
+    client = MQTTConnection(Role.CLIENT)
+    client.send(Connect(protocol_level=5))
+    client.receive_data(server.send(Connack(reason_code=PROTOCOL)))
+    assert client.next_event() == Connack(reason_code=PROTOCOL)
+    assert server.state is State.CLOSED
 
 
 def test_unsupported_level_is_still_answered_with_connack() -> None:
@@ -698,6 +837,10 @@ BAD: list[tuple[str, int | None, bytes, int]] = [
      b"\x82\x0b\x00\x01\x04\x0b\x01\x0b\x02\x00\x01t\x00", PROTOCOL),
     ("filter without its options byte", 4, b"\x82\x05\x00\x01\x00\x01t", MALFORMED),
     ("AUTH on 3.1.1", 4, b"\xf0\x00", PROTOCOL),
+    ("AUTH without enhanced authentication", 5,
+     b"\xf0\x06\x19\x04\x15\x00\x01m", PROTOCOL),  # MQTT-4.12.0-7
+    ("authentication data without a method", None,
+     connect_bytes(5, props=b"\x04\x16\x00\x01x"), PROTOCOL),  # 5.0 section 3.1.2.11.10
     # CONNECT (after nothing)
     ("client id not UTF-8", None, frame(0x10, s("MQTT") + b"\x04\x02\x00\x3c" + s(b"\xc3")),
      MALFORMED),
@@ -877,7 +1020,7 @@ def _feed(conn: MQTTConnection, data: bytes, rng: random.Random) -> None:
                 if event is NEED_DATA:
                     break
                 if isinstance(event, Connect) and conn.role is Role.SERVER:
-                    conn.send(Connack())
+                    conn.send(connack_for(event))
     except RemoteProtocolError:
         with pytest.raises(RemoteProtocolError):
             conn.next_event()
@@ -886,7 +1029,7 @@ def _feed(conn: MQTTConnection, data: bytes, rng: random.Random) -> None:
 def _streams(level: int) -> tuple[bytes, list[bytes], list[bytes]]:
     """A CONNECT, then each packet a client sends, then each a server sends (CONNACK first)."""
     client, connect, connack = connecting_client(level)
-    server = server_at(level)
+    _, server = _connected(level)  # the method of _connects()[-1], which the AUTHs name
 
     def small(p: Packet) -> bool:  # mutations land in headers, not in one big payload
         return not isinstance(p, Disconnect) and len(getattr(p, "payload", b"")) < 64
@@ -916,7 +1059,7 @@ def test_fuzz() -> None:
             data = _mutate(rng, connect + _run(rng, up), 0)
         else:  # what a server sends, damaged, at a client
             client = MQTTConnection(Role.CLIENT)
-            client.send(Connect(protocol_level=level))
+            client.send(ENHANCED if level == 5 else Connect(protocol_level=level))
             data = down[0] + _run(rng, down[1:])  # kind 9 damages the CONNACK too
             _feed(client, _mutate(rng, data, 0 if kind == 9 else len(down[0])), rng)
             continue
