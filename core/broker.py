@@ -231,7 +231,9 @@ class BrokerService:
             raise NamespaceNotFoundError(f"Namespace {ns} does not exist")
         return pol
 
-    def _auto_create(self, pol: dict[str, Any]) -> tuple[bool, str, int]:
+    def auto_creation(self, pol: dict[str, Any]) -> tuple[bool, str, int]:
+        """What auto-creation does in a namespace of policies ``pol``: (allowed, topic
+        type, partitions), its ``autoTopicCreationOverride`` else the broker's settings."""
         override = pol.get("autoTopicCreationOverride")
         if override:
             return (bool(override.get("allowAutoTopicCreation")),
@@ -287,7 +289,7 @@ class BrokerService:
         if n or name.partition_index >= 0:
             return n if name.partition_index < 0 else 0
         if create and not self.topic_exists(name):
-            allowed, kind, count = self._auto_create(pol)
+            allowed, kind, count = self.auto_creation(pol)
             if allowed and kind == "partitioned":
                 self.check_partition_count(count)
                 self.check_topic_quota(name, pol, count)
@@ -351,7 +353,7 @@ class BrokerService:
             partitions = self.policies.partitions(name)
             if partitions and name.partition_index < 0:
                 raise TopicNotFoundError(f"Topic {name} is a partitioned topic: use its partitions")
-            allowed, _, _ = self._auto_create(pol)
+            allowed, _, _ = self.auto_creation(pol)
             parent = self.policies.partitions(name.partitioned_topic) if name.partition_index >= 0 else 0
             if parent and name.partition_index >= parent:
                 # Pulsar's BrokerService: a partition past the count is refused (a

@@ -11,9 +11,10 @@ from typing import Any, NamedTuple
 
 from core import _native
 from core._bridge import NativeBridge
+from core._native import NativeError
 from core.format import EntryFormatError, MessageMetadata
 
-__all__ = ["entry_metadata", "chunk_metadata", "Entry", "Position", "Storage", "ManagedLedger", "Cursor", "EARLIEST", "LATEST",
+__all__ = ["NativeError", "entry_metadata", "chunk_metadata", "Entry", "Position", "Storage", "ManagedLedger", "Cursor", "EARLIEST", "LATEST",
            "last_confirmed_entry"]
 
 EARLIEST = True

@@ -55,9 +55,9 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 import trio
 from sortedcontainers import SortedSet
 
-from core._hash import KEY_HASH_RANGE, key_hash, murmur3_32
 from core._throttle import RateWindow, window_allowance
 from core.format import EntryFormatError, MessageMetadata
+from core.hashing import KEY_HASH_RANGE, key_hash, murmur3_32
 from core.storage import Cursor, Entry, Position, entry_metadata
 from core.writes import write_batch
 

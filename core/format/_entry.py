@@ -64,6 +64,7 @@ __all__ = [
     "SingleMessage",
     "build_batch",
     "compress",
+    "crc32c",
     "decode_broker_entry_metadata",
     "decode_entry",
     "decompress",

@@ -9,15 +9,21 @@ Everything is allowed while authorization is off."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+from core.broker import NamespaceNotFoundError, TopicNotFoundError
 from core.naming import InvalidNameError
 from handlers.kafka._codec import RequestReceived
+from handlers.kafka._errors import ErrorCode, RemoteProtocolError
 
 if TYPE_CHECKING:
     from handlers.kafka._handler import KafkaProtocolHandler
 
-__all__ = ["PRODUCE", "CONSUME", "DESCRIBE", "MANAGE", "TopicAuthorizationFailed", "allowed", "check"]
+__all__ = ["PRODUCE", "CONSUME", "DESCRIBE", "MANAGE", "TopicAuthorizationFailed", "allowed", "check",
+           "topic_error"]
+
+log = logging.getLogger(__name__)
 
 PRODUCE = ("produce",)
 CONSUME = ("consume",)
@@ -49,3 +55,18 @@ def check(h: KafkaProtocolHandler, req: RequestReceived, kafka_topic: str,
     """Raise :class:`TopicAuthorizationFailed` unless :func:`allowed`."""
     if not allowed(h, req, kafka_topic, actions):
         raise TopicAuthorizationFailed(f"Not authorized to access topic {kafka_topic}")
+
+
+def topic_error(exc: BaseException) -> int:
+    """The Kafka error code a failed topic lookup or access answers."""
+    match exc:
+        case InvalidNameError():
+            return ErrorCode.INVALID_TOPIC_EXCEPTION
+        case TopicNotFoundError() | NamespaceNotFoundError():
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        case RemoteProtocolError():
+            return exc.code
+        case TopicAuthorizationFailed():
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    log.warning("kafka: request failed: %r", exc)
+    return ErrorCode.UNKNOWN_SERVER_ERROR

@@ -20,7 +20,7 @@ from core.autorecovery import bookies
 from core.broker import PartitionCountError, TopicNotFoundError, TopicQuotaError
 from core.naming import InvalidNameError, TopicName
 from handlers.kafka import _access
-from handlers.kafka._access import allowed
+from handlers.kafka._access import allowed, topic_error
 from handlers.kafka._codec import Data, RequestReceived, api_versions_table, topic_uuid
 from handlers.kafka._configs import (
     SOURCE_DYNAMIC_TOPIC,
@@ -30,7 +30,6 @@ from handlers.kafka._configs import (
     validate_all,
 )
 from handlers.kafka._errors import ErrorCode
-from handlers.kafka._produce import topic_error
 
 if TYPE_CHECKING:
     from handlers.kafka._handler import KafkaProtocolHandler

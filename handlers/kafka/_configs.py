@@ -89,9 +89,9 @@ from typing import TYPE_CHECKING, Any
 from core.naming import TopicName
 from core.policies import RETENTION_EXACT, exact_retention
 from handlers.kafka import _access
+from handlers.kafka._access import topic_error
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, ProtocolError
-from handlers.kafka._produce import topic_error
 
 if TYPE_CHECKING:
     from handlers.kafka._handler import KafkaProtocolHandler

@@ -37,11 +37,10 @@ import trio
 
 from core.storage import Entry
 from handlers.kafka import _mapping
-from handlers.kafka._access import CONSUME, DESCRIBE, allowed, check
+from handlers.kafka._access import CONSUME, DESCRIBE, allowed, check, topic_error
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode
 from handlers.kafka._fetch_session import FetchContext, full_fetch
-from handlers.kafka._produce import topic_error
 from handlers.kafka._topics import PartitionLog
 
 if TYPE_CHECKING:

@@ -45,11 +45,10 @@ import trio
 
 from core.storage import Position
 from handlers._ticker import Ticker
-from handlers.kafka._access import CONSUME, DESCRIBE, allowed
+from handlers.kafka._access import CONSUME, DESCRIBE, allowed, topic_error
 from handlers.kafka._admin import GROUP_OPERATIONS, NOT_ASKED
 from handlers.kafka._codec import Data, RequestReceived
 from handlers.kafka._errors import ErrorCode, LocalProtocolError
-from handlers.kafka._produce import topic_error
 
 if TYPE_CHECKING:
     from handlers.kafka._handler import KafkaProtocolHandler

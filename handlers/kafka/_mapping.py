@@ -42,7 +42,7 @@ import binascii
 import struct
 from collections.abc import Sequence
 
-from core import _native
+from core import native as _native
 from core.format import (
     LZ4,
     NONE,

@@ -37,9 +37,9 @@ from core.naming import InvalidNameError
 from core.storage import Entry, Position, entry_metadata
 from core.topic import MessageTooLargeError, PublishResult
 from handlers.kafka import _mapping
-from handlers.kafka._access import CONSUME, PRODUCE, TopicAuthorizationFailed, allowed
+from handlers.kafka._access import CONSUME, PRODUCE, allowed, topic_error
 from handlers.kafka._codec import Data, RequestReceived
-from handlers.kafka._errors import ErrorCode, RemoteProtocolError
+from handlers.kafka._errors import ErrorCode
 from handlers.kafka._records import RecordBatch, decode_batches, with_records
 from handlers.kafka._session import Later
 from handlers.kafka._topics import PartitionLog, ProducerState
@@ -47,7 +47,7 @@ from handlers.kafka._topics import PartitionLog, ProducerState
 if TYPE_CHECKING:
     from handlers.kafka._handler import KafkaProtocolHandler
 
-__all__ = ["handle_produce", "handle_describe_producers", "topic_error", "Pending",
+__all__ = ["handle_produce", "handle_describe_producers", "Pending",
            "check_sequence", "note_sequence", "SEQUENCE_MOD"]
 
 log = logging.getLogger(__name__)
@@ -56,20 +56,6 @@ RECENT_BATCHES = 5
 RECOVER_ENTRIES = 1024
 _BASE = struct.Struct(">q")
 SEQUENCE_MOD = 1 << 31
-
-
-def topic_error(exc: BaseException) -> int:
-    match exc:
-        case InvalidNameError():
-            return ErrorCode.INVALID_TOPIC_EXCEPTION
-        case TopicNotFoundError() | NamespaceNotFoundError():
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        case RemoteProtocolError():
-            return exc.code
-        case TopicAuthorizationFailed():
-            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
-    log.warning("kafka: request failed: %r", exc)
-    return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 class Pending:

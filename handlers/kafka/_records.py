@@ -44,7 +44,7 @@ import lz4.frame
 import snappy
 import zstandard
 
-from core._native import crc32c
+from core.format import crc32c
 from handlers.kafka._errors import ErrorCode, RemoteProtocolError
 
 __all__ = [

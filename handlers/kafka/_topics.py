@@ -408,18 +408,18 @@ class KafkaTopics:
         n = self.broker.policies.partitions(name)
         if n:
             return n
-        if str(name) in self.broker.topics or self.broker._ml_exists(name):
+        if self.broker.topic_exists(name):
             return 1
         return 0
 
     def auto_create_allowed(self, name: TopicName) -> bool:
         pol = self.broker.namespace_policies(name.namespace_name)
-        allowed, _, _ = self.broker._auto_create(pol)
+        allowed, _, _ = self.broker.auto_creation(pol)
         return bool(allowed)
 
     def default_partitions(self, name: TopicName) -> int:
         pol = self.broker.namespace_policies(name.namespace_name)
-        _, _, count = self.broker._auto_create(pol)
+        _, _, count = self.broker.auto_creation(pol)
         return max(1, int(count))
 
     def create(self, name: TopicName, partitions: int) -> None:

@@ -63,7 +63,7 @@ from typing import Any, Final
 
 from google.protobuf.message import DecodeError, EncodeError
 
-from core import _native
+from core import native as _native
 from core.format import (
     MAGIC_BROKER_ENTRY_METADATA,
     strings_are_utf8,

@@ -25,7 +25,6 @@ from typing import Any
 
 import trio
 
-from core._native import NativeError
 from core.auth import AuthenticationError, Identity
 from core.broker import (
     BrokerService,
@@ -40,7 +39,7 @@ from core.format import pulsar_api_pb2 as pb
 from core.naming import PARTITION_SUFFIX, InvalidNameError, NamespaceName, TopicName
 from core.policies import ConflictError, NotFoundError
 from core.schema import IncompatibleSchemaError
-from core.storage import Entry, Position, entry_metadata
+from core.storage import Entry, NativeError, Position, entry_metadata
 from core.subscription import (
     Consumer,
     ConsumerAssignError,

@@ -27,7 +27,6 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from core._hash import murmur3_32
 from core.format import (
     LZ4,
     NONE,
@@ -46,6 +45,7 @@ from core.format import (
     entry_from_messages,
     iter_batch,
 )
+from core.hashing import murmur3_32
 from core.naming import InvalidNameError, NamespaceName, TopicName, is_valid_name
 
 __all__ = [

@@ -392,7 +392,7 @@ def test_invalid_topic_name_is_refused(client):
 
 
 def test_key_shared_sticky_ranges_decide_who_gets_a_key(client, unique):
-    from core._hash import key_hash
+    from core.hashing import key_hash
 
     topic = f"ks-sticky-{unique}"
     low = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name="low",
