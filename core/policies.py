@@ -14,6 +14,10 @@ from typing import Any
 from core.naming import NamespaceName, TopicName
 
 __all__ = [
+    "RETENTION",
+    "LEDGER_ROLLOVER",
+    "set_policy_field",
+    "set_retention_limit",
     "PolicyStore",
     "NotFoundError",
     "ConflictError",
@@ -102,6 +106,45 @@ def default_inactive_topic_policies(config: Any) -> dict[str, Any]:
                                                       "delete_when_no_subscriptions")),
             "maxInactiveDurationSeconds": seconds,
             "deleteWhileInactive": bool(config.get("brokerDeleteInactiveTopicsEnabled", False))}
+
+
+RETENTION = "retention_policies"
+"""A topic's or namespace's retention (Pulsar's RetentionPolicies): ``retentionTimeInMinutes``
+and ``retentionSizeInMB``, -1 for no limit."""
+
+LEDGER_ROLLOVER = "ledger_rollover"
+"""When a topic's ledgers roll over: ``rolloverSizeInMB``, ``rolloverTimeInMinutes``."""
+
+_RETENTION_FIELDS = {"time": ("retentionTimeInMinutes", "retentionTimeInMillis", 60_000),
+                     "size": ("retentionSizeInMB", "retentionSizeInBytes", 1024 * 1024)}
+
+
+def set_policy_field(policies: dict[str, Any], key: str, field: str, value: Any) -> None:
+    """Set (or, with None, remove) one field of the policy ``key`` in ``policies``; the
+    policy goes once it has no fields left."""
+    policy = dict(policies.get(key) or {})
+    if value is None:
+        policy.pop(field, None)
+    else:
+        policy[field] = value
+    if policy:
+        policies[key] = policy
+    else:
+        policies.pop(key, None)
+
+
+def set_retention_limit(policies: dict[str, Any], half: str, limit: int | None) -> None:
+    """Set one half (``"time"``, in ms, or ``"size"``, in bytes) of the retention in
+    ``policies`` as a protocol gives it (Kafka's ``retention.ms``, an AMQP stream's
+    ``x-max-age``): the retention policy holds it in whole minutes or MB, rounded up, and
+    :data:`RETENTION_EXACT` as given, which the storage enforces. None or negative: no
+    limit (-1). The other half stays as it was (no limit when there was no policy)."""
+    coarse, exact, unit = _RETENTION_FIELDS[half]
+    unlimited = limit is None or limit < 0
+    set_policy_field(policies, RETENTION_EXACT, exact, None if unlimited else limit)
+    current = dict(policies.get(RETENTION) or {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+    current[coarse] = -1 if unlimited else -(-int(limit) // unit)  # type: ignore[arg-type]
+    policies[RETENTION] = current
 
 
 def exact_retention(policies: dict[str, Any]) -> tuple[int | None, int | None]:

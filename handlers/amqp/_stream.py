@@ -48,7 +48,13 @@ import trio
 from core.format import Message
 from core.messaging import EMPTY, Received, Subscriber, end_of, publish
 from core.naming import TopicName
-from core.policies import RETENTION_EXACT
+from core.policies import (
+    LEDGER_ROLLOVER,
+    RETENTION,
+    RETENTION_EXACT,
+    set_policy_field,
+    set_retention_limit,
+)
 from core.storage import Position
 from core.subscription import SubType
 from handlers.amqp._codec import AMQPError, ReplyCode
@@ -70,11 +76,8 @@ INTERVAL_UNITS_MS = {"Y": 365 * DAY_MS, "M": 30 * DAY_MS, "D": DAY_MS, "h": 3_60
 _INTERVAL = re.compile(r"([0-9]+)([YMDhms])")
 MAX_SEGMENT_SIZE = 3_000_000_000  # RabbitMQ's largest x-stream-max-segment-size-bytes
 LONGEST_MS = (1 << 63) - 1  # the longest retention the storage holds (a signed 64-bit ms)
-MINUTE_MS = 60_000
 MIB = 1 << 20
 # the topic policies a stream's arguments set
-RETENTION = "retention_policies"
-LEDGER_ROLLOVER = "ledger_rollover"
 ROLLOVER_SIZE = "rolloverSizeInMB"
 
 
@@ -90,11 +93,6 @@ def interval_ms(value: Any) -> int | None:
     if found is None or int(found[1]) == 0:
         return None
     return min(LONGEST_MS, int(found[1]) * INTERVAL_UNITS_MS[found[2]])
-
-
-def _whole(n: int | None, unit: int) -> int:
-    """A limit in whole units (rounded up) as a retention policy holds it; -1: none."""
-    return -1 if n is None else math.ceil(n / unit)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,23 +138,10 @@ class StreamRetention:
         """Set these limits as a topic's own policies (mutating them): its retention
         policy (no limit: -1) with the exact values beside it, and its ledger rollover
         size, as Kafka's ``retention.ms``, ``retention.bytes`` and ``segment.bytes`` are."""
-        policies[RETENTION] = {"retentionTimeInMinutes": _whole(self.max_age_ms, MINUTE_MS),
-                               "retentionSizeInMB": _whole(self.max_bytes, MIB)}
-        exact = {k: v for k, v in (("retentionTimeInMillis", self.max_age_ms),
-                                   ("retentionSizeInBytes", self.max_bytes)) if v is not None}
-        if exact:
-            policies[RETENTION_EXACT] = exact
-        else:
-            policies.pop(RETENTION_EXACT, None)
-        rollover = dict(policies.get(LEDGER_ROLLOVER) or {})
-        if self.segment_bytes is None:
-            rollover.pop(ROLLOVER_SIZE, None)
-        else:
-            rollover[ROLLOVER_SIZE] = _whole(self.segment_bytes, MIB)
-        if rollover:
-            policies[LEDGER_ROLLOVER] = rollover
-        else:
-            policies.pop(LEDGER_ROLLOVER, None)
+        set_retention_limit(policies, "time", self.max_age_ms)
+        set_retention_limit(policies, "size", self.max_bytes)
+        set_policy_field(policies, LEDGER_ROLLOVER, ROLLOVER_SIZE,
+                         None if self.segment_bytes is None else math.ceil(self.segment_bytes / MIB))
 
 
 class StreamReader:

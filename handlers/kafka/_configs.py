@@ -87,7 +87,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from core.naming import TopicName
-from core.policies import RETENTION_EXACT, exact_retention
+from core.policies import (
+    LEDGER_ROLLOVER,
+    RETENTION,
+    RETENTION_EXACT,
+    exact_retention,
+    set_policy_field,
+    set_retention_limit,
+)
 from handlers.kafka import _access
 from handlers.kafka._access import topic_error
 from handlers.kafka._codec import Data, RequestReceived
@@ -125,11 +132,9 @@ OP_DELETE = 1
 OP_APPEND = 2
 OP_SUBTRACT = 3
 
-RETENTION = "retention_policies"
 PERSISTENCE = "persistence"
 ACK_QUORUM = "bookkeeperAckQuorum"
 MAX_MESSAGE_SIZE = "max_message_size"
-LEDGER_ROLLOVER = "ledger_rollover"
 ROLLOVER_TIME = "rolloverTimeInMillis"
 ROLLOVER_SIZE = "rolloverSizeInMB"
 TIMESTAMP_TYPE = "message_timestamp_type"
@@ -245,31 +250,17 @@ def apply(policies: dict[str, Any], changes: Iterable[tuple[str, str | None]]) -
         elif name in ("retention.ms", "retention.bytes"):
             _apply_retention(policies, name, value)
         elif name == "min.insync.replicas":
-            _set_field(policies, PERSISTENCE, ACK_QUORUM, None if value is None else int(value))
+            set_policy_field(policies, PERSISTENCE, ACK_QUORUM, None if value is None else int(value))
         elif name == "segment.ms":
-            _set_field(policies, LEDGER_ROLLOVER, ROLLOVER_TIME, None if value is None else int(value))
+            set_policy_field(policies, LEDGER_ROLLOVER, ROLLOVER_TIME, None if value is None else int(value))
         elif name == "segment.bytes":
-            _set_field(policies, LEDGER_ROLLOVER, ROLLOVER_SIZE,
+            set_policy_field(policies, LEDGER_ROLLOVER, ROLLOVER_SIZE,
                        None if value is None else _ceil_div(int(value), MIB))
         elif name == "message.timestamp.type":
             if value is None:
                 policies.pop(TIMESTAMP_TYPE, None)
             else:
                 policies[TIMESTAMP_TYPE] = value
-
-
-def _set_field(policies: dict[str, Any], key: str, field: str, value: Any) -> None:
-    """Set (or, with None, remove) one field of the policy ``key``, which is removed once
-    it has no fields left."""
-    policy = dict(policies.get(key) or {})
-    if value is None:
-        policy.pop(field, None)
-    else:
-        policy[field] = value
-    if policy:
-        policies[key] = policy
-    else:
-        policies.pop(key, None)
 
 
 def _apply_retention(policies: dict[str, Any], name: str, value: str | None) -> None:
@@ -279,17 +270,10 @@ def _apply_retention(policies: dict[str, Any], name: str, value: str | None) -> 
     when both are, the topic goes back to its namespace's retention. The value as given
     is kept beside it (:data:`RETENTION_EXACT`), which the retention policy shows rounded
     up to whole minutes and MB."""
-    key, exact_key, unit = (("retentionTimeInMinutes", "retentionTimeInMillis", MINUTE_MS)
-                            if name == "retention.ms" else
-                            ("retentionSizeInMB", "retentionSizeInBytes", MIB))
-    n = -1 if value is None else int(value)
-    _set_field(policies, RETENTION_EXACT, exact_key, n if n >= 0 else None)
-    current = dict(policies.get(RETENTION) or {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
-    current[key] = -1 if n < 0 else _ceil_div(n, unit)
-    if value is None and all(v == -1 for v in current.values()):
+    set_retention_limit(policies, "time" if name == "retention.ms" else "size",
+                        None if value is None else int(value))
+    if value is None and all(v == -1 for v in policies[RETENTION].values()):
         policies.pop(RETENTION, None)
-        return
-    policies[RETENTION] = current
 
 
 def topic_values(topic_policies: dict[str, Any], effective: dict[str, Any],
