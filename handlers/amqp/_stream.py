@@ -58,7 +58,7 @@ from core.policies import (
 from core.storage import Position
 from core.subscription import SubType
 from handlers.amqp._codec import AMQPError, ReplyCode
-from handlers.amqp._model import QueueDecl, VHost, queue_subscription
+from handlers.amqp._model import Binding, QueueDecl, VHost, queue_subscription
 from handlers.amqp._queue import Held, _non_negative, _type_name
 
 if TYPE_CHECKING:
@@ -222,6 +222,10 @@ class StreamQueue:
         self.forwarder = Subscriber(handler.broker, queue_subscription(decl.name), self._arrived,
                                     window=1000)
         self.sources: dict[str, TopicName] = {}
+        # The binding chains into the stream by the exchange they start on, and whether
+        # one passes a headers exchange, as of the last refresh (as a queue keeps them).
+        self.chains: dict[str, list[tuple[Binding, ...]]] = {}
+        self.needs_headers = False
         self.readers: set[StreamReader] = set()
         self.owner: Any = None
         self.exclusive_consumer: Any = None
@@ -272,7 +276,11 @@ class StreamQueue:
             assert self.h.nursery is not None
             self.h_nursery = self.h.nursery
             self.h.nursery.start_soon(self._copy, receive)
-        wanted = set(self.vhost.chains(self.name)) - {""}
+        self.chains = self.vhost.chains(self.name)
+        self.needs_headers = any(
+            (e := self.vhost.exchanges.get(b.source)) is not None and e.type == "headers"
+            for chains in self.chains.values() for chain in chains for b in chain)
+        wanted = set(self.chains) - {""}
         for exchange in wanted - set(self.sources):
             name = self.h.exchange_topic(self.vhost.name, exchange)
             topic = await self.h.broker.get_topic(name)
@@ -284,8 +292,9 @@ class StreamQueue:
     def _arrived(self, r: Received) -> None:
         exchange = next((e for e, n in self.sources.items() if n == r.topic), None)
         m = r.message
-        chains = self.vhost.chains(self.name).get(exchange, []) if exchange is not None else []
-        if any(self.vhost.chain_matches(c, m.key or "", self.h.headers_of(m)) for c in chains):
+        chains = self.chains.get(exchange, []) if exchange is not None else []
+        headers = self.h.headers_of(m) if self.needs_headers else None
+        if any(self.vhost.chain_matches(c, m.key or "", headers) for c in chains):
             assert self._copies is not None
             self._copies.send_nowait(r)
         else:
@@ -293,15 +302,30 @@ class StreamQueue:
             self.forwarder.flow(r)
 
     async def _copy(self, receive: trio.MemoryReceiveChannel[Received]) -> None:
+        """Store what bound exchanges route to the stream on its topic, what has come
+        while the last copy was being stored together as one entry, in order; then
+        acknowledge it on the exchanges' topics."""
         async with receive:
-            async for r in receive:
+            while True:
                 try:
-                    await publish(self.h.broker, self.topic, [r.message], producer_name=f"amqp-stream-{self.name}")
+                    run = [await receive.receive()]
+                except trio.EndOfChannel:
+                    return
+                while True:
+                    try:
+                        run.append(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                try:
+                    await publish(self.h.broker, self.topic, [r.message for r in run],
+                                  producer_name=f"amqp-stream-{self.name}")
                 except Exception as exc:  # left unacknowledged: copied again later
-                    log.warning("amqp: stream %s: copy from %s failed: %s", self.name, r.topic, exc)
+                    log.warning("amqp: stream %s: copy of %d from its exchanges failed: %s",
+                                self.name, len(run), exc)
                     continue
-                self.forwarder.ack(r)
-                self.forwarder.flow(r)
+                for r in run:
+                    self.forwarder.ack(r)
+                    self.forwarder.flow(r)
 
     async def add_reader(self, consumer: Any, arguments: dict[str, Any]) -> StreamReader:
         if consumer.no_ack or not (consumer.prefetch or consumer.channel.global_prefetch):

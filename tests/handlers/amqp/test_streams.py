@@ -96,6 +96,29 @@ def test_a_stream_bound_to_an_exchange_gets_its_matching_messages(
     assert [b for _, b in read(conn, s, "first", 3)] == [b"0", b"2", b"4"]
 
 
+def test_a_streams_bindings_apply_from_when_they_change(
+        conn: pika.BlockingConnection, unique: str) -> None:
+    s, ex, hx = f"stream-rb-{unique}", f"stream-rex-{unique}", f"stream-hx-{unique}"
+    ch = conn.channel()
+    ch.exchange_declare(ex, "direct")
+    ch.exchange_declare(hx, "headers")
+    ch.queue_declare(s, durable=True, arguments=STREAM)
+    ch.queue_bind(s, ex, routing_key="a")
+    ch.confirm_delivery()
+    ch.basic_publish(ex, "a", b"a1")
+    ch.basic_publish(ex, "b", b"b1")
+    ch.queue_bind(s, ex, routing_key="b")  # the same exchange, one more key
+    ch.queue_unbind(s, ex, routing_key="a")
+    ch.queue_bind(s, hx, arguments={"x-match": "all", "kind": "x"})
+    ch.basic_publish(ex, "a", b"a2")
+    ch.basic_publish(ex, "b", b"b2")
+    ch.basic_publish(hx, "", b"h-no", pika.BasicProperties(headers={"kind": "y"}))
+    ch.basic_publish(hx, "", b"h-yes", pika.BasicProperties(headers={"kind": "x"}))
+    ch.basic_publish(ex, "b", b"end")
+    got = [b for _, b in read(conn, s, "first", 4)]
+    assert sorted(got) == [b"a1", b"b2", b"end", b"h-yes"]
+
+
 def test_stream_consumers_need_a_prefetch_and_streams_have_no_get(
         conn: pika.BlockingConnection, unique: str) -> None:
     s = f"stream-rules-{unique}"
