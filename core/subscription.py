@@ -579,18 +579,19 @@ class Subscription(Activity):
         """Fold batch-index acks into what is kept per entry (and the cursor persists);
         the entries now wholly acked."""
         done: list[Position] = []
-        partial: list[tuple[Position, list[int]]] = []
+        partial: dict[Position, list[int]] = {}  # an entry named twice: what both leave
         for pos, ack_set in acks:
             if ack_set is not None:
                 merged = self._narrow_ack_set(pos, ack_set)
                 if any(merged):
                     self.batch_ack_sets[pos] = merged
-                    partial.append((pos, merged))
+                    partial[pos] = merged
                     continue
             self.batch_ack_sets.pop(pos, None)
+            partial.pop(pos, None)
             done.append(pos)
         if partial:
-            self.cursor.set_batch_acks(partial)
+            self.cursor.set_batch_acks(list(partial.items()))
         return done
 
     def _narrow_ack_set(self, pos: Position, ack_set: list[int]) -> list[int]:

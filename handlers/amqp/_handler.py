@@ -27,7 +27,7 @@ import trio
 
 from core.auth import AuthenticationError
 from core.format import Message
-from core.messaging import publish
+from core.messaging import Received, publish
 from core.naming import NamespaceName, TopicName
 from core.stats import Series
 from handlers._serve import Outbox, Reader, open_url_listeners, run_session
@@ -388,6 +388,7 @@ class Channel:
 
     def settle(self, tags: list[int], *, ack: bool, requeue: bool) -> None:
         by_queue: dict[int, tuple[QueueRuntime, list[Held]]] = {}
+        acked: dict[int, tuple[QueueRuntime, list[Received]]] = {}
         touched: set[QueueRuntime] = set()
         for t in tags:
             queue, held, consumer = self.unacked.pop(t)
@@ -397,11 +398,13 @@ class Channel:
                 consumer.unacked -= 1
             touched.add(queue)
             if ack:
-                queue.settle(held.received)
+                acked.setdefault(id(queue), (queue, []))[1].append(held.received)
             elif not requeue:
                 queue.dead_letter(held, "rejected")
             else:
                 by_queue.setdefault(id(queue), (queue, []))[1].append(held)
+        for queue, received in acked.values():
+            queue.settle_many(received)
         for queue, held_list in by_queue.values():
             queue.requeue(held_list)
         for queue in touched:

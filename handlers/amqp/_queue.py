@@ -507,6 +507,10 @@ class QueueRuntime:
         self.subscriber.ack(r)
         self.subscriber.flow(r)
 
+    def settle_many(self, received: list[Received]) -> None:
+        """:meth:`settle` of each, in one call into the core."""
+        self.subscriber.ack_many(received, flow=True)
+
     # -- limits and expiry ---------------------------------------------------------------
 
     def _room_for(self, size: int) -> bool:

@@ -195,6 +195,9 @@ class StreamReader:
         self.subscriber.ack(r)
         self.subscriber.flow(r)
 
+    def settle_many(self, received: list[Received]) -> None:
+        self.subscriber.ack_many(received, flow=True)
+
     def requeue(self, held: list[Held]) -> None:
         for h in held:
             self.settle(h.received)

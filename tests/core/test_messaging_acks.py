@@ -1,0 +1,57 @@
+"""Acknowledging many decoded messages at once: one call into each subscription, the
+batch members of an entry folded into one ack set, and a permit back for each."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from core.format import Message, ack_set
+from core.messaging import Received, Subscriber
+from core.naming import TopicName
+from core.storage import Position
+
+TOPIC = TopicName.parse("persistent://public/default/acks")
+
+
+class _Subscription:
+    def __init__(self) -> None:
+        self.calls: list[list[tuple[Position, Any]]] = []
+
+    def ack_individual(self, consumer: Any, acks: list[tuple[Position, Any]]) -> None:
+        self.calls.append(list(acks))
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self.subscription = _Subscription()
+        self.permits = 0
+
+    def flow(self, n: int) -> None:
+        self.permits += n
+
+
+def _received(consumer: _Consumer, entry: int, index: int = -1, size: int = 0) -> Received:
+    return Received(TOPIC, Message(payload=b"x"), Position(1, entry), index, size, 0, consumer)  # type: ignore[arg-type]
+
+
+def test_ack_many_makes_one_call_per_consumer_and_gives_a_permit_each() -> None:
+    sub = Subscriber(SimpleNamespace(), "s", lambda r: None)
+    a, b = _Consumer(), _Consumer()
+    batch = [_received(a, 7, i, 4) for i in (0, 2)]
+    sub.ack_many([*batch, _received(a, 8), _received(b, 9)], flow=True)
+    assert len(a.subscription.calls) == 1 and len(b.subscription.calls) == 1
+    assert a.permits == 3 and b.permits == 1
+    acks = a.subscription.calls[0]
+    assert (Position(1, 8), None) in acks and b.subscription.calls[0] == [(Position(1, 9), None)]
+    # what the subscription folds: indexes 1 and 3 of entry 7 still to acknowledge
+    sets = [s for p, s in acks if p == Position(1, 7)]
+    folded = [x & y for x, y in zip(*sets, strict=True)]
+    assert folded == ack_set({1, 3}, 4)
+
+
+def test_ack_many_without_flow_gives_no_permit() -> None:
+    sub = Subscriber(SimpleNamespace(), "s", lambda r: None)
+    a = _Consumer()
+    sub.ack_many([_received(a, 1), _received(a, 2)])
+    assert a.permits == 0 and a.subscription.calls == [[(Position(1, 1), None), (Position(1, 2), None)]]
