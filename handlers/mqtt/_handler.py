@@ -18,6 +18,19 @@ Pulsar client does: a 3.1.1 or 5.0 client as its CONNECT password, a 5.0 client 
 enhanced authentication (5.0 section 4.12) with the method ``token``, whose data is the
 token, in the CONNECT or in the AUTH that answers the server's Continue authentication, and
 again whenever it re-authenticates (:meth:`MQTTSession._auth`).
+
+Authorization: with ``authorizationEnabled`` the role is checked as a Pulsar client's is
+(:class:`core.auth.AuthService`). A PUBLISH, retained or not, needs ``produce`` on its
+topic; one refused is not stored and is answered as Mosquitto answers a publish its ACLs
+deny: PUBACK or PUBREC 0x87 (Not authorized) in 5.0, a plain PUBACK or PUBREC in 3.1.1,
+which cannot say no (3.1.1 section 3.3.5, MQTT-3.3.5-2), nothing for QoS 0. A will is
+checked when it is published, with the role the connection last proved (Mosquitto checks
+it then too), not at CONNECT. A subscription needs ``consume``: an exact filter on its
+topic, a filter with wildcards on the namespace it maps to; a refused filter gets SUBACK
+0x87 (5.0) or 0x80 (3.1.1) alone. Each topic a session consumes is checked again when it
+is attached (topics created after the filter included), as are the retained messages a
+SUBSCRIBE sends, so a per-topic grant or a topic of another namespace is honoured; after a
+re-authentication the topics the new role may not consume are let go.
 """
 
 from __future__ import annotations
@@ -88,6 +101,7 @@ RETAINED = "/mqtt/retained"
 OUT_BUFFER = 1 << 20
 PUBLISH_WINDOW = 1000  # a session's publishes waiting to be stored before it stops reading
 PUBLISH_DRAIN = 5.0  # how long a closing session waits for its publishes to be stored
+SUBACK_FAILURE = 0x80  # 3.1.1 section 3.9.3: the one return code that refuses a filter
 
 
 @dataclass
@@ -131,7 +145,8 @@ class MQTTProtocolHandler:
         self.addresses: list[str] = []
         self._nursery: trio.Nursery | None = None
         self.stats = {"connections": 0, "publish_qos0": 0, "publish_qos1": 0, "publish_qos2": 0,
-                      "deliveries": 0, "dropped_expired": 0, "dropped_queue_full": 0}
+                      "deliveries": 0, "dropped_expired": 0, "dropped_queue_full": 0,
+                      "dropped_not_authorized": 0}
 
     # -- names ---------------------------------------------------------------------------
 
@@ -383,10 +398,11 @@ class MQTTProtocolHandler:
                          st[f"publish_qos{qos}"], (("qos", str(qos)),))
         yield Series("magnetar_mqtt_messages_out", "counter", "Messages sent to MQTT clients",
                      st["deliveries"])
-        for reason in ("expired", "queue_full"):
+        for reason in ("expired", "queue_full", "not_authorized"):
             yield Series("magnetar_mqtt_messages_dropped", "counter",
-                         "Messages not delivered: expired, or over mqttMaxQueuedMessages "
-                         "for an offline session", st[f"dropped_{reason}"], (("reason", reason),))
+                         "Messages not delivered: expired, over mqttMaxQueuedMessages for an "
+                         "offline session, or published (or willed) to a topic the role may "
+                         "not produce to", st[f"dropped_{reason}"], (("reason", reason),))
         yield Series("magnetar_mqtt_queued_messages", "gauge",
                      "Messages held for persistent sessions whose clients are away",
                      sum(len(q) for q in self.offline.values()))
@@ -674,8 +690,51 @@ class MQTTSession:
         else:  # 5.0 section 4.12.1: re-authentication is complete
             assert self.state is not None
             log.info("mqtt: %s re-authenticated as %s", self.state.client_id, self.role)
+            await self._reauthorized()  # before the answer: what follows it is the new role's
             self.send(Auth(reason_code=ReasonCode.SUCCESS,
                            properties=Properties(authentication_method=self.auth_method)))
+
+    # -- authorization -------------------------------------------------------------------
+
+    @property
+    def own_subscription(self) -> str:
+        """The core subscription the session's filters (not the shared ones) consume."""
+        assert self.state is not None
+        return f"mqtt:{self.state.client_id}"
+
+    def _consume_refusal(self, name: TopicName, subscription: str) -> str | None:
+        """Why the role may not consume ``name`` on ``subscription`` (Pulsar's rules: consume,
+        and a subscription's own permissions), or None when it may (always with
+        authorization off)."""
+        return self.h.broker.auth.subscribe_refusal(name, self.role, subscription)
+
+    def _filter_refusal(self, topic_filter: str, subscription: str) -> str | None:
+        """Why the role may not subscribe to ``topic_filter``, or None. An exact filter needs
+        consume on its topic; one with wildcards on the namespace it maps to (asked of the
+        filter as a topic name of that namespace, so the namespace's grants answer); one
+        that maps to no namespace (``persistent://+/...``) is a super-user's alone."""
+        auth = self.h.broker.auth
+        if not auth.authorization_enabled:
+            return None
+        try:
+            name = self.h.topic_name(topic_filter)
+        except ValueError:
+            return None if auth.is_super_user(self.role) else "the filter spans namespaces"
+        return self._consume_refusal(name, subscription)
+
+    async def _reauthorized(self) -> None:
+        """After a re-authentication: let go of the topics the new role may not consume (the
+        filters stay; later topics are checked as they come)."""
+        if not self.h.broker.auth.authorization_enabled or self.state is None:
+            return
+        for subscriber in [s for s in (self.subscriber, *self.shared.values()) if s is not None]:
+            for key in list(subscriber.attached):
+                name = TopicName.parse(key)
+                refusal = self._consume_refusal(name, subscriber.subscription)
+                if refusal is not None:
+                    log.info("mqtt: %s as %s no longer consumes %s: %s", self.state.client_id,
+                             self.role, name, refusal)
+                    await subscriber.detach(name)
 
     # -- the session ---------------------------------------------------------------------
 
@@ -746,8 +805,13 @@ class MQTTSession:
             await self.open_shared(f, share)
 
     async def attach(self, name: TopicName, start: Position | None = None) -> None:
-        """Consume ``name``; a topic loaded after the filter starts where it stood then."""
-        if self.subscriber is None or self.state is None:
+        """Consume ``name`` if the role may; a topic loaded after the filter starts where it
+        stood then."""
+        if self.subscriber is None or self.state is None or str(name) in self.subscriber.attached:
+            return
+        refusal = self._consume_refusal(name, self.subscriber.subscription)
+        if refusal is not None:
+            log.debug("mqtt: %s does not consume %s: %s", self.state.client_id, name, refusal)
             return
         try:
             await self.subscriber.attach(name, sub_type=SubType.Exclusive,
@@ -769,7 +833,12 @@ class MQTTSession:
     async def attach_shared(self, topic_filter: str, name: TopicName,
                             start: Position | None = None) -> None:
         subscriber = self.shared.get(topic_filter)
-        if subscriber is None or self.state is None:
+        if subscriber is None or self.state is None or str(name) in subscriber.attached:
+            return
+        refusal = self._consume_refusal(name, subscriber.subscription)
+        if refusal is not None:
+            log.debug("mqtt: %s does not consume %s for %s: %s", self.state.client_id, name,
+                      topic_filter, refusal)
             return
         try:
             await subscriber.attach(name, sub_type=SubType.Shared, durable=self.state.persistent,
@@ -865,6 +934,9 @@ class MQTTSession:
 
     async def _store(self, name: TopicName, batch: list[tuple[TopicName, Message, Publish]]) -> None:
         assert self.state is not None
+        if not self.h.broker.auth.can_produce(name, self.role):
+            self._refuse_publishes(name, batch)
+            return
         try:
             await publish(self.h.broker, name, [m for _, m, _ in batch],
                           producer_name=f"mqtt:{self.state.client_id}")
@@ -891,6 +963,21 @@ class MQTTSession:
         for _, _, p in batch:
             self._ack_publish(p, 0)
 
+    def _refuse_publishes(self, name: TopicName, batch: list[tuple[TopicName, Message, Publish]]) -> None:
+        """A run of publishes to a topic the role may not produce to: nothing is stored or
+        retained; each is answered in its turn as Mosquitto answers a publish its ACLs deny.
+        5.0: PUBACK or PUBREC 0x87 Not authorized (sections 3.4.2.1, 3.5.2.1; a PUBREC of
+        0x80 or above ends the flow: MQTT-4.3.3-4, so no packet id is kept). 3.1.1 has no
+        negative acknowledgement: MQTT-3.3.5-2 leaves a positive one or a close, and the
+        positive one keeps the client connected."""
+        assert self.state is not None
+        log.debug("mqtt: %s as %s may not produce to %s: %d PUBLISH dropped",
+                  self.state.client_id, self.role, name, len(batch))
+        self.h.stats["dropped_not_authorized"] += len(batch)
+        for _, _, p in batch:
+            self.storing_qos2.discard(p.packet_id or 0)
+            self._ack_publish(p, ReasonCode.NOT_AUTHORIZED)
+
     def _ack_publish(self, p: Publish, code: int, reason: str = "") -> None:
         props = Properties(reason_string=reason) if reason and self.v5 else Properties()
         code = code if self.v5 else 0
@@ -916,12 +1003,21 @@ class MQTTSession:
             f = opt.topic_filter
             share = parse_share(f)
             if isinstance(share, str) or share is None and mqtt_filter_error(f) is not None:
-                codes.append(ReasonCode.TOPIC_FILTER_INVALID if self.v5 else 0x80)
+                codes.append(ReasonCode.TOPIC_FILTER_INVALID if self.v5 else SUBACK_FAILURE)
                 continue
             if share is not None and opt.no_local:
                 # MQTT-3.8.3-4: No Local on a shared subscription is a protocol error
                 self._disconnect(ReasonCode.PROTOCOL_ERROR, "no local on a shared subscription")
                 raise _Closed
+            refusal = (self._filter_refusal(share.topic_filter, share.subscription) if share
+                       else self._filter_refusal(f, self.own_subscription))
+            if refusal is not None:
+                # 5.0 section 3.9.3: 0x87 Not authorized; 3.1.1 section 3.9.3: 0x80 Failure.
+                # That filter alone; one the session held already stays as it was.
+                log.info("mqtt: %s as %s may not subscribe to %s: %s", self.state.client_id,
+                         self.role, f, refusal)
+                codes.append(ReasonCode.NOT_AUTHORIZED if self.v5 else SUBACK_FAILURE)
+                continue
             existed = f in self.state.filters
             self.state.filters[f] = opt
             if share is not None:
@@ -953,6 +1049,8 @@ class MQTTSession:
         for full, entry in list(self.h.retained.items()):
             name = TopicName.parse(full)
             if not any(True for _ in tree.match(self.h.mqtt_topic(name))):
+                continue
+            if self._consume_refusal(name, self.own_subscription) is not None:
                 continue
             for m in messages_from_entry(entry):
                 qos = min(opt.qos, int(m.properties.get(P + "qos", "1")))
@@ -1136,7 +1234,7 @@ class MQTTSession:
         scope = trio.CancelScope()
         if delay:
             h.wills[state.client_id] = scope
-        client_id = state.client_id
+        client_id, role = state.client_id, self.role
 
         async def send_will() -> None:
             with scope:
@@ -1144,9 +1242,15 @@ class MQTTSession:
                 h.wills.pop(client_id, None)
                 pub = Publish(topic=will.topic, payload=will.payload, qos=will.qos,
                               retain=will.retain, properties=will.properties)
-                name = h.topic_name(will.topic)
-                message = _message(client_id, pub)
                 try:
+                    name = h.topic_name(will.topic)
+                    message = _message(client_id, pub)
+                    # checked now, as Mosquitto checks a will: the grants of when it is sent
+                    if not h.broker.auth.can_produce(name, role):
+                        h.stats["dropped_not_authorized"] += 1
+                        log.info("mqtt: the will of %s not published: %s may not produce to %s",
+                                 client_id, role, name)
+                        return
                     await publish(h.broker, name, [message], producer_name=f"mqtt:{client_id}")
                     if will.retain:
                         h.store_retained(name, message)
