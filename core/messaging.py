@@ -178,6 +178,10 @@ class Subscriber:
         self.attached: dict[str, tuple[PersistentTopic, Consumer]] = {}
         #: Chunked messages being put together, by topic and uuid, oldest first.
         self._chunked: dict[tuple[str, str], _Chunked] = {}
+        #: What :meth:`settle_later` was given, not yet acknowledged.
+        self._settling: list[Received] = []
+        self._delivering = False  # in send_messages: what it settles goes at its end
+        self._settle_soon = False  # settle_pending is to run from the run loop
 
     async def attach(self, name: TopicName, *, sub_type: SubType = SubType.Exclusive,
                      durable: bool = False, start: Position | None = None) -> None:
@@ -200,6 +204,7 @@ class Subscriber:
         consumer.flow(self.window)
 
     async def detach(self, name: TopicName, *, delete: bool = False) -> None:
+        self.settle_pending()
         got = self.attached.pop(str(name), None)
         if got is None:
             return
@@ -250,6 +255,32 @@ class Subscriber:
                 consumer.flow(sum(1 for r in received if r.consumer is consumer)
                               if len(groups) > 1 else len(received))
 
+    def settle_later(self, r: Received) -> None:
+        """:meth:`ack` ``r`` and :meth:`flow` its permit back, together with the others of
+        the batch: at the end of the delivery under way, at :meth:`settle_pending` (a
+        session calls it once it has handled what it read), or else as soon as the task
+        that settled it lets the run loop go on. ``r`` is kept by the subscriber it came
+        from, whichever subscriber is asked."""
+        sink = r.consumer.sink
+        owner = sink if isinstance(sink, Subscriber) else self
+        owner._settling.append(r)
+        if not owner._delivering and not owner._settle_soon:
+            owner._settle_soon = True
+            trio.lowlevel.current_trio_token().run_sync_soon(owner._settle_from_run_loop)
+
+    def settle_pending(self) -> None:
+        """Apply what :meth:`settle_later` holds: one call into each subscription."""
+        if self._settling:
+            settling, self._settling = self._settling, []
+            self.ack_many(settling, flow=True)
+
+    def _settle_from_run_loop(self) -> None:
+        self._settle_soon = False
+        try:
+            self.settle_pending()
+        except Exception:  # the run loop must not see it
+            log.exception("%s: acknowledging failed", self.subscription)
+
     def nack(self, r: Received) -> None:
         sub = r.consumer.subscription
         if sub is not None:
@@ -264,6 +295,14 @@ class Subscriber:
         topic = consumer.subscription.topic.name if consumer.subscription is not None else None
         if topic is None:
             return
+        self._delivering = True
+        try:
+            self._send(consumer, topic, deliveries)
+        finally:
+            self._delivering = False
+            self.settle_pending()
+
+    def _send(self, consumer: Consumer, topic: TopicName, deliveries: list[Delivery]) -> None:
         give_back = 0
         for d in deliveries:
             entry = d.entry

@@ -547,6 +547,8 @@ class MQTTSession:
                 if packet is NEED_DATA:
                     break
                 await self._handle(packet)
+            if self.subscriber is not None:
+                self.subscriber.settle_pending()  # the acknowledgements just read, at once
 
     def _disconnect(self, code: int, reason: str = "") -> None:
         if self.v5 and self.state is not None:
@@ -1180,8 +1182,7 @@ class MQTTSession:
 
     def _settle(self, r: Received) -> None:
         if self.subscriber is not None and isinstance(r, Received):
-            self.subscriber.ack(r)
-            self.subscriber.flow(r)
+            self.subscriber.settle_later(r)  # with the rest of what was read or delivered
 
     def _acked(self, pid: int) -> None:
         got = self.inflight.pop(pid, None)

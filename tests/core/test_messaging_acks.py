@@ -55,3 +55,40 @@ def test_ack_many_without_flow_gives_no_permit() -> None:
     a = _Consumer()
     sub.ack_many([_received(a, 1), _received(a, 2)])
     assert a.permits == 0 and a.subscription.calls == [[(Position(1, 1), None), (Position(1, 2), None)]]
+
+
+async def test_settle_later_applies_once_the_task_lets_the_run_loop_go_on() -> None:
+    import trio
+
+    sub = Subscriber(SimpleNamespace(), "s", lambda r: None)
+    a = _Consumer()
+    a.sink = sub  # type: ignore[attr-defined]
+    sub.settle_later(_received(a, 1))
+    sub.settle_later(_received(a, 2))
+    assert a.subscription.calls == []  # not while this task runs
+    with trio.fail_after(5):
+        while not a.subscription.calls:
+            await trio.sleep(0)
+    assert a.subscription.calls == [[(Position(1, 1), None), (Position(1, 2), None)]] and a.permits == 2
+
+
+def test_what_a_delivery_settles_is_applied_at_its_end_in_one_call() -> None:
+    from core.format import entry_from_messages
+    from core.storage import Entry
+    from core.subscription import Delivery
+
+    settled: list[Received] = []
+
+    def deliver(r: Received) -> None:
+        sub.settle_later(r)  # as a QoS 0 delivery is done with once sent
+        settled.append(r)
+        assert a.subscription.calls == []
+
+    sub = Subscriber(SimpleNamespace(), "s", deliver)
+    a = _Consumer()
+    a.sink = sub  # type: ignore[attr-defined]
+    a.subscription.topic = SimpleNamespace(name=TOPIC)  # type: ignore[attr-defined]
+    entry = entry_from_messages([Message(payload=b"a"), Message(payload=b"b")], producer_name="p",
+                                sequence_id=1, publish_time=1)
+    sub.send_messages(a, [Delivery(Entry(Position(1, 5), 0, 1, 2, entry), 0)])  # type: ignore[arg-type]
+    assert len(settled) == 2 and len(a.subscription.calls) == 1 and a.permits == 2
