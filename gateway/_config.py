@@ -2,10 +2,14 @@
 
 Theory of operation
 -------------------
-Every setting Magnetar understands is one row of :data:`KEYS`: its Pulsar name, a type,
-a default (Pulsar's own default wherever Pulsar has the key, except where Magnetar
-deliberately differs, e.g. binding to loopback), a validator and a one-line doc. A value
-is resolved in this order, later sources winning:
+Every setting Magnetar understands is one :class:`Key`: its Pulsar name, a type, a
+default (Pulsar's own default wherever Pulsar has the key, except where Magnetar
+deliberately differs, e.g. binding to loopback), a validator and a one-line doc. The core
+keys, the broker's and the Pulsar protocol's, are the rows of :data:`KEYS`; every other
+protocol declares its own (its handler's ``config_keys``, see :mod:`gateway.config`), and
+a configuration knows the keys of the protocols its ``messagingProtocols`` names, resolved
+first (:func:`known_keys`), exactly as it knows the core keys. A value is resolved in this
+order, later sources winning:
 
 1. the built-in default (some defaults are derived from other keys, e.g. the metadata
    store and the bookie directories live under ``dataDirectory`` unless set);
@@ -17,7 +21,8 @@ is resolved in this order, later sources winning:
 4. explicit overrides (command-line flags and ``-c key=value``).
 
 An unknown key is not an error: it is logged as a warning naming it and kept, as a
-string, in :attr:`Config.unknown` (plugins may read their own keys from there). Keys that
+string, in :attr:`Config.unknown`; so is a key of a protocol that is not loaded (one
+warning names a built-in protocol's keys together and says so). Keys that
 Pulsar's and BookKeeper's own files set but that mean nothing to Magnetar (a JVM's heap,
 DbLedgerStorage, the load balancer) are kept the same way; their warning says why. A value
 that does not parse or validate raises :class:`ConfigError` naming the key, the value
@@ -29,7 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -44,12 +49,20 @@ __all__ = [
     "ConfigError",
     "Key",
     "Listener",
+    "bool_key",
     "check_frame_holds_message",
+    "enum_key",
+    "float_key",
+    "int_key",
+    "known_keys",
+    "listeners_key",
     "load_config",
     "parse_config_text",
     "parse_duration",
     "parse_advertised_listeners",
     "parse_listener",
+    "port_key",
+    "str_key",
 ]
 
 log = logging.getLogger("magnetar.config")
@@ -324,7 +337,12 @@ def _zk_key(name: str, doc: str) -> Key:
     return Key(name, "str", "", doc, "host:port[,host:port][/chroot]", _zk_servers)
 
 
-def _port(name: str, default: int, doc: str) -> Key:
+# The helpers below build the usual kinds of key; a protocol declares its own keys with
+# them too (see gateway.config). Each names its accepted form in its error messages.
+
+
+def port_key(name: str, default: int, doc: str) -> Key:
+    """A TCP port, 0-65535."""
     return Key(name, "int", default, doc, "an integer port 0-65535", _range(0, 65535))
 
 
@@ -344,25 +362,42 @@ def _bounded(kind: str, noun: str, name: str, default: float, doc: str,
     return Key(name, kind, default, doc, expected, _range(lo, hi))
 
 
-def _int(name: str, default: int, doc: str, lo: int | None = None, hi: int | None = None) -> Key:
+def int_key(name: str, default: int, doc: str, lo: int | None = None, hi: int | None = None) -> Key:
+    """An integer, within ``lo``-``hi`` where given.
+
+    >>> int_key("amqpChannelMax", 2047, "Channels per connection.", 1, 65535).parse("0")
+    Traceback (most recent call last):
+    gateway._config.ConfigError: amqpChannelMax: '0' is out of range (expected an integer 1-65535)
+    """
     return _bounded("int", "an integer", name, default, doc, lo, hi)
 
 
-def _float(name: str, default: float, doc: str, lo: float | None = None,
-           hi: float | None = None) -> Key:
+def float_key(name: str, default: float, doc: str, lo: float | None = None,
+              hi: float | None = None) -> Key:
+    """A finite number, within ``lo``-``hi`` where given."""
     return _bounded("float", "a number", name, default, doc, lo, hi)
 
 
-def _bool(name: str, default: bool, doc: str) -> Key:
+def bool_key(name: str, default: bool, doc: str) -> Key:
+    """``true``/``false`` (also yes/no, on/off, 1/0)."""
     return Key(name, "bool", default, doc)
 
 
-def _str(name: str, default: str, doc: str) -> Key:
+def str_key(name: str, default: str, doc: str) -> Key:
+    """Any string."""
     return Key(name, "str", default, doc)
 
 
-def _enum(name: str, default: str, doc: str, *choices: str) -> Key:
+def enum_key(name: str, default: str, doc: str, *choices: str) -> Key:
+    """One string of ``choices``."""
     return Key(name, "str", default, doc, "one of " + ", ".join(choices), _choice(*choices))
+
+
+def listeners_key(name: str, default: Sequence[str], doc: str, scheme: str = "scheme") -> Key:
+    """A comma-separated list of listener URLs ``scheme://host:port`` (read them with
+    :meth:`Config.listeners`); ``scheme`` only names the form in messages."""
+    return Key(name, "list", tuple(default), doc,
+               f"a comma-separated list of {scheme}://host:port", _listeners)
 
 
 def _dynamic(key: Key) -> Key:
@@ -444,21 +479,21 @@ def _check_configuration_store(values: Mapping[str, Any]) -> None:
 
 _KEY_LIST: tuple[Key, ...] = (
     # --- process, addresses, ports
-    _str("clusterName", "standalone", "Name of the cluster this broker belongs to."),
-    _port("brokerServicePort", 6650, "Port of the Pulsar binary protocol listener."),
-    _port("webServicePort", 8080, "Port of the admin REST API and /metrics."),
-    _int("httpMaxRequestSize", 10 * 1024 * 1024,
-         "Largest admin request body, in bytes; a larger one is refused with 413 before it "
-         "is read. -1 for no limit (Pulsar's default; Magnetar's bounds the memory one request "
-         "may take, well above the largest schema or policies document).", -1),
-    _float("httpRequestBodyTimeoutInSeconds", 30.0,
-           "Time an admin request's body may take to arrive after its headers; a slower one "
-           "is answered 408 and its connection closed. 0 for no limit.", 0),
+    str_key("clusterName", "standalone", "Name of the cluster this broker belongs to."),
+    port_key("brokerServicePort", 6650, "Port of the Pulsar binary protocol listener."),
+    port_key("webServicePort", 8080, "Port of the admin REST API and /metrics."),
+    int_key("httpMaxRequestSize", 10 * 1024 * 1024,
+            "Largest admin request body, in bytes; a larger one is refused with 413 before it "
+            "is read. -1 for no limit (Pulsar's default; Magnetar's bounds the memory one request "
+            "may take, well above the largest schema or policies document).", -1),
+    float_key("httpRequestBodyTimeoutInSeconds", 30.0,
+              "Time an admin request's body may take to arrive after its headers; a slower one "
+              "is answered 408 and its connection closed. 0 for no limit.", 0),
     Key("bindAddress", "str", "127.0.0.1",
         "Address every listener binds to (Pulsar binds 0.0.0.0; Magnetar binds loopback).",
         "a host name or IP address", _nonempty),
-    _str("advertisedAddress", "",
-         "Host name or IP advertised to clients; empty means the bind address."),
+    str_key("advertisedAddress", "",
+            "Host name or IP advertised to clients; empty means the bind address."),
     Key("advertisedListeners", "list", (),
         "Named addresses a lookup may answer with, for clients on other networks: "
         "name:pulsar://host:port[,name:pulsar+ssl://host:port,...]. A client names its "
@@ -466,9 +501,9 @@ _KEY_LIST: tuple[Key, ...] = (
         "internalListenerName (or 'internal'), at the advertised address.",
         "a comma-separated list of name:pulsar://host:port or name:pulsar+ssl://host:port",
         _advertised_listeners),
-    _str("internalListenerName", "",
-         "The listener a lookup answers with when the client names none, and the broker's "
-         "own URL; empty means the first of advertisedListeners."),
+    str_key("internalListenerName", "",
+            "The listener a lookup answers with when the client names none, and the broker's "
+            "own URL; empty means the first of advertisedListeners."),
     Key("dataDirectory", "str", "data",
         "Directory under which Magnetar keeps its local metadata and bookie data.",
         "a directory path", _nonempty),
@@ -492,372 +527,291 @@ _KEY_LIST: tuple[Key, ...] = (
             "Older name of configurationMetadataStoreUrl, as ZooKeeper servers: empty or "
             "the metadata store's."),
     # --- Pulsar's WebSocket API (on webServicePort)
-    _bool("webSocketServiceEnabled", True,
-          "Serve Pulsar's WebSocket API (/ws/v2/producer, /ws/v2/consumer, /ws/v2/reader) on "
-          "webServicePort. True, as Pulsar's standalone.conf ships it; Pulsar's broker.conf "
-          "ships false."),
-    _int("webSocketMaxTextFrameSize", 1048576,
-         "Largest WebSocket message, in bytes; a larger one closes its session (1009).", 1024),
-    _int("webSocketSessionIdleTimeoutMillis", 300000,
-         "A WebSocket session that sends and receives nothing for this long, in ms, is "
-         "closed (1001); 0 never closes it.", 0),
-    # --- protocols and listeners
+    bool_key("webSocketServiceEnabled", True,
+             "Serve Pulsar's WebSocket API (/ws/v2/producer, /ws/v2/consumer, /ws/v2/reader) on "
+             "webServicePort. True, as Pulsar's standalone.conf ships it; Pulsar's broker.conf "
+             "ships false."),
+    int_key("webSocketMaxTextFrameSize", 1048576,
+            "Largest WebSocket message, in bytes; a larger one closes its session (1009).", 1024),
+    int_key("webSocketSessionIdleTimeoutMillis", 300000,
+            "A WebSocket session that sends and receives nothing for this long, in ms, is "
+            "closed (1001); 0 never closes it.", 0),
+    # --- protocols (each declares its own keys: see gateway.config)
     Key("messagingProtocols", "list", ("pulsar", "kafka", "amqp", "mqtt"),
-        "Protocol handlers to load: pulsar, kafka, amqp, mqtt, or module:Class for your own.",
+        "Protocol handlers to load: pulsar, kafka, amqp, mqtt, or module:Class for your own. "
+        "The keys of each one named here are keys like these.",
         "a comma-separated list of protocol names or module:Class"),
-    Key("kafkaListeners", "list", ("PLAINTEXT://127.0.0.1:9092",),
-        "Kafka listener URLs: PLAINTEXT://host:port, or SASL_PLAINTEXT://host:port (with "
-        "authenticationEnabled every Kafka listener requires SASL/PLAIN with the password "
-        "token:<jwt>, whichever its scheme).", "a comma-separated list of scheme://host:port",
-        _listeners),
-    Key("kafkaAdvertisedListeners", "list", (),
-        "Kafka listener URLs given to clients in metadata; empty means the bound listener.",
-        "a comma-separated list of scheme://host:port", _listeners),
-    _str("kafkaTenant", "public", "Tenant that Kafka topics live in."),
-    _str("kafkaNamespace", "default", "Namespace that Kafka topics live in."),
-    Key("mqttListeners", "list", ("mqtt://127.0.0.1:1883",),
-        "MQTT 3.1.1 and 5 listener URLs (with messagingProtocols including mqtt).",
-        "a comma-separated list of mqtt://host:port", _listeners),
-    _str("mqttTenant", "public", "Tenant that MQTT topics live in."),
-    _str("mqttNamespace", "default", "Namespace that MQTT topics live in."),
-    _int("mqttMaxPacketSize", 1048576,
-         "Largest MQTT packet a client may send, in bytes; a larger one ends its connection "
-         "(MQTT 5: DISCONNECT 0x95).", 16, 268435460),
-    _int("mqttReceiveMaximum", 1024,
-         "QoS 2 publishes an MQTT client may have unanswered at once (the CONNACK's receive "
-         "maximum); one more ends its connection (0x93).", 1, 65535),
-    _int("mqttTopicAliasMaximum", 10,
-         "Topic aliases an MQTT 5 client may set up (0: none).", 0, 65535),
-    _int("mqttMaxQueuedMessages", 1000,
-         "Messages a persistent MQTT session keeps while its client is away; past it the "
-         "oldest QoS 0 one is dropped, or, when none is left, the oldest QoS 1 or 2 one.", 1),
-    Key("amqpListeners", "list", ("amqp://127.0.0.1:5672",),
-        "AMQP 0-9-1 listener URLs (with messagingProtocols including amqp).",
-        "a comma-separated list of amqp://host:port", _listeners),
-    _str("amqpTenant", "public",
-         "Tenant of the AMQP vhosts: vhost / is {amqpTenant}/default, vhost v is {amqpTenant}/v."),
-    _int("amqpFrameMax", 131072,
-         "Largest AMQP frame, in bytes, offered in connection.tune; a larger frame ends the "
-         "connection with FRAME_ERROR (501).", 4096),
-    _int("amqpChannelMax", 2047, "Channels an AMQP connection may open (connection.tune).", 1, 65535),
-    _int("amqpHeartbeat", 60,
-         "AMQP heartbeat interval offered, in seconds (0: none); a client silent for two "
-         "intervals is disconnected.", 0, 65535),
-    _int("amqpMaxConnectionsPerVhost", 0,
-         "AMQP connections a vhost accepts at once (0: no limit); one more is refused with "
-         "NOT_ALLOWED (530).", 0),
-    _int("amqpMaxMessageSize", 134217728,
-         "Largest AMQP message body, in bytes; a larger publish closes its channel with "
-         "PRECONDITION_FAILED (406). A body over maxMessageSize is stored as a chunked "
-         "message.", 1),
-    _int("amqpPublishWindow", 20000,
-         "Publishes of an AMQP channel not yet stored past which its connection reads "
-         "nothing more, saying connection.blocked to a client that takes it, until half "
-         "are stored.", 1),
-    _str("amqpDefaultUser", "guest",
-         "The AMQP user accepted when authentication is off (RabbitMQ's default_user)."),
-    _str("amqpDefaultPassword", "guest",
-         "That user's password (RabbitMQ's default_pass)."),
-    _int("max.request.partition.size.limit", 2000,
-         "Most partitions one Kafka DescribeTopicPartitions answer lists (Kafka's default 2000).", 1),
-    _int("max.incremental.fetch.session.cache.slots", 1000,
-         "Kafka incremental fetch sessions (KIP-227) kept at once; 0 disables them.", 0),
-    _int("min.incremental.fetch.session.eviction.ms", 120000,
-         "Idle time after which a Kafka fetch session may be evicted for a new one.", 0),
-    _int("group.min.session.timeout.ms", 6000,
-         "Shortest session timeout a Kafka consumer group member may ask for; a JoinGroup "
-         "asking less is INVALID_SESSION_TIMEOUT.", 0),
-    _int("group.max.session.timeout.ms", 1800000,
-         "Longest session timeout a Kafka consumer group member may ask for; a JoinGroup "
-         "asking more is INVALID_SESSION_TIMEOUT.", 0),
-    _int("group.initial.rebalance.delay.ms", 0,
-         "How long the first rebalance of an empty Kafka consumer group waits for more "
-         "members to join (each new one restarts the wait, up to the rebalance timeout), "
-         "so that a group starting up is assigned once rather than once per member. 0 "
-         "answers at once; Kafka's broker default, which conf/broker.conf sets, is 3000.", 0),
-    _int("offsets.retention.minutes", 10080,
-         "Minutes a Kafka group's committed offsets are kept: from when it became empty "
-         "(a consumer group), or from each commit (a group that only stores offsets).", 1),
-    _int("offsets.retention.check.interval.ms", 600000,
-         "How often Kafka groups' committed offsets are checked for expiry.", 1),
-    _int("log.retention.hours", 168,
-         "Retention, in hours, that a topic a Kafka client creates (CreateTopics without "
-         "retention.ms, or auto-creation) gets as its own retention.ms, as Kafka gives "
-         "every topic; negative: none of its own, the namespace's applies.", -(1 << 31)),
-    _int("connections.max.idle.ms", 600000,
-         "Milliseconds after which a Kafka connection with nothing received and no request "
-         "open is closed; -1 never closes it.", -1),
     # --- messages and connections
-    _int("maxMessageSize", 5242880, "Largest message (batch) payload accepted, in bytes.", 1024),
-    _int("keepAliveIntervalSeconds", 30, "Interval of protocol-level keep-alive pings.", 0),
-    _int("brokerShutdownTimeoutMs", 60000,
-         "How long a shutdown (SIGINT, SIGTERM) may take before the process exits anyway: a "
-         "client that stopped reading the answer being written to it cannot hold it up.", 1),
-    _int("maxPendingPublishRequestsPerConnection", 1000,
-         "Publishes of one Pulsar connection awaiting their receipt before the broker reads "
-         "nothing more from it (until half are answered); 0 for no limit.", 0),
-    _dynamic(_int("maxMessagePublishBufferSizeInMB", 512,
-                  "Bytes of publishes, from every Pulsar connection, awaiting their receipt "
-                  "before the broker reads no connection (until half is free); -1 for no "
-                  "limit. A change applies at the next read from any connection.", -1)),
+    int_key("maxMessageSize", 5242880, "Largest message (batch) payload accepted, in bytes.", 1024),
+    int_key("keepAliveIntervalSeconds", 30, "Interval of protocol-level keep-alive pings.", 0),
+    int_key("brokerShutdownTimeoutMs", 60000,
+            "How long a shutdown (SIGINT, SIGTERM) may take before the process exits anyway: a "
+            "client that stopped reading the answer being written to it cannot hold it up.", 1),
+    int_key("maxPendingPublishRequestsPerConnection", 1000,
+            "Publishes of one Pulsar connection awaiting their receipt before the broker reads "
+            "nothing more from it (until half are answered); 0 for no limit.", 0),
+    _dynamic(int_key("maxMessagePublishBufferSizeInMB", 512,
+                     "Bytes of publishes, from every Pulsar connection, awaiting their receipt "
+                     "before the broker reads no connection (until half is free); -1 for no "
+                     "limit. A change applies at the next read from any connection.", -1)),
     # --- authentication and authorization
-    _bool("authenticationEnabled", False,
-          "Require every client (Pulsar, Kafka, admin REST) to authenticate; with the token "
-          "provider, by a JWT signed with tokenSecretKey or tokenPublicKey's private key "
-          "(Kafka clients by SASL/PLAIN with the password token:<jwt>)."),
+    bool_key("authenticationEnabled", False,
+             "Require every client (Pulsar, Kafka, admin REST) to authenticate; with the token "
+             "provider, by a JWT signed with tokenSecretKey or tokenPublicKey's private key "
+             "(Kafka clients by SASL/PLAIN with the password token:<jwt>)."),
     Key("authenticationProviders", "list", (),
         "Authentication providers: only "
         "org.apache.pulsar.broker.authentication.AuthenticationProviderToken (token "
         "authentication) is available; a broker naming another refuses to start.",
         "a comma-separated list of provider class names"),
-    _str("tokenSecretKey", "",
-         "The secret key (HS256, HS384, HS512) tokens are verified with: file:///path (the "
-         "key's bytes, as tokens create-secret-key --output writes them), data:;base64,<key> "
-         "or the key in base64."),
-    _str("tokenPublicKey", "",
-         "The public key (RSA or EC, DER or PEM) tokens are verified with, when they are "
-         "signed with a private key; in the same forms as tokenSecretKey."),
-    _enum("tokenPublicAlg", "RS256",
-          "The algorithm family of tokenPublicKey: an RSA algorithm for an RSA key, an ES "
-          "one for an EC key; tokens signed by that family are accepted.",
-          "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"),
-    _str("tokenAuthClaim", "", "The token claim that holds the role; empty: sub."),
-    _str("tokenAudienceClaim", "",
-         "The token claim that holds its audience; when set, a token must name "
-         "tokenAudience there."),
-    _str("tokenAudience", "", "The audience that stands for this broker (see tokenAudienceClaim)."),
-    _str("anonymousUserRole", "",
-         "The role of a client that presents no credentials; empty: such a client is refused."),
-    _int("authenticationRefreshCheckSeconds", 60,
-         "How often a Pulsar connection's credentials are checked for expiry; once expired, "
-         "the client is asked for fresh ones (AUTH_CHALLENGE) and closed if it cannot give "
-         "them by the next check. 0: never checked.", 0),
-    _bool("authenticateMetricsEndpoint", False,
-          "Require authentication (and, with authorization, a super-user) for /metrics."),
-    _bool("authorizationEnabled", False,
-          "Check what each authenticated role may do: produce and consume need the "
-          "namespace's or the topic's permission, administering a tenant needs its "
-          "adminRoles; super-users may do anything. Needs authenticationEnabled."),
+    str_key("tokenSecretKey", "",
+            "The secret key (HS256, HS384, HS512) tokens are verified with: file:///path (the "
+            "key's bytes, as tokens create-secret-key --output writes them), data:;base64,<key> "
+            "or the key in base64."),
+    str_key("tokenPublicKey", "",
+            "The public key (RSA or EC, DER or PEM) tokens are verified with, when they are "
+            "signed with a private key; in the same forms as tokenSecretKey."),
+    enum_key("tokenPublicAlg", "RS256",
+             "The algorithm family of tokenPublicKey: an RSA algorithm for an RSA key, an ES "
+             "one for an EC key; tokens signed by that family are accepted.",
+             "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"),
+    str_key("tokenAuthClaim", "", "The token claim that holds the role; empty: sub."),
+    str_key("tokenAudienceClaim", "",
+            "The token claim that holds its audience; when set, a token must name "
+            "tokenAudience there."),
+    str_key("tokenAudience", "", "The audience that stands for this broker (see tokenAudienceClaim)."),
+    str_key("anonymousUserRole", "",
+            "The role of a client that presents no credentials; empty: such a client is refused."),
+    int_key("authenticationRefreshCheckSeconds", 60,
+            "How often a Pulsar connection's credentials are checked for expiry; once expired, "
+            "the client is asked for fresh ones (AUTH_CHALLENGE) and closed if it cannot give "
+            "them by the next check. 0: never checked.", 0),
+    bool_key("authenticateMetricsEndpoint", False,
+             "Require authentication (and, with authorization, a super-user) for /metrics."),
+    bool_key("authorizationEnabled", False,
+             "Check what each authenticated role may do: produce and consume need the "
+             "namespace's or the topic's permission, administering a tenant needs its "
+             "adminRoles; super-users may do anything. Needs authenticationEnabled."),
     Key("superUserRoles", "list", (),
         "Roles that may do anything: create tenants, administer every namespace, produce "
         "and consume everywhere.", "a comma-separated list of roles"),
     # --- topics
-    _bool("enablePersistentTopics", True,
-          "Serve persistent topics; when false, a producer, consumer or admin request that "
-          "would load one is refused (NotAllowed)."),
-    _bool("enableNonPersistentTopics", True,
-          "Serve non-persistent topics; when false, likewise refused."),
-    _dynamic(_bool("allowAutoTopicCreation", True, "Create topics on first produce/subscribe.")),
-    _dynamic(_enum("allowAutoTopicCreationType", "non-partitioned",
-                   "Kind of topic created automatically.", "partitioned", "non-partitioned")),
-    _dynamic(_int("defaultNumPartitions", 1,
-                  "Partitions of an automatically created partitioned topic.", 1)),
-    _dynamic(_int("maxNumPartitionsPerPartitionedTopic", 0,
-                  "Most partitions a partitioned topic may have (created, updated or "
-                  "auto-created); 0 for no limit.", 0)),
-    _dynamic(_bool("allowAutoSubscriptionCreation", True,
-                   "Create a durable subscription when a consumer subscribes to one that does "
-                   "not exist (and a producer's initial subscription); when false, such a "
-                   "subscribe fails with SubscriptionNotFound. Checked at each subscribe.")),
-    _dynamic(_int("maxTopicsPerNamespace", 0,
-                  "Persistent topics (each partition counting one) a namespace may hold, where "
-                  "it sets no limit itself; 0 for no limit. Checked as each topic is created.",
-                  0)),
-    _int("maxProducersPerTopic", 0,
-         "Producers one topic may have, where its namespace sets no limit; 0 for no limit.", 0),
-    _int("maxConsumersPerTopic", 0,
-         "Consumers one topic may have, where its namespace sets no limit; 0 for no limit.", 0),
-    _int("maxConsumersPerSubscription", 0,
-         "Consumers one subscription may have, where its namespace sets no limit; 0 for no "
-         "limit.", 0),
-    _int("maxSubscriptionsPerTopic", 0,
-         "Subscriptions one topic may have, where its namespace sets no limit; 0 for no "
-         "limit.", 0),
-    _int("subscriptionExpirationTimeMinutes", 0,
-         "Minutes a durable subscription may go unused (no consumer connected or active) "
-         "before it is deleted, where neither the topic nor its namespace says; 0 keeps "
-         "them.", 0),
-    _float("subscriptionExpiryCheckIntervalInMinutes", 5.0,
-           "How often unused subscriptions are looked for.", 0.001),
+    bool_key("enablePersistentTopics", True,
+             "Serve persistent topics; when false, a producer, consumer or admin request that "
+             "would load one is refused (NotAllowed)."),
+    bool_key("enableNonPersistentTopics", True,
+             "Serve non-persistent topics; when false, likewise refused."),
+    _dynamic(bool_key("allowAutoTopicCreation", True, "Create topics on first produce/subscribe.")),
+    _dynamic(enum_key("allowAutoTopicCreationType", "non-partitioned",
+                      "Kind of topic created automatically.", "partitioned", "non-partitioned")),
+    _dynamic(int_key("defaultNumPartitions", 1,
+                     "Partitions of an automatically created partitioned topic.", 1)),
+    _dynamic(int_key("maxNumPartitionsPerPartitionedTopic", 0,
+                     "Most partitions a partitioned topic may have (created, updated or "
+                     "auto-created); 0 for no limit.", 0)),
+    _dynamic(bool_key("allowAutoSubscriptionCreation", True,
+                      "Create a durable subscription when a consumer subscribes to one that does "
+                      "not exist (and a producer's initial subscription); when false, such a "
+                      "subscribe fails with SubscriptionNotFound. Checked at each subscribe.")),
+    _dynamic(int_key("maxTopicsPerNamespace", 0,
+                     "Persistent topics (each partition counting one) a namespace may hold, where "
+                     "it sets no limit itself; 0 for no limit. Checked as each topic is created.",
+                     0)),
+    int_key("maxProducersPerTopic", 0,
+            "Producers one topic may have, where its namespace sets no limit; 0 for no limit.", 0),
+    int_key("maxConsumersPerTopic", 0,
+            "Consumers one topic may have, where its namespace sets no limit; 0 for no limit.", 0),
+    int_key("maxConsumersPerSubscription", 0,
+            "Consumers one subscription may have, where its namespace sets no limit; 0 for no "
+            "limit.", 0),
+    int_key("maxSubscriptionsPerTopic", 0,
+            "Subscriptions one topic may have, where its namespace sets no limit; 0 for no "
+            "limit.", 0),
+    int_key("subscriptionExpirationTimeMinutes", 0,
+            "Minutes a durable subscription may go unused (no consumer connected or active) "
+            "before it is deleted, where neither the topic nor its namespace says; 0 keeps "
+            "them.", 0),
+    float_key("subscriptionExpiryCheckIntervalInMinutes", 5.0,
+              "How often unused subscriptions are looked for.", 0.001),
     # --- inactive topics
-    _dynamic(_bool("brokerDeleteInactiveTopicsEnabled", False,
-                   "Delete a topic that has been inactive (see brokerDeleteInactiveTopicsMode) for "
-                   "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds, where neither the topic "
-                   "nor its namespace sets inactiveTopicPolicies. Pulsar's default is true; "
-                   "Magnetar's is false, because Kafka clients and Spark jobs hold no producer or "
-                   "subscription on a topic between uses, so Pulsar's rule would delete their "
-                   "topics and data.")),
-    _dynamic(_bool("brokerDeleteInactivePartitionedTopicMetadataEnabled", False,
-                   "When inactive topic deletion deletes a partition, also delete the "
-                   "partitioned topic (its metadata and policies) once none of its partitions "
-                   "is left. Off, a partitioned topic whose partitions were all deleted stays, "
-                   "and its partitions are created again on use.")),
-    _float("brokerDeleteInactiveTopicsFrequencySeconds", 60.0,
-           "How often loaded topics are checked for inactivity (read at start).", 0.001),
-    _dynamic(_enum("brokerDeleteInactiveTopicsMode", "delete_when_no_subscriptions",
-                   "What counts as inactive: no producers, consumers or subscriptions "
-                   "(delete_when_no_subscriptions), or no producers and no backlog on any "
-                   "subscription (delete_when_subscriptions_caught_up; connected consumers are "
-                   "disconnected).",
-                   "delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")),
-    _dynamic(_int("brokerDeleteInactiveTopicsMaxInactiveDurationSeconds", 0,
-                  "How long a topic must stay inactive before it is deleted; 0 (Pulsar's unset) "
-                  "takes brokerDeleteInactiveTopicsFrequencySeconds.", 0)),
-    _int("brokerServiceCompactionThresholdInBytes", 0,
-         "Bytes published after a topic's last compaction (all of it, for a topic never "
-         "compacted) that start a compaction, where neither the topic nor its namespace "
-         "sets a compactionThreshold; 0 compacts only on request.", 0),
-    _float("brokerServiceCompactionMonitorIntervalInSeconds", 60.0,
-           "How often topics are checked against their compaction threshold.", 0.001),
-    _int("compactionServiceThreads", 1,
-         "Topics compacted at once, on request or by threshold; the others wait their "
-         "turn.", 1),
-    _dynamic(_int("maxConcurrentLookupRequest", 50000,
-                  "Pulsar lookups and partitioned-metadata requests being answered at once, "
-                  "over every connection; past it one fails with TooManyRequests. Checked at "
-                  "each request.", 1)),
-    _dynamic(_int("maxConcurrentTopicLoadRequest", 5000,
-                  "Topics being loaded (their storage opened and state recovered) at once; "
-                  "the others wait their turn.", 1)),
+    _dynamic(bool_key("brokerDeleteInactiveTopicsEnabled", False,
+                      "Delete a topic that has been inactive (see brokerDeleteInactiveTopicsMode) for "
+                      "brokerDeleteInactiveTopicsMaxInactiveDurationSeconds, where neither the topic "
+                      "nor its namespace sets inactiveTopicPolicies. Pulsar's default is true; "
+                      "Magnetar's is false, because Kafka clients and Spark jobs hold no producer or "
+                      "subscription on a topic between uses, so Pulsar's rule would delete their "
+                      "topics and data.")),
+    _dynamic(bool_key("brokerDeleteInactivePartitionedTopicMetadataEnabled", False,
+                      "When inactive topic deletion deletes a partition, also delete the "
+                      "partitioned topic (its metadata and policies) once none of its partitions "
+                      "is left. Off, a partitioned topic whose partitions were all deleted stays, "
+                      "and its partitions are created again on use.")),
+    float_key("brokerDeleteInactiveTopicsFrequencySeconds", 60.0,
+              "How often loaded topics are checked for inactivity (read at start).", 0.001),
+    _dynamic(enum_key("brokerDeleteInactiveTopicsMode", "delete_when_no_subscriptions",
+                      "What counts as inactive: no producers, consumers or subscriptions "
+                      "(delete_when_no_subscriptions), or no producers and no backlog on any "
+                      "subscription (delete_when_subscriptions_caught_up; connected consumers are "
+                      "disconnected).",
+                      "delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")),
+    _dynamic(int_key("brokerDeleteInactiveTopicsMaxInactiveDurationSeconds", 0,
+                     "How long a topic must stay inactive before it is deleted; 0 (Pulsar's unset) "
+                     "takes brokerDeleteInactiveTopicsFrequencySeconds.", 0)),
+    int_key("brokerServiceCompactionThresholdInBytes", 0,
+            "Bytes published after a topic's last compaction (all of it, for a topic never "
+            "compacted) that start a compaction, where neither the topic nor its namespace "
+            "sets a compactionThreshold; 0 compacts only on request.", 0),
+    float_key("brokerServiceCompactionMonitorIntervalInSeconds", 60.0,
+              "How often topics are checked against their compaction threshold.", 0.001),
+    int_key("compactionServiceThreads", 1,
+            "Topics compacted at once, on request or by threshold; the others wait their "
+            "turn.", 1),
+    _dynamic(int_key("maxConcurrentLookupRequest", 50000,
+                     "Pulsar lookups and partitioned-metadata requests being answered at once, "
+                     "over every connection; past it one fails with TooManyRequests. Checked at "
+                     "each request.", 1)),
+    _dynamic(int_key("maxConcurrentTopicLoadRequest", 5000,
+                     "Topics being loaded (their storage opened and state recovered) at once; "
+                     "the others wait their turn.", 1)),
     _dynamic(Key("subscriptionTypesEnabled", "list", SUBSCRIPTION_TYPES,
                  "Subscription types consumers may use, where neither the topic nor its "
                  "namespace says. Checked at each subscribe: consumers already subscribed "
                  "stay.", "a comma-separated list of " + ", ".join(SUBSCRIPTION_TYPES),
                  _subscription_types)),
-    _dynamic(_bool("subscriptionKeySharedEnable", True,
-                   "Allow Key_Shared subscriptions at all. Checked at each subscribe.")),
-    _dynamic(_int("dispatchThrottlingRatePerTopicInMsg", 0,
-                  "Messages per second dispatched from one topic, where its namespace sets "
-                  "no dispatch rate; 0 for no limit.", 0)),
-    _dynamic(_int("dispatchThrottlingRatePerTopicInByte", 0,
-                  "Bytes per second dispatched from one topic, likewise; 0 for no limit.", 0)),
-    _dynamic(_int("dispatchThrottlingRatePerSubscriptionInMsg", 0,
-                  "Messages per second dispatched to one subscription, where its namespace "
-                  "sets no subscription dispatch rate; 0 for no limit.", 0)),
-    _dynamic(_int("dispatchThrottlingRatePerSubscriptionInByte", 0,
-                  "Bytes per second dispatched to one subscription, likewise; 0 for no "
-                  "limit.", 0)),
-    _dynamic(_int("dispatcherMaxReadBatchSize", 100,
-                  "Most entries a subscription's dispatcher reads at once. A change applies "
-                  "from each dispatcher's next read.", 1)),
-    _dynamic(_int("dispatcherMaxReadSizeBytes", 5 * 1024 * 1024,
-                  "Most bytes of entries a subscription's dispatcher reads at once (from the "
-                  "sizes of the entries it read before). A change applies from each "
-                  "dispatcher's next read.", 1)),
-    _dynamic(_int("keySharedLookAheadMsgInReplayThresholdPerConsumer", 2000,
-                  "Messages a Key_Shared subscription's replay set may hold per consumer while "
-                  "its dispatcher reads new entries past replays no consumer can take now; 0 "
-                  "for no limit of this kind. A change applies at each dispatcher's next such "
-                  "read.", 0)),
-    _dynamic(_int("keySharedLookAheadMsgInReplayThresholdPerSubscription", 20000,
-                  "Likewise, in all for the subscription; 0 for no limit of this kind.", 0)),
-    _dynamic(_int("maxPublishRatePerTopicInMessages", 0,
-                  "Messages per second one topic accepts, where its namespace sets no "
-                  "publish rate; 0 for no limit.", 0)),
-    _dynamic(_int("maxPublishRatePerTopicInBytes", 0,
-                  "Bytes per second one topic accepts, likewise; 0 for no limit.", 0)),
-    _bool("brokerDeduplicationEnabled", False, "Message deduplication by producer sequence id."),
-    _int("brokerDeduplicationEntriesInterval", 1000,
-         "Entries stored between two snapshots of a topic's deduplication state (also "
-         "taken when the topic closes); a restart re-reads the entries after the last.", 1),
-    _int("brokerDeduplicationMaxNumberOfProducers", 10000,
-         "Producers whose sequence ids a snapshot of the deduplication state keeps (the "
-         "connected ones first, then the most recent).", 1),
-    _float("brokerDeduplicationProducerInactivityTimeoutMinutes", 360.0,
-           "Minutes after a producer disconnected that its deduplication state is "
-           "dropped (checked every third of it): a producer coming back later starts "
-           "its sequence anew.", 0.001),
-    _bool("enableReplicatedSubscriptions", True,
-          "Honour a consumer's request to replicate its subscription's state: the "
-          "subscription is marked replicated (isReplicated in its stats)."),
-    _int("maxUnackedMessagesPerConsumer", 50000,
-         "Unacknowledged messages a Shared or Key_Shared consumer may hold before it gets no "
-         "more (until it is down to half); 0 for no limit.", 0),
-    _int("maxUnackedMessagesPerSubscription", 200000,
-         "Unacknowledged messages a Shared or Key_Shared subscription may hold before it "
-         "delivers no more (until it is down to half); 0 for no limit.", 0),
-    _bool("delayedDeliveryEnabled", True,
-          "Hold messages with a delivery time back until then, on every subscription type "
-          "(namespaces and topics that set no delayedDelivery policy); when false, they "
-          "are delivered at once."),
-    _bool("schemaValidationEnforced", False,
-          "Refuse producers without a schema on topics that have one (in every namespace)."),
-    _dynamic(_bool("isAllowAutoUpdateSchemaEnabled", True,
-                   "Let producers register a new, compatible schema version (namespaces that "
-                   "set nothing); when false, a producer's schema must be one the topic has. "
-                   "Checked as each producer is created.")),
-    _enum("schemaCompatibilityStrategy", "FULL",
-          "Schema compatibility strategy of namespaces that set none (UNDEFINED).",
-          "ALWAYS_COMPATIBLE", "ALWAYS_INCOMPATIBLE", "BACKWARD", "FORWARD", "FULL",
-          "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE"),
+    _dynamic(bool_key("subscriptionKeySharedEnable", True,
+                      "Allow Key_Shared subscriptions at all. Checked at each subscribe.")),
+    _dynamic(int_key("dispatchThrottlingRatePerTopicInMsg", 0,
+                     "Messages per second dispatched from one topic, where its namespace sets "
+                     "no dispatch rate; 0 for no limit.", 0)),
+    _dynamic(int_key("dispatchThrottlingRatePerTopicInByte", 0,
+                     "Bytes per second dispatched from one topic, likewise; 0 for no limit.", 0)),
+    _dynamic(int_key("dispatchThrottlingRatePerSubscriptionInMsg", 0,
+                     "Messages per second dispatched to one subscription, where its namespace "
+                     "sets no subscription dispatch rate; 0 for no limit.", 0)),
+    _dynamic(int_key("dispatchThrottlingRatePerSubscriptionInByte", 0,
+                     "Bytes per second dispatched to one subscription, likewise; 0 for no "
+                     "limit.", 0)),
+    _dynamic(int_key("dispatcherMaxReadBatchSize", 100,
+                     "Most entries a subscription's dispatcher reads at once. A change applies "
+                     "from each dispatcher's next read.", 1)),
+    _dynamic(int_key("dispatcherMaxReadSizeBytes", 5 * 1024 * 1024,
+                     "Most bytes of entries a subscription's dispatcher reads at once (from the "
+                     "sizes of the entries it read before). A change applies from each "
+                     "dispatcher's next read.", 1)),
+    _dynamic(int_key("keySharedLookAheadMsgInReplayThresholdPerConsumer", 2000,
+                     "Messages a Key_Shared subscription's replay set may hold per consumer while "
+                     "its dispatcher reads new entries past replays no consumer can take now; 0 "
+                     "for no limit of this kind. A change applies at each dispatcher's next such "
+                     "read.", 0)),
+    _dynamic(int_key("keySharedLookAheadMsgInReplayThresholdPerSubscription", 20000,
+                     "Likewise, in all for the subscription; 0 for no limit of this kind.", 0)),
+    _dynamic(int_key("maxPublishRatePerTopicInMessages", 0,
+                     "Messages per second one topic accepts, where its namespace sets no "
+                     "publish rate; 0 for no limit.", 0)),
+    _dynamic(int_key("maxPublishRatePerTopicInBytes", 0,
+                     "Bytes per second one topic accepts, likewise; 0 for no limit.", 0)),
+    bool_key("brokerDeduplicationEnabled", False, "Message deduplication by producer sequence id."),
+    int_key("brokerDeduplicationEntriesInterval", 1000,
+            "Entries stored between two snapshots of a topic's deduplication state (also "
+            "taken when the topic closes); a restart re-reads the entries after the last.", 1),
+    int_key("brokerDeduplicationMaxNumberOfProducers", 10000,
+            "Producers whose sequence ids a snapshot of the deduplication state keeps (the "
+            "connected ones first, then the most recent).", 1),
+    float_key("brokerDeduplicationProducerInactivityTimeoutMinutes", 360.0,
+              "Minutes after a producer disconnected that its deduplication state is "
+              "dropped (checked every third of it): a producer coming back later starts "
+              "its sequence anew.", 0.001),
+    bool_key("enableReplicatedSubscriptions", True,
+             "Honour a consumer's request to replicate its subscription's state: the "
+             "subscription is marked replicated (isReplicated in its stats)."),
+    int_key("maxUnackedMessagesPerConsumer", 50000,
+            "Unacknowledged messages a Shared or Key_Shared consumer may hold before it gets no "
+            "more (until it is down to half); 0 for no limit.", 0),
+    int_key("maxUnackedMessagesPerSubscription", 200000,
+            "Unacknowledged messages a Shared or Key_Shared subscription may hold before it "
+            "delivers no more (until it is down to half); 0 for no limit.", 0),
+    bool_key("delayedDeliveryEnabled", True,
+             "Hold messages with a delivery time back until then, on every subscription type "
+             "(namespaces and topics that set no delayedDelivery policy); when false, they "
+             "are delivered at once."),
+    bool_key("schemaValidationEnforced", False,
+             "Refuse producers without a schema on topics that have one (in every namespace)."),
+    _dynamic(bool_key("isAllowAutoUpdateSchemaEnabled", True,
+                      "Let producers register a new, compatible schema version (namespaces that "
+                      "set nothing); when false, a producer's schema must be one the topic has. "
+                      "Checked as each producer is created.")),
+    enum_key("schemaCompatibilityStrategy", "FULL",
+             "Schema compatibility strategy of namespaces that set none (UNDEFINED).",
+             "ALWAYS_COMPATIBLE", "ALWAYS_INCOMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+             "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE"),
     # --- retention, TTL, backlog quota
-    _int("defaultRetentionTimeInMinutes", 0,
-         "Keep acknowledged messages this long; 0 none, -1 forever.", -1),
-    _int("defaultRetentionSizeInMB", 0,
-         "Keep up to this much acknowledged data; 0 none, -1 unlimited.", -1),
-    _int("ttlDurationDefaultInSeconds", 0, "Expire unacknowledged messages after; 0 never.", 0),
-    _float("messageExpiryCheckIntervalInMinutes", 5.0,
-           "How often messages past their TTL are expired.", 0.001),
-    _float("retentionCheckIntervalInSeconds", 120.0,
-           "How often ledgers that every cursor passed and retention no longer needs are deleted.", 1.0),
-    _float("messageExpiryCheckIntervalInSeconds", 0.0,
-           "Magnetar's finer TTL check period; 0 uses messageExpiryCheckIntervalInMinutes.", 0.0),
-    _float("backlogQuotaDefaultLimitGB", -1.0, "Default backlog quota per topic; -1 unlimited."),
-    _bool("backlogQuotaCheckEnabled", True, "Enforce backlog quotas periodically."),
-    _float("backlogQuotaCheckIntervalInSeconds", 60.0,
-           "How often backlog quotas are enforced.", 0.001),
-    _enum("backlogQuotaDefaultRetentionPolicy", "producer_request_hold",
-          "What happens when the backlog quota is exceeded.",
-          "producer_request_hold", "producer_exception", "consumer_backlog_eviction"),
+    int_key("defaultRetentionTimeInMinutes", 0,
+            "Keep acknowledged messages this long; 0 none, -1 forever.", -1),
+    int_key("defaultRetentionSizeInMB", 0,
+            "Keep up to this much acknowledged data; 0 none, -1 unlimited.", -1),
+    int_key("ttlDurationDefaultInSeconds", 0, "Expire unacknowledged messages after; 0 never.", 0),
+    float_key("messageExpiryCheckIntervalInMinutes", 5.0,
+              "How often messages past their TTL are expired.", 0.001),
+    float_key("retentionCheckIntervalInSeconds", 120.0,
+              "How often ledgers that every cursor passed and retention no longer needs are deleted.", 1.0),
+    float_key("messageExpiryCheckIntervalInSeconds", 0.0,
+              "Magnetar's finer TTL check period; 0 uses messageExpiryCheckIntervalInMinutes.", 0.0),
+    float_key("backlogQuotaDefaultLimitGB", -1.0, "Default backlog quota per topic; -1 unlimited."),
+    bool_key("backlogQuotaCheckEnabled", True, "Enforce backlog quotas periodically."),
+    float_key("backlogQuotaCheckIntervalInSeconds", 60.0,
+              "How often backlog quotas are enforced.", 0.001),
+    enum_key("backlogQuotaDefaultRetentionPolicy", "producer_request_hold",
+             "What happens when the backlog quota is exceeded.",
+             "producer_request_hold", "producer_exception", "consumer_backlog_eviction"),
     # --- managed ledger
-    _int("managedLedgerDefaultEnsembleSize", 1, "Bookies a ledger is striped over (E).", 1),
-    _int("managedLedgerDefaultWriteQuorum", 1, "Copies written of each entry (Qw).", 1),
-    _int("managedLedgerDefaultAckQuorum", 1, "Copies acknowledged before success (Qa).", 1),
-    _int("managedLedgerMaxEntriesPerLedger", 50000, "Roll the ledger over after this many entries.", 1),
-    _int("managedLedgerMinLedgerRolloverTimeMinutes", 10,
-         "A ledger is not rolled over before it is this old.", 0),
-    _int("managedLedgerMaxLedgerRolloverTimeMinutes", 240,
-         "A ledger this old is rolled over (at its next write or retention check); 0 never.", 0),
-    _int("managedLedgerInactiveLedgerRolloverTimeSeconds", 0,
-         "A ledger that received no entry for this long is rolled over (at the retention "
-         "check); 0 never.", 0),
-    _int("managedLedgerMaxSizePerLedgerMbytes", 2048, "Roll the ledger over at this size.", 1),
-    _float("managedLedgerDefaultMarkDeleteRateLimit", 1.0,
-           "Mark-delete persistence operations per second per cursor; 0 unlimited.", 0.0),
-    _int("managedLedgerCacheSizeMB", 256,
-         "Memory for recently added entries, shared by all topics, so tailing consumers are "
-         "served without reading the bookies (0: no cache).", 0),
-    _float("managedLedgerCacheEvictionWatermark", 0.9,
-           "Once the cache is over its size, it is evicted down to this fraction of it, so "
-           "that the adds that follow find room.", 0.0, 1.0),
-    _int("managedLedgerCacheEvictionTimeThresholdMillis", 1000,
-         "Cached entries older than this are evicted.", 0),
-    _int("bookkeeperClientTimeoutInSeconds", 30,
-         "Timeout of a storage (bookie) request made by the broker, in seconds.", 1),
+    int_key("managedLedgerDefaultEnsembleSize", 1, "Bookies a ledger is striped over (E).", 1),
+    int_key("managedLedgerDefaultWriteQuorum", 1, "Copies written of each entry (Qw).", 1),
+    int_key("managedLedgerDefaultAckQuorum", 1, "Copies acknowledged before success (Qa).", 1),
+    int_key("managedLedgerMaxEntriesPerLedger", 50000, "Roll the ledger over after this many entries.", 1),
+    int_key("managedLedgerMinLedgerRolloverTimeMinutes", 10,
+            "A ledger is not rolled over before it is this old.", 0),
+    int_key("managedLedgerMaxLedgerRolloverTimeMinutes", 240,
+            "A ledger this old is rolled over (at its next write or retention check); 0 never.", 0),
+    int_key("managedLedgerInactiveLedgerRolloverTimeSeconds", 0,
+            "A ledger that received no entry for this long is rolled over (at the retention "
+            "check); 0 never.", 0),
+    int_key("managedLedgerMaxSizePerLedgerMbytes", 2048, "Roll the ledger over at this size.", 1),
+    float_key("managedLedgerDefaultMarkDeleteRateLimit", 1.0,
+              "Mark-delete persistence operations per second per cursor; 0 unlimited.", 0.0),
+    int_key("managedLedgerCacheSizeMB", 256,
+            "Memory for recently added entries, shared by all topics, so tailing consumers are "
+            "served without reading the bookies (0: no cache).", 0),
+    float_key("managedLedgerCacheEvictionWatermark", 0.9,
+              "Once the cache is over its size, it is evicted down to this fraction of it, so "
+              "that the adds that follow find room.", 0.0, 1.0),
+    int_key("managedLedgerCacheEvictionTimeThresholdMillis", 1000,
+            "Cached entries older than this are evicted.", 0),
+    int_key("bookkeeperClientTimeoutInSeconds", 30,
+            "Timeout of a storage (bookie) request made by the broker, in seconds.", 1),
     # --- bookie
-    _port("bookiePort", 3181, "Port of the (first) bookie server."),
-    _int("standaloneBookies", 1, "Bookies started inside the standalone process.", 1, 16),
-    _bool("journalSyncData", True,
-          "Sync the journal to disk (fdatasync) before acknowledging an add."),
-    _bool("journalFlushWhenQueueEmpty", True,
-          "Write the journal as soon as its queue runs dry instead of waiting "
-          "journalMaxGroupWaitMSec: the write in progress is the batching window "
-          "(BookKeeper defaults to false; Magnetar to true for latency)."),
-    _int("journalPreAllocSizeMB", 16,
-         "Extend the journal file with zeros this far ahead of the write position while the "
-         "journal is idle, so a group "
-         "commit's fdatasync needs no file-system metadata commit (0: off).", 0),
-    _int("flushEntrylogBytes", 64 << 20,
-         "Flush ledger storage once this many bytes were added since the last flush, so it is "
-         "written back steadily rather than all at a journal rotation (BookKeeper defaults to "
-         "0, off; Magnetar to 64 MiB). 0: only at rotations and every flushInterval.", 0),
-    _int("flushInterval", 60000,
-         "Milliseconds between checkpoints of ledger storage while the journal moves (besides "
-         "those at journal rotations and per flushEntrylogBytes); bounds how much journal a "
-         "restart replays.", 1),
-    _str("journalDirectory", "",
-         "Directory of a bookie's journal, best on a disk of its own; empty: under "
-         "dataDirectory. A standalone's bookie N uses its subdirectory N."),
+    port_key("bookiePort", 3181, "Port of the (first) bookie server."),
+    int_key("standaloneBookies", 1, "Bookies started inside the standalone process.", 1, 16),
+    bool_key("journalSyncData", True,
+             "Sync the journal to disk (fdatasync) before acknowledging an add."),
+    bool_key("journalFlushWhenQueueEmpty", True,
+             "Write the journal as soon as its queue runs dry instead of waiting "
+             "journalMaxGroupWaitMSec: the write in progress is the batching window "
+             "(BookKeeper defaults to false; Magnetar to true for latency)."),
+    int_key("journalPreAllocSizeMB", 16,
+            "Extend the journal file with zeros this far ahead of the write position while the "
+            "journal is idle, so a group "
+            "commit's fdatasync needs no file-system metadata commit (0: off).", 0),
+    int_key("flushEntrylogBytes", 64 << 20,
+            "Flush ledger storage once this many bytes were added since the last flush, so it is "
+            "written back steadily rather than all at a journal rotation (BookKeeper defaults to "
+            "0, off; Magnetar to 64 MiB). 0: only at rotations and every flushInterval.", 0),
+    int_key("flushInterval", 60000,
+            "Milliseconds between checkpoints of ledger storage while the journal moves (besides "
+            "those at journal rotations and per flushEntrylogBytes); bounds how much journal a "
+            "restart replays.", 1),
+    str_key("journalDirectory", "",
+            "Directory of a bookie's journal, best on a disk of its own; empty: under "
+            "dataDirectory. A standalone's bookie N uses its subdirectory N."),
     Key("ledgerDirectories", "list", (),
         "Directories of a bookie's entry logs and indexes, each best on a disk of its own; "
         "each ledger lives wholly in one of them. Empty: under dataDirectory. A "
@@ -867,45 +821,77 @@ _KEY_LIST: tuple[Key, ...] = (
         "Where ledger indexes go: empty, or the same list as ledgerDirectories (an index "
         "is kept beside its ledger's entry log).",
         "a comma-separated list of directory paths"),
-    _bool("autoRecoveryDaemonEnabled", True,
-          "Restore the copies a lost bookie held: one broker at a time audits the bookies "
-          "and re-replicates the closed ledgers of a lost one onto others."),
-    _int("lostBookieRecoveryDelay", 0,
-         "Seconds a bookie must be gone before it counts as lost and its ledgers are "
-         "re-replicated.", 0),
-    _int("rereplicationEntryBatchSize", 100,
-         "Entries copied at a time when a ledger is re-replicated.", 1),
-    _int("gcWaitTime", 900000,
-         "Milliseconds between a bookie's garbage collections, which delete the ledgers it "
-         "holds that the metadata store no longer lists (a delete it missed while down); "
-         "0 turns them off.", 0),
-    _int("gcOverreplicatedLedgerWaitTime", 86400000,
-         "Milliseconds between a bookie's checks for ledgers whose record no longer names "
-         "it (its place was given to another bookie while it was away), which it then "
-         "deletes; 0 turns them off.", 0),
-    _int("journalMaxBackups", 0,
-         "Journal files kept, newest first, once a checkpoint no longer needs them "
-         "(BookKeeper defaults to 5; Magnetar to 0).", 0),
-    _int("journalMaxGroupWaitMSec", 2, "Longest wait to group journal writes into one sync.", 0),
-    _int("journalBufferedWritesThreshold", 524288,
-         "Bytes buffered before a grouped journal write is flushed early.", 0),
-    _int("journalMaxSizeMB", 2048, "Roll the journal file over at this size.", 1),
-    replace(_int("nettyMaxFrameSizeBytes", _frame_for_message(5242880),
-                 "Longest frame, in bytes, of the bookie protocol: a bookie closes a connection "
-                 "that sends a longer one, and a broker sends none (a batch of adds goes as "
-                 "several frames; an entry larger than one frame holds is refused). Default: "
-                 "maxMessageSize + 10240, Pulsar's pairing (BookKeeper's own default is "
-                 "5242880, which a message of 5 MiB and its headers do not fit); a broker "
-                 "refuses to start with less than that.", MIN_FRAME_SIZE, MAX_FRAME_SIZE),
+    bool_key("autoRecoveryDaemonEnabled", True,
+             "Restore the copies a lost bookie held: one broker at a time audits the bookies "
+             "and re-replicates the closed ledgers of a lost one onto others."),
+    int_key("lostBookieRecoveryDelay", 0,
+            "Seconds a bookie must be gone before it counts as lost and its ledgers are "
+            "re-replicated.", 0),
+    int_key("rereplicationEntryBatchSize", 100,
+            "Entries copied at a time when a ledger is re-replicated.", 1),
+    int_key("gcWaitTime", 900000,
+            "Milliseconds between a bookie's garbage collections, which delete the ledgers it "
+            "holds that the metadata store no longer lists (a delete it missed while down); "
+            "0 turns them off.", 0),
+    int_key("gcOverreplicatedLedgerWaitTime", 86400000,
+            "Milliseconds between a bookie's checks for ledgers whose record no longer names "
+            "it (its place was given to another bookie while it was away), which it then "
+            "deletes; 0 turns them off.", 0),
+    int_key("journalMaxBackups", 0,
+            "Journal files kept, newest first, once a checkpoint no longer needs them "
+            "(BookKeeper defaults to 5; Magnetar to 0).", 0),
+    int_key("journalMaxGroupWaitMSec", 2, "Longest wait to group journal writes into one sync.", 0),
+    int_key("journalBufferedWritesThreshold", 524288,
+            "Bytes buffered before a grouped journal write is flushed early.", 0),
+    int_key("journalMaxSizeMB", 2048, "Roll the journal file over at this size.", 1),
+    replace(int_key("nettyMaxFrameSizeBytes", _frame_for_message(5242880),
+                    "Longest frame, in bytes, of the bookie protocol: a bookie closes a connection "
+                    "that sends a longer one, and a broker sends none (a batch of adds goes as "
+                    "several frames; an entry larger than one frame holds is refused). Default: "
+                    "maxMessageSize + 10240, Pulsar's pairing (BookKeeper's own default is "
+                    "5242880, which a message of 5 MiB and its headers do not fit); a broker "
+                    "refuses to start with less than that.", MIN_FRAME_SIZE, MAX_FRAME_SIZE),
             derive=_derive_frame_size),
     # --- logging
-    _enum("logLevel", "info", "Log level.", "trace", "debug", "info", "warning", "warn",
-          "error", "critical"),
-    _enum("logFormat", "text", "Log format: text lines or JSON lines.", "text", "json"),
+    enum_key("logLevel", "info", "Log level.", "trace", "debug", "info", "warning", "warn",
+             "error", "critical"),
+    enum_key("logFormat", "text", "Log format: text lines or JSON lines.", "text", "json"),
 )
 
-#: Every known key, by name, in table order.
+#: Every core key, by name, in table order: the keys of the broker and of Pulsar's protocol.
+#: Another protocol's keys are its own (see gateway.config); :attr:`Config.keys` has both.
 KEYS: Mapping[str, Key] = MappingProxyType({k.name: k for k in _KEY_LIST})
+
+
+def known_keys(protocols: Iterable[str]) -> Mapping[str, Key]:
+    """The keys of a configuration that loads ``protocols``: the core keys, then each
+    protocol's own (its handler's ``config_keys``), in the order named.
+
+    Raises :class:`ConfigError` for a protocol that cannot be loaded, and for a key that
+    would have two owners (a core key, or a key of another protocol named), naming both; a
+    protocol's key may not be dynamic, as the runtime configuration changes core keys only.
+    """
+    from gateway._plugins import protocol_keys
+
+    table = dict(KEYS)
+    owners: dict[str, str] = {}
+    for protocol in dict.fromkeys(protocols):
+        for key in protocol_keys(protocol):
+            if key.name in KEYS:
+                raise ConfigError(f"{key.name}: declared by protocol {protocol!r}, but it is a "
+                                  "core key; a key has one owner")
+            if key.name in owners:
+                first = owners[key.name]
+                if first == protocol:
+                    raise ConfigError(f"{key.name}: declared twice by protocol {protocol!r}")
+                raise ConfigError(f"{key.name}: declared by protocol {first!r} and by protocol "
+                                  f"{protocol!r}; a key has one owner")
+            if key.dynamic:
+                raise ConfigError(f"{key.name}: declared dynamic by protocol {protocol!r}, but "
+                                  "only core keys can change while the broker runs")
+            table[key.name] = key
+            owners[key.name] = protocol
+    return MappingProxyType(table)
 
 
 # --------------------------------------------------------------------------------------
@@ -949,6 +935,21 @@ def not_applicable(name: str) -> str | None:
     return None
 
 
+def _keys_of_protocols_not_loaded(unknown: Mapping[str, str],
+                                   loaded: Iterable[str]) -> dict[str, list[str]]:
+    """Of the ``unknown`` keys, those that a built-in protocol which is not ``loaded``
+    declares, by protocol."""
+    from gateway._plugins import BUILTIN_PROTOCOLS, protocol_keys
+
+    out: dict[str, list[str]] = {}
+    for protocol in BUILTIN_PROTOCOLS:
+        if protocol not in loaded:
+            names = [key.name for key in protocol_keys(protocol) if key.name in unknown]
+            if names:
+                out[protocol] = names
+    return out
+
+
 def parse_config_text(text: str, source: str = "<string>") -> dict[str, str]:
     """Parse Pulsar's ``key=value`` properties text into raw strings.
 
@@ -978,14 +979,18 @@ class Config:
     >>> cfg = load_config(None, {"brokerServicePort": "6651"}, environ={})
     >>> cfg.brokerServicePort, cfg.get("kafkaTenant"), cfg.is_set("kafkaTenant")
     (6651, 'public', False)
+
+    Its keys are the core keys and those of the protocols it loads (``kafkaTenant`` is the
+    Kafka protocol's): :attr:`keys`.
     """
 
-    __slots__ = ("_values", "_explicit", "_unknown", "_path")
+    __slots__ = ("_values", "_explicit", "_unknown", "_path", "_keys")
 
     _values: Mapping[str, Any]
     _explicit: frozenset[str]
     _unknown: Mapping[str, str]
     _path: str | None
+    _keys: Mapping[str, Key]
 
     def __init__(
         self,
@@ -993,11 +998,13 @@ class Config:
         explicit: frozenset[str] = frozenset(),
         unknown: Mapping[str, str] | None = None,
         path: str | None = None,
+        keys: Mapping[str, Key] = KEYS,
     ) -> None:
         object.__setattr__(self, "_values", MappingProxyType(dict(values)))
         object.__setattr__(self, "_explicit", frozenset(explicit))
         object.__setattr__(self, "_unknown", MappingProxyType(dict(unknown or {})))
         object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "_keys", MappingProxyType(dict(keys)))
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -1039,8 +1046,14 @@ class Config:
         return dict(self._values)
 
     @property
+    def keys(self) -> Mapping[str, Key]:
+        """Every key this configuration knows, by name, in order: the core keys
+        (:data:`KEYS`), then those of each protocol it loads."""
+        return self._keys
+
+    @property
     def unknown(self) -> Mapping[str, str]:
-        """Keys that are not in :data:`KEYS`, with their raw values."""
+        """Keys that are not in :attr:`keys`, with their raw values."""
         return self._unknown
 
     @property
@@ -1072,8 +1085,11 @@ def load_config(
 ) -> Config:
     """Load the configuration: defaults, then ``path``, then the environment, then ``overrides``.
 
-    ``environ`` defaults to :data:`os.environ`. Raises :class:`ConfigError` for an
-    unreadable file, a malformed line, or a value that does not parse or validate.
+    The keys are the core ones and those of the protocols ``messagingProtocols`` names
+    (resolved first, from the same sources), see :func:`known_keys`. ``environ`` defaults
+    to :data:`os.environ`. Raises :class:`ConfigError` for an unreadable file, a malformed
+    line, a value that does not parse or validate, a protocol that cannot be loaded, or a
+    key that two of them declare.
     """
     if environ is None:
         environ = os.environ
@@ -1092,11 +1108,16 @@ def load_config(
     raw.update(_env_overrides(environ, file_keys))
     raw.update({k.strip(): v.strip() for k, v in (overrides or {}).items()})
 
+    protocols_key = KEYS["messagingProtocols"]
+    protocols_text = raw.get(protocols_key.name, "")
+    protocols = protocols_key.parse(protocols_text) if protocols_text else protocols_key.default
+    keys = known_keys(protocols)
+
     values: dict[str, Any] = {}
     explicit: set[str] = set()
     unknown: dict[str, str] = {}
     for name, text in raw.items():
-        key = KEYS.get(name)
+        key = keys.get(name)
         if key is None:
             unknown[name] = text
             continue
@@ -1104,20 +1125,34 @@ def load_config(
             continue
         values[name] = key.parse(text)
         explicit.add(name)
+    _warn_unknown(unknown, protocols)
+
+    for key in keys.values():
+        if key.name not in values and key.derive is None:
+            values[key.name] = key.default
+    for key in keys.values():
+        if key.name not in values and key.derive is not None:
+            values[key.name] = key.derive(values)
+    _check_configuration_store(values)
+    _check_internal_listener(values)
+    ordered = {name: values[name] for name in keys}
+    return Config(ordered, frozenset(explicit), unknown, path, keys)
+
+
+def _warn_unknown(unknown: Mapping[str, str], protocols: Iterable[str]) -> None:
+    """Log the keys that are ignored: one line for each protocol not loaded whose keys are
+    set, then one for each other key, saying why where it is known."""
+    not_loaded = _keys_of_protocols_not_loaded(unknown, protocols) if unknown else {}
+    for protocol, names in not_loaded.items():
+        log.warning("configuration keys of protocol %s ignored, as messagingProtocols does not "
+                    "load it: %s", protocol, ", ".join(names),
+                    extra={"protocol": protocol, "keys": names})
+    of_protocols = {name for names in not_loaded.values() for name in names}
     for name in sorted(unknown):
+        if name in of_protocols:
+            continue
         why = not_applicable(name)
         if why is None:
             log.warning("unknown configuration key %r ignored", name, extra={"key": name})
         else:
             log.warning("configuration key %r ignored: %s", name, why, extra={"key": name})
-
-    for key in _KEY_LIST:
-        if key.name not in values and key.derive is None:
-            values[key.name] = key.default
-    for key in _KEY_LIST:
-        if key.name not in values and key.derive is not None:
-            values[key.name] = key.derive(values)
-    _check_configuration_store(values)
-    _check_internal_listener(values)
-    ordered = {key.name: values[key.name] for key in _KEY_LIST}
-    return Config(ordered, frozenset(explicit), unknown, path)

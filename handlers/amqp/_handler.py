@@ -60,6 +60,7 @@ from handlers.amqp._model import (
     queue_subscription,
 )
 from handlers.amqp._queue import Held, QueueArguments, QueueRuntime, admit
+from handlers.amqp._settings import CONFIG_KEYS
 from handlers.amqp._stream import StreamQueue, is_stream
 
 __all__ = ["AMQPProtocolHandler"]
@@ -84,6 +85,7 @@ PUBLISH_WINDOW = 20_000
 
 class AMQPProtocolHandler:
     name = "amqp"
+    config_keys = CONFIG_KEYS
 
     def __init__(self, config: Any, broker: Any):
         self.config = config

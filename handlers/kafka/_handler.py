@@ -30,6 +30,7 @@ from handlers.kafka._group import (
 )
 from handlers.kafka._sasl import handle_sasl_disabled
 from handlers.kafka._session import DEFAULT_CONNECTIONS_MAX_IDLE_MS, KafkaSession, Later
+from handlers.kafka._settings import CONFIG_KEYS
 from handlers.kafka._topics import DEFAULT_RETENTION_HOURS, KafkaTopics
 from handlers.kafka._txn import TxnCoordinator
 
@@ -57,6 +58,7 @@ def _parse_listener(item: Any) -> tuple[str, str, int]:
 
 class KafkaProtocolHandler:
     name = "kafka"
+    config_keys = CONFIG_KEYS
 
     def __init__(self, config: Any, broker: Any):
         self.config = config
