@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["TopicTree", "FilterError", "mqtt_filter_error", "filter_matches"]
 
@@ -51,11 +51,15 @@ def mqtt_filter_error(topic_filter: str) -> str | None:
     return None
 
 
+_NO_VALUES: frozenset[Any] = frozenset()
+
+
 @dataclass(slots=True)
 class _Node(Generic[V]):
     children: dict[str, _Node[V]] = field(default_factory=dict)
-    #: the values subscribed with a filter that ends here
-    values: set[V] = field(default_factory=set)
+    #: the values subscribed with a filter that ends here (a set of its own once it has
+    #: one: the inner levels of a session's filters hold none)
+    values: set[V] | frozenset[V] = _NO_VALUES
     #: the filter that ends here (to hand back with its values)
     filter: str = ""
 
@@ -91,8 +95,11 @@ class TopicTree(Generic[V]):
         for level in topic_filter.split(self.separator):
             node = node.children.setdefault(level, _Node())
         node.filter = topic_filter
-        if value not in node.values:
-            node.values.add(value)
+        values = node.values
+        if value not in values:
+            if not isinstance(values, set):
+                values = node.values = set()
+            values.add(value)
             self._count += 1
 
     def remove(self, topic_filter: str, value: V) -> bool:
@@ -105,9 +112,10 @@ class TopicTree(Generic[V]):
             if child is None:
                 return False
             path.append(child)
-        if value not in path[-1].values:
+        values = path[-1].values
+        if value not in values or not isinstance(values, set):
             return False
-        path[-1].values.discard(value)
+        values.discard(value)
         self._count -= 1
         for level, i in zip(reversed(levels), range(len(levels), 0, -1), strict=True):
             node = path[i]

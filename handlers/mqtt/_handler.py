@@ -56,6 +56,7 @@ from core.stats import Series
 from core.storage import Position
 from core.subscription import SubType
 from core.topic import PersistentTopic
+from core.writes import flush_at_end, write_batch, write_now
 from handlers._serve import open_url_listeners, run_session
 from handlers.mqtt._codec import (
     NEED_DATA,
@@ -104,7 +105,7 @@ PUBLISH_DRAIN = 5.0  # how long a closing session waits for its publishes to be 
 SUBACK_FAILURE = 0x80  # 3.1.1 section 3.9.3: the one return code that refuses a filter
 
 
-@dataclass
+@dataclass(slots=True)
 class SessionState:
     """What a session keeps between connections (and, when persistent, in the metadata
     store across restarts: its filters, the QoS 2 packet ids the client's PUBLISHes await
@@ -414,7 +415,21 @@ class _Closed(Exception):
     """The session ends (after telling the client why, where the protocol lets it)."""
 
 
+#: Packets whose handling may wait (for storage, for a subscription's cursors).
+_MAY_WAIT = (Connect, Publish, Subscribe, Unsubscribe, Auth)
+
+
 class MQTTSession:
+    """One client connection. Its slots, and a writer task only while the socket is full,
+    keep an idle connection small (the issue's 10,000 idle clients)."""
+
+    __slots__ = ("h", "stream", "conn", "state", "subscriber", "shared", "out", "out_ready",
+                 "flush_asked", "will", "keep_alive", "v5", "receive_max",
+                 "inflight", "backlog", "next_pid", "aliases", "alias_maximum_out",
+                 "aliases_out", "clean_exit", "taken_over", "role", "auth_method", "challenged",
+                 "pending", "done", "nursery", "publishes", "publishing", "published",
+                 "storing_qos2", "storing")
+
     def __init__(self, handler: MQTTProtocolHandler, stream: trio.SocketStream):
         self.h = handler
         self.stream = stream
@@ -422,8 +437,12 @@ class MQTTSession:
         self.state: SessionState | None = None
         self.subscriber: Subscriber | None = None
         self.shared: dict[str, Subscriber] = {}  # "$share/..." filter -> its group's consumers
+        # What is to be sent: written at once (at the end of the write batch under way, or
+        # right away), and by the writer task, started the first time the socket is full.
         self.out = bytearray()
-        self.out_ready = trio.Event()
+        self.out_ready: trio.Event | None = None  # the writer task's, once it runs
+        self.flush_asked = False
+        self.storing = False  # a run of publishes is being stored
         self.will: Will | None = None
         self.keep_alive = 0
         self.v5 = False
@@ -445,8 +464,9 @@ class MQTTSession:
         # PUBLISH packets on their way to storage, in order: stored per run of one topic as
         # one entry, then answered (PUBACK/PUBREC) and retained, in the order they came.
         self.publishes: list[tuple[TopicName, Message, Publish]] = []
-        self.publishing = trio.Event()  # set when publishes are waiting
-        self.published = trio.Event()   # set when a run of them has been stored
+        # the publisher task's, once it runs: publishes are waiting, a run of them is stored
+        self.publishing: trio.Event | None = None
+        self.published: trio.Event | None = None
         self.storing_qos2: set[int] = set()  # QoS 2 packet ids in ``publishes`` or being stored
 
     # -- writing -------------------------------------------------------------------------
@@ -462,7 +482,41 @@ class MQTTSession:
             return
         if assigned is not None:  # known to the client once the packet that names it is out
             self.aliases_out[assigned] = packet.properties.topic_alias
-        self.out_ready.set()
+        if self.out_ready is not None:
+            self.out_ready.set()
+        elif not self.flush_asked:
+            self.flush_asked = True
+            if not flush_at_end(self._write_now):
+                self._write_now()
+
+    def _write_now(self) -> None:
+        """Send what is queued with one non-blocking write; what the socket does not take
+        goes to the writer task, started now if it is not running yet."""
+        self.flush_asked = False
+        if self.out_ready is not None:
+            self.out_ready.set()
+            return
+        if not self.out:
+            return
+        full = len(self.out) >= OUT_BUFFER
+        try:
+            rest = write_now(self.stream.socket.fileno(), [bytes(self.out)])
+        except OSError as exc:  # the peer is gone: the read loop meets it too
+            log.debug("mqtt: write to %s failed: %s", self.state and self.state.client_id, exc)
+            self.out.clear()
+            if self.nursery is not None:
+                self.nursery.cancel_scope.cancel()
+            return
+        if not rest:
+            self.out.clear()
+            if full:
+                self._wake_subscribers()
+            return
+        del self.out[:len(self.out) - len(rest[0])]
+        if self.nursery is not None:  # else the session is ending: its last words go then
+            self.out_ready = trio.Event()
+            self.out_ready.set()
+            self.nursery.start_soon(self._writer)
 
     def _alias_out(self, p: Publish) -> tuple[Publish, str | None]:
         """5.0 section 3.3.2.3.4: ``p`` with a topic alias, and the topic when the alias is
@@ -479,16 +533,21 @@ class MQTTSession:
 
     async def _writer(self) -> None:
         while True:
+            assert self.out_ready is not None
             await self.out_ready.wait()
             self.out_ready = trio.Event()
             while self.out:
                 data = bytes(self.out)
                 await self.stream.send_all(data)
                 del self.out[:len(data)]
-            if self.subscriber is not None:
-                self.subscriber.wake()
-            for shared in self.shared.values():
-                shared.wake()
+            self._wake_subscribers()
+
+    def _wake_subscribers(self) -> None:
+        """There is room to send again: what waited for it may be delivered."""
+        if self.subscriber is not None:
+            self.subscriber.wake()
+        for shared in self.shared.values():
+            shared.wake()
 
     # -- the connection ------------------------------------------------------------------
 
@@ -496,17 +555,17 @@ class MQTTSession:
         try:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
-                nursery.start_soon(self._writer)
                 try:
                     await self._read_loop()
                 except _Closed:
                     pass
                 with trio.move_on_after(PUBLISH_DRAIN):
                     # what the client sent before it left is stored (QoS 0 included)
-                    while self.publishes or self.storing:
+                    while (self.publishes or self.storing) and self.published is not None:
                         await self.published.wait()
                 nursery.cancel_scope.cancel()
         finally:
+            self.nursery = None  # closed to new tasks: what is left to send goes below
             await self._cleanup()
             with trio.move_on_after(1) as cs:
                 cs.shield = True
@@ -529,26 +588,44 @@ class MQTTSession:
             if not data:
                 raise _Closed
             self.conn.receive_data(data)
-            while True:
-                try:
-                    packet = self.conn.next_event()
-                except UnsupportedProtocolVersion:
-                    self.send(Connack(reason_code=ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION
-                                      if self.conn.version < 5 else ReasonCode.UNSUPPORTED_PROTOCOL_VERSION))
-                    raise _Closed from None
-                except RemoteProtocolError as exc:
-                    log.info("mqtt: closing a connection: %s", exc)
-                    if self.conn.state is State.REFUSING:  # no CONNACK yet: it says why
-                        self.send(Connack(reason_code=exc.reason_code,
-                                          properties=Properties(reason_string=str(exc))))
-                    else:
-                        self._disconnect(exc.reason_code, str(exc))
-                    raise _Closed from None
-                if packet is NEED_DATA:
-                    break
-                await self._handle(packet)
-            if self.subscriber is not None:
-                self.subscriber.settle_pending()  # the acknowledgements just read, at once
+            await self._handle_read()
+
+    async def _handle_read(self) -> None:
+        """Handle the packets of what was read. Those answered at once (acknowledgements,
+        PINGREQ) are handled inside a write batch, so what they send leaves in one write;
+        a batch spans no ``await``, so one ends before each packet that may wait."""
+        while True:
+            waiting = None
+            with write_batch():
+                while True:
+                    packet = self._next_packet()
+                    if packet is NEED_DATA:
+                        break
+                    if isinstance(packet, _MAY_WAIT):
+                        waiting = packet
+                        break
+                    self._handle_now(packet)
+            if waiting is None:
+                break
+            await self._handle(waiting)
+        if self.subscriber is not None:
+            self.subscriber.settle_pending()  # the acknowledgements just read, at once
+
+    def _next_packet(self) -> Any:
+        try:
+            return self.conn.next_event()
+        except UnsupportedProtocolVersion:
+            self.send(Connack(reason_code=ConnectReturnCode.UNACCEPTABLE_PROTOCOL_VERSION
+                              if self.conn.version < 5 else ReasonCode.UNSUPPORTED_PROTOCOL_VERSION))
+            raise _Closed from None
+        except RemoteProtocolError as exc:
+            log.info("mqtt: closing a connection: %s", exc)
+            if self.conn.state is State.REFUSING:  # no CONNACK yet: it says why
+                self.send(Connack(reason_code=exc.reason_code,
+                                  properties=Properties(reason_string=str(exc))))
+            else:
+                self._disconnect(exc.reason_code, str(exc))
+            raise _Closed from None
 
     def _disconnect(self, code: int, reason: str = "") -> None:
         if self.v5 and self.state is not None:
@@ -560,7 +637,18 @@ class MQTTSession:
             await self._connect(p)
         elif isinstance(p, Publish):
             await self._publish(p)
-        elif isinstance(p, Puback):
+        elif isinstance(p, Subscribe):
+            await self._subscribe(p)
+        elif isinstance(p, Unsubscribe):
+            await self._unsubscribe(p)
+        elif isinstance(p, Auth):
+            await self._auth(p)
+        else:
+            self._handle_now(p)
+
+    def _handle_now(self, p: Any) -> None:
+        """A packet answered without waiting for anything."""
+        if isinstance(p, Puback):
             self._acked(p.packet_id)
         elif isinstance(p, Pubrec):
             assert self.state is not None
@@ -589,10 +677,6 @@ class MQTTSession:
                 self.h.save(self.state)
             code = 0 if known else ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
             self.send(Pubcomp(packet_id=p.packet_id, reason_code=code if self.v5 else 0))
-        elif isinstance(p, Subscribe):
-            await self._subscribe(p)
-        elif isinstance(p, Unsubscribe):
-            await self._unsubscribe(p)
         elif isinstance(p, Pingreq):
             self.send(Pingresp())
         elif isinstance(p, Disconnect):
@@ -602,8 +686,6 @@ class MQTTSession:
                 self.state.expiry = p.properties.session_expiry_interval
             self.clean_exit = True
             raise _Closed
-        elif isinstance(p, Auth):
-            await self._auth(p)
 
     # -- authentication ------------------------------------------------------------------
 
@@ -893,8 +975,8 @@ class MQTTSession:
         if p.qos == 2:
             self.storing_qos2.add(p.packet_id or 0)
         self.publishes.append((name, message, p))
-        if not self.publisher_started:  # a task only for sessions that publish
-            self.publisher_started = True
+        if self.publishing is None or self.published is None:  # a task only for sessions that publish
+            self.publishing, self.published = trio.Event(), trio.Event()
             assert self.nursery is not None
             self.nursery.start_soon(self._publisher)
         self.publishing.set()
@@ -910,14 +992,12 @@ class MQTTSession:
         self._ack_publish(p, ReasonCode.TOPIC_NAME_INVALID if isinstance(exc, ValueError)
                           else ReasonCode.UNSPECIFIED_ERROR, str(exc))
 
-    storing = False  # a run of publishes is being stored
-    publisher_started = False
-
     async def _publisher(self) -> None:
         """Stores the waiting publishes in order, each run of one topic as one entry, then
         answers and retains them: a client's publishes need not wait for each other's
         journal write, and still reach the topic and their acknowledgements in order."""
         while True:
+            assert self.publishing is not None and self.published is not None
             await self.publishing.wait()
             self.publishing = trio.Event()
             while self.publishes:
@@ -931,7 +1011,8 @@ class MQTTSession:
                     await self._store(name, batch)
                 finally:
                     self.storing = False
-                    self.published.set()
+                    if self.published is not None:
+                        self.published.set()
                     self.published = trio.Event()
 
     async def _store(self, name: TopicName, batch: list[tuple[TopicName, Message, Publish]]) -> None:
@@ -962,8 +1043,9 @@ class MQTTSession:
                 saved = True
         if saved and self.state.persistent:
             self.h.save(self.state)
-        for _, _, p in batch:
-            self._ack_publish(p, 0)
+        with write_batch():  # the run's acknowledgements leave in one write
+            for _, _, p in batch:
+                self._ack_publish(p, 0)
 
     def _refuse_publishes(self, name: TopicName, batch: list[tuple[TopicName, Message, Publish]]) -> None:
         """A run of publishes to a topic the role may not produce to: nothing is stored or
