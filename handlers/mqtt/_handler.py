@@ -90,6 +90,7 @@ from handlers.mqtt._packets import (
     Unsubscribe,
     Will,
 )
+from handlers.mqtt._settings import CONFIG_KEYS
 from handlers.mqtt._shared import ShareFilter, parse_share
 
 __all__ = ["MQTTProtocolHandler"]
@@ -127,6 +128,7 @@ class SessionState:
 
 class MQTTProtocolHandler:
     name = "mqtt"
+    config_keys = CONFIG_KEYS
 
     def __init__(self, config: Any, broker: Any):
         self.config = config

@@ -269,11 +269,7 @@ def test_the_built_in_protocols_keys_are_checked(key, value, message):
         load_config(None, {key: value}, environ={})
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(
-        reason="issue 40: MQTTProtocolHandler.config_keys is not set yet", strict=True))
-    if name == "mqtt" else name
-    for name in sorted(BUILTIN_PROTOCOLS)])
+@pytest.mark.parametrize("name", sorted(BUILTIN_PROTOCOLS))
 def test_a_built_in_protocols_keys_are_what_its_class_declares(name):
     assert protocol_keys(name) == tuple(getattr(load_protocol(name), "config_keys", ()))
 
