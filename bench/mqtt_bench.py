@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import functools
 import json
 import math
 import os
@@ -706,8 +707,75 @@ def run() -> dict[str, Any]:
           f"(own process); open-file limit {limit}", flush=True)
     results = run_brokers("bench-mqtt-", (("magnetar", magnetar_broker),
                                           ("mosquitto", mosquitto_broker)), _broker_cases)
+    results["trio_floor"] = _trio_floor()
     _print_table(results)
     return results
+
+
+def _trio_floor() -> dict[str, Any]:
+    """The idle case against the least a trio server can hold a connection with: one task
+    per connection reading with a keep-alive timeout, answering CONNECT and SUBSCRIBE and
+    keeping nothing else (``python -m bench.mqtt_bench floor``): what every session of a
+    broker built on trio costs before it keeps anything of its own."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "bench.mqtt_bench", "floor", "--port", str(port)],
+                            stdout=subprocess.PIPE, cwd=REPO)
+    try:
+        if _readline(proc, CLIENT_READY_TIMEOUT).strip() != b"ready":
+            return {"error": "the floor server did not start"}
+        return _idle("floor", ("127.0.0.1", port), proc.pid)
+    except Exception as exc:  # reported beside the table, the rest of the bench stands
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        _stop(proc)
+
+
+def _floor_packet(buf: bytes) -> tuple[int, bytes, int] | None:
+    """The first whole packet in ``buf``: (type, body, where it ends); None until it is in."""
+    length, shift = 0, 0
+    for i in range(1, min(len(buf), 5)):
+        length |= (buf[i] & 0x7F) << shift
+        if not buf[i] & 0x80:
+            end = i + 1 + length
+            return (buf[0] >> 4, buf[i + 1:end], end) if len(buf) >= end else None
+        shift += 7
+    return None
+
+
+def _floor_main(args: argparse.Namespace) -> None:
+    import trio
+
+    async def session(stream: trio.SocketStream) -> None:
+        try:
+            await serve_one(stream)
+        except (trio.BrokenResourceError, OSError):
+            pass  # the client went: this connection alone ends
+
+    async def serve_one(stream: trio.SocketStream) -> None:
+        buf = b""
+        while True:
+            data = b""
+            with trio.move_on_after(IDLE_KEEPALIVE * 1.5):
+                data = await stream.receive_some(65536)
+            if not data:
+                return
+            buf += data
+            while (got := _floor_packet(buf)) is not None:
+                kind, body, end = got
+                buf = buf[end:]
+                if kind == 1:  # CONNECT -> CONNACK accepted
+                    await stream.send_all(b"\x20\x02\x00\x00")
+                elif kind == 8:  # SUBSCRIBE -> SUBACK granting QoS 0
+                    await stream.send_all(b"\x90\x03" + body[:2] + b"\x00")
+                elif kind == 12:  # PINGREQ
+                    await stream.send_all(b"\xd0\x00")
+
+    async def serve() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(functools.partial(trio.serve_tcp, session, args.port, host="127.0.0.1"))
+            print("ready", flush=True)
+
+    trio.run(serve)
 
 
 def _print_table(results: dict[str, Any]) -> None:
@@ -786,6 +854,15 @@ def _print_idle(results: dict[str, Any], far: list[str]) -> None:
         if m["kib_per_client"] > TARGET_IDLE_KIB * FAR_FACTOR:
             far.append(f"idle: {m['kib_per_client']:.1f} KiB per client "
                        f"(target <= {TARGET_IDLE_KIB:.0f})")
+        floor = results.get("trio_floor") or {}
+        if "kib_per_client" in floor:
+            m["ratios"]["trio_floor_kib_per_client"] = floor["kib_per_client"]
+            print(f"  {'':<13}{'floor':<11}a bare trio server (a task per connection reading "
+                  f"with a timeout, nothing kept): {floor['kib_per_client']:.2f} KiB/client over "
+                  f"{floor['subscribed']:,}; Magnetar's own per session: "
+                  f"{m['kib_per_client'] - floor['kib_per_client']:.2f} KiB")
+        elif floor:
+            print(f"  {'':<13}{'floor':<11}not measured: {floor.get('error')}")
         for who, c in (("Magnetar", m), ("Mosquitto", p)):
             if c["subscribed"] < IDLE_CLIENTS:
                 far.append(f"idle: only {c['subscribed']:,} of {IDLE_CLIENTS:,} clients made it "
@@ -813,6 +890,8 @@ def main(argv: list[str]) -> int:
     subs.add_argument("--subscribers", type=int, default=1)
     subs.add_argument("--max-seconds", type=float, required=True)
     subs.add_argument("--latency", action="store_true")
+    floor = sub.add_parser("floor", help="the idle case's floor: a bare trio server")
+    floor.add_argument("--port", type=int, required=True)
     idle = sub.add_parser("idle", help="the bench's idle-client process")
     idle.add_argument("--host", required=True)
     idle.add_argument("--port", type=int, required=True)
@@ -827,6 +906,8 @@ def main(argv: list[str]) -> int:
         _subscribe_main(args)
     elif args.command == "idle":
         _idle_main(args)
+    elif args.command == "floor":
+        _floor_main(args)
     else:
         run()
     return 0
