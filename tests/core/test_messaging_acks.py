@@ -63,12 +63,19 @@ async def test_settle_later_applies_once_the_task_lets_the_run_loop_go_on() -> N
     sub = Subscriber(SimpleNamespace(), "s", lambda r: None)
     a = _Consumer()
     a.sink = sub  # type: ignore[attr-defined]
+    applied = trio.Event()
+    record = a.subscription.ack_individual
+
+    def ack_individual(consumer: Any, acks: list[tuple[Position, Any]]) -> None:
+        record(consumer, acks)
+        applied.set()
+
+    a.subscription.ack_individual = ack_individual  # type: ignore[method-assign]
     sub.settle_later(_received(a, 1))
     sub.settle_later(_received(a, 2))
     assert a.subscription.calls == []  # not while this task runs
     with trio.fail_after(5):
-        while not a.subscription.calls:
-            await trio.sleep(0)
+        await applied.wait()
     assert a.subscription.calls == [[(Position(1, 1), None), (Position(1, 2), None)]] and a.permits == 2
 
 
