@@ -10,34 +10,18 @@ from core.format import Message, ack_set
 from core.messaging import Received, Subscriber
 from core.naming import TopicName
 from core.storage import Position
+from tests.core._subscriber_fakes import FakeConsumer
 
 TOPIC = TopicName.parse("persistent://public/default/acks")
 
 
-class _Subscription:
-    def __init__(self) -> None:
-        self.calls: list[list[tuple[Position, Any]]] = []
-
-    def ack_individual(self, consumer: Any, acks: list[tuple[Position, Any]]) -> None:
-        self.calls.append(list(acks))
-
-
-class _Consumer:
-    def __init__(self) -> None:
-        self.subscription = _Subscription()
-        self.permits = 0
-
-    def flow(self, n: int) -> None:
-        self.permits += n
-
-
-def _received(consumer: _Consumer, entry: int, index: int = -1, size: int = 0) -> Received:
+def _received(consumer: FakeConsumer, entry: int, index: int = -1, size: int = 0) -> Received:
     return Received(TOPIC, Message(payload=b"x"), Position(1, entry), index, size, 0, consumer)  # type: ignore[arg-type]
 
 
 def test_ack_many_makes_one_call_per_consumer_and_gives_a_permit_each() -> None:
     sub = Subscriber(SimpleNamespace(), "s", lambda r: None)
-    a, b = _Consumer(), _Consumer()
+    a, b = FakeConsumer(TOPIC), FakeConsumer(TOPIC)
     batch = [_received(a, 7, i, 4) for i in (0, 2)]
     sub.ack_many([*batch, _received(a, 8), _received(b, 9)], flow=True)
     assert len(a.subscription.calls) == 1 and len(b.subscription.calls) == 1
@@ -52,7 +36,7 @@ def test_ack_many_makes_one_call_per_consumer_and_gives_a_permit_each() -> None:
 
 def test_ack_many_without_flow_gives_no_permit() -> None:
     sub = Subscriber(SimpleNamespace(), "s", lambda r: None)
-    a = _Consumer()
+    a = FakeConsumer(TOPIC)
     sub.ack_many([_received(a, 1), _received(a, 2)])
     assert a.permits == 0 and a.subscription.calls == [[(Position(1, 1), None), (Position(1, 2), None)]]
 
@@ -61,8 +45,8 @@ async def test_settle_later_applies_once_the_task_lets_the_run_loop_go_on() -> N
     import trio
 
     sub = Subscriber(SimpleNamespace(), "s", lambda r: None)
-    a = _Consumer()
-    a.sink = sub  # type: ignore[attr-defined]
+    a = FakeConsumer(TOPIC)
+    a.sink = sub
     applied = trio.Event()
     record = a.subscription.ack_individual
 
@@ -92,9 +76,8 @@ def test_what_a_delivery_settles_is_applied_at_its_end_in_one_call() -> None:
         assert a.subscription.calls == []
 
     sub = Subscriber(SimpleNamespace(), "s", deliver)
-    a = _Consumer()
-    a.sink = sub  # type: ignore[attr-defined]
-    a.subscription.topic = SimpleNamespace(name=TOPIC)  # type: ignore[attr-defined]
+    a = FakeConsumer(TOPIC)
+    a.sink = sub
     entry = entry_from_messages([Message(payload=b"a"), Message(payload=b"b")], producer_name="p",
                                 sequence_id=1, publish_time=1)
     sub.send_messages(a, [Delivery(Entry(Position(1, 5), 0, 1, 2, entry), 0)])  # type: ignore[arg-type]

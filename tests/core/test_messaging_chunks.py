@@ -16,39 +16,19 @@ from core.messaging import MAX_PENDING_CHUNKED, Received, Subscriber, publish
 from core.naming import TopicName
 from core.storage import Entry, Position
 from core.subscription import Delivery
+from tests.core._subscriber_fakes import FakeConsumer
 from tests.core.test_topic_publish import _topic
 
 TOPIC = TopicName.parse("persistent://public/default/big")
 
 
-class _Subscription:
-    def __init__(self) -> None:
-        self.topic = SimpleNamespace(name=TOPIC)
-        self.acked: list[Position] = []
-        self.redelivered: list[Position] = []
-
-    def ack_individual(self, consumer: Any, acks: list[tuple[Position, Any]]) -> None:
-        self.acked += [p for p, _ in acks]
-
-    def redeliver(self, consumer: Any, positions: list[Position]) -> None:
-        self.redelivered += positions
-
-
-class _Consumer:
-    def __init__(self) -> None:
-        self.subscription = _Subscription()
-        self.permits = 0
-
-    def flow(self, n: int) -> None:
-        self.permits += n
-
-
-def _subscriber() -> tuple[Subscriber, _Consumer, list[Received]]:
+def _subscriber() -> tuple[Subscriber, FakeConsumer, list[Received]]:
     got: list[Received] = []
-    return Subscriber(SimpleNamespace(), "s", got.append), _Consumer(), got
+    sub = Subscriber(SimpleNamespace(), "s", got.append)
+    return sub, FakeConsumer(TOPIC, sub), got
 
 
-def _deliver(sub: Subscriber, consumer: _Consumer, entries: list[bytes], first: int = 0,
+def _deliver(sub: Subscriber, consumer: FakeConsumer, entries: list[bytes], first: int = 0,
              redelivery_count: int = 0) -> None:
     sub.send_messages(consumer, [Delivery(Entry(Position(1, first + i), 0, first + i, 1, e), redelivery_count)  # type: ignore[arg-type]
                                  for i, e in enumerate(entries)])

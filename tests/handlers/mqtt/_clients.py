@@ -8,7 +8,9 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import paho.mqtt.client as mqtt
 
@@ -25,7 +27,9 @@ from handlers.mqtt._packets import (
     SubscribeOption,
     Will,
 )
+from tests._auth import Tokens
 from tests._metrics import Samples, sample, scrape_url
+from tests._standalone import Standalone
 
 WAIT = 10.0
 V311, V5 = mqtt.MQTTv311, mqtt.MQTTv5
@@ -76,20 +80,14 @@ def wait_until(what: Callable[[], bool], timeout: float = WAIT) -> None:
         time.sleep(0.02)
 
 
-class Raw:
-    """An MQTT 5 client made of a socket and the codec, past its CONNECT and CONNACK
-    (:attr:`connack`): it sends and acknowledges only what the test says, and the test
-    reads the packets as they are on the wire. ``props`` are the CONNECT's properties."""
+class Socket:
+    """An MQTT client made of a socket and the codec: :meth:`send` keeps to the codec's
+    rules, :meth:`read` returns the next packet as it is on the wire. Every read waits
+    at most ``WAIT`` seconds."""
 
-    def __init__(self, addr: tuple[str, int], client_id: str, *, clean: bool = True,
-                 will: Will | None = None, **props: int) -> None:
+    def __init__(self, addr: tuple[str, int]) -> None:
         self.sock = socket.create_connection(addr, timeout=WAIT)
         self.conn = MQTTConnection(Role.CLIENT)
-        self.send(Connect(protocol_level=5, client_id=client_id, clean_start=clean, will=will,
-                          properties=Properties(**props)))
-        got = self.read()
-        assert isinstance(got, Connack) and got.reason_code == 0, got
-        self.connack = got
 
     def send(self, packet: Packet) -> None:
         self.sock.sendall(self.conn.send(packet))
@@ -100,6 +98,24 @@ class Raw:
             assert data, "the broker closed the connection"
             self.conn.receive_data(data)
         return packet
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Raw(Socket):
+    """An MQTT 5 client made of a socket and the codec, past its CONNECT and CONNACK
+    (:attr:`connack`): it sends and acknowledges only what the test says, and the test
+    reads the packets as they are on the wire. ``props`` are the CONNECT's properties."""
+
+    def __init__(self, addr: tuple[str, int], client_id: str, *, clean: bool = True,
+                 will: Will | None = None, **props: int) -> None:
+        super().__init__(addr)
+        self.send(Connect(protocol_level=5, client_id=client_id, clean_start=clean, will=will,
+                          properties=Properties(**props)))
+        got = self.read()
+        assert isinstance(got, Connack) and got.reason_code == 0, got
+        self.connack = got
 
     def ping(self) -> list[Packet]:
         """What the broker sent before it answered a PINGREQ (it handles packets in order,
@@ -119,5 +135,15 @@ class Raw:
         """Whether the broker closed the connection (after what it had sent)."""
         return self.sock.recv(65536) == b""
 
-    def close(self) -> None:
-        self.sock.close()
+
+@contextmanager
+def token_broker(data: Path, tokens: Tokens, *, authorization: bool = True) -> Iterator[Standalone]:
+    """A standalone serving Pulsar and MQTT with token authentication (and, unless told
+    otherwise, authorization) on, by ``tokens``' key."""
+    conf = {"messagingProtocols": "pulsar,mqtt", "mqttListeners": "mqtt://127.0.0.1:0",
+            **tokens.conf(authorization=authorization)}
+    s = Standalone(data, conf=conf).start()
+    try:
+        yield s
+    finally:
+        s.kill()

@@ -8,7 +8,6 @@ sent after the refused ones (on the same topic where it can) rather than for tim
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -17,12 +16,10 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from gateway._admin_cli import AdminClient
-from handlers.mqtt._codec import NEED_DATA, MQTTConnection, Role
 from handlers.mqtt._packets import (
     Auth,
     Connack,
     Connect,
-    Packet,
     Properties,
     Puback,
     Pubcomp,
@@ -38,7 +35,7 @@ from handlers.mqtt._packets import (
 from tests._auth import SUPER_USER, Tokens
 from tests._standalone import Standalone
 
-from ._clients import V5, V311, WAIT, Box, metric, scrape, unique, wait_until
+from ._clients import V5, V311, WAIT, Box, Socket, metric, scrape, token_broker, unique, wait_until
 
 NOT_AUTHORIZED = ReasonCode.NOT_AUTHORIZED  # 0x87, 5.0
 FAILURE = 0x80  # a 3.1.1 SUBACK's refusal
@@ -52,13 +49,8 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Tokens:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory, tokens: Tokens) -> Iterator[Standalone]:
-    conf = {"messagingProtocols": "pulsar,mqtt", "mqttListeners": "mqtt://127.0.0.1:0",
-            **tokens.conf()}
-    s = Standalone(tmp_path_factory.mktemp("mqtt-authz"), conf=conf).start()
-    try:
+    with token_broker(tmp_path_factory.mktemp("mqtt-authz"), tokens) as s:
         yield s
-    finally:
-        s.kill()
 
 
 @pytest.fixture(scope="module")
@@ -162,15 +154,14 @@ def client(addr: tuple[str, int], tokens: Tokens) -> Iterator[Any]:
         c.close()
 
 
-class Wire:
+class Wire(Socket):
     """An MQTT client made of a socket and the codec, past its CONNACK: logged in as a
     role by its token, as the password or (``enhanced``, 5.0) by enhanced authentication
-    with the method ``token``. Every read waits at most ``WAIT`` seconds."""
+    with the method ``token``."""
 
     def __init__(self, addr: tuple[str, int], token: bytes, *, level: int = 5,
                  enhanced: bool = False, will: Will | None = None) -> None:
-        self.sock = socket.create_connection(addr, timeout=WAIT)
-        self.conn = MQTTConnection(Role.CLIENT)
+        super().__init__(addr)
         if enhanced:
             connect = Connect(protocol_level=level, client_id=unique("wire"), will=will,
                               properties=Properties(authentication_method="token",
@@ -182,25 +173,12 @@ class Wire:
         got = self.read()
         assert isinstance(got, Connack) and got.reason_code == 0, got
 
-    def send(self, packet: Packet) -> None:
-        self.sock.sendall(self.conn.send(packet))
-
-    def read(self) -> Packet:
-        while (packet := self.conn.next_event()) is NEED_DATA:
-            data = self.sock.recv(65536)
-            assert data, "the broker closed the connection"
-            self.conn.receive_data(data)
-        return packet
-
     def subscribe(self, packet_id: int, *filters: str) -> tuple[int, ...]:
         self.send(Subscribe(packet_id=packet_id, subscriptions=tuple(
             SubscribeOption(topic_filter=f, qos=1) for f in filters)))
         got = self.read()
         assert isinstance(got, Suback) and got.packet_id == packet_id, got
         return got.reason_codes
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ paho sends no AUTH packet, so those go from a socket and the codec (:class:`Wire
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 
-from handlers.mqtt._codec import NEED_DATA, MQTTConnection, Role, encode_packet
+from handlers.mqtt._codec import encode_packet
 from handlers.mqtt._packets import (
     Auth,
     Connack,
@@ -33,7 +32,7 @@ from handlers.mqtt._packets import (
 from tests._auth import Tokens
 from tests._standalone import Standalone
 
-from ._clients import WAIT, unique, wait_until
+from ._clients import WAIT, Socket, token_broker, unique, wait_until
 
 TOKEN = "token"
 CONTINUE, REAUTH = ReasonCode.CONTINUE_AUTHENTICATION, ReasonCode.RE_AUTHENTICATE
@@ -46,13 +45,8 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Tokens:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory, tokens: Tokens) -> Iterator[Standalone]:
-    conf = {"messagingProtocols": "pulsar,mqtt", "mqttListeners": "mqtt://127.0.0.1:0",
-            **tokens.conf(authorization=False)}
-    s = Standalone(tmp_path_factory.mktemp("mqtt-auth"), conf=conf).start()
-    try:
+    with token_broker(tmp_path_factory.mktemp("mqtt-auth"), tokens, authorization=False) as s:
         yield s
-    finally:
-        s.kill()
 
 
 @pytest.fixture
@@ -61,34 +55,16 @@ def addr(secured: Standalone) -> tuple[str, int]:
     return host, int(port)
 
 
-class Wire:
-    """An MQTT client made of a socket and the codec. :meth:`send` keeps to the codec's
-    rules; :meth:`send_unchecked` puts a packet on the wire past them, as a client that
-    breaks the protocol would. Every read waits at most ``WAIT`` seconds."""
-
-    def __init__(self, addr: tuple[str, int]) -> None:
-        self.sock = socket.create_connection(addr, timeout=WAIT)
-        self.conn = MQTTConnection(Role.CLIENT)
-
-    def send(self, packet: Packet) -> None:
-        self.sock.sendall(self.conn.send(packet))
+class Wire(Socket):
+    """:class:`Socket`, and :meth:`send_unchecked`, which puts a packet on the wire past
+    the codec's rules, as a client that breaks the protocol would."""
 
     def send_unchecked(self, packet: Packet) -> None:
         self.sock.sendall(encode_packet(packet, self.conn.version))
 
-    def read(self) -> Packet:
-        while (packet := self.conn.next_event()) is NEED_DATA:
-            data = self.sock.recv(65536)
-            assert data, "the broker closed the connection"
-            self.conn.receive_data(data)
-        return packet
-
     def closed(self) -> bool:
         """Whether the broker closes the connection with nothing more said."""
         return self.sock.recv(65536) == b""
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture
