@@ -32,7 +32,7 @@ from core.storage import Position
 from core.subscription import Consumer, Delivery, SubType
 from core.topic import PersistentTopic, PublishResult
 
-__all__ = ["publish", "Received", "Subscriber", "EMPTY", "end_of"]
+__all__ = ["publish", "store", "Received", "Subscriber", "EMPTY", "end_of"]
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +65,51 @@ async def publish(broker: object, name: TopicName, messages: Sequence[Message], 
     as a chunked message, as a Pulsar producer chunks one, and a :class:`Subscriber`
     (as a Pulsar consumer) hands it over whole."""
     topic: PersistentTopic = await broker.get_topic(name)  # type: ignore[attr-defined]
+    stored = trio.Event()
+    outcome: list[tuple[Position, BaseException | None]] = []
+
+    def done(position: Position, error: BaseException | None) -> None:
+        outcome.append((position, error))
+        stored.set()
+
+    store(broker, topic, messages, producer_name=producer_name, done=done)
+    await stored.wait()
+    position, error = outcome[0]
+    if error is not None:
+        raise error
+    return position
+
+
+def store(broker: object, topic: PersistentTopic, messages: Sequence[Message], *,
+          producer_name: str, done: Callable[[Position, BaseException | None], None]) -> None:
+    """:func:`publish` to a topic at hand, without waiting: the entries are queued now,
+    and ``done(position of the last, error or None)`` runs once all are durable or one
+    failed (from the topic's flusher, in the order they were queued on that topic). A
+    session that stores one run after another without waiting for each keeps its
+    publishes in order and has several runs on their way to the disk at once."""
     limit = entry_limit(broker, topic)
     now = int(time.time() * 1000)
+    entries: list[tuple[bytes, int, int, bool]] = []
     if sum(len(m.payload) for m in messages) < limit // 2:
+        sequence_id = next(_sequence)
         entry = entry_from_messages(messages, producer_name=producer_name,
-                                    sequence_id=next(_sequence), publish_time=now)
+                                    sequence_id=sequence_id, publish_time=now)
         if len(entry) <= limit:
-            return await _store(topic, [(entry, len(messages), False)], producer_name)
-    return await _store(topic, list(_entries(messages, producer_name, now, limit)), producer_name)
+            entries = [(entry, len(messages), sequence_id, False)]
+    if not entries:
+        entries = list(_entries(messages, producer_name, now, limit))
+    results: list[PublishResult] = []
+
+    def stored(r: PublishResult) -> None:
+        results.append(r)
+        if len(results) == len(entries):
+            error = next((x.error for x in results if x.error is not None), None)
+            position = results[-1].position
+            done(position if position is not None else Position(-1, -1), error)
+
+    for i, (entry, count, sequence_id, chunked) in enumerate(entries):
+        topic.publish(entry, count, producer_name, sequence_id, stored,
+                      hold=i < len(entries) - 1, chunked=chunked)
 
 
 def entry_limit(broker: object, topic: PersistentTopic) -> int:
@@ -85,9 +122,10 @@ def entry_limit(broker: object, topic: PersistentTopic) -> int:
 
 
 def _entries(messages: Sequence[Message], producer_name: str, now: int,
-             limit: int) -> Iterator[tuple[bytes, int, bool]]:
-    """``(entry, messages in it, is a chunk)`` for messages too large for one entry: runs
-    of them an entry each, and each one too large alone in chunks."""
+             limit: int) -> Iterator[tuple[bytes, int, int, bool]]:
+    """``(entry, messages in it, sequence id, is a chunk)`` for messages too large for one
+    entry: runs of them an entry each, and each one too large alone in chunks (which
+    share their message's sequence id, as a Pulsar producer's do)."""
     run: list[Message] = []
     size = 0
     for m in [*messages, None]:
@@ -101,12 +139,12 @@ def _entries(messages: Sequence[Message], producer_name: str, now: int,
 
 
 def _fitted(run: list[Message], producer_name: str, now: int,
-            limit: int) -> Iterator[tuple[bytes, int, bool]]:
+            limit: int) -> Iterator[tuple[bytes, int, int, bool]]:
     sequence_id = next(_sequence)
     entry = entry_from_messages(run, producer_name=producer_name, sequence_id=sequence_id,
                                 publish_time=now)
     if len(entry) <= limit:
-        yield entry, len(run), False
+        yield entry, len(run), sequence_id, False
     elif len(run) > 1:
         half = len(run) // 2
         yield from _fitted(run[:half], producer_name, now, limit)
@@ -114,30 +152,7 @@ def _fitted(run: list[Message], producer_name: str, now: int,
     else:
         for chunk in chunk_entries(run[0], producer_name=producer_name, sequence_id=sequence_id,
                                    publish_time=now, max_entry=limit):
-            yield chunk, 1, True
-
-
-async def _store(topic: PersistentTopic, entries: list[tuple[bytes, int, bool]],
-                 producer_name: str) -> Position:
-    """Queue ``entries`` on ``topic`` in order; wait until all are durable."""
-    done = trio.Event()
-    results: list[PublishResult] = []
-
-    def stored(r: PublishResult) -> None:
-        results.append(r)
-        if len(results) == len(entries):
-            done.set()
-
-    sequence_id = next(_sequence)
-    for i, (entry, count, chunked) in enumerate(entries):
-        topic.publish(entry, count, producer_name, sequence_id if chunked else next(_sequence),
-                      stored, hold=i < len(entries) - 1, chunked=chunked)
-    await done.wait()
-    for r in results:
-        if r.error is not None:
-            raise r.error
-    pos = results[-1].position
-    return pos if pos is not None else Position(-1, -1)
+            yield chunk, 1, sequence_id, True
 
 
 @dataclass(slots=True)

@@ -13,12 +13,14 @@ routing key and its properties as headers.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import math
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 from urllib.parse import quote, unquote
@@ -27,9 +29,10 @@ import trio
 
 from core.auth import AuthenticationError
 from core.format import Message
-from core.messaging import Received, publish
+from core.messaging import Received, publish, store
 from core.naming import NamespaceName, TopicName
 from core.stats import Series
+from core.storage import Position
 from handlers._serve import Outbox, Reader, open_url_listeners, run_session
 from handlers.amqp._codec import (
     FRAME_BODY,
@@ -283,6 +286,16 @@ class AMQPProtocolHandler:
                 await rt.refresh()
 
 
+@dataclass(slots=True)
+class _Run:
+    """Publishes of a channel to one topic, stored as one call: (topic, message, confirm
+    sequence number or 0, refused by a queue's reject-publish) each."""
+
+    group: list[tuple[TopicName, Message, int, bool]]
+    done: bool = False
+    ok: bool = False
+
+
 class ConnectionClosed(Exception):
     pass
 
@@ -338,6 +351,7 @@ class Channel:
         self.publishes: trio.MemorySendChannel[Any] | None = None
         self.pending_publishes = 0
         self.published = trio.Event()
+        self.runs: deque[_Run] = deque()  # on their way to storage, in order
 
     # -- deliveries ----------------------------------------------------------------------
 
@@ -1205,7 +1219,9 @@ class AMQPConnection:
 
     async def _publisher(self, ch: Channel, receive: trio.MemoryReceiveChannel[Any]) -> None:
         """Stores a channel's publishes in order, those waiting together as one entry per
-        topic; then confirms them (when the channel is in confirm mode)."""
+        topic, without waiting for one run to be durable before queuing the next; each
+        run is confirmed (in confirm mode) once it and every run before it are stored."""
+        producer = f"amqp-{self.name}-{ch.number}"
         async with receive:
             while True:
                 try:
@@ -1220,35 +1236,51 @@ class AMQPConnection:
                         break
                 i = 0
                 while i < len(batch):
-                    topic = batch[i][0]
+                    name = batch[i][0]
                     j = i
-                    while j < len(batch) and batch[j][0] == topic:
+                    while j < len(batch) and batch[j][0] == name:
                         j += 1
-                    group = batch[i:j]
+                    run = _Run(batch[i:j])
                     i = j
-                    ok = True
+                    ch.runs.append(run)
                     try:
-                        await publish(self.h.broker, topic, [m for _, m, _, _ in group],
-                                      producer_name=f"amqp-{self.name}-{ch.number}")
+                        topic = await self.h.broker.get_topic(name)
                     except Exception as exc:
-                        ok = False
-                        log.warning("amqp: publish to %s failed: %s", topic, exc)
-                    ch.pending_publishes -= len(group)
-                    last = group[-1][2]
-                    if last and not ch.closing and ch.number in self.channels and \
-                            any(refused for *_, refused in group):
-                        self.h.stats["confirms"] += len(group)
-                        for _, _, seq, refused in group:  # one by one: some are nacked
-                            self.send(encode_method(ch.number, "basic.nack" if refused or not ok
-                                                    else "basic.ack", delivery_tag=seq, multiple=False,
-                                                    **({"requeue": False} if refused or not ok else {})))
-                    elif last and not ch.closing and ch.number in self.channels:
-                        self.h.stats["confirms"] += len(group)
-                        self.send(encode_method(ch.number, "basic.ack" if ok else "basic.nack",
-                                                delivery_tag=last, multiple=len(group) > 1,
-                                                **({} if ok else {"requeue": False})))
-                ch.published.set()
-                ch.published = trio.Event()
+                        self._stored(ch, run, name, exc)
+                        continue
+                    store(self.h.broker, topic, [m for _, m, _, _ in run.group], producer_name=producer,
+                          done=functools.partial(self._run_stored, ch, run, name))
+
+    def _run_stored(self, ch: Channel, run: _Run, name: TopicName, _position: Position,
+                    exc: BaseException | None) -> None:
+        self._stored(ch, run, name, exc)
+
+    def _stored(self, ch: Channel, run: _Run, name: TopicName, exc: BaseException | None) -> None:
+        """A run is stored (or failed): confirm it and the stored runs after it, in order."""
+        if exc is not None:
+            log.warning("amqp: publish to %s failed: %s", name, exc)
+        run.ok, run.done = exc is None, True
+        while ch.runs and ch.runs[0].done:
+            self._confirm(ch, ch.runs.popleft())
+        ch.published.set()
+        ch.published = trio.Event()
+
+    def _confirm(self, ch: Channel, run: _Run) -> None:
+        group, ok = run.group, run.ok
+        ch.pending_publishes -= len(group)
+        last = group[-1][2]
+        if not last or ch.closing or ch.number not in self.channels:
+            return
+        self.h.stats["confirms"] += len(group)
+        if any(refused for *_, refused in group):
+            for _, _, seq, refused in group:  # one by one: some are nacked
+                self.send(encode_method(ch.number, "basic.nack" if refused or not ok
+                                        else "basic.ack", delivery_tag=seq, multiple=False,
+                                        **({"requeue": False} if refused or not ok else {})))
+        else:
+            self.send(encode_method(ch.number, "basic.ack" if ok else "basic.nack",
+                                    delivery_tag=last, multiple=len(group) > 1,
+                                    **({} if ok else {"requeue": False})))
 
     async def _commit(self, ch: Channel, work: list[tuple[str, Any]]) -> None:
         """A transaction's publishes, stored together per topic (all of one topic in one

@@ -36,6 +36,7 @@ re-authentication the topics the new role may not consume are let go.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import time
@@ -49,7 +50,7 @@ import trio
 
 from core.auth import TOKEN_METHOD, AuthenticationError
 from core.format import Message, entry_from_messages, messages_from_entry
-from core.messaging import Received, Subscriber, end_of, publish
+from core.messaging import Received, Subscriber, end_of, publish, store
 from core.naming import TopicName
 from core.routing import TopicTree, mqtt_filter_error
 from core.stats import Series
@@ -417,6 +418,17 @@ class _Closed(Exception):
     """The session ends (after telling the client why, where the protocol lets it)."""
 
 
+@dataclass(slots=True)
+class _Run:
+    """A session's publishes to one topic, stored as one call, answered in their turn."""
+
+    name: TopicName
+    batch: list[tuple[TopicName, Message, Publish]]
+    done: bool = False
+    refused: bool = False  # the role may not produce to the topic
+    error: BaseException | None = None
+
+
 #: Packets whose handling may wait (for storage, for a subscription's cursors).
 _MAY_WAIT = (Connect, Publish, Subscribe, Unsubscribe, Auth)
 
@@ -430,7 +442,7 @@ class MQTTSession:
                  "inflight", "backlog", "next_pid", "aliases", "alias_maximum_out",
                  "aliases_out", "clean_exit", "taken_over", "role", "auth_method", "challenged",
                  "pending", "done", "nursery", "publishes", "publishing", "published",
-                 "storing_qos2", "storing")
+                 "storing_qos2", "runs", "in_runs")
 
     def __init__(self, handler: MQTTProtocolHandler, stream: trio.SocketStream):
         self.h = handler
@@ -444,7 +456,9 @@ class MQTTSession:
         self.out = bytearray()
         self.out_ready: trio.Event | None = None  # the writer task's, once it runs
         self.flush_asked = False
-        self.storing = False  # a run of publishes is being stored
+        # runs of publishes on their way to storage, answered in order; their messages
+        self.runs: list[_Run] = []
+        self.in_runs = 0
         self.will: Will | None = None
         self.keep_alive = 0
         self.v5 = False
@@ -563,7 +577,7 @@ class MQTTSession:
                     pass
                 with trio.move_on_after(PUBLISH_DRAIN):
                     # what the client sent before it left is stored (QoS 0 included)
-                    while (self.publishes or self.storing) and self.published is not None:
+                    while (self.publishes or self.runs) and self.published is not None:
                         await self.published.wait()
                 nursery.cancel_scope.cancel()
         finally:
@@ -982,10 +996,10 @@ class MQTTSession:
             assert self.nursery is not None
             self.nursery.start_soon(self._publisher)
         self.publishing.set()
-        while len(self.publishes) >= PUBLISH_WINDOW:  # reading waits for storage
+        while len(self.publishes) + self.in_runs >= PUBLISH_WINDOW:  # reading waits for storage
             await self.published.wait()
 
-    def _publish_failed(self, p: Publish, topic: str, exc: Exception) -> None:
+    def _publish_failed(self, p: Publish, topic: str, exc: BaseException) -> None:
         assert self.state is not None
         log.info("mqtt: publish to %s by %s failed: %s", topic, self.state.client_id, exc)
         if p.qos == 0 or not self.v5:
@@ -995,45 +1009,69 @@ class MQTTSession:
                           else ReasonCode.UNSPECIFIED_ERROR, str(exc))
 
     async def _publisher(self) -> None:
-        """Stores the waiting publishes in order, each run of one topic as one entry, then
-        answers and retains them: a client's publishes need not wait for each other's
-        journal write, and still reach the topic and their acknowledgements in order."""
+        """Stores the waiting publishes in order, each run of one topic as one entry,
+        without waiting for a run to be durable before queuing the next; answers and
+        retains each run once it and every run before it are stored: a client's publishes
+        need not wait for each other's journal write, and still reach the topic and their
+        acknowledgements in order (MQTT-4.6.0-2)."""
+        assert self.state is not None
+        producer = f"mqtt:{self.state.client_id}"
         while True:
-            assert self.publishing is not None and self.published is not None
+            assert self.publishing is not None
             await self.publishing.wait()
             self.publishing = trio.Event()
             while self.publishes:
                 name = self.publishes[0][0]
-                run = 1
-                while run < len(self.publishes) and self.publishes[run][0] == name:
-                    run += 1
-                batch, self.publishes = self.publishes[:run], self.publishes[run:]
-                self.storing = True
+                size = 1
+                while size < len(self.publishes) and self.publishes[size][0] == name:
+                    size += 1
+                run = _Run(name, self.publishes[:size])
+                self.publishes = self.publishes[size:]
+                self.runs.append(run)
+                self.in_runs += size
+                if not self.h.broker.auth.can_produce(name, self.role):
+                    run.refused = True
+                    self._run_done(run, None)
+                    continue
                 try:
-                    await self._store(name, batch)
-                finally:
-                    self.storing = False
-                    if self.published is not None:
-                        self.published.set()
-                    self.published = trio.Event()
+                    topic = await self.h.broker.get_topic(name)
+                except Exception as exc:
+                    self._run_done(run, exc)
+                    continue
+                store(self.h.broker, topic, [m for _, m, _ in run.batch], producer_name=producer,
+                      done=functools.partial(self._run_stored, run))
 
-    async def _store(self, name: TopicName, batch: list[tuple[TopicName, Message, Publish]]) -> None:
+    def _run_stored(self, run: _Run, _position: Position, exc: BaseException | None) -> None:
+        self._run_done(run, exc)
+
+    def _run_done(self, run: _Run, exc: BaseException | None) -> None:
+        """A run is stored, failed or refused: answer it and the finished runs after it,
+        in order."""
+        run.done, run.error = True, exc
+        try:
+            while self.runs and self.runs[0].done:
+                first = self.runs.pop(0)
+                self.in_runs -= len(first.batch)
+                self._answer(first)
+        except _Closed:  # a failure this session cannot answer in the protocol: it ends
+            if self.nursery is not None:
+                self.nursery.cancel_scope.cancel()
+        finally:
+            if self.published is not None:
+                self.published.set()
+            self.published = trio.Event()
+
+    def _answer(self, run: _Run) -> None:
         assert self.state is not None
-        if not self.h.broker.auth.can_produce(name, self.role):
+        name, batch = run.name, run.batch
+        if run.refused:
             self._refuse_publishes(name, batch)
             return
-        try:
-            await publish(self.h.broker, name, [m for _, m, _ in batch],
-                          producer_name=f"mqtt:{self.state.client_id}")
-        except Exception as exc:
+        if run.error is not None:
             for _, _, p in batch:
                 self.storing_qos2.discard(p.packet_id or 0)
-            try:
-                for _, _, p in batch:
-                    self._publish_failed(p, p.topic or str(name), exc)
-            except _Closed:
-                assert self.nursery is not None
-                self.nursery.cancel_scope.cancel()
+            for _, _, p in batch:
+                self._publish_failed(p, p.topic or str(name), run.error)
             return
         saved = False
         for _, message, p in batch:
