@@ -418,6 +418,11 @@ class _Closed(Exception):
     """The session ends (after telling the client why, where the protocol lets it)."""
 
 
+#: Runs of a session's publishes on their way to storage at once: a publish need not wait
+#: for the run before it to be durable, and what comes while two are stored goes in one.
+RUNS_IN_FLIGHT = 2
+
+
 @dataclass(slots=True)
 class _Run:
     """A session's publishes to one topic, stored as one call, answered in their turn."""
@@ -1040,6 +1045,8 @@ class MQTTSession:
                     continue
                 store(self.h.broker, topic, [m for _, m, _ in run.batch], producer_name=producer,
                       done=functools.partial(self._run_stored, run))
+                while len(self.runs) >= RUNS_IN_FLIGHT and self.published is not None:
+                    await self.published.wait()  # what comes meanwhile goes in one next run
 
     def _run_stored(self, run: _Run, _position: Position, exc: BaseException | None) -> None:
         self._run_done(run, exc)
