@@ -126,7 +126,10 @@ def test_listing_a_huge_partitioned_topic_keeps_the_broker_serving(server: Stand
     assert len(listed) == 1 and len(listed[0]) == PARTITIONS
     assert listed[0][:3] == [f"persistent://wide/ns/huge-partition-{i}" for i in ("0", "1", "10")]
     assert listed[0] == sorted(listed[0])
-    assert len(latencies) >= 3 and max(latencies) < 0.25, latencies
+    # Half the second a one-go build held the loop for: a machine busy with the other
+    # suites (and a collection of the listing's half a million strings) has been seen to
+    # take 0.4 s for one answer, a loop held by the listing takes a second.
+    assert len(latencies) >= 3 and max(latencies) < 0.5, latencies
 
 
 @pytest.mark.parametrize("n", [0, 1, 9, 10, 11, 99, 100, 101, 1000, 1234, 9999, 10_000, 10_001])
