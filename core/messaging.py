@@ -250,25 +250,25 @@ class Subscriber:
     def ack_many(self, received: Sequence[Received], *, flow: bool = False) -> None:
         """:meth:`ack` each of ``received`` (with ``flow``, and :meth:`flow` one permit
         each), in one call into each subscription rather than one per message."""
-        groups: dict[int, tuple[Consumer, list[tuple[Position, list[int] | None]]]] = {}
+        groups: dict[int, tuple[Consumer, list[tuple[Position, list[int] | None]], list[int]]] = {}
         for r in received:
             got = groups.get(id(r.consumer))
             if got is None:
-                got = groups[id(r.consumer)] = (r.consumer, [])
+                got = groups[id(r.consumer)] = (r.consumer, [], [0])
             acks = got[1]
+            got[2][0] += 1
             if r.batch_size > 0:
                 acks.append((r.position, ack_set_but(r.index, r.batch_size)))
             elif r.chunks:
                 acks += [(p, None) for p in r.positions]
             else:
                 acks.append((r.position, None))
-        for consumer, acks in groups.values():
+        for consumer, acks, count in groups.values():
             sub = consumer.subscription
             if sub is not None:
                 sub.ack_individual(consumer, acks)
             if flow:
-                consumer.flow(sum(1 for r in received if r.consumer is consumer)
-                              if len(groups) > 1 else len(received))
+                consumer.flow(count[0])
 
     def settle_later(self, r: Received) -> None:
         """:meth:`ack` ``r`` and :meth:`flow` its permit back, together with the others of
